@@ -1,0 +1,5 @@
+complete -c sbx-creds -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
+complete -c sbx-creds -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-creds -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-creds -s h -l help -d 'Print help'
+complete -c sbx-creds -s V -l version -d 'Print version'

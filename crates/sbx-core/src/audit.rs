@@ -1,0 +1,271 @@
+//! The JSON-lines audit log.
+//!
+//! One event is one line, written with one `write(2)` on an `O_APPEND` fd, so
+//! the lines of every tool of a chain interleave whole. The first tool opens
+//! the file (`--audit-log PATH` or `SBX_AUDIT_LOG`); it hands the open fd to
+//! the next tool through `SBX_AUDIT_FD` only when that next command is an sbx
+//! tool, so the sandboxed program itself never holds a writable handle to the
+//! log and needs no path to it inside the sandbox.
+
+use std::ffi::OsStr;
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde_json::{Map, Value};
+
+pub const ENV_PATH: &str = "SBX_AUDIT_LOG";
+pub const ENV_FD: &str = "SBX_AUDIT_FD";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warn,
+    Alert,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("open audit log {path}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("SBX_AUDIT_FD '{0}' is not an open, writable fd")]
+    BadFd(String),
+}
+
+pub struct Audit {
+    tool: &'static str,
+    fd: Option<OwnedFd>,
+}
+
+static GLOBAL: OnceLock<Audit> = OnceLock::new();
+
+/// Opens the audit sink for `tool`: `path` (the flag, which clap also fills
+/// from SBX_AUDIT_LOG), else an fd handed down by the previous tool, else none.
+pub fn init(tool: &'static str, path: Option<&Path>) -> Result<&'static Audit, AuditError> {
+    if let Some(a) = GLOBAL.get() {
+        return Ok(a);
+    }
+    let fd = match path {
+        Some(p) => Some(open_log(p)?),
+        None => inherited_fd()?,
+    };
+    // Do not let the variables leak further than this tool decides: the
+    // handoff sets them again for a next sbx tool.
+    // SAFETY: start-up, single-threaded.
+    unsafe {
+        std::env::remove_var(ENV_FD);
+        std::env::remove_var(ENV_PATH);
+    }
+    Ok(GLOBAL.get_or_init(|| Audit { tool, fd }))
+}
+
+fn open_log(path: &Path) -> Result<OwnedFd, AuditError> {
+    let f = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|source| AuditError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(f.into())
+}
+
+fn inherited_fd() -> Result<Option<OwnedFd>, AuditError> {
+    let Ok(v) = std::env::var(ENV_FD) else {
+        return Ok(None);
+    };
+    let fd: RawFd = v.parse().map_err(|_| AuditError::BadFd(v.clone()))?;
+    if fd < 3 {
+        return Err(AuditError::BadFd(v));
+    }
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if fl < 0 || (fl & libc::O_ACCMODE) == libc::O_RDONLY {
+        return Err(AuditError::BadFd(v));
+    }
+    // Mark it CLOEXEC at once: only an explicit handoff passes it on.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // SAFETY: the fd was handed to us by the previous tool and is ours now.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// The process-wide audit sink, once [`init`] ran.
+pub fn get() -> Option<&'static Audit> {
+    GLOBAL.get()
+}
+
+/// Emits an event through the global sink (and to tracing). Fields must be a
+/// JSON object (or null). Never fails: an audit write error is reported on
+/// stderr, it does not stop the sandbox.
+pub fn emit(event: &str, severity: Severity, fields: Value) {
+    match GLOBAL.get() {
+        Some(a) => a.emit(event, severity, fields),
+        None => trace_event("sbx", event, severity, &fields),
+    }
+}
+
+fn trace_event(tool: &str, event: &str, severity: Severity, fields: &Value) {
+    match severity {
+        Severity::Alert => tracing::warn!(tool, event, %fields, "ALERT"),
+        Severity::Warn => tracing::warn!(tool, event, %fields),
+        Severity::Info => tracing::info!(tool, event, %fields),
+    }
+}
+
+impl Audit {
+    pub fn tool(&self) -> &'static str {
+        self.tool
+    }
+
+    /// The fd of the log, if there is one (to hand to the next sbx tool).
+    pub fn raw_fd(&self) -> Option<RawFd> {
+        self.fd.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    pub fn emit(&self, event: &str, severity: Severity, fields: Value) {
+        trace_event(self.tool, event, severity, &fields);
+        let Some(fd) = &self.fd else { return };
+        let line = render(self.tool, event, severity, fields);
+        if let Err(e) = write_all(fd.as_raw_fd(), line.as_bytes()) {
+            eprintln!("{}: audit log write failed: {e}", self.tool);
+        }
+    }
+
+    /// Environment for the next command: the fd (kept open across exec) when
+    /// it is an sbx tool, nothing otherwise. Returns the fd to keep.
+    pub fn handoff(&self, next_program: &OsStr, cmd: &mut std::process::Command) -> Option<RawFd> {
+        cmd.env_remove(ENV_PATH);
+        cmd.env_remove(ENV_FD);
+        match (self.raw_fd(), crate::chain::is_sbx_tool(next_program)) {
+            (Some(fd), true) => {
+                cmd.env(ENV_FD, fd.to_string());
+                Some(fd)
+            }
+            _ => None,
+        }
+    }
+
+    /// Same as [`Audit::handoff`] for tools that `execve` in place: returns
+    /// the (name, value) to add to the environment and clears `FD_CLOEXEC`.
+    pub fn handoff_exec(&self, next_program: &OsStr) -> Option<(String, String)> {
+        let fd = self.raw_fd()?;
+        if !crate::chain::is_sbx_tool(next_program) {
+            return None;
+        }
+        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+        Some((ENV_FD.to_string(), fd.to_string()))
+    }
+}
+
+fn write_all(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
+/// One JSON line: the common keys first, then the event's own fields.
+pub fn render(tool: &str, event: &str, severity: Severity, fields: Value) -> String {
+    let mut m = Map::new();
+    m.insert("ts".into(), Value::String(timestamp_now()));
+    m.insert(
+        "sbx_id".into(),
+        Value::String(crate::id::get().unwrap_or("-").to_string()),
+    );
+    m.insert("tool".into(), Value::String(tool.to_string()));
+    m.insert("pid".into(), Value::from(std::process::id()));
+    m.insert("event".into(), Value::String(event.to_string()));
+    m.insert(
+        "severity".into(),
+        serde_json::to_value(severity).unwrap_or(Value::Null),
+    );
+    if let Value::Object(extra) = fields {
+        for (k, v) in extra {
+            // The common keys cannot be overridden by an event's fields.
+            m.entry(k).or_insert(v);
+        }
+    }
+    let mut s = Value::Object(m).to_string();
+    s.push('\n');
+    s
+}
+
+/// RFC 3339 UTC with milliseconds, without a date-time dependency.
+pub fn timestamp_now() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format_timestamp(now.as_secs() as i64, now.subsec_millis())
+}
+
+fn format_timestamp(secs: i64, millis: u32) -> String {
+    let days = secs.div_euclid(86400);
+    let rem = secs.rem_euclid(86400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(format_timestamp(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_timestamp(951_782_400, 5), "2000-02-29T00:00:00.005Z");
+        assert_eq!(
+            format_timestamp(1_796_232_000, 999),
+            "2026-12-02T17:20:00.999Z"
+        );
+    }
+
+    #[test]
+    fn render_has_common_keys_that_fields_cannot_override() {
+        let line = render(
+            "sbx-test",
+            "denied",
+            Severity::Alert,
+            serde_json::json!({"path": "/etc/shadow", "tool": "evil"}),
+        );
+        assert!(line.ends_with('\n'));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["tool"], "sbx-test");
+        assert_eq!(v["severity"], "alert");
+        assert_eq!(v["event"], "denied");
+        assert_eq!(v["path"], "/etc/shadow");
+        assert!(v["pid"].as_u64().is_some());
+        assert!(v["ts"].as_str().unwrap().ends_with('Z'));
+    }
+}

@@ -1,0 +1,361 @@
+//! argv, `--config`, diagnostics and the one place where failures become an
+//! exit status.
+//!
+//! `--config FILE` holds the same settings as the flags: the section named
+//! after the tool is an object whose keys are long flag names and whose
+//! values are strings, numbers, booleans (a switch) or arrays (a repeated
+//! flag). They are turned into flags placed before the command line's own,
+//! so a flag given on the command line overrides a single-valued setting and
+//! adds to a repeated one. Nothing after the first `--` is ever parsed.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use clap::ArgAction;
+use serde_json::Value;
+
+use crate::exit::Failure;
+
+/// Tool sections a config file may hold (a file compiled by sbx-policy holds
+/// several); any other top-level key is an error.
+pub const TOOLS: &[&str] = &[
+    "sbx-creds",
+    "sbx-gitguard",
+    "sbx-cgroup",
+    "sbx-net",
+    "sbx-dnsproxy",
+    "sbx-fs",
+    "sbx-seccomp",
+    "sbx-container",
+    "sbx-vm",
+    "sbx-path",
+    "sbx-policy",
+];
+
+/// Flags every tool takes.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CommonArgs {
+    /// Append audit events (JSON lines) to PATH; the file is created 0600.
+    #[arg(long, value_name = "PATH", env = "SBX_AUDIT_LOG", global = true)]
+    pub audit_log: Option<PathBuf>,
+
+    /// Read settings from FILE (JSON; the section named after the tool, keys
+    /// are the long flag names).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+
+    /// More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG
+    /// takes a tracing filter and wins.
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub verbose: u8,
+}
+
+/// Runs a tool's real main and exits: `Ok(code)` exits with code, a
+/// [`Failure`] prints `tool: message` on stderr and exits with its code.
+/// Blocks the forwarded signals first, so every thread inherits the mask.
+pub fn run_main<F>(tool: &'static str, f: F) -> !
+where
+    F: FnOnce() -> Result<i32, Failure>,
+{
+    let code = match crate::signals::block_forwarded()
+        .map_err(|e| Failure::new(format!("sigprocmask: {e}")))
+        .and_then(|()| f())
+    {
+        Ok(c) => c,
+        Err(fail) => {
+            if fail.code == crate::exit::TOOL_FAILED {
+                crate::audit::emit(
+                    "setup_failed",
+                    crate::Severity::Warn,
+                    serde_json::json!({ "error": fail.message }),
+                );
+            }
+            eprintln!("{tool}: {}", fail.message);
+            fail.code
+        }
+    };
+    std::process::exit(code)
+}
+
+/// Parses argv for a tool whose clap type is `C` (which flattens
+/// [`CommonArgs`]), merging `--config`, then sets up tracing, SBX_ID, the
+/// audit log and the parent watch. Help and version exit 0 here.
+pub fn parse<C: clap::Parser>(tool: &'static str) -> Result<C, Failure> {
+    parse_from(tool, std::env::args_os().collect())
+}
+
+/// [`parse`] over explicit arguments (argv[0] first).
+pub fn parse_from<C: clap::Parser>(tool: &'static str, argv: Vec<OsString>) -> Result<C, Failure> {
+    let cmd = C::command().args_override_self(true);
+    let argv = with_config(&cmd, tool, argv)?;
+    let matches = match cmd.try_get_matches_from(argv) {
+        Ok(m) => m,
+        Err(e) => return Err(clap_failure(e)),
+    };
+    let c = C::from_arg_matches(&matches).map_err(clap_failure)?;
+    Ok(c)
+}
+
+/// Sets up what every tool needs once flags are parsed: diagnostics, SBX_ID,
+/// the audit sink and the supervising-parent watch.
+pub fn init(tool: &'static str, common: &CommonArgs) -> Result<(), Failure> {
+    init_tracing(common.verbose);
+    crate::id::ensure()?;
+    crate::audit::init(tool, common.audit_log.as_deref())?;
+    crate::supervise::init_parent_watch()?;
+    Ok(())
+}
+
+fn clap_failure(e: clap::Error) -> Failure {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            std::process::exit(0);
+        }
+        _ => {
+            // One line: clap's first line, without its "error: " prefix.
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            let hint = if e.kind() == ErrorKind::MissingRequiredArgument
+                && first.contains("CMD")
+            {
+                " (usage: ... -- CMD [ARGS...])"
+            } else {
+                ""
+            };
+            Failure::new(format!("{first}{hint}"))
+        }
+    }
+}
+
+/// Inserts the `--config` section's settings as flags after argv[0] (and
+/// after a leading subcommand name, for tools with subcommands).
+fn with_config(cmd: &clap::Command, tool: &str, argv: Vec<OsString>) -> Result<Vec<OsString>, Failure> {
+    let Some(path) = find_config_flag(&argv)? else {
+        return Ok(argv);
+    };
+    let section = load_section(&path, tool)?;
+    let Some(section) = section else {
+        return Ok(argv);
+    };
+    // A tool with subcommands: the settings belong to the subcommand named.
+    let (target, insert_at) = match argv.get(1).and_then(|a| a.to_str()) {
+        Some(name) if cmd.find_subcommand(name).is_some() => (cmd.find_subcommand(name).unwrap(), 2),
+        _ => (cmd, 1),
+    };
+    let flags = section_to_flags(target, &path, tool, &section)?;
+    let mut out = argv[..insert_at.min(argv.len())].to_vec();
+    out.extend(flags);
+    out.extend(argv.into_iter().skip(insert_at));
+    Ok(out)
+}
+
+/// Finds `--config FILE` / `--config=FILE` before the first `--`.
+fn find_config_flag(argv: &[OsString]) -> Result<Option<PathBuf>, Failure> {
+    let mut it = argv.iter().skip(1);
+    while let Some(a) = it.next() {
+        if a == "--" {
+            break;
+        }
+        if a == "--config" {
+            return match it.next() {
+                Some(v) if v != "--" => Ok(Some(PathBuf::from(v))),
+                _ => Err(Failure::new("--config needs a FILE")),
+            };
+        }
+        if let Some(v) = a.to_str().and_then(|s| s.strip_prefix("--config=")) {
+            return Ok(Some(PathBuf::from(v)));
+        }
+    }
+    Ok(None)
+}
+
+/// Reads `path` and returns the object under `tool`, checking that every
+/// top-level key is a known tool.
+pub fn load_section(path: &Path, tool: &str) -> Result<Option<serde_json::Map<String, Value>>, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::new(format!("--config {}: {e}", path.display())))?;
+    let v: Value = serde_json::from_str(&text)
+        .map_err(|e| Failure::new(format!("--config {}: not valid JSON: {e}", path.display())))?;
+    let Value::Object(top) = v else {
+        return Err(Failure::new(format!(
+            "--config {}: top level must be an object of tool sections",
+            path.display()
+        )));
+    };
+    for k in top.keys() {
+        if !TOOLS.contains(&k.as_str()) {
+            return Err(Failure::new(format!(
+                "--config {}: unknown section '{k}' (expected one of {})",
+                path.display(),
+                TOOLS.join(", ")
+            )));
+        }
+    }
+    match top.get(tool) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => Ok(Some(m.clone())),
+        Some(_) => Err(Failure::new(format!(
+            "--config {}: section '{tool}' must be an object",
+            path.display()
+        ))),
+    }
+}
+
+fn section_to_flags(
+    cmd: &clap::Command,
+    path: &Path,
+    tool: &str,
+    section: &serde_json::Map<String, Value>,
+) -> Result<Vec<OsString>, Failure> {
+    let bad = |key: &str, what: &str| {
+        Failure::new(format!(
+            "--config {}: {tool}.{key}: {what}",
+            path.display()
+        ))
+    };
+    let mut out = Vec::new();
+    for (key, val) in section {
+        let long = key.replace('_', "-");
+        if long == "config" {
+            return Err(bad(key, "a config file cannot name another"));
+        }
+        let Some(arg) = cmd.get_arguments().find(|a| a.get_long() == Some(long.as_str())) else {
+            return Err(bad(key, "unknown key"));
+        };
+        let flag = OsString::from(format!("--{long}"));
+        let takes_value = arg.get_action().takes_values();
+        let mut push_scalar = |v: &Value| -> Result<(), Failure> {
+            let s = match v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                _ => return Err(bad(key, "expected a string or number")),
+            };
+            out.push(flag.clone());
+            out.push(OsString::from(s));
+            Ok(())
+        };
+        match (val, takes_value) {
+            (Value::Null, _) => {}
+            (Value::Bool(b), false) => {
+                if *b {
+                    out.push(flag.clone());
+                }
+            }
+            (Value::Number(n), false) if matches!(arg.get_action(), ArgAction::Count) => {
+                for _ in 0..n.as_u64().unwrap_or(0).min(8) {
+                    out.push(flag.clone());
+                }
+            }
+            (_, false) => return Err(bad(key, "is a switch: expected true or false")),
+            (Value::Array(items), true) => {
+                for i in items {
+                    push_scalar(i)?;
+                }
+            }
+            (v, true) => push_scalar(v)?,
+        }
+    }
+    Ok(out)
+}
+
+/// tracing to stderr: SBX_LOG (a filter) wins, else the -v count.
+pub fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("SBX_LOG") {
+        Ok(f) if !f.is_empty() => EnvFilter::new(f),
+        _ => EnvFilter::new(match verbose {
+            0 => "warn",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        }),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(false)
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::io::Write;
+
+    #[derive(Parser, Debug)]
+    #[command(name = "sbx-demo")]
+    struct Demo {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[arg(long)]
+        ro: Vec<String>,
+        #[arg(long)]
+        hostname: Option<String>,
+        #[arg(long)]
+        clearenv: bool,
+        #[arg(last = true, required = true, value_name = "CMD")]
+        cmd: Vec<OsString>,
+    }
+
+    fn args(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn nothing_after_dashdash_is_parsed() {
+        let d: Demo = parse_from("sbx-demo", args(&["x", "--ro", "/a", "--", "cmd", "--ro", "--", "-v"])).unwrap();
+        assert_eq!(d.ro, vec!["/a"]);
+        assert_eq!(d.cmd, args(&["cmd", "--ro", "--", "-v"]));
+    }
+
+    #[test]
+    fn missing_dashdash_and_unknown_flag_are_one_line_125() {
+        let f = parse_from::<Demo>("sbx-demo", args(&["x", "--ro", "/a"])).unwrap_err();
+        assert_eq!(f.code, 125);
+        assert!(!f.message.contains('\n'));
+        let f = parse_from::<Demo>("sbx-demo", args(&["x", "--bogus", "--", "true"])).unwrap_err();
+        assert_eq!(f.code, 125);
+        assert!(f.message.contains("--bogus"), "{}", f.message);
+    }
+
+    #[test]
+    fn config_merges_and_cli_overrides() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        write!(
+            f,
+            r#"{{"sbx-net": null, "sbx-fs": {{"ro": ["/a", "/b"], "hostname": "cfg", "clearenv": true}}}}"#
+        )
+        .unwrap();
+        let p = f.path().to_str().unwrap();
+        let d: Demo = parse_from("sbx-fs", args(&["x", "--config", p, "--ro", "/c", "--hostname", "cli", "--", "true"])).unwrap();
+        assert_eq!(d.ro, vec!["/a", "/b", "/c"]);
+        assert_eq!(d.hostname.as_deref(), Some("cli"));
+        assert!(d.clearenv);
+    }
+
+    #[test]
+    fn config_errors() {
+        let cases = [
+            (r#"{"sbx-fs": {"nope": 1}}"#, "unknown key"),
+            (r#"{"sbx-bogus": {}}"#, "unknown section"),
+            (r#"{"sbx-fs": {"clearenv": "yes"}}"#, "switch"),
+            (r#"{"sbx-fs": {"ro": [{}]}}"#, "string or number"),
+            ("{not json", "not valid JSON"),
+        ];
+        for (text, want) in cases {
+            let mut f = tempfile::NamedTempFile::new().unwrap();
+            f.write_all(text.as_bytes()).unwrap();
+            let p = f.path().to_str().unwrap();
+            let e = parse_from::<Demo>("sbx-fs", args(&["x", "--config", p, "--", "true"])).unwrap_err();
+            assert_eq!(e.code, 125);
+            assert!(e.message.contains(want), "{text}: {}", e.message);
+        }
+        let e = parse_from::<Demo>("sbx-fs", args(&["x", "--config", "/nonexistent/c.json", "--", "true"])).unwrap_err();
+        assert!(e.message.contains("/nonexistent/c.json"));
+    }
+}

@@ -1,0 +1,20 @@
+//! Conventions shared by every sbx tool.
+//!
+//! Each tool applies one layer and then runs the next command of the chain.
+//! This crate holds what they must all do the same way: the argv rules
+//! (`--`, `--config`), the exit status rules, SBX_ID, the audit log, tracing,
+//! fd hygiene, signal forwarding and die-with-parent.
+
+pub mod audit;
+pub mod chain;
+pub mod cli;
+pub mod exit;
+pub mod fds;
+pub mod id;
+pub mod man;
+pub mod signals;
+pub mod supervise;
+pub mod units;
+
+pub use audit::Severity;
+pub use exit::Failure;

@@ -1,0 +1,322 @@
+//! Supervising the next command: fork+exec, signal forwarding, waiting with a
+//! deadline, die-with-parent.
+//!
+//! Die-with-parent is done twice, because each way alone has holes:
+//! `PR_SET_PDEATHSIG(SIGKILL)` on the child (set after fork, then the parent
+//! is checked again so a parent that died in between is noticed), and a pidfd
+//! on the supervising parent that every sbx supervisor polls in its wait loop
+//! (`SBX_SUPERVISOR`). PDEATHSIG is cleared by a credential change (setuid
+//! exec, or a uid switch inside a user namespace) and fires on the death of
+//! the forking *thread*; the pidfd does neither.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+use crate::chain;
+use crate::exit::{self, Failure};
+
+/// Set by a supervisor in the environment of a next command that is an sbx
+/// tool: the pid that tool should watch.
+pub const ENV_SUPERVISOR: &str = "SBX_SUPERVISOR";
+
+/// Why [`Supervisor::wait`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The child exited (reaped).
+    Exited(ExitStatus),
+    /// The deadline passed; the child is still running.
+    Deadline,
+    /// Our own supervising parent died: the sandbox must go too.
+    ParentDied,
+}
+
+/// Builds the `Command` for `argv`, resolved with the PATH of `env` (or of
+/// this process when `env` is None). Not-found and not-executable are
+/// reported here with 127/126, before anything is forked.
+pub fn command(argv: &[OsString], env: Option<&[(OsString, OsString)]>) -> Result<Command, Failure> {
+    let Some(prog) = argv.first() else {
+        return Err(Failure::new("no command given after --"));
+    };
+    let path_var = match env {
+        Some(e) => e.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone()),
+        None => std::env::var_os("PATH"),
+    };
+    let resolved = chain::resolve(prog, path_var.as_deref())?;
+    let mut cmd = Command::new(resolved);
+    cmd.arg0(prog).args(&argv[1..]);
+    if let Some(e) = env {
+        cmd.env_clear();
+        cmd.envs(e.iter().map(|(k, v)| (k, v)));
+    }
+    Ok(cmd)
+}
+
+pub struct Supervisor {
+    pid: i32,
+    pidfd: OwnedFd,
+    sigfd: SignalFd,
+    parent: Option<RawFd>,
+    status: Option<ExitStatus>,
+}
+
+fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+static PARENT: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
+
+/// Opens (once, at start-up) the pidfd of our supervising parent, if an sbx
+/// supervisor started us. Errs (the sandbox must not start) when that
+/// parent is already gone.
+pub fn init_parent_watch() -> Result<(), Failure> {
+    if PARENT.get().is_none() {
+        let p = parent_watch()?;
+        let _ = PARENT.set(p);
+    }
+    Ok(())
+}
+
+/// The raw pidfd of our supervising parent, if any.
+pub fn parent_pidfd() -> Option<RawFd> {
+    PARENT.get().and_then(|p| p.as_ref().map(|f| f.as_raw_fd()))
+}
+
+fn parent_watch() -> Result<Option<OwnedFd>, Failure> {
+    let Ok(v) = std::env::var(ENV_SUPERVISOR) else {
+        return Ok(None);
+    };
+    // SAFETY: read once at start-up; the value must not reach the command.
+    unsafe { std::env::remove_var(ENV_SUPERVISOR) };
+    let Ok(pid) = v.parse::<i32>() else {
+        return Ok(None);
+    };
+    let ppid = unsafe { libc::getppid() };
+    // In a new PID namespace the parent is outside (ppid 0): the previous
+    // tool is then responsible for us (a namespace init).
+    if ppid == 0 {
+        return Ok(None);
+    }
+    if ppid != pid {
+        return Err(Failure::new("the supervising sbx tool died before start"));
+    }
+    pidfd_open(pid)
+        .map(Some)
+        .map_err(|e| Failure::new(format!("pidfd_open of supervisor {pid}: {e}")))
+}
+
+impl Supervisor {
+    /// Forks and execs `cmd`. Only 0-2 and `keep_fds` reach it. The
+    /// forwarded signals must have been blocked at start-up
+    /// ([`crate::signals::block_forwarded`], done by `run_main`).
+    pub fn spawn(mut cmd: Command, keep_fds: &[RawFd]) -> Result<Self, Failure> {
+        let keep: Vec<RawFd> = keep_fds.to_vec();
+        let me = unsafe { libc::getpid() };
+        // argv[0] names the tool even when the program path was resolved.
+        cmd.env_remove(ENV_SUPERVISOR);
+        if chain::is_sbx_tool(cmd.get_program()) {
+            cmd.env(ENV_SUPERVISOR, me.to_string());
+        }
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The parent may have died before the prctl took effect.
+                if libc::getppid() != me {
+                    libc::_exit(exit::TOOL_FAILED);
+                }
+                crate::fds::cloexec_all_except(&keep)
+            });
+        }
+        init_parent_watch()?;
+        let parent = parent_pidfd();
+        let prog = cmd.get_program().to_string_lossy().into_owned();
+        let child = cmd.spawn().map_err(|e| {
+            let errno = e.raw_os_error().unwrap_or(libc::EIO);
+            let code = match errno {
+                libc::EAGAIN | libc::ENOMEM => exit::TOOL_FAILED,
+                n => exit::for_exec_errno(n),
+            };
+            Failure::with_code(code, format!("{prog}: {e}"))
+        })?;
+        let pid = child.id() as i32;
+        // std's Child would not be waited for by Drop; we reap with waitpid.
+        drop(child);
+        let pidfd = pidfd_open(pid).map_err(|e| Failure::new(format!("pidfd_open {pid}: {e}")))?;
+        let sigfd = SignalFd::with_flags(
+            &crate::signals::forwarded_set(),
+            SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
+        )
+        .map_err(|e| Failure::new(format!("signalfd: {e}")))?;
+        Ok(Self {
+            pid,
+            pidfd,
+            sigfd,
+            parent,
+            status: None,
+        })
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The child's exit status once reaped.
+    pub fn status(&self) -> Option<ExitStatus> {
+        self.status
+    }
+
+    /// Sends `sig` to the child (through its pidfd: no pid-reuse race).
+    pub fn signal(&self, sig: Signal) -> io::Result<()> {
+        if self.status.is_some() {
+            return Ok(());
+        }
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                sig as i32,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ESRCH) {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until the child exits, the deadline passes or our parent dies,
+    /// forwarding the blocked signals to the child meanwhile.
+    pub fn wait(&mut self, deadline: Option<Instant>) -> io::Result<Wake> {
+        if let Some(st) = self.status {
+            return Ok(Wake::Exited(st));
+        }
+        loop {
+            let timeout_ms = match deadline {
+                None => -1,
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Ok(Wake::Deadline);
+                    }
+                    (d - now).as_millis().min(i32::MAX as u128) as i32 + 1
+                }
+            };
+            let mut fds = vec![
+                libc::pollfd {
+                    fd: self.pidfd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.sigfd.as_fd().as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            if let Some(p) = self.parent {
+                fds.push(libc::pollfd {
+                    fd: p,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if fds[1].revents != 0 {
+                while let Ok(Some(info)) = self.sigfd.read_signal() {
+                    if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
+                        tracing::debug!(?sig, "forwarding signal");
+                        self.signal(sig)?;
+                    }
+                }
+            }
+            if fds[0].revents != 0 {
+                return self.reap().map(Wake::Exited);
+            }
+            if fds.len() > 2 && fds[2].revents != 0 {
+                return Ok(Wake::ParentDied);
+            }
+        }
+    }
+
+    fn reap(&mut self) -> io::Result<ExitStatus> {
+        let mut st = 0;
+        loop {
+            let r = unsafe { libc::waitpid(self.pid, &mut st, 0) };
+            if r == self.pid {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        let status = ExitStatus::from_raw(st);
+        self.status = Some(status);
+        Ok(status)
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; returns the child's status.
+    pub fn terminate(&mut self, grace: Duration) -> io::Result<ExitStatus> {
+        if let Some(st) = self.status {
+            return Ok(st);
+        }
+        self.signal(Signal::SIGTERM)?;
+        if let Wake::Exited(st) = self.wait(Some(Instant::now() + grace))? {
+            return Ok(st);
+        }
+        self.kill()
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) -> io::Result<ExitStatus> {
+        if let Some(st) = self.status {
+            return Ok(st);
+        }
+        self.signal(Signal::SIGKILL)?;
+        self.reap()
+    }
+
+    /// Waits for the child; on parent death kills it. Returns the exit code
+    /// per the chain rules (status, 128+N).
+    pub fn run_to_end(&mut self) -> io::Result<i32> {
+        match self.wait(None)? {
+            Wake::Exited(st) => Ok(exit::from_status(st)),
+            Wake::ParentDied | Wake::Deadline => {
+                let st = self.kill()?;
+                Ok(exit::from_status(st))
+            }
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    /// A supervisor that unwinds never leaves its child running.
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            let _ = self.kill();
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! sbx-fs (being built).
+
+use clap::Parser;
+use sbx_core::cli::CommonArgs;
+
+pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
+    about: "sbx-fs",
+    exit_status: "125 when the tool fails.",
+    inherited_state: "Nothing yet.",
+    extra: &[],
+};
+
+#[derive(Parser, Debug)]
+#[command(name = "sbx-fs", version, about = "sbx-fs (being built)")]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+pub fn main() -> ! {
+    sbx_core::cli::run_main("sbx-fs", || {
+        let cli: Cli = sbx_core::cli::parse("sbx-fs")?;
+        sbx_core::cli::init("sbx-fs", &cli.common)?;
+        Err(sbx_core::Failure::new("not built yet"))
+    })
+}

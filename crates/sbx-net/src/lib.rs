@@ -1,0 +1,26 @@
+//! sbx-net (being built).
+
+use clap::Parser;
+use sbx_core::cli::CommonArgs;
+
+pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
+    about: "sbx-net",
+    exit_status: "125 when the tool fails.",
+    inherited_state: "Nothing yet.",
+    extra: &[],
+};
+
+#[derive(Parser, Debug)]
+#[command(name = "sbx-net", version, about = "sbx-net (being built)")]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+pub fn main() -> ! {
+    sbx_core::cli::run_main("sbx-net", || {
+        let cli: Cli = sbx_core::cli::parse("sbx-net")?;
+        sbx_core::cli::init("sbx-net", &cli.common)?;
+        Err(sbx_core::Failure::new("not built yet"))
+    })
+}

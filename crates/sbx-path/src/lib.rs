@@ -1,0 +1,4 @@
+//! PathResolver (being built).
+
+#[cfg(feature = "cli")]
+pub mod cli;

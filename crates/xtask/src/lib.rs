@@ -1,0 +1,99 @@
+//! Renders man pages and shell completions from the one clap definition of
+//! each tool. `cargo xtask gen` writes them; a test compares them with the
+//! committed files.
+
+use std::path::PathBuf;
+
+use clap::CommandFactory;
+use clap_complete::Shell;
+use sbx_core::man::ManInfo;
+
+/// Every tool: its clap command and its man page text.
+pub fn tools() -> Vec<(clap::Command, &'static ManInfo)> {
+    vec![
+        (sbx_path::cli::Cli::command(), &sbx_path::cli::MAN),
+        (sbx_fs::Cli::command(), &sbx_fs::MAN),
+        (sbx_seccomp::Cli::command(), &sbx_seccomp::MAN),
+        (sbx_cgroup::Cli::command(), &sbx_cgroup::MAN),
+        (sbx_dnsproxy::Cli::command(), &sbx_dnsproxy::MAN),
+        (sbx_net::Cli::command(), &sbx_net::MAN),
+        (sbx_creds::Cli::command(), &sbx_creds::MAN),
+        (sbx_gitguard::Cli::command(), &sbx_gitguard::MAN),
+    ]
+}
+
+/// (relative path, contents) of every generated file.
+pub fn render_all() -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for (cmd, info) in tools() {
+        let name = cmd.get_name().to_string();
+        out.push((PathBuf::from(format!("man/{name}.1")), man_page(cmd.clone(), info)));
+        for (shell, file) in [
+            (Shell::Bash, format!("completions/bash/{name}")),
+            (Shell::Zsh, format!("completions/zsh/_{name}")),
+            (Shell::Fish, format!("completions/fish/{name}.fish")),
+        ] {
+            let mut buf = Vec::new();
+            let mut c = cmd.clone();
+            clap_complete::generate(shell, &mut c, name.clone(), &mut buf);
+            out.push((PathBuf::from(file), buf));
+        }
+    }
+    out
+}
+
+fn man_page(cmd: clap::Command, info: &ManInfo) -> Vec<u8> {
+    let cmd = cmd.long_about(info.about);
+    let man = clap_mangen::Man::new(cmd.clone()).date("");
+    let mut buf = Vec::new();
+    let _ = man.render_title(&mut buf);
+    let _ = man.render_name_section(&mut buf);
+    let _ = man.render_synopsis_section(&mut buf);
+    let _ = man.render_description_section(&mut buf);
+    let _ = man.render_options_section(&mut buf);
+    if cmd.get_subcommands().next().is_some() {
+        let _ = man.render_subcommands_section(&mut buf);
+    }
+    section(&mut buf, "EXIT STATUS", info.exit_status);
+    section(&mut buf, "INHERITED STATE", info.inherited_state);
+    for (title, text) in info.extra {
+        section(&mut buf, title, text);
+    }
+    let _ = man.render_version_section(&mut buf);
+    buf
+}
+
+/// A roff section: paragraphs split on blank lines, lines starting with
+/// "- " become tagged bullets, text escaped.
+fn section(buf: &mut Vec<u8>, title: &str, text: &str) {
+    buf.extend_from_slice(format!(".SH \"{title}\"\n").as_bytes());
+    for para in text.trim().split("\n\n") {
+        let mut first = true;
+        for line in para.lines() {
+            let line = line.trim_end();
+            if let Some(item) = line.strip_prefix("- ") {
+                buf.extend_from_slice(b".IP \\(bu 2\n");
+                buf.extend_from_slice(escape(item).as_bytes());
+                buf.push(b'\n');
+                first = false;
+            } else if first {
+                buf.extend_from_slice(b".PP\n");
+                buf.extend_from_slice(escape(line.trim_start()).as_bytes());
+                buf.push(b'\n');
+                first = false;
+            } else {
+                buf.extend_from_slice(escape(line.trim_start()).as_bytes());
+                buf.push(b'\n');
+            }
+        }
+    }
+}
+
+fn escape(s: &str) -> String {
+    let s = s.replace('\\', "\\\\").replace('-', "\\-");
+    if s.starts_with('.') || s.starts_with('\'') {
+        format!("\\&{s}")
+    } else {
+        s
+    }
+}

@@ -1,0 +1,217 @@
+//! Helpers shared by the end-to-end tests: they run the built binaries as a
+//! user would, as root and as the unprivileged test user.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The unprivileged user the tests run tools as (scripts/setup creates it).
+pub const TEST_USER: &str = "sbxtest";
+
+/// Path of a built binary of this package (target/<profile>/<name>).
+pub fn bin(name: &str) -> PathBuf {
+    // scripts/test points this at a copy the unprivileged user can reach
+    // when the checkout itself is not.
+    if let Some(d) = std::env::var_os("SBX_TEST_BIN_DIR") {
+        return Path::new(&d).join(name);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test-binary>
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let p = dir.join(name);
+    assert!(p.exists(), "{} not built", p.display());
+    p
+}
+
+/// A Command for a built tool.
+pub fn tool(name: &str) -> Command {
+    let mut c = Command::new(bin(name));
+    c.env_remove("SBX_ID")
+        .env_remove("SBX_AUDIT_LOG")
+        .env_remove("SBX_AUDIT_FD")
+        .env_remove("SBX_SUPERVISOR")
+        .env_remove("SBX_LOG");
+    c
+}
+
+/// Whether a missing prerequisite must fail the test (CI sets SBX_MUST_WORK=1).
+pub fn must_work() -> bool {
+    std::env::var("SBX_MUST_WORK").is_ok_and(|v| v == "1")
+}
+
+/// Skips the calling test with a reason, or fails it under SBX_MUST_WORK=1.
+#[macro_export]
+macro_rules! skip {
+    ($($why:tt)*) => {{
+        let why = format!($($why)*);
+        if $crate::common::must_work() {
+            panic!("prerequisite missing (SBX_MUST_WORK=1): {why}");
+        }
+        eprintln!("skipped: {why}");
+        return;
+    }};
+}
+
+pub fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// uid and gid of the unprivileged test user, if it exists.
+pub fn test_user() -> Option<(u32, u32)> {
+    let name = std::ffi::CString::new(TEST_USER).unwrap();
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    if pw.is_null() {
+        return None;
+    }
+    Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
+}
+
+/// Makes `cmd` run as the unprivileged test user (needs root).
+pub fn as_test_user(cmd: &mut Command) -> bool {
+    let Some((uid, gid)) = test_user() else {
+        return false;
+    };
+    if !is_root() {
+        return false;
+    }
+    cmd.env("HOME", format!("/home/{TEST_USER}"))
+        .env("USER", TEST_USER);
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    true
+}
+
+/// Who a test runs a tool as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum As {
+    Root,
+    User,
+}
+
+/// The identities to run a test under: root (when we are root) and the
+/// unprivileged test user (when it exists).
+pub fn identities() -> Vec<As> {
+    let mut v = Vec::new();
+    if is_root() {
+        v.push(As::Root);
+        if test_user().is_some() {
+            v.push(As::User);
+        } else if must_work() {
+            panic!("test user {TEST_USER} missing (run scripts/setup)");
+        }
+    } else {
+        v.push(As::User);
+    }
+    v
+}
+
+/// Applies an identity to a command.
+pub fn run_as(cmd: &mut Command, who: As) {
+    if who == As::User && is_root() {
+        assert!(as_test_user(cmd), "cannot switch to {TEST_USER}");
+    }
+}
+
+/// A temp dir the test user can use too.
+pub fn shared_tempdir() -> tempfile::TempDir {
+    let d = tempfile::Builder::new().prefix("sbx-test-").tempdir().unwrap();
+    chown_to_test_user(d.path());
+    d
+}
+
+/// Gives `p` to the test user (when we are root and it exists).
+pub fn chown_to_test_user(p: &Path) {
+    if let (true, Some((uid, gid))) = (is_root(), test_user()) {
+        std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
+    }
+}
+
+/// Runs and captures; panics if it could not start.
+pub fn output(cmd: &mut Command) -> Output {
+    cmd.output().expect("spawn")
+}
+
+/// Exit code (128+N for a signal, as the tools report).
+pub fn code(out: &Output) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    out.status
+        .code()
+        .unwrap_or_else(|| 128 + out.status.signal().unwrap_or(0))
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts a bad-input failure: exit 125 and exactly one line on stderr
+/// that contains `needle`.
+pub fn assert_usage_error(out: &Output, needle: &str) {
+    let err = stderr(out);
+    assert_eq!(code(out), 125, "want exit 125, stderr: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "want one line, got: {err}");
+    assert!(err.contains(needle), "stderr {err:?} lacks {needle:?}");
+}
+
+/// The events of a JSON-lines audit log.
+pub fn audit_events(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad audit line {l:?}: {e}")))
+        .collect()
+}
+
+/// Asserts an event named `event` with `severity` exists for which `pred`
+/// holds; returns it.
+pub fn assert_event(path: &Path, event: &str, severity: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let evs = audit_events(path);
+    for e in &evs {
+        for k in ["ts", "sbx_id", "tool", "pid", "event", "severity"] {
+            assert!(e.get(k).is_some(), "audit event lacks {k}: {e}");
+        }
+    }
+    evs.iter()
+        .find(|e| e["event"] == event && e["severity"] == severity && pred(e))
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "no {severity} event {event:?} matching in {}:\n{}",
+                path.display(),
+                evs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")
+            )
+        })
+}
+
+/// Whether a program is on PATH.
+pub fn have(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+        .unwrap_or(false)
+}
+
+/// A unique name for resources this test creates (pid + counter).
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("{prefix}{}x{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+pub fn os(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
