@@ -48,7 +48,7 @@ pub fn must_work() -> bool {
 macro_rules! skip {
     ($($why:tt)*) => {{
         let why = format!($($why)*);
-        if $crate::common::must_work() {
+        if $crate::must_work() {
             panic!("prerequisite missing (SBX_MUST_WORK=1): {why}");
         }
         eprintln!("skipped: {why}");
