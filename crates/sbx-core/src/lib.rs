@@ -13,6 +13,7 @@ pub mod fds;
 pub mod id;
 pub mod man;
 pub mod signals;
+pub mod sigsys;
 pub mod supervise;
 pub mod units;
 
