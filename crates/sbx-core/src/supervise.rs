@@ -275,6 +275,7 @@ impl Supervisor {
         }
         let status = ExitStatus::from_raw(st);
         self.status = Some(status);
+        crate::sigsys::report_child_exit(self.pid, status);
         Ok(status)
     }
 
