@@ -116,8 +116,18 @@ fn clap_failure(e: clap::Error) -> Failure {
         _ => {
             // One line: clap's first line, without its "error: " prefix.
             let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            let mut lines = rendered.lines();
+            let first = lines.next().unwrap_or("invalid arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
+            // "the following required arguments were not provided:" lists
+            // them on the next lines: keep them on the one line.
+            let mut first = first.to_string();
+            if first.ends_with(':') {
+                for l in lines.take_while(|l| !l.trim().is_empty()) {
+                    first.push(' ');
+                    first.push_str(l.trim());
+                }
+            }
             let hint = if e.kind() == ErrorKind::MissingRequiredArgument
                 && first.contains("CMD")
             {
@@ -318,6 +328,15 @@ mod tests {
         let f = parse_from::<Demo>("sbx-demo", args(&["x", "--ro", "/a"])).unwrap_err();
         assert_eq!(f.code, 125);
         assert!(!f.message.contains('\n'));
+        #[derive(Parser, Debug)]
+        #[command(name = "sbx-demo")]
+        struct Two {
+            a: String,
+            b: String,
+        }
+        let f = parse_from::<Two>("sbx-demo", args(&["x"])).unwrap_err();
+        assert!(!f.message.contains('\n'));
+        assert!(f.message.contains("<A> <B>"), "{}", f.message);
         let f = parse_from::<Demo>("sbx-demo", args(&["x", "--bogus", "--", "true"])).unwrap_err();
         assert_eq!(f.code, 125);
         assert!(f.message.contains("--bogus"), "{}", f.message);
