@@ -1,0 +1,224 @@
+//! The supervisor: validate, create the group, start the watcher, run the
+//! command inside the group, wait, kill what is left, remove the group, log.
+
+use std::os::unix::process::CommandExt;
+use std::time::{Duration, Instant};
+
+use sbx_core::supervise::{self, Supervisor, Wake};
+use sbx_core::{Failure, Severity, audit, exit};
+
+use crate::Cli;
+use crate::discover::{self, Host};
+use crate::group::{self, SandboxGroup};
+use crate::limits::{Limits, Raw};
+use crate::owner::{self, Owner};
+use crate::rlimit::{self, Rlimit};
+use crate::watch::Watcher;
+
+/// Exit status when --timeout fired (as timeout(1)).
+pub const TIMED_OUT: i32 = 124;
+
+/// How long the kill loop may take before the group is reported unkillable.
+const KILL_LIMIT: Duration = Duration::from_secs(10);
+
+/// What is checked before anything else happens (before the audit log and
+/// tracing are set up, so a bad input is exactly one line on stderr).
+pub struct Prepared {
+    limits: Limits,
+    layout: discover::Layout,
+    targets: Vec<group::Target>,
+    host: Host,
+}
+
+/// 1. Everything that can be checked without touching the host.
+pub fn prepare(cli: &Cli) -> Result<Prepared, Failure> {
+    let limits = Limits::parse(&Raw {
+        memory: cli.memory.as_deref(),
+        memory_swap: cli.memory_swap.as_deref(),
+        cpus: cli.cpus.as_deref(),
+        cpu_weight: cli.cpu_weight.as_deref(),
+        pids: cli.pids.as_deref(),
+        io_weight: cli.io_weight.as_deref(),
+        rlimits: &cli.rlimit,
+        timeout: cli.timeout.as_deref(),
+    })?;
+    rlimit::preflight(&limits.rlimits)?;
+    let host = Host::default();
+    let layout = discover::discover(&host)?;
+    let targets = group::plan(&layout, cli.parent.as_deref(), &limits)?;
+    Ok(Prepared {
+        limits,
+        layout,
+        targets,
+        host,
+    })
+}
+
+pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
+    let Prepared {
+        limits,
+        layout,
+        targets,
+        host,
+    } = p;
+    let mut cmd = supervise::command(&cli.cmd, None)?;
+
+    // 2. Stale groups of dead supervisors under the same parents.
+    for t in &targets {
+        owner::reap_stale(&t.parent, true);
+    }
+
+    // 3. The group, then the watcher that removes it if we die.
+    let id = sbx_core::id::get().unwrap_or("unknown").to_string();
+    let name = format!("sbx-{id}");
+    let mut group = SandboxGroup::create(&host, &targets, &name, &limits, &Owner::me(&id))?;
+    let watcher = match Watcher::start(&group) {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = group.destroy(KILL_LIMIT);
+            return Err(Failure::new(format!("fork watcher: {e}")));
+        }
+    };
+    tracing::info!(group = %name, watcher = watcher.pid(), mode = ?layout.mode(), "group created");
+
+    // 4. The command joins the group and takes its rlimits before it execs.
+    let mut keep = Vec::new();
+    if let Some(fd) = audit::get().and_then(|a| a.handoff(cli.cmd[0].as_os_str(), &mut cmd)) {
+        keep.push(fd);
+    }
+    install_pre_exec(&mut cmd, &group, limits.rlimits.clone());
+    let started = Instant::now();
+    let mut child = match Supervisor::spawn(cmd, &keep) {
+        Ok(c) => c,
+        Err(f) => {
+            finish(group, watcher);
+            return Err(f);
+        }
+    };
+    group.close_procs();
+
+    // 5. Wait for the command, the timeout or our own supervisor's death.
+    let deadline = limits.timeout.map(|t| started + t);
+    let mut timed_out = false;
+    let code = {
+        match child.wait(deadline) {
+            Ok(Wake::Exited(st)) => exit::from_status(st),
+            Ok(Wake::Deadline) => {
+                timed_out = true;
+                let _ = group.kill_all(KILL_LIMIT);
+                let _ = child.kill();
+                TIMED_OUT
+            }
+            Ok(Wake::ParentDied) => {
+                let _ = group.kill_all(KILL_LIMIT);
+                let st = child.kill().ok();
+                st.map(exit::from_status).unwrap_or(exit::TOOL_FAILED)
+            }
+            Err(e) => {
+                let _ = group.kill_all(KILL_LIMIT);
+                let _ = child.kill();
+                tracing::warn!("wait: {e}");
+                exit::TOOL_FAILED
+            }
+        }
+    };
+    let wall = started.elapsed();
+
+    // 6. Kill what is left (escapees), read the figures, remove the group.
+    let left_before = group.pids().len();
+    let kill_res = group.kill_all(KILL_LIMIT);
+    let stats = group.stats();
+    let cgroups: Vec<String> = group
+        .dirs
+        .iter()
+        .map(|d| d.path.display().to_string())
+        .collect();
+    let killed = group.killed;
+    let destroy_res = group.destroy(KILL_LIMIT);
+    watcher.finish();
+
+    let alert = stats.oom_kills > 0 || stats.pids_limit_hits > 0 || timed_out;
+    let mut fields = serde_json::json!({
+        "cgroup": cgroups,
+        "mode": layout.mode(),
+        "exit_code": code,
+        "timed_out": timed_out,
+        "wall_ms": wall.as_millis() as u64,
+        "peak_memory_bytes": stats.peak_memory_bytes,
+        "cpu_time_ns": stats.cpu_time_ns,
+        "oom_kills": stats.oom_kills,
+        "pids_limit_hits": stats.pids_limit_hits,
+        "left_at_exit": left_before,
+        "processes_killed": killed,
+        "removed": destroy_res.is_ok(),
+        "limits": limits_json(&limits),
+    });
+    if let Err(e) = kill_res.as_ref().and(destroy_res.as_ref()) {
+        fields["cleanup_error"] = serde_json::Value::String(sbx_core::exit::error_chain(e));
+    }
+    audit::emit(
+        "cgroup_summary",
+        if alert {
+            Severity::Alert
+        } else {
+            Severity::Info
+        },
+        fields,
+    );
+    if let Err(e) = destroy_res {
+        eprintln!("{}: {}", crate::TOOL, sbx_core::exit::error_chain(&e));
+    }
+    Ok(code)
+}
+
+fn finish(mut group: SandboxGroup, watcher: Watcher) {
+    let _ = group.destroy(KILL_LIMIT);
+    watcher.finish();
+}
+
+fn limits_json(l: &Limits) -> serde_json::Value {
+    serde_json::json!({
+        "memory": l.memory,
+        "memory_swap": l.memory_swap.or(l.memory),
+        "cpu_quota_us": l.cpu_quota_us,
+        "cpu_weight": l.cpu_weight,
+        "pids": l.pids,
+        "io_weight": l.io_weight,
+        "rlimits": l.rlimits.iter().map(Rlimit::describe).collect::<Vec<_>>(),
+        "timeout_ms": l.timeout.map(|t| t.as_millis() as u64),
+    })
+}
+
+/// Between fork and exec (async-signal-safe only): write "0" (= this
+/// process) to each `cgroup.procs`, then set the rlimits. A failure is
+/// reported on stderr and the child exits 125 before the command runs.
+fn install_pre_exec(cmd: &mut std::process::Command, group: &SandboxGroup, rlimits: Vec<Rlimit>) {
+    let fds = group.procs_fds();
+    let join_msgs: Vec<Vec<u8>> = group
+        .dirs
+        .iter()
+        .map(|d| format!("{}: cannot join cgroup {}\n", crate::TOOL, d.path.display()).into_bytes())
+        .collect();
+    let rl_msgs: Vec<Vec<u8>> = rlimits
+        .iter()
+        .map(|r| format!("{}: cannot set --rlimit {}\n", crate::TOOL, r.describe()).into_bytes())
+        .collect();
+    unsafe {
+        cmd.pre_exec(move || {
+            for (fd, msg) in fds.iter().zip(&join_msgs) {
+                let r = libc::write(*fd, b"0".as_ptr().cast(), 1);
+                if r != 1 {
+                    libc::write(2, msg.as_ptr().cast(), msg.len());
+                    libc::_exit(exit::TOOL_FAILED);
+                }
+            }
+            for (r, msg) in rlimits.iter().zip(&rl_msgs) {
+                if r.apply().is_err() {
+                    libc::write(2, msg.as_ptr().cast(), msg.len());
+                    libc::_exit(exit::TOOL_FAILED);
+                }
+            }
+            Ok(())
+        });
+    }
+}
