@@ -135,7 +135,10 @@ pub fn openat2(
 pub fn openat2_supported() -> bool {
     // Any failure counts as missing: ENOSYS (no such call), E2BIG/EINVAL
     // (unknown struct or flags), EPERM (a filter that refuses it).
-    openat2(libc::AT_FDCWD, b"/", libc::O_PATH, 0, RESOLVE).is_ok()
+    let Ok(root) = openat(libc::AT_FDCWD, b"/", libc::O_PATH | libc::O_DIRECTORY, 0) else {
+        return false;
+    };
+    openat2(root.as_raw_fd(), b".", libc::O_PATH, 0, RESOLVE).is_ok()
 }
 
 fn errno() -> i32 {
