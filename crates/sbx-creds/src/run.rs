@@ -1,0 +1,165 @@
+//! The command: open the session, run CMD with the secrets in its
+//! environment under a [`Supervisor`], stop it at the TTL, revoke at the end.
+
+use std::ffi::OsString;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sbx_core::Failure;
+use sbx_core::Severity;
+use sbx_core::audit::emit;
+use sbx_core::supervise::{self, Supervisor, Wake};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::json;
+
+use crate::session::{RevokeReport, Session};
+use crate::{Cli, TOOL};
+
+/// Variables that hold the token sbx-creds authenticates with: never passed on.
+pub const SCRUBBED: &[&str] = &["VAULT_TOKEN", "BAO_TOKEN"];
+
+/// Takes VAULT_TOKEN out of this process: its value into zeroizing memory,
+/// the bytes of the original environment block (what /proc/PID/environ
+/// shows) overwritten, the variables removed. Also makes this process
+/// non-dumpable, so a command of the same uid can neither ptrace it nor
+/// read its /proc files. Call at start-up, before any thread exists.
+pub fn take_env_token() -> Option<SecretString> {
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    let token = std::env::var("VAULT_TOKEN").ok().map(SecretString::from);
+    for name in SCRUBBED {
+        wipe_environ_value(name);
+        // SAFETY: start-up, single-threaded.
+        unsafe { std::env::remove_var(name) };
+    }
+    token
+}
+
+/// Overwrites `NAME=value` in place in the process's environment strings.
+fn wipe_environ_value(name: &str) {
+    unsafe extern "C" {
+        static mut environ: *mut *mut libc::c_char;
+    }
+    let prefix = format!("{name}=");
+    unsafe {
+        let mut p = environ;
+        if p.is_null() {
+            return;
+        }
+        while !(*p).is_null() {
+            let s = *p;
+            let len = libc::strlen(s);
+            let bytes = std::slice::from_raw_parts_mut(s as *mut u8, len);
+            if bytes.starts_with(prefix.as_bytes()) {
+                for b in &mut bytes[prefix.len()..] {
+                    std::ptr::write_volatile(b, b'\0');
+                }
+            }
+            p = p.add(1);
+        }
+    }
+}
+
+/// Whether a terminating signal arrived while the secrets were fetched
+/// (the forwarded signals are blocked): then the command never starts.
+fn pending_termination() -> Option<i32> {
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        if libc::sigpending(&mut set) != 0 {
+            return None;
+        }
+        [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT]
+            .into_iter()
+            .find(|&s| libc::sigismember(&set, s) == 1)
+    }
+}
+
+fn report_failures(rep: &RevokeReport) {
+    for f in &rep.failed {
+        eprintln!("{TOOL}: revocation failed: {f}");
+    }
+}
+
+pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
+    let req = cli.request()?;
+    req.validate()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .thread_name("sbx-creds-io")
+        .build()
+        .map_err(|e| Failure::new(format!("tokio runtime: {e}")))?;
+    let session = Arc::new(rt.block_on(Session::open(&req, env_token))?);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let maint = rt.spawn(session.clone().maintain(stop_rx));
+
+    let finish = |code: Result<i32, Failure>| -> Result<i32, Failure> {
+        let _ = stop_tx.send(true);
+        let _ = rt.block_on(maint);
+        let rep = rt.block_on(session.revoke_all());
+        report_failures(&rep);
+        code
+    };
+
+    if let Some(sig) = pending_termination() {
+        emit(
+            "cancelled",
+            Severity::Warn,
+            json!({"signal": sig, "note": "a terminating signal arrived before the command started"}),
+        );
+        return finish(Ok(128 + sig));
+    }
+
+    // The child's environment: ours without the token variables, plus the
+    // secrets.
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| !SCRUBBED.iter().any(|s| k == *s))
+        .collect();
+    for (k, v) in session.env() {
+        sbx_core::chain::set_env(&mut env, k.as_str(), v.expose_secret());
+    }
+    let cmd = supervise::command(&cli.cmd, Some(&env));
+    for (_, v) in env.drain(..) {
+        let mut b = std::os::unix::ffi::OsStringExt::into_vec(v);
+        zeroize::Zeroize::zeroize(&mut b);
+    }
+    let mut cmd = match cmd {
+        Ok(c) => c,
+        Err(f) => return finish(Err(f)),
+    };
+    let keep: Vec<i32> = sbx_core::audit::get()
+        .and_then(|a| a.handoff(&cli.cmd[0], &mut cmd))
+        .into_iter()
+        .collect();
+    let mut sup = match Supervisor::spawn(cmd, &keep) {
+        Ok(s) => s,
+        Err(f) => return finish(Err(f)),
+    };
+    session.audit_injected();
+
+    let deadline = (!cli.no_enforce_ttl).then(|| session.deadline());
+    let code = match sup.wait(deadline) {
+        Ok(Wake::Exited(st)) => Ok(sbx_core::exit::from_status(st)),
+        Ok(Wake::Deadline) => {
+            emit(
+                "ttl_expired",
+                Severity::Warn,
+                json!({"ttl": req.ttl.as_secs(), "pid": sup.pid(), "action": "SIGTERM, then SIGKILL after the grace period"}),
+            );
+            sup.terminate(cli.kill_grace())
+                .map(sbx_core::exit::from_status)
+                .map_err(|e| Failure::new(format!("stopping the command: {e}")))
+        }
+        Ok(Wake::ParentDied) => sup
+            .kill()
+            .map(sbx_core::exit::from_status)
+            .map_err(|e| Failure::new(format!("killing the command: {e}"))),
+        Err(e) => {
+            let _ = sup.kill();
+            Err(Failure::new(format!("waiting for the command: {e}")))
+        }
+    };
+    let out = finish(code);
+    rt.shutdown_timeout(Duration::from_secs(1));
+    out
+}
