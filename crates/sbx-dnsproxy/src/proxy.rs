@@ -1,0 +1,675 @@
+//! The request path: one DNS message in, the reply (or nothing) out.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use hickory_proto::op::{Edns, Message, MessageType, Metadata, OpCode, ResponseCode};
+use hickory_proto::rr::rdata::SVCB;
+use hickory_proto::rr::rdata::svcb::SvcParamValue;
+use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
+use sbx_core::Severity;
+use serde_json::json;
+
+use crate::allow::{AllowError, Allowlist, DomainSet, Match};
+use crate::answers::AnswerLog;
+use crate::cache::{Cache, Outcome};
+use crate::config::ProxyConfig;
+use crate::guard::{self, RefusalLimiter, SubdomainTracker, Verdict};
+use crate::nftset::{NftError, NftSets};
+use crate::rebind;
+use crate::stats::Stats;
+use crate::upstream::{self, UpstreamError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DnsProxyError {
+    #[error(transparent)]
+    Allow(#[from] AllowError),
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    NftSet(#[from] NftError),
+}
+
+/// CNAME hops followed at most.
+const MAX_CHAIN: usize = 8;
+
+/// The allowlisting DNS proxy (thread-safe; share it in an `Arc`).
+pub struct DnsProxy {
+    allow: ArcSwap<Allowlist>,
+    cfg: ProxyConfig,
+    rebind_allow: DomainSet,
+    own_addrs: ArcSwap<HashSet<IpAddr>>,
+    answers: Arc<AnswerLog>,
+    cache: Cache,
+    tracker: SubdomainTracker,
+    limiter: RefusalLimiter,
+    stats: Stats,
+    nft: Option<NftSets>,
+}
+
+/// Why a query is refused (before any upstream traffic).
+struct Refusal {
+    reason: &'static str,
+    detail: String,
+    rcode: ResponseCode,
+}
+
+impl DnsProxy {
+    /// Builds a proxy: every allowlist entry, rebinding exception and
+    /// setting is validated (a bad one is an error naming it).
+    pub fn new(cfg: ProxyConfig) -> Result<Arc<DnsProxy>, DnsProxyError> {
+        Self::with_allowlist(Allowlist::parse(&cfg.allow)?, cfg, None)
+    }
+
+    /// [`DnsProxy::new`] with an allowlist already compiled (the daemon
+    /// adds `--allow-file`) and, optionally, nftables sets to publish
+    /// answers to.
+    pub fn with_allowlist(
+        allow: Allowlist,
+        cfg: ProxyConfig,
+        nft: Option<NftSets>,
+    ) -> Result<Arc<DnsProxy>, DnsProxyError> {
+        let rebind_allow = DomainSet::parse(&cfg.rebind_allow, "rebinding exception")?;
+        if cfg
+            .qtypes
+            .iter()
+            .any(|t| matches!(t, RecordType::ANY | RecordType::AXFR | RecordType::IXFR))
+        {
+            return Err(DnsProxyError::Config(
+                "qtypes: ANY, AXFR and IXFR cannot be allowed".into(),
+            ));
+        }
+        if cfg.upstream_timeout.is_zero() || cfg.query_timeout.is_zero() {
+            return Err(DnsProxyError::Config("timeouts must be positive".into()));
+        }
+        if cfg.udp_payload < 512 {
+            return Err(DnsProxyError::Config(
+                "udp payload must be at least 512".into(),
+            ));
+        }
+        for u in &cfg.upstreams {
+            if u.port() == 0 {
+                return Err(DnsProxyError::Config(format!("upstream {u}: port 0")));
+            }
+        }
+        Ok(Arc::new(DnsProxy {
+            allow: ArcSwap::from_pointee(allow),
+            rebind_allow,
+            own_addrs: ArcSwap::from_pointee(rebind::host_addresses()),
+            answers: Arc::new(AnswerLog::new(cfg.answer_grace)),
+            cache: Cache::new(cfg.cache_size),
+            tracker: SubdomainTracker::default(),
+            limiter: RefusalLimiter::new(cfg.refused_rate, cfg.refused_burst),
+            stats: Stats::default(),
+            nft,
+            cfg,
+        }))
+    }
+
+    /// The answers given so far (for sbx-net's gateway).
+    pub fn answers(&self) -> Arc<AnswerLog> {
+        self.answers.clone()
+    }
+
+    /// The allowlist in force.
+    pub fn allowlist(&self) -> Arc<Allowlist> {
+        self.allow.load_full()
+    }
+
+    /// Whether `name` is allowlisted (any case, with or without the dot).
+    pub fn is_allowed(&self, name: &str) -> bool {
+        let n = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+        self.allow.load().contains_name(&n)
+    }
+
+    /// Replaces the allowlist atomically (queries in flight finish with
+    /// the old one) and empties the cache.
+    pub fn set_allowlist(&self, allow: Allowlist) {
+        self.allow.store(Arc::new(allow));
+        self.cache.clear();
+        self.own_addrs.store(Arc::new(rebind::host_addresses()));
+    }
+
+    /// Parses entries and files into a new allowlist and puts it in force;
+    /// on error nothing changes. Returns the number of name entries.
+    pub fn reload(&self, entries: &[String], files: &[PathBuf]) -> Result<usize, DnsProxyError> {
+        let mut a = Allowlist::parse(entries)?;
+        for f in files {
+            a.add_file(f)?;
+        }
+        let n = a.len();
+        self.set_allowlist(a);
+        Ok(n)
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn config(&self) -> &ProxyConfig {
+        &self.cfg
+    }
+
+    /// One DNS message in (wire format, without the TCP length prefix),
+    /// the reply out, whatever its size (for TCP, or a caller that
+    /// truncates itself); `None` = drop.
+    pub async fn handle(&self, query: &[u8], client: SocketAddr) -> Option<Vec<u8>> {
+        self.handle_limited(query, client, None).await
+    }
+
+    /// [`DnsProxy::handle`] for a UDP reply: one larger than the client
+    /// can take (512 bytes, or its EDNS size up to `udp_payload`) is sent
+    /// truncated (TC set) so the client retries over TCP.
+    pub async fn handle_udp(&self, query: &[u8], client: SocketAddr) -> Option<Vec<u8>> {
+        self.handle_limited(query, client, Some(())).await
+    }
+
+    async fn handle_limited(
+        &self,
+        query: &[u8],
+        client: SocketAddr,
+        udp: Option<()>,
+    ) -> Option<Vec<u8>> {
+        Stats::inc(&self.stats.queries);
+        if query.len() < 12 || query[2] & 0x80 != 0 {
+            // Not a query (too short for a header, or a response): drop.
+            Stats::inc(&self.stats.malformed);
+            return None;
+        }
+        let req = match Message::from_vec(query) {
+            Ok(m) => m,
+            Err(_) => {
+                Stats::inc(&self.stats.malformed);
+                return self.refuse_raw(query, client, "malformed", ResponseCode::FormErr);
+            }
+        };
+        if req.metadata.message_type != MessageType::Query {
+            Stats::inc(&self.stats.malformed);
+            return None;
+        }
+        if req.metadata.op_code != OpCode::Query {
+            Stats::inc(&self.stats.refused_other);
+            return self.refuse_raw(query, client, "opcode", ResponseCode::NotImp);
+        }
+        if req.queries.len() != 1 {
+            Stats::inc(&self.stats.malformed);
+            return self.refuse_raw(query, client, "question_count", ResponseCode::FormErr);
+        }
+        let limit = udp.map(|()| match &req.edns {
+            Some(e) => usize::from(e.max_payload().clamp(512, self.cfg.udp_payload)),
+            None => 512,
+        });
+        let q = &req.queries[0];
+        let qtype = q.query_type();
+        let ascii = q.name().to_ascii();
+        let name = ascii
+            .strip_suffix('.')
+            .unwrap_or(&ascii)
+            .to_ascii_lowercase();
+
+        if let Some(r) = self.check(&name, qtype, q.query_class(), client.ip()) {
+            return self.refuse(&req, client, &name, qtype, r, limit);
+        }
+
+        let (outcome, age) = match self.cache.get(&name, u16::from(qtype)) {
+            Some(hit) => {
+                Stats::inc(&self.stats.cache_hits);
+                hit
+            }
+            None => {
+                Stats::inc(&self.stats.cache_misses);
+                let deadline = Instant::now() + self.cfg.query_timeout;
+                match self.fetch(&name, qtype, client, deadline).await {
+                    Ok(o) => {
+                        let o = Arc::new(o);
+                        self.cache.put(&name, u16::from(qtype), o.clone());
+                        (o, 0)
+                    }
+                    Err(e) => {
+                        Stats::inc(&self.stats.servfail);
+                        tracing::warn!(%name, ?qtype, %client, "SERVFAIL: {e}");
+                        sbx_core::audit::emit(
+                            "dns_upstream_failed",
+                            Severity::Warn,
+                            json!({"name": name, "qtype": qtype.to_string(),
+                                   "client": client.to_string(), "error": e.to_string()}),
+                        );
+                        return self.reply(&req, ResponseCode::ServFail, &[], &[], 0, 0, limit);
+                    }
+                }
+            }
+        };
+        match &*outcome {
+            Outcome::Answer {
+                rcode,
+                answers,
+                authority,
+                ttl,
+            } => {
+                Stats::inc(&self.stats.answered);
+                self.reply(&req, *rcode, answers, authority, *ttl, age, limit)
+            }
+            Outcome::Refused { reason, detail, .. } => {
+                let r = Refusal {
+                    reason,
+                    detail: detail.clone(),
+                    rcode: ResponseCode::Refused,
+                };
+                self.refuse(&req, client, &name, qtype, r, limit)
+            }
+        }
+    }
+
+    /// The checks made before anything is sent upstream.
+    fn check(
+        &self,
+        name: &str,
+        qtype: RecordType,
+        class: DNSClass,
+        client: IpAddr,
+    ) -> Option<Refusal> {
+        let refused = |reason, detail: String| {
+            Some(Refusal {
+                reason,
+                detail,
+                rcode: ResponseCode::Refused,
+            })
+        };
+        if class != DNSClass::IN {
+            Stats::inc(&self.stats.refused_class);
+            return refused("class", format!("class {class} is not IN"));
+        }
+        if !self.cfg.qtypes.contains(&qtype) {
+            Stats::inc(&self.stats.refused_qtype);
+            return refused("qtype", format!("record type {qtype} is not allowed"));
+        }
+        let allow = self.allow.load();
+        let Some(m) = allow.matches(name) else {
+            Stats::inc(&self.stats.refused_not_allowlisted);
+            return Some(Refusal {
+                reason: "not_allowlisted",
+                detail: "name is not on the allowlist".into(),
+                rcode: if self.cfg.nxdomain_for_refused {
+                    ResponseCode::NXDomain
+                } else {
+                    ResponseCode::Refused
+                },
+            });
+        };
+        let below = match m {
+            Match::Exact => "",
+            Match::Wildcard(sfx) => &name[..name.len() - sfx.len() - 1],
+        };
+        let sus = guard::static_check(&self.cfg.tunnel, name, below).or_else(|| match m {
+            Match::Wildcard(sfx) => self.tracker.check(&self.cfg.tunnel, client, sfx, name),
+            Match::Exact => None,
+        });
+        if let Some(s) = sus {
+            Stats::inc(&self.stats.refused_tunnel);
+            return refused(s.reason(), s.detail());
+        }
+        None
+    }
+
+    fn refuse(
+        &self,
+        req: &Message,
+        client: SocketAddr,
+        name: &str,
+        qtype: RecordType,
+        r: Refusal,
+        limit: Option<usize>,
+    ) -> Option<Vec<u8>> {
+        match self.limiter.check(client.ip()) {
+            Verdict::Answer => {
+                alert_refused(name, &qtype.to_string(), client, r.reason, &r.detail);
+                self.reply(req, r.rcode, &[], &[], 0, 0, limit)
+            }
+            Verdict::Drop => {
+                Stats::inc(&self.stats.dropped_rate_limited);
+                None
+            }
+            Verdict::DropAndReport(n) => {
+                Stats::inc(&self.stats.dropped_rate_limited);
+                alert_rate_limited(client, n, name, r.reason);
+                None
+            }
+        }
+    }
+
+    /// A refusal for a message that did not parse far enough for a normal
+    /// reply: the header echoed with the rcode, no sections.
+    fn refuse_raw(
+        &self,
+        query: &[u8],
+        client: SocketAddr,
+        reason: &'static str,
+        rcode: ResponseCode,
+    ) -> Option<Vec<u8>> {
+        match self.limiter.check(client.ip()) {
+            Verdict::Answer => {
+                alert_refused("", "", client, reason, &format!("{} bytes", query.len()));
+                let mut out = query[..12].to_vec();
+                out[2] = 0x80 | (query[2] & 0x79); // QR, opcode, RD
+                out[3] = u16::from(rcode) as u8 & 0x0f;
+                out[4..12].fill(0);
+                Some(out)
+            }
+            Verdict::Drop => {
+                Stats::inc(&self.stats.dropped_rate_limited);
+                None
+            }
+            Verdict::DropAndReport(n) => {
+                Stats::inc(&self.stats.dropped_rate_limited);
+                alert_rate_limited(client, n, "", reason);
+                None
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reply(
+        &self,
+        req: &Message,
+        rcode: ResponseCode,
+        answers: &[Record],
+        authority: &[Record],
+        ttl: u32,
+        age: u32,
+        limit: Option<usize>,
+    ) -> Option<Vec<u8>> {
+        let mut m = Message::new(req.metadata.id, MessageType::Response, req.metadata.op_code);
+        m.metadata = Metadata::response_from_request(&req.metadata);
+        m.metadata.recursion_available = true;
+        m.metadata.response_code = rcode;
+        m.add_query(req.queries[0].clone());
+        let fix = |r: &Record| {
+            let mut r = r.clone();
+            r.ttl = r.ttl.min(ttl).saturating_sub(age);
+            r
+        };
+        m.add_answers(answers.iter().map(fix));
+        m.add_authorities(authority.iter().map(fix));
+        if req.edns.is_some() {
+            let mut e = Edns::new();
+            e.set_max_payload(self.cfg.udp_payload);
+            m.set_edns(e);
+        }
+        let bytes = m.to_vec().ok()?;
+        match limit {
+            Some(l) if bytes.len() > l => {
+                Stats::inc(&self.stats.truncated);
+                m.answers.clear();
+                m.authorities.clear();
+                m.metadata.truncation = true;
+                m.to_vec().ok()
+            }
+            _ => Some(bytes),
+        }
+    }
+
+    /// Asks upstream for `name`/`qtype` and filters the answer: the CNAME
+    /// chain only through allowlisted names, rebinding protection, TTLs.
+    async fn fetch(
+        &self,
+        name: &str,
+        qtype: RecordType,
+        client: SocketAddr,
+        deadline: Instant,
+    ) -> Result<Outcome, UpstreamError> {
+        let mut chain: Vec<String> = vec![name.to_string()];
+        let mut records: Vec<Record> = Vec::new();
+        let mut current = name.to_string();
+        for _ in 0..MAX_CHAIN {
+            let qname = Name::from_ascii(format!("{current}."))
+                .map_err(|e| UpstreamError::Encode(e.to_string()))?;
+            Stats::inc(&self.stats.upstream_queries);
+            let resp = match upstream::exchange(
+                &self.cfg.upstreams,
+                &qname,
+                qtype,
+                self.cfg.upstream_timeout,
+                deadline,
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    Stats::inc(&self.stats.upstream_failures);
+                    return Err(e);
+                }
+            };
+            // Walk the CNAMEs from `current`.
+            let mut followed = false;
+            if qtype != RecordType::CNAME {
+                for _ in 0..MAX_CHAIN {
+                    let Some(c) = resp
+                        .answers
+                        .iter()
+                        .find(|r| r.record_type() == RecordType::CNAME && lc(&r.name) == current)
+                    else {
+                        break;
+                    };
+                    let RData::CNAME(target) = &c.data else { break };
+                    let t = lc(&target.0);
+                    if !self.allow.load().contains_name(&t) {
+                        Stats::inc(&self.stats.refused_cname);
+                        return Ok(Outcome::Refused {
+                            reason: "cname_not_allowlisted",
+                            detail: format!(
+                                "{current} is an alias of {t}, which is not allowlisted"
+                            ),
+                            ttl: c.ttl.min(self.cfg.max_negative_ttl.as_secs() as u32),
+                        });
+                    }
+                    if chain.contains(&t) {
+                        break; // a loop
+                    }
+                    records.push(c.clone());
+                    chain.push(t.clone());
+                    current = t;
+                    followed = true;
+                }
+            }
+            let finals: Vec<Record> = resp
+                .answers
+                .iter()
+                .filter(|r| r.record_type() == qtype && lc(&r.name) == current)
+                .cloned()
+                .collect();
+            let rcode = resp.metadata.response_code;
+            if finals.is_empty() && followed && rcode == ResponseCode::NoError {
+                // The upstream gave the alias but not the target's data:
+                // ask for the (allowlisted) target itself.
+                continue;
+            }
+            return Ok(self
+                .finish(name, qtype, client, &chain, records, finals, &resp)
+                .await);
+        }
+        Ok(Outcome::Refused {
+            reason: "cname_chain_too_long",
+            detail: format!("more than {MAX_CHAIN} aliases"),
+            ttl: 30,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn finish(
+        &self,
+        name: &str,
+        qtype: RecordType,
+        client: SocketAddr,
+        chain: &[String],
+        mut records: Vec<Record>,
+        finals: Vec<Record>,
+        resp: &Message,
+    ) -> Outcome {
+        let rcode = resp.metadata.response_code;
+        let exempt =
+            self.cfg.no_rebind_protection || chain.iter().any(|n| self.rebind_allow.covers(n));
+        let own = self.own_addrs.load();
+        let had_finals = !finals.is_empty();
+        let mut kept = Vec::new();
+        let mut dropped: Vec<(IpAddr, &'static str)> = Vec::new();
+        for r in finals {
+            let bad = if exempt {
+                None
+            } else {
+                record_ips(&r)
+                    .into_iter()
+                    .find_map(|ip| rebind::internal_kind(ip, &own).map(|k| (ip, k)))
+            };
+            match bad {
+                Some(b) => dropped.push(b),
+                None => kept.push(r),
+            }
+        }
+        for _ in &dropped {
+            Stats::inc(&self.stats.rebinding_records_dropped);
+        }
+        if !kept.is_empty() {
+            // Some answers kept: the dropped ones are reported here (when
+            // none is left, the refusal itself is the alert).
+            for (ip, kind) in &dropped {
+                sbx_core::audit::emit(
+                    "dns_answer_dropped",
+                    Severity::Alert,
+                    json!({"name": name, "qtype": qtype.to_string(), "client": client.to_string(),
+                           "reason": "rebinding", "detail": format!("answer {ip} is a {kind} address")}),
+                );
+            }
+        }
+        if had_finals && kept.is_empty() {
+            Stats::inc(&self.stats.refused_rebinding);
+            let (ip, kind) = dropped[0];
+            return Outcome::Refused {
+                reason: "rebinding",
+                detail: format!("every answer is internal ({ip}: {kind})"),
+                ttl: 30,
+            };
+        }
+        let max_ttl = self.cfg.max_ttl.as_secs() as u32;
+        let authority: Vec<Record> = if kept.is_empty() {
+            resp.authorities
+                .iter()
+                .filter(|r| r.record_type() == RecordType::SOA)
+                .take(1)
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        records.extend(kept);
+        let ttl = if records.iter().any(|r| r.record_type() == qtype) {
+            records
+                .iter()
+                .map(|r| r.ttl)
+                .min()
+                .unwrap_or(0)
+                .min(max_ttl)
+        } else {
+            // NXDOMAIN or no data: the SOA's negative TTL, clamped.
+            let neg = authority
+                .iter()
+                .find_map(|r| match &r.data {
+                    RData::SOA(soa) => Some(r.ttl.min(soa.minimum)),
+                    _ => None,
+                })
+                .unwrap_or(0);
+            neg.min(self.cfg.max_negative_ttl.as_secs() as u32)
+                .min(records.iter().map(|r| r.ttl).min().unwrap_or(u32::MAX))
+        };
+        // Publish the addresses before the client can use them.
+        let mut ips = Vec::new();
+        for r in &records {
+            if let RData::A(a) = &r.data {
+                ips.push(IpAddr::V4(a.0));
+            } else if let RData::AAAA(a) = &r.data {
+                ips.push(IpAddr::V6(a.0));
+            }
+        }
+        if !ips.is_empty() {
+            for ip in &ips {
+                for n in chain {
+                    self.answers.record(n, *ip, ttl);
+                }
+            }
+            if let Some(nft) = &self.nft {
+                let timeout = Duration::from_secs(u64::from(ttl)) + self.cfg.answer_grace;
+                if let Err(e) = nft.add(&ips, timeout).await {
+                    tracing::warn!("nftables set update failed: {e}");
+                    sbx_core::audit::emit(
+                        "nftset_failed",
+                        Severity::Warn,
+                        json!({"name": name, "error": e.to_string()}),
+                    );
+                }
+            }
+        }
+        Outcome::Answer {
+            rcode,
+            answers: records,
+            authority,
+            ttl,
+        }
+    }
+}
+
+/// The addresses a record hands out: A/AAAA data, SVCB/HTTPS hints.
+fn record_ips(r: &Record) -> Vec<IpAddr> {
+    let svcb_ips = |s: &SVCB| {
+        let mut v = Vec::new();
+        for (_, p) in &s.svc_params {
+            match p {
+                SvcParamValue::Ipv4Hint(h) => v.extend(h.0.iter().map(|a| IpAddr::V4(a.0))),
+                SvcParamValue::Ipv6Hint(h) => v.extend(h.0.iter().map(|a| IpAddr::V6(a.0))),
+                _ => {}
+            }
+        }
+        v
+    };
+    match &r.data {
+        RData::A(a) => vec![IpAddr::V4(a.0)],
+        RData::AAAA(a) => vec![IpAddr::V6(a.0)],
+        RData::SVCB(s) => svcb_ips(s),
+        RData::HTTPS(h) => svcb_ips(&h.0),
+        _ => Vec::new(),
+    }
+}
+
+fn lc(n: &Name) -> String {
+    let a = n.to_ascii();
+    a.strip_suffix('.').unwrap_or(&a).to_ascii_lowercase()
+}
+
+fn alert_refused(name: &str, qtype: &str, client: SocketAddr, reason: &str, detail: &str) {
+    sbx_core::audit::emit(
+        "dns_refused",
+        Severity::Alert,
+        json!({
+            "name": name,
+            "qtype": qtype,
+            "client": client.to_string(),
+            "reason": reason,
+            "detail": detail,
+        }),
+    );
+}
+
+fn alert_rate_limited(client: SocketAddr, dropped: u64, last_name: &str, last_reason: &str) {
+    sbx_core::audit::emit(
+        "dns_rate_limited",
+        Severity::Alert,
+        json!({
+            "client": client.to_string(),
+            "dropped": dropped,
+            "name": last_name,
+            "reason": last_reason,
+        }),
+    );
+}
