@@ -1,26 +1,232 @@
-//! sbx-seccomp (being built).
+//! sbx-seccomp: no_new_privs + a seccomp-BPF syscall filter, then `execve`
+//! of the next command in place (no fork).
+//!
+//! Modules: [`model`] (seccompiler's JSON policy format), [`policy`] (from
+//! options to a policy document), [`compile`] (to BPF with seccompiler, plus
+//! our prelude for foreign ABIs), [`install`] (prctl/seccomp), [`print`]
+//! (`--print`).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
 
 use clap::Parser;
 use sbx_core::cli::CommonArgs;
+use sbx_core::{Failure, Severity};
+
+pub mod compile;
+pub mod install;
+pub mod model;
+pub mod policy;
+pub mod print;
+
+pub use policy::{DenyAction, Profile};
+
+pub const TOOL: &str = "sbx-seccomp";
 
 pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
-    about: "sbx-seccomp",
-    exit_status: "125 when the tool fails.",
-    inherited_state: "Nothing yet.",
-    extra: &[],
+    about: "Sets no_new_privs, installs a seccomp-BPF syscall filter and executes CMD in place \
+(execve, no fork): CMD and everything it starts run under the filter, which nothing in the \
+sandbox can remove. The default profile allows normal programs (shells, compilers, \
+interpreters, package managers, git, headless browsers) and denies the kernel's attack \
+surface. It is the innermost layer of an sbx chain: `sbx-cgroup ... -- sbx-fs ... -- \
+sbx-seccomp -- CMD`. Profiles are seccompiler JSON documents built into the binary and \
+checked at build time; --policy FILE takes the same format.",
+    exit_status: "The status of CMD, unchanged (sbx-seccomp becomes CMD). A process killed by \
+the filter dies of SIGSYS: a supervising parent sees 159 (128+31) and, if it is an sbx \
+supervisor, logs a seccomp_kill alert. 125: sbx-seccomp itself failed (bad option, unknown \
+syscall name, malformed or missing policy file, the kernel refused the filter). 126: CMD \
+found but not executable. 127: CMD not found. --print exits 0.",
+    inherited_state: "CMD inherits the filter (for good: seccomp filters cannot be removed, and \
+every child inherits them), no_new_privs (setuid and file capabilities no longer raise \
+privileges), with --no-tsc the TSC trap (rdtsc raises SIGSEGV), and everything else of this \
+process unchanged: environment, fds 0-2 and any fd without close-on-exec, namespaces, \
+credentials, cgroup, rlimits. The audit log fd is passed on only when CMD is another sbx tool.",
+    extra: &[
+        (
+            "DEFAULT PROFILE",
+            "EPERM (calls programs probe for, so they fall back gracefully): mount, umount2, \
+pivot_root, chroot; the new mount API fsopen, fsconfig, fsmount, fspick, move_mount, \
+open_tree, mount_setattr; unshare, setns; clone with any of CLONE_NEWNS, CLONE_NEWCGROUP, \
+CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET; keyctl, add_key, \
+request_key; bpf; perf_event_open; userfaultfd; io_uring_setup, io_uring_enter, \
+io_uring_register; ptrace, process_vm_readv, process_vm_writev, pidfd_getfd (see \
+--allow-ptrace); swapon, swapoff; reboot; acct; quotactl, quotactl_fd; syslog; \
+settimeofday, clock_settime, clock_adjtime, adjtimex; sethostname, setdomainname; \
+name_to_handle_at; lookup_dcookie; vhangup; uselib, ustat, sysfs, _sysctl; personality \
+with any value but PER_LINUX (0) and the query 0xffffffff; ioctl TIOCSTI and TIOCLINUX.\n\n\
+ENOSYS: clone3, whose flags live in memory a filter cannot read: glibc and musl then fall \
+back to clone, whose flags the filter checks.\n\n\
+KILL (SIGSYS, the whole process; only an exploit makes these calls): kexec_load, \
+kexec_file_load; init_module, finit_module, delete_module (and the obsolete create_module, \
+get_kernel_syms, query_module); iopl, ioperm; open_by_handle_at (the 'shocker' escape); \
+modify_ldt; nfsservctl; any call through a foreign architecture (i386 int 0x80) or the x32 \
+ABI (syscall numbers with bit 30 set).\n\n\
+Syscalls newer than seccompiler's table (numbers >= 463 on x86_64, e.g. open_tree_attr) \
+get ENOSYS. Everything else is allowed, without argument checks where possible so that \
+the kernel's constant-action cache answers it without running the filter.",
+        ),
+        (
+            "STRICT PROFILE",
+            "The default profile plus an allowlist of about 240 syscalls for simple \
+workloads (file I/O, memory, processes, signals, time, polling, local AF_UNIX sockets); \
+any other call fails with EPERM (or per --action).",
+        ),
+        (
+            "KILL REPORTING",
+            "sbx-seccomp replaces itself with CMD, so it cannot see a kill. The supervising \
+sbx tool that reaps the process (sbx-fs's init, sbx-cgroup, any sbx supervisor) sees the \
+SIGSYS status and writes a seccomp_kill alert to the audit log. The kernel logs every \
+KILL_PROCESS as an audit record (type=1326 ... syscall=N), which appears in the kernel \
+log (/dev/kmsg) when no audit daemon takes it; when the supervisor can read /dev/kmsg \
+(root) the alert carries the syscall number from that record.",
+        ),
+        (
+            "EXAMPLES",
+            "sbx-seccomp -- make test\n\n\
+sbx-seccomp --no-network --no-tsc -- python3 job.py\n\n\
+sbx-seccomp --profile strict --allow mknod -- ./build.sh\n\n\
+sbx-seccomp --allow-ptrace -- gdb ./prog\n\n\
+sbx-seccomp --action log -- ./agent   (audit mode: denied calls are allowed and logged)\n\n\
+sbx-seccomp --print --no-network",
+        ),
+    ],
 };
 
 #[derive(Parser, Debug)]
-#[command(name = "sbx-seccomp", version, about = "sbx-seccomp (being built)")]
+#[command(
+    name = "sbx-seccomp",
+    version,
+    about = "Run CMD under no_new_privs and a seccomp-BPF syscall filter"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub common: CommonArgs,
+
+    /// Built-in profile (default: `default`, or `none` when --policy is given).
+    #[arg(long, value_enum, value_name = "PROFILE")]
+    pub profile: Option<Profile>,
+
+    /// A policy in seccompiler's JSON format; its filters are installed after
+    /// the profile's (an explicit --profile stays, otherwise none is used).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+
+    /// Deny SYSCALL too (EPERM, or per --action). Repeatable.
+    #[arg(long, value_name = "SYSCALL")]
+    pub deny: Vec<String>,
+
+    /// Allow SYSCALL although the profile denies it. Repeatable.
+    #[arg(long, value_name = "SYSCALL")]
+    pub allow: Vec<String>,
+
+    /// What a denied call gets: errno (EPERM), kill (SIGSYS) or log (allowed,
+    /// logged: audit mode). Default: the profile's per-call choice.
+    #[arg(long, value_enum, value_name = "ACTION")]
+    pub action: Option<DenyAction>,
+
+    /// Deny socket() for every family but AF_UNIX (AF_INET, AF_INET6,
+    /// AF_PACKET, AF_NETLINK, ...), and io_uring.
+    #[arg(long)]
+    pub no_network: bool,
+
+    /// Make rdtsc/rdtscp raise SIGSEGV (PR_SET_TSC): no precise timer for
+    /// timing side channels.
+    #[arg(long)]
+    pub no_tsc: bool,
+
+    /// Allow ptrace, process_vm_readv/writev, pidfd_getfd and
+    /// personality(ADDR_NO_RANDOMIZE), for debuggers.
+    #[arg(long)]
+    pub allow_ptrace: bool,
+
+    /// Print the filter as a table and exit 0 (CMD is not needed).
+    #[arg(long)]
+    pub print: bool,
+
+    /// The command to run under the filter.
+    #[arg(last = true, required_unless_present = "print", value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+impl Cli {
+    pub fn options(&self) -> policy::Options {
+        policy::Options {
+            profile: self.profile,
+            policy: self.policy.clone(),
+            deny: self.deny.clone(),
+            allow: self.allow.clone(),
+            action: self.action,
+            no_network: self.no_network,
+            allow_ptrace: self.allow_ptrace,
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<i32, Failure> {
+    let opts = cli.options();
+    // Everything that can fail on bad input happens before anything is applied.
+    let doc = policy::build(&opts)?;
+    let progs = compile::programs(&doc)?;
+    let profile = policy::effective_profile(&opts);
+
+    if cli.print {
+        let header = format!(
+            "sbx-seccomp filter for {}: profile {}{}, {} filter(s), {} BPF instructions",
+            compile::ARCH_NAME,
+            profile.name(),
+            opts.policy
+                .as_ref()
+                .map(|p| format!(" + policy {}", p.display()))
+                .unwrap_or_default(),
+            progs.len(),
+            progs.iter().map(|(_, p)| p.len()).sum::<usize>()
+        );
+        print!("{}", print::table(&doc, &header));
+        return Ok(0);
+    }
+
+    let env = sbx_core::chain::current_env();
+    let path_var = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone());
+    sbx_core::chain::resolve(&cli.cmd[0], path_var.as_deref())?;
+
+    install::no_new_privs()?;
+    if cli.no_tsc {
+        install::no_tsc()?;
+    }
+    install::filters(&progs)?;
+
+    sbx_core::audit::emit(
+        "seccomp_applied",
+        Severity::Info,
+        serde_json::json!({
+            "profile": profile,
+            "policy": opts.policy,
+            "deny": opts.deny,
+            "allow": opts.allow,
+            "action": opts.action,
+            "no_network": opts.no_network,
+            "no_tsc": cli.no_tsc,
+            "allow_ptrace": opts.allow_ptrace,
+            "filters": progs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            "instructions": progs.iter().map(|(_, p)| p.len()).sum::<usize>(),
+            "command": sbx_core::chain::show(&cli.cmd),
+        }),
+    );
+
+    let mut env = env;
+    if let Some((k, v)) = sbx_core::audit::get().and_then(|a| a.handoff_exec(&cli.cmd[0])) {
+        sbx_core::chain::set_env(&mut env, k, v);
+    }
+    Err(sbx_core::chain::exec(&cli.cmd, &env))
 }
 
 pub fn main() -> ! {
-    sbx_core::cli::run_main("sbx-seccomp", || {
-        let cli: Cli = sbx_core::cli::parse("sbx-seccomp")?;
-        sbx_core::cli::init("sbx-seccomp", &cli.common)?;
-        Err(sbx_core::Failure::new("not built yet"))
+    sbx_core::cli::run_main(TOOL, || {
+        let cli: Cli = sbx_core::cli::parse(TOOL)?;
+        sbx_core::cli::init(TOOL, &cli.common)?;
+        run(cli)
     })
 }

@@ -1,0 +1,40 @@
+//! Checks the built-in profiles (profiles/*.json) at build time: each must
+//! parse as a policy document and compile with seccompiler for the target
+//! architecture, so a mistake in a profile is a build error, as in
+//! Firecracker. The JSON is then embedded in the binary (include_str!).
+
+#[path = "src/model.rs"]
+#[allow(dead_code)]
+mod model;
+
+use std::path::Path;
+
+fn main() {
+    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").expect("target arch");
+    let target = match arch.as_str() {
+        "x86_64" => seccompiler::TargetArch::x86_64,
+        "aarch64" => seccompiler::TargetArch::aarch64,
+        "riscv64" => seccompiler::TargetArch::riscv64,
+        other => panic!("sbx-seccomp: unsupported target architecture {other}"),
+    };
+    let dir = Path::new("profiles");
+    println!("cargo:rerun-if-changed=profiles");
+    println!("cargo:rerun-if-changed=src/model.rs");
+    for name in ["default", "strict"] {
+        let path = dir.join(format!("{name}.json"));
+        println!("cargo:rerun-if-changed={}", path.display());
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("profile {}: {e}", path.display()));
+        let doc: model::Document = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("profile {}: {e}", path.display()));
+        assert!(!doc.is_empty(), "profile {}: no filters", path.display());
+        for (fname, filter) in &doc {
+            let one: model::Document = [(fname.clone(), filter.clone())].into();
+            let json = serde_json::to_string(&one).unwrap();
+            let map = seccompiler::compile_from_json(json.as_bytes(), target)
+                .unwrap_or_else(|e| panic!("profile {} filter {fname}: {e}", path.display()));
+            let prog = &map[fname];
+            assert!(prog.len() < 4096, "profile {name} filter {fname}: too long");
+        }
+    }
+}
