@@ -134,6 +134,11 @@ impl Audit {
 
     pub fn emit(&self, event: &str, severity: Severity, fields: Value) {
         trace_event(self.tool, event, severity, &fields);
+        self.record(event, severity, fields);
+    }
+
+    /// Writes the event to the log only (no tracing line on stderr).
+    pub fn record(&self, event: &str, severity: Severity, fields: Value) {
         let Some(fd) = &self.fd else { return };
         let line = render(self.tool, event, severity, fields);
         if let Err(e) = write_all(fd.as_raw_fd(), line.as_bytes()) {

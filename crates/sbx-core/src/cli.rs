@@ -63,8 +63,12 @@ where
     {
         Ok(c) => c,
         Err(fail) => {
-            if fail.code == crate::exit::TOOL_FAILED {
-                crate::audit::emit(
+            // To the audit log only: the one stderr line below says it
+            // (a tracing line too would make bad input two lines).
+            if fail.code == crate::exit::TOOL_FAILED
+                && let Some(a) = crate::audit::get()
+            {
+                a.record(
                     "setup_failed",
                     crate::Severity::Warn,
                     serde_json::json!({ "error": fail.message }),
