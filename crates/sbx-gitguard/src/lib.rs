@@ -1,26 +1,396 @@
-//! sbx-gitguard (being built).
+//! sbx-gitguard: `.git` integrity protection, detection and repair.
+//!
+//! `run` snapshots a repository, runs a command under supervision, then
+//! compares the repository with the snapshot and repairs what the command
+//! tampered with (HEAD, refs, config and its includes, hooks, files planted
+//! in the git dir, repository-shaped directories planted in the work tree),
+//! for the main git dir, linked worktrees, submodules and nested
+//! repositories alike. `snapshot`, `check` and `repair` are the same steps
+//! one at a time.
 
-use clap::Parser;
+pub mod fsutil;
+pub mod gitconfig;
+pub mod layout;
+pub mod objects;
+pub mod refs;
+pub mod rules;
+pub mod snapshot;
+pub mod verify;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
 use sbx_core::cli::CommonArgs;
+use sbx_core::{Failure, Severity};
+use serde_json::json;
+
+use crate::verify::{Mode, Report};
+
+pub const TOOL: &str = "sbx-gitguard";
 
 pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
-    about: "sbx-gitguard",
-    exit_status: "125 when the tool fails.",
-    inherited_state: "Nothing yet.",
-    extra: &[],
+    about: "sbx-gitguard protects a git repository from the command it runs. `run` snapshots the repository's git dirs (HEAD, every ref and packed-refs, config and the files it includes, hooks and a core.hooksPath directory, info/, the other protected files of the clean-up list, the list of top-level entries, the pack checksums, and the repository-shaped directories already in the work tree), runs the command under supervision, then verifies and repairs: a deleted, unreadable or out-of-refs HEAD is restored; deleted or rewritten refs are restored (from the snapshot, else from the reflog); config and included files are reverted and the keys that make git run programs are named; new or changed hooks are removed or restored; files planted in the git dir are removed; bare-repository-shaped directories and new .git dirs or foreign .git files planted in the work tree are removed; linked worktrees, submodules (.git/modules) and nested repositories get the same checks. The object store gets a fast structural check every time and a full connectivity check (the equivalent of git fsck) with --full or on any sign of damage. Every finding is an audit alert saying what was found and what was done. `snapshot`, `check` and `repair` do the same steps separately, for Makefile targets and hooks that run between an agent's turns.",
+    exit_status: "run: the command's status (128+N when it was killed by signal N); 125 when sbx-gitguard failed, when the repository was already damaged before the command (nothing is run then), or when the repository could not be brought back (objects gone, the git dir replaced, a repair that failed); 126/127 when the command could not be executed or found.\n\nsnapshot: 0, or 125 (not a repository, locked, already damaged, cannot write).\n\ncheck: 0 when nothing was found, 1 when something was (alerts or warnings), 125 on bad input.\n\nrepair: 0 when the repository matches the snapshot's rules afterwards (whether or not something was repaired), 125 when it could not be brought back or on bad input.",
+    inherited_state: "run: the command inherits everything sbx-gitguard has (environment, working directory, namespaces, limits) except the audit log, which only a next sbx tool receives (SBX_AUDIT_FD). sbx-gitguard changes nothing before the command; it only reads the repository, and writes after the command has exited.",
+    extra: &[
+        (
+            "WHAT IS KEPT",
+            "The user's own work is never thrown away. A ref that moved forward (its new commit descends from the snapshot's commit, e.g. new commits on the current branch) is kept and reported as kept. A ref is restored only when it was deleted, made unreadable, or rewritten away from the history the snapshot had; the commit it pointed to stays in the object store and the reflog, and the alert names it. New branches and tags are kept and reported (refs/replace/* are removed: they change what git shows). HEAD switched to another existing branch or commit is kept and reported; a HEAD that is missing, unreadable, outside refs/ or dangling is restored. New files in the work tree are not touched, except repository-shaped directories (HEAD + objects/ + refs/), new .git directories and .git files that point outside the repository's git dirs. A new submodule or linked worktree git dir is kept when it has no hooks and no dangerous config, removed otherwise. Object stores are never rewritten: objects that are gone or damaged are reported precisely (which object, which ref or object needed it) and make the repair fail (exit 125).",
+        ),
+        (
+            "DANGEROUS CONFIGURATION KEYS",
+            "Any change to a config file is reverted. The alert names the keys that make git run programs or trust other places: core.fsmonitor, core.hooksPath, core.sshCommand, core.pager, core.editor, core.askPass, core.gitProxy, core.worktree, core.attributesFile, credential.helper, filter.*, diff.*.textconv, diff.*.command, diff.external, merge.*.driver, alias.* starting with '!', submodule.*.update starting with '!', include.path, includeIf.*, protocol.*.allow, uploadpack.*, receive.*, sequence.editor, gpg.program, pager.*, remote.*.uploadpack, remote.*.receivepack, remote.*.vcs, mergetool.*.cmd, difftool.*.cmd, web.browser, browser.*.cmd, man.*.cmd, safe.directory. The list is data (rules.rs).",
+        ),
+        (
+            "SNAPSHOT FILES",
+            "A snapshot is JSON written 0600 by a rename (never half-written), with a format marker and version and the identity of the repository (the common git dir's path, device and inode). A snapshot of another repository, or of a git dir that was since replaced, is refused. Keep snapshot files where the command cannot write them.",
+        ),
+        (
+            "LOCKS",
+            "Before a snapshot or a repair, sbx-gitguard waits up to --lock-wait for lock files of a concurrent git process (index.lock, HEAD.lock, config.lock, packed-refs.lock, refs/**.lock) to go, then fails with exit 125 saying which. After `run`'s command has exited, locks that remain were left by it and are removed.",
+        ),
+        (
+            "EXAMPLES",
+            "sbx-gitguard --audit-log audit.jsonl run --repo ~/src/app -- sbx-fs --rw ~/src/app -- agent\n\nsbx-gitguard snapshot --repo . -o /var/lib/agent/snap.json\n\nsbx-gitguard check --repo . --against /var/lib/agent/snap.json --json\n\nsbx-gitguard repair --repo . --against /var/lib/agent/snap.json",
+        ),
+    ],
 };
 
 #[derive(Parser, Debug)]
-#[command(name = "sbx-gitguard", version, about = "sbx-gitguard (being built)")]
+#[command(
+    name = "sbx-gitguard",
+    version,
+    about = "Snapshot, verify and repair a git repository around an untrusted command"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub common: CommonArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Snapshot the repository, run CMD under supervision, verify, repair, report.
+    Run(RunArgs),
+    /// Write a snapshot of the repository to FILE.
+    Snapshot(SnapshotArgs),
+    /// Check the repository (against a snapshot, when given); change nothing.
+    Check(CheckArgs),
+    /// Compare the repository with a snapshot and repair it.
+    Repair(RepairArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RepoArgs {
+    /// The repository: the top of a work tree (main or linked) or a bare git dir.
+    #[arg(long, value_name = "DIR")]
+    pub repo: PathBuf,
+    /// How long to wait for a concurrent git process's lock files to go.
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub lock_wait: String,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Report and alert only; repair nothing.
+    #[arg(long)]
+    pub alert_only: bool,
+    /// Always run the full connectivity check after the command.
+    #[arg(long)]
+    pub full: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct SnapshotArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Where to write the snapshot (created 0600, atomically).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// Compare with this snapshot.
+    #[arg(long, value_name = "FILE")]
+    pub against: Option<PathBuf>,
+    /// Run the full connectivity check (the equivalent of git fsck).
+    #[arg(long)]
+    pub full: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RepairArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// The snapshot to bring the repository back to.
+    #[arg(long, value_name = "FILE")]
+    pub against: PathBuf,
+    /// Run the full connectivity check.
+    #[arg(long)]
+    pub full: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn main() -> ! {
-    sbx_core::cli::run_main("sbx-gitguard", || {
-        let cli: Cli = sbx_core::cli::parse("sbx-gitguard")?;
-        sbx_core::cli::init("sbx-gitguard", &cli.common)?;
-        Err(sbx_core::Failure::new("not built yet"))
+    sbx_core::cli::run_main(TOOL, || {
+        let cli: Cli = sbx_core::cli::parse(TOOL)?;
+        sbx_core::cli::init(TOOL, &cli.common)?;
+        // We read repositories owned by others (root guarding a user's
+        // repository): libgit2's ownership check must not refuse them.
+        // SAFETY: start-up, before any other libgit2 call.
+        unsafe {
+            let _ = git2::opts::set_verify_owner_validation(false);
+        }
+        match cli.command {
+            Command::Run(a) => run(a),
+            Command::Snapshot(a) => cmd_snapshot(a),
+            Command::Check(a) => cmd_check(a),
+            Command::Repair(a) => cmd_repair(a),
+        }
     })
+}
+
+fn lock_wait(a: &RepoArgs) -> Result<Duration, Failure> {
+    sbx_core::units::parse_duration(&a.lock_wait)
+        .map_err(|e| Failure::new(format!("--lock-wait {}: {e}", a.lock_wait)))
+}
+
+fn open_layout(a: &RepoArgs) -> Result<layout::Layout, Failure> {
+    Ok(layout::find(&a.repo)?)
+}
+
+/// Waits for a concurrent git process; fails when it does not finish.
+fn ensure_unlocked(l: &layout::Layout, wait: Duration) -> Result<(), Failure> {
+    let (_, units) = snapshot::discover(l);
+    let left = verify::wait_locks(&units, wait);
+    if let Some(p) = left.first() {
+        return Err(Failure::new(format!(
+            "{}: repository is locked by a concurrent git process ({} still exists after {:?}); try again when it has finished",
+            l.common_dir.display(),
+            p.display(),
+            wait
+        )));
+    }
+    Ok(())
+}
+
+/// Takes a snapshot after checking the repository is sound; damage found
+/// now is reported (alerts) and refused.
+fn take_snapshot(l: &layout::Layout) -> Result<snapshot::Snapshot, Failure> {
+    let mut snap = snapshot::capture(l)?;
+    let units: Vec<layout::Unit> = snap
+        .units
+        .iter()
+        .map(|u| layout::Unit {
+            path: u.path.clone(),
+            kind: u.kind,
+            work_tree: u.work_tree.clone(),
+        })
+        .collect();
+    let (report, stats) = verify::assess(l, &units, false);
+    if let Some(first) = report
+        .findings
+        .iter()
+        .find(|f| f.severity == Severity::Alert)
+    {
+        for f in &report.findings {
+            sbx_core::audit::emit("git_damaged_before", Severity::Alert, finding_fields(f));
+        }
+        return Err(Failure::new(format!(
+            "{}: repository is already damaged ({}{}); nothing was changed — repair it by hand (git fsck) first",
+            l.common_dir.display(),
+            first.found,
+            if report.findings.len() > 1 {
+                format!(", and {} more in the audit log", report.findings.len() - 1)
+            } else {
+                String::new()
+            }
+        )));
+    }
+    for u in &mut snap.units {
+        if let Some(s) = stats.get(&u.path) {
+            u.packs = s.clone();
+        }
+    }
+    Ok(snap)
+}
+
+fn finding_fields(f: &verify::Finding) -> serde_json::Value {
+    let mut v = serde_json::to_value(f).unwrap_or(json!({}));
+    if let Some(m) = v.as_object_mut() {
+        m.remove("severity");
+    }
+    v
+}
+
+fn emit_report(r: &Report, mode: Mode) {
+    for f in &r.findings {
+        sbx_core::audit::emit("git_integrity", f.severity, finding_fields(f));
+    }
+    let sev = if r.unrecoverable().is_some() || r.problems() > 0 {
+        Severity::Alert
+    } else {
+        Severity::Info
+    };
+    sbx_core::audit::emit(
+        "git_verified",
+        sev,
+        json!({
+            "mode": format!("{mode:?}").to_lowercase(),
+            "findings": r.findings.len(),
+            "problems": r.problems(),
+            "unrecoverable": r.unrecoverable().is_some(),
+            "full_check": r.full_check,
+        }),
+    );
+}
+
+fn text_line(f: &verify::Finding) -> String {
+    let sev = match f.severity {
+        Severity::Alert => "alert",
+        Severity::Warn => "warn",
+        Severity::Info => "info",
+    };
+    let mut s = format!("{sev}: {}: {}", f.check, f.found);
+    if let Some(p) = &f.path
+        && !f.found.contains(p.as_str())
+    {
+        s.push_str(&format!(" [{p}]"));
+    }
+    if !f.dangerous_keys.is_empty() {
+        s.push_str(&format!(" (dangerous: {})", f.dangerous_keys.join(", ")));
+    }
+    s.push_str(&format!(" -> {}", f.action));
+    s
+}
+
+fn print_report(r: &Report, l: &layout::Layout, json_out: bool, mode: Mode) {
+    if json_out {
+        let v = json!({
+            "repo": l.common_dir,
+            "mode": format!("{mode:?}").to_lowercase(),
+            "ok": r.problems() == 0,
+            "unrecoverable": r.unrecoverable().is_some(),
+            "full_check": r.full_check,
+            "findings": r.findings,
+        });
+        println!("{v}");
+    } else {
+        for f in &r.findings {
+            println!("{}", text_line(f));
+        }
+        if r.findings.is_empty() {
+            println!("ok: {}", l.common_dir.display());
+        }
+    }
+}
+
+fn run(a: RunArgs) -> Result<i32, Failure> {
+    let wait = lock_wait(&a.repo)?;
+    let l = open_layout(&a.repo)?;
+    ensure_unlocked(&l, wait)?;
+    let snap = take_snapshot(&l)?;
+    sbx_core::audit::emit(
+        "git_snapshot",
+        Severity::Info,
+        json!({ "repo": l.common_dir, "units": snap.units.len() }),
+    );
+
+    let mut cmd = sbx_core::supervise::command(&a.cmd, None)?;
+    let keep: Vec<i32> = sbx_core::audit::get()
+        .and_then(|au| au.handoff(&a.cmd[0], &mut cmd))
+        .into_iter()
+        .collect();
+    let code = {
+        let mut sup = sbx_core::supervise::Supervisor::spawn(cmd, &keep)?;
+        sup.run_to_end()
+            .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?
+    };
+
+    let mode = if a.alert_only {
+        Mode::AlertOnly
+    } else {
+        Mode::Repair
+    };
+    let report = verify::verify(&l, &snap, mode, a.full, wait);
+    emit_report(&report, mode);
+    if mode == Mode::Repair
+        && let Some(f) = report.unrecoverable()
+    {
+        return Err(Failure::new(format!(
+            "repository could not be brought back: {}: {} ({})",
+            f.check, f.found, f.action
+        )));
+    }
+    Ok(code)
+}
+
+fn cmd_snapshot(a: SnapshotArgs) -> Result<i32, Failure> {
+    let wait = lock_wait(&a.repo)?;
+    let l = open_layout(&a.repo)?;
+    ensure_unlocked(&l, wait)?;
+    let snap = take_snapshot(&l)?;
+    snapshot::save(&snap, &a.output)?;
+    sbx_core::audit::emit(
+        "git_snapshot",
+        Severity::Info,
+        json!({ "repo": l.common_dir, "file": a.output, "units": snap.units.len() }),
+    );
+    Ok(0)
+}
+
+fn load(against: &Path, l: &layout::Layout) -> Result<snapshot::Snapshot, Failure> {
+    Ok(snapshot::load(against, l)?)
+}
+
+fn cmd_check(a: CheckArgs) -> Result<i32, Failure> {
+    let wait = lock_wait(&a.repo)?;
+    let l = open_layout(&a.repo)?;
+    let report = match &a.against {
+        Some(f) => {
+            let snap = load(f, &l)?;
+            ensure_unlocked(&l, wait)?;
+            verify::verify(&l, &snap, Mode::Check, a.full, Duration::ZERO)
+        }
+        None => {
+            ensure_unlocked(&l, wait)?;
+            verify::check_alone(&l, a.full)
+        }
+    };
+    emit_report(&report, Mode::Check);
+    print_report(&report, &l, a.json, Mode::Check);
+    Ok(if report.problems() > 0 { 1 } else { 0 })
+}
+
+fn cmd_repair(a: RepairArgs) -> Result<i32, Failure> {
+    let wait = lock_wait(&a.repo)?;
+    let l = open_layout(&a.repo)?;
+    let snap = load(&a.against, &l)?;
+    ensure_unlocked(&l, wait)?;
+    let report = verify::verify(&l, &snap, Mode::Repair, a.full, Duration::ZERO);
+    emit_report(&report, Mode::Repair);
+    print_report(&report, &l, a.json, Mode::Repair);
+    if let Some(f) = report.unrecoverable() {
+        return Err(Failure::new(format!(
+            "repository could not be brought back: {}: {} ({})",
+            f.check, f.found, f.action
+        )));
+    }
+    Ok(0)
 }

@@ -1,0 +1,235 @@
+//! File snapshots and their atomic restoration, keeping the owner.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    File,
+    Symlink,
+    Dir,
+}
+
+/// One file, symlink or directory as it was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSnap {
+    pub kind: Kind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Contents (or link target) when it is UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Contents in hex otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hex: Option<String>,
+}
+
+impl FileSnap {
+    pub fn bytes(&self) -> Vec<u8> {
+        match (&self.text, &self.hex) {
+            (Some(t), _) => t.as_bytes().to_vec(),
+            (None, Some(h)) => hex::decode(h).unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Same kind and contents (mode and owner differences are not tampering
+    /// git cares about, except the executable bit of a hook).
+    pub fn same(&self, other: &FileSnap) -> bool {
+        self.kind == other.kind
+            && self.text == other.text
+            && self.hex == other.hex
+            && (self.mode & 0o111 != 0) == (other.mode & 0o111 != 0)
+    }
+}
+
+fn encode(data: Vec<u8>) -> (Option<String>, Option<String>) {
+    match String::from_utf8(data) {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(hex::encode(e.into_bytes()))),
+    }
+}
+
+/// Reads `p` without following a final symlink; None when it does not exist.
+pub fn read(p: &Path) -> io::Result<Option<FileSnap>> {
+    let md = match fs::symlink_metadata(p) {
+        Ok(m) => m,
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    let ft = md.file_type();
+    let (kind, data) = if ft.is_symlink() {
+        (
+            Kind::Symlink,
+            fs::read_link(p)?.into_os_string().into_encoded_bytes(),
+        )
+    } else if ft.is_dir() {
+        (Kind::Dir, Vec::new())
+    } else if ft.is_file() {
+        (Kind::File, fs::read(p)?)
+    } else {
+        // A fifo or device planted in .git: record it as an empty file of
+        // mode 0 so it never compares equal to a real file.
+        (Kind::File, b"\0special\0".to_vec())
+    };
+    let (text, hex) = encode(data);
+    Ok(Some(FileSnap {
+        kind,
+        mode: md.mode() & 0o7777,
+        uid: md.uid(),
+        gid: md.gid(),
+        text,
+        hex,
+    }))
+}
+
+/// Every entry under `dir` (relative paths, directories included), not
+/// following symlinks.
+pub fn read_tree(dir: &Path) -> io::Result<BTreeMap<String, FileSnap>> {
+    let mut out = BTreeMap::new();
+    walk(dir, "", &mut out, 0)?;
+    Ok(out)
+}
+
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    out: &mut BTreeMap<String, FileSnap>,
+    depth: usize,
+) -> io::Result<()> {
+    if depth > 32 {
+        return Ok(());
+    }
+    let rd = match fs::read_dir(dir) {
+        Ok(r) => r,
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) =>
+        {
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let mut names: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    names.sort();
+    for n in names {
+        let name = n.to_string_lossy().into_owned();
+        let rel = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let p = dir.join(&n);
+        if let Some(s) = read(&p)? {
+            let is_dir = s.kind == Kind::Dir;
+            out.insert(rel.clone(), s);
+            if is_dir {
+                walk(&p, &rel, out, depth + 1)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes a file, symlink or whole directory (never following symlinks).
+pub fn remove(p: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(p),
+        Ok(_) => fs::remove_file(p),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn chown(p: &Path, uid: u32, gid: u32) {
+    if unsafe { libc::geteuid() } == 0 {
+        let _ = std::os::unix::fs::lchown(p, Some(uid), Some(gid));
+    }
+}
+
+/// Puts `s` back at `p` atomically (a temp file beside it, then rename),
+/// with its mode and, when we are root, its owner.
+pub fn restore(p: &Path, s: &FileSnap) -> io::Result<()> {
+    let parent = p.parent().unwrap_or(Path::new("/"));
+    if let Ok(m) = fs::symlink_metadata(p)
+        && (m.is_dir() != (s.kind == Kind::Dir) || m.file_type().is_symlink())
+    {
+        remove(p)?;
+    }
+    match s.kind {
+        Kind::Dir => {
+            if !p.is_dir() {
+                fs::create_dir_all(p)?;
+            }
+            fs::set_permissions(p, fs::Permissions::from_mode(s.mode))?;
+            chown(p, s.uid, s.gid);
+        }
+        Kind::Symlink => {
+            let tmp = parent.join(format!(".sbx-gitguard.{}.tmp", std::process::id()));
+            let _ = fs::remove_file(&tmp);
+            let target = std::ffi::OsString::from_encoded_bytes_checked(s.bytes());
+            std::os::unix::fs::symlink(target, &tmp)?;
+            chown(&tmp, s.uid, s.gid);
+            fs::rename(&tmp, p)?;
+        }
+        Kind::File => write_atomic(p, &s.bytes(), s.mode, Some((s.uid, s.gid)))?,
+    }
+    Ok(())
+}
+
+trait FromBytesChecked {
+    fn from_encoded_bytes_checked(b: Vec<u8>) -> std::ffi::OsString;
+}
+impl FromBytesChecked for std::ffi::OsString {
+    fn from_encoded_bytes_checked(b: Vec<u8>) -> std::ffi::OsString {
+        use std::os::unix::ffi::OsStringExt;
+        std::ffi::OsString::from_vec(b)
+    }
+}
+
+/// Writes `data` to `p` atomically with `mode`.
+pub fn write_atomic(p: &Path, data: &[u8], mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
+    let parent = p.parent().unwrap_or(Path::new("/"));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".sbx-gitguard.")
+        .suffix(".tmp")
+        .tempfile_in(parent)?;
+    tmp.write_all(data)?;
+    tmp.as_file().sync_all()?;
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(mode))?;
+    if let Some((u, g)) = owner {
+        chown(tmp.path(), u, g);
+    }
+    tmp.persist(p).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// uid/gid of `p`.
+pub fn owner(p: &Path) -> Option<(u32, u32)> {
+    fs::symlink_metadata(p).ok().map(|m| (m.uid(), m.gid()))
+}
+
+/// Creates every missing directory of `p`, owned like `owner_of`.
+pub fn create_dirs_owned(p: &Path, owner_of: &Path) -> io::Result<()> {
+    if p.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = p.parent() {
+        create_dirs_owned(parent, owner_of)?;
+    }
+    fs::create_dir(p)?;
+    if let Some((u, g)) = owner(owner_of) {
+        chown(p, u, g);
+    }
+    Ok(())
+}

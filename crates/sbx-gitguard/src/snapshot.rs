@@ -1,0 +1,363 @@
+//! The snapshot: what a repair needs, written 0600 atomically, with a
+//! format version and the repository's identity.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::fsutil::{self, FileSnap};
+use crate::layout::{self, Layout, Scan, Unit, UnitKind};
+use crate::objects::Stat;
+use crate::refs;
+use crate::rules::{self, Action};
+
+pub const FORMAT: &str = "sbx-gitguard-snapshot";
+pub const VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("cannot read snapshot {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path} is not an sbx-gitguard snapshot ({what})")]
+    Format { path: PathBuf, what: String },
+    #[error("snapshot {path} is of another repository ({theirs}), not {ours}")]
+    OtherRepo {
+        path: PathBuf,
+        theirs: String,
+        ours: String,
+    },
+    #[error("cannot write snapshot {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Refs(#[from] refs::RefsError),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// The common git dir (canonical path).
+    pub common_dir: PathBuf,
+    pub work_tree: Option<PathBuf>,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RefsSnap {
+    /// Every ref (loose over packed): an oid or `ref: NAME`.
+    pub refs: BTreeMap<String, String>,
+    pub packed_refs: Option<FileSnap>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UnitSnap {
+    pub path: PathBuf,
+    pub kind: UnitKind,
+    pub work_tree: Option<PathBuf>,
+    pub dev: u64,
+    pub ino: u64,
+    pub head: Option<FileSnap>,
+    /// The protected paths of the clean-up list (relative to the git dir;
+    /// trees are listed entry by entry).
+    pub files: BTreeMap<String, FileSnap>,
+    /// Files the configs include (absolute; None: did not exist).
+    pub includes: BTreeMap<PathBuf, Option<FileSnap>>,
+    /// core.hooksPath and its contents, when set.
+    pub hooks_path: Option<(PathBuf, BTreeMap<String, FileSnap>)>,
+    pub top_level: BTreeSet<String>,
+    pub refs: Option<RefsSnap>,
+    /// Pack and index files checksummed at snapshot time.
+    pub packs: BTreeMap<String, Stat>,
+    pub sha256: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub format: String,
+    pub version: u32,
+    pub created: String,
+    pub identity: Identity,
+    pub units: Vec<UnitSnap>,
+    /// Per work tree: the bare-shaped dirs, nested repos and .git files.
+    pub scans: BTreeMap<PathBuf, Scan>,
+}
+
+impl Snapshot {
+    pub fn unit(&self, p: &Path) -> Option<&UnitSnap> {
+        self.units.iter().find(|u| u.path == p)
+    }
+}
+
+pub fn identity(l: &Layout) -> Result<Identity, SnapshotError> {
+    let (dev, ino) = layout::ident(&l.common_dir).ok_or_else(|| SnapshotError::Io {
+        path: l.common_dir.clone(),
+        source: io::Error::from(io::ErrorKind::NotFound),
+    })?;
+    Ok(Identity {
+        common_dir: l.common_dir.clone(),
+        work_tree: l.work_tree.clone(),
+        dev,
+        ino,
+    })
+}
+
+/// Reads the configs of a git dir (config, config.worktree) as entries.
+pub fn config_entries(git_dir: &Path) -> Vec<(PathBuf, Vec<crate::gitconfig::Entry>)> {
+    ["config", "config.worktree"]
+        .iter()
+        .map(|n| git_dir.join(n))
+        .filter_map(|p| {
+            let t = fs::read_to_string(&p).ok()?;
+            Some((p, crate::gitconfig::parse(&t).unwrap_or_default()))
+        })
+        .collect()
+}
+
+/// Included files, transitively (bounded), of a git dir's configs.
+pub fn include_files(git_dir: &Path) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    let mut todo: Vec<(PathBuf, Vec<crate::gitconfig::Entry>)> = config_entries(git_dir);
+    while let Some((file, entries)) = todo.pop() {
+        for inc in crate::gitconfig::includes(&entries, &file) {
+            if out.len() > 64 || !out.insert(inc.clone()) {
+                continue;
+            }
+            if let Ok(t) = fs::read_to_string(&inc) {
+                todo.push((inc, crate::gitconfig::parse(&t).unwrap_or_default()));
+            }
+        }
+    }
+    out
+}
+
+/// core.hooksPath of a git dir, resolved.
+pub fn hooks_path(git_dir: &Path, work_tree: Option<&Path>) -> Option<PathBuf> {
+    let cfgs = config_entries(git_dir);
+    let v = cfgs
+        .iter()
+        .rev()
+        .find_map(|(_, e)| crate::gitconfig::get(e, "core", "hookspath"))?;
+    let p = if let Some(rest) = v.strip_prefix("~/") {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(rest)
+    } else {
+        work_tree.unwrap_or(git_dir).join(v)
+    };
+    Some(p)
+}
+
+pub fn is_sha256(git_dir: &Path) -> bool {
+    config_entries(git_dir).iter().any(|(_, e)| {
+        e.iter().any(|e| {
+            e.section == "extensions"
+                && e.name == "objectformat"
+                && e.value.as_deref() == Some("sha256")
+        })
+    })
+}
+
+/// The protected files of a git dir, per the clean-up list.
+pub fn protected_files(git_dir: &Path) -> Result<BTreeMap<String, FileSnap>, SnapshotError> {
+    let mut files = BTreeMap::new();
+    for r in rules::PROTECTED {
+        let p = git_dir.join(r.path);
+        let io = |source| SnapshotError::Io {
+            path: p.clone(),
+            source,
+        };
+        match r.action {
+            Action::Revert => {
+                if let Some(s) = fsutil::read(&p).map_err(io)? {
+                    files.insert(r.path.to_string(), s);
+                }
+            }
+            Action::RevertTree => {
+                if let Some(s) = fsutil::read(&p).map_err(io)? {
+                    let is_dir = s.kind == fsutil::Kind::Dir;
+                    files.insert(r.path.to_string(), s);
+                    if is_dir {
+                        for (k, v) in fsutil::read_tree(&p).map_err(io)? {
+                            files.insert(format!("{}/{k}", r.path), v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(files)
+}
+
+pub fn top_level(git_dir: &Path) -> BTreeSet<String> {
+    fs::read_dir(git_dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Captures one git dir. Pack stats are filled in by the caller once the
+/// packs passed their checksums.
+pub fn capture_unit(u: &Unit) -> Result<UnitSnap, SnapshotError> {
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| SnapshotError::Io { path: p, source }
+    };
+    let (dev, ino) = layout::ident(&u.path).unwrap_or((0, 0));
+    let head = fsutil::read(&u.path.join("HEAD")).map_err(io(&u.path))?;
+    let files = protected_files(&u.path)?;
+    let mut includes = BTreeMap::new();
+    for inc in include_files(&u.path) {
+        let s = fsutil::read(&inc).map_err(io(&inc))?;
+        includes.insert(inc, s);
+    }
+    let hooks_path = match hooks_path(&u.path, u.work_tree.as_deref()) {
+        Some(p) => {
+            let t = fsutil::read_tree(&p).map_err(io(&p))?;
+            Some((p, t))
+        }
+        None => None,
+    };
+    let refs = if u.kind.has_objects() {
+        let r = refs::read_all(&u.path)?;
+        let packed_refs = fsutil::read(&u.path.join("packed-refs")).map_err(io(&u.path))?;
+        Some(RefsSnap {
+            refs: r.into_iter().map(|(k, v)| (k, v.to_text())).collect(),
+            packed_refs,
+        })
+    } else {
+        None
+    };
+    Ok(UnitSnap {
+        path: u.path.clone(),
+        kind: u.kind,
+        work_tree: u.work_tree.clone(),
+        dev,
+        ino,
+        head,
+        files,
+        includes,
+        hooks_path,
+        top_level: top_level(&u.path),
+        refs,
+        packs: BTreeMap::new(),
+        sha256: is_sha256(&u.path),
+    })
+}
+
+/// Scans the work trees and lists every git dir.
+pub fn discover(l: &Layout) -> (BTreeMap<PathBuf, Scan>, Vec<Unit>) {
+    let mut scans = BTreeMap::new();
+    let mut nested = BTreeSet::new();
+    for wt in l.work_trees() {
+        let s = layout::scan(&wt);
+        nested.extend(
+            s.nested
+                .iter()
+                .filter(|p| layout::is_git_dir_shaped(p))
+                .cloned(),
+        );
+        scans.insert(wt, s);
+    }
+    (scans, l.units(&nested))
+}
+
+pub fn capture(l: &Layout) -> Result<Snapshot, SnapshotError> {
+    let (scans, units) = discover(l);
+    let mut snaps = Vec::new();
+    for u in &units {
+        snaps.push(capture_unit(u)?);
+    }
+    Ok(Snapshot {
+        format: FORMAT.into(),
+        version: VERSION,
+        created: sbx_core::audit::timestamp_now(),
+        identity: identity(l)?,
+        units: snaps,
+        scans,
+    })
+}
+
+/// Writes the snapshot 0600, atomically (a temp file beside it, renamed).
+pub fn save(s: &Snapshot, path: &Path) -> Result<(), SnapshotError> {
+    let w = |source| SnapshotError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let data = serde_json::to_vec(s).map_err(|e| w(io::Error::other(e)))?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".sbx-gitguard-snap.")
+        .tempfile_in(parent)
+        .map_err(w)?;
+    use std::io::Write;
+    tmp.write_all(&data).map_err(w)?;
+    tmp.as_file().sync_all().map_err(w)?;
+    // tempfile creates 0600 already; say it explicitly.
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o600)).map_err(w)?;
+    tmp.persist(path).map_err(|e| w(e.error))?;
+    Ok(())
+}
+
+/// Reads a snapshot and checks it belongs to the repository of `l`.
+pub fn load(path: &Path, l: &Layout) -> Result<Snapshot, SnapshotError> {
+    let data = fs::read(path).map_err(|source| SnapshotError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let fmt = |what: String| SnapshotError::Format {
+        path: path.to_path_buf(),
+        what,
+    };
+    let v: serde_json::Value =
+        serde_json::from_slice(&data).map_err(|e| fmt(format!("not JSON: {e}")))?;
+    if v.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
+        return Err(fmt("no format marker".into()));
+    }
+    let ver = v.get("version").and_then(|f| f.as_u64()).unwrap_or(0);
+    if ver != VERSION as u64 {
+        return Err(fmt(format!(
+            "format version {ver}, this tool reads {VERSION}"
+        )));
+    }
+    let s: Snapshot = serde_json::from_value(v).map_err(|e| fmt(e.to_string()))?;
+    let ours = identity(l)?;
+    if s.identity.common_dir != ours.common_dir {
+        return Err(SnapshotError::OtherRepo {
+            path: path.to_path_buf(),
+            theirs: s.identity.common_dir.display().to_string(),
+            ours: ours.common_dir.display().to_string(),
+        });
+    }
+    if (s.identity.dev, s.identity.ino) != (ours.dev, ours.ino) {
+        return Err(SnapshotError::OtherRepo {
+            path: path.to_path_buf(),
+            theirs: format!(
+                "{} as it was before it was replaced",
+                s.identity.common_dir.display()
+            ),
+            ours: ours.common_dir.display().to_string(),
+        });
+    }
+    Ok(s)
+}

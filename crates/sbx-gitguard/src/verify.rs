@@ -1,0 +1,1139 @@
+//! Compare a repository with its snapshot, repair what was tampered with,
+//! and report every finding.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sbx_core::Severity;
+use serde::Serialize;
+
+use crate::fsutil::{self, FileSnap};
+use crate::gitconfig;
+use crate::layout::{self, Layout, Scan, Unit, UnitKind};
+use crate::objects;
+use crate::refs::{self, Value};
+use crate::rules;
+use crate::snapshot::{self, Snapshot, UnitSnap};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Report only (the `check` command).
+    Check,
+    /// Report and alert, change nothing (`run --alert-only`).
+    AlertOnly,
+    /// Report, alert and repair.
+    Repair,
+}
+
+/// One thing found, and what was done about it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// head, refs, objects, config, hooks, extra_files, bare_repo, locks, repository
+    pub check: &'static str,
+    /// The git dir (or work tree) it concerns.
+    pub repo: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    pub found: String,
+    pub action: String,
+    pub severity: Severity,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dangerous_keys: Vec<String>,
+    /// The repository is still not as it must be (repair failed or is
+    /// impossible).
+    pub unrecoverable: bool,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+    pub full_check: bool,
+}
+
+impl Report {
+    pub fn unrecoverable(&self) -> Option<&Finding> {
+        self.findings.iter().find(|f| f.unrecoverable)
+    }
+    pub fn problems(&self) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.severity != Severity::Info)
+            .count()
+    }
+}
+
+pub struct Ctx {
+    pub mode: Mode,
+    pub report: Report,
+}
+
+fn disp(p: &Path) -> String {
+    p.display().to_string()
+}
+
+#[allow(clippy::too_many_arguments)]
+impl Ctx {
+    pub fn new(mode: Mode) -> Self {
+        Ctx {
+            mode,
+            report: Report::default(),
+        }
+    }
+
+    /// A tampering finding (alert) with its repair.
+    fn fix(
+        &mut self,
+        check: &'static str,
+        repo: &Path,
+        path: Option<&Path>,
+        found: String,
+        done: &str,
+        keys: Vec<String>,
+        f: impl FnOnce() -> Result<(), String>,
+    ) {
+        let (action, unrecoverable) = match self.mode {
+            Mode::Check => ("reported".to_string(), false),
+            Mode::AlertOnly => ("not repaired (--alert-only)".to_string(), false),
+            Mode::Repair => match f() {
+                Ok(()) => (done.to_string(), false),
+                Err(e) => (format!("repair failed: {e}"), true),
+            },
+        };
+        self.report.findings.push(Finding {
+            check,
+            repo: disp(repo),
+            path: path.map(disp),
+            found,
+            action,
+            severity: Severity::Alert,
+            dangerous_keys: keys,
+            unrecoverable,
+        });
+    }
+
+    /// A finding that is only reported (or kept).
+    fn note(
+        &mut self,
+        check: &'static str,
+        repo: &Path,
+        path: Option<&Path>,
+        found: String,
+        severity: Severity,
+        action: &str,
+        unrecoverable: bool,
+    ) {
+        self.report.findings.push(Finding {
+            check,
+            repo: disp(repo),
+            path: path.map(disp),
+            found,
+            action: action.to_string(),
+            severity,
+            dangerous_keys: Vec::new(),
+            unrecoverable: unrecoverable && self.mode == Mode::Repair,
+        });
+    }
+}
+
+/// Lock files of git dirs (a concurrent git process, or one left behind).
+pub fn locks(units: &[Unit]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for u in units {
+        for n in [
+            "index.lock",
+            "HEAD.lock",
+            "config.lock",
+            "packed-refs.lock",
+            "shallow.lock",
+        ] {
+            let p = u.path.join(n);
+            if fs::symlink_metadata(&p).is_ok() {
+                out.push(p);
+            }
+        }
+        let mut stack = vec![u.path.join("refs")];
+        while let Some(d) = stack.pop() {
+            let Ok(rd) = fs::read_dir(&d) else { continue };
+            for e in rd.filter_map(|e| e.ok()) {
+                let p = e.path();
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(p);
+                } else if rules::is_lock(&e.file_name().to_string_lossy()) {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Waits up to `timeout` for the locks to go; returns the ones still there.
+pub fn wait_locks(units: &[Unit], timeout: Duration) -> Vec<PathBuf> {
+    let end = Instant::now() + timeout;
+    loop {
+        let l = locks(units);
+        if l.is_empty() || Instant::now() >= end {
+            return l;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn ok_object(repo: &git2::Repository, oid: &str, commit: bool) -> bool {
+    let Ok(id) = git2::Oid::from_str(oid) else {
+        return false;
+    };
+    let Ok(odb) = repo.odb() else { return false };
+    match odb.read_header(id) {
+        Ok((_, t)) => !commit || t == git2::ObjectType::Commit,
+        Err(_) => false,
+    }
+}
+
+pub fn open(p: &Path) -> Result<git2::Repository, git2::Error> {
+    use git2::RepositoryOpenFlags as F;
+    git2::Repository::open_ext(
+        p,
+        F::NO_SEARCH | F::BARE | F::NO_DOTGIT,
+        std::iter::empty::<&std::ffi::OsStr>(),
+    )
+}
+
+/// Structural check of one git dir's object store and refs, plus the full
+/// check when asked or when there is any sign of damage. Returns the pack
+/// files that were checksummed in full.
+pub fn check_objects(
+    ctx: &mut Ctx,
+    u: &Path,
+    repo: &git2::Repository,
+    cached: &BTreeMap<String, objects::Stat>,
+    sha256: bool,
+    full: bool,
+    extra_roots: &[(String, String)],
+) -> BTreeMap<String, objects::Stat> {
+    let objs = u.join("objects");
+    let (mut problems, verified) = objects::check_packs(&objs, cached, sha256, full);
+    problems.extend(objects::check_loose(&objs));
+    let cur = refs::read_all(u).unwrap_or_default();
+    let mut roots = Vec::new();
+    for (name, v) in &cur {
+        match v {
+            Value::Oid(o) => {
+                if let Some(p) = objects::check_tip(repo, name, o, name.starts_with("refs/heads/"))
+                {
+                    problems.push(p);
+                }
+                roots.push((name.clone(), o.clone()));
+            }
+            Value::Sym(t) if !cur.contains_key(t) => problems.push(objects::Problem {
+                path: None,
+                what: format!("{name} is a symbolic ref to missing {t}"),
+            }),
+            Value::Sym(_) => {}
+            Value::Invalid(s) => problems.push(objects::Problem {
+                path: None,
+                what: format!("{name} is unreadable ('{s}')"),
+            }),
+        }
+    }
+    if let Ok(h) = fs::read_to_string(u.join("HEAD"))
+        && let Value::Oid(o) = Value::parse(&h)
+    {
+        if let Some(p) = objects::check_tip(repo, "HEAD", &o, true) {
+            problems.push(p);
+        }
+        roots.push(("HEAD".into(), o));
+    }
+    // A pack the snapshot verified that is gone or changed: objects may be
+    // lost (or it was repacked); the full check decides.
+    let packs_changed = cached.iter().any(|(n, st)| {
+        n.ends_with(".pack")
+            && !verified.contains_key(n)
+            && objects_stat_changed(&objs.join("pack").join(n), st)
+    });
+    let run_full = full || !problems.is_empty() || packs_changed;
+    for p in &problems {
+        ctx.note(
+            "objects",
+            u,
+            p.path.as_deref().map(Path::new),
+            p.what.clone(),
+            Severity::Alert,
+            "reported (objects cannot be restored from a snapshot)",
+            true,
+        );
+    }
+    if run_full {
+        ctx.report.full_check = true;
+        roots.extend(extra_roots.iter().cloned());
+        let fp = objects::full(repo, &roots);
+        for p in &fp {
+            ctx.note(
+                "objects",
+                u,
+                None,
+                p.what.clone(),
+                Severity::Alert,
+                "reported (objects cannot be restored from a snapshot)",
+                true,
+            );
+        }
+        if fp.is_empty() && problems.is_empty() && packs_changed {
+            ctx.note(
+                "objects",
+                u,
+                None,
+                "packs changed since the snapshot (repacked); the full connectivity check passed"
+                    .into(),
+                Severity::Info,
+                "none needed",
+                false,
+            );
+        }
+    }
+    verified
+}
+
+fn objects_stat_changed(p: &Path, st: &objects::Stat) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match fs::metadata(p) {
+        Ok(m) => {
+            m.ino() != st.ino
+                || m.size() != st.size
+                || (m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128) != st.ctime_ns
+        }
+        Err(_) => true,
+    }
+}
+
+/// Damage present before any command ran (for a snapshot), and the pack
+/// stats verified along the way.
+pub fn assess(
+    l: &Layout,
+    units: &[Unit],
+    full: bool,
+) -> (Report, BTreeMap<PathBuf, BTreeMap<String, objects::Stat>>) {
+    let mut ctx = Ctx::new(Mode::Check);
+    let mut stats = BTreeMap::new();
+    for u in units {
+        let head = fs::read_to_string(u.path.join("HEAD")).map(|h| Value::parse(&h));
+        match &head {
+            Err(e) => ctx.note(
+                "head",
+                &u.path,
+                None,
+                format!("HEAD unreadable: {e}"),
+                Severity::Alert,
+                "reported",
+                false,
+            ),
+            Ok(Value::Invalid(s)) => ctx.note(
+                "head",
+                &u.path,
+                None,
+                format!("HEAD is invalid ('{s}')"),
+                Severity::Alert,
+                "reported",
+                false,
+            ),
+            _ => {}
+        }
+        if !u.kind.has_objects() {
+            continue;
+        }
+        if let Err(e) = refs::read_packed(&u.path) {
+            ctx.note(
+                "refs",
+                &u.path,
+                None,
+                e.to_string(),
+                Severity::Alert,
+                "reported",
+                false,
+            );
+        }
+        let repo = match open(&u.path) {
+            Ok(r) => r,
+            Err(e) => {
+                ctx.note(
+                    "repository",
+                    &u.path,
+                    None,
+                    format!("cannot open: {}", e.message()),
+                    Severity::Alert,
+                    "reported",
+                    false,
+                );
+                continue;
+            }
+        };
+        let sha256 = snapshot::is_sha256(&u.path);
+        let v = check_objects(
+            &mut ctx,
+            &u.path,
+            &repo,
+            &BTreeMap::new(),
+            sha256,
+            full,
+            &[],
+        );
+        stats.insert(u.path.clone(), v);
+    }
+    let _ = l;
+    (ctx.report, stats)
+}
+
+/// Dangerous keys in `now` that `before` did not have with the same value.
+fn new_dangerous(before: &str, now: &str) -> Vec<String> {
+    let b = gitconfig::parse(before).unwrap_or_default();
+    let n = match gitconfig::parse(now) {
+        Ok(n) => n,
+        Err(e) => return vec![format!("(unparseable config: {e})")],
+    };
+    let mut out: Vec<String> = n
+        .iter()
+        .filter(|e| e.is_dangerous() && !b.contains(e))
+        .map(|e| format!("{}={}", e.key(), e.value.as_deref().unwrap_or("true")))
+        .collect();
+    out.dedup();
+    out
+}
+
+fn text_of(s: Option<&FileSnap>) -> String {
+    s.map(|s| String::from_utf8_lossy(&s.bytes()).into_owned())
+        .unwrap_or_default()
+}
+
+fn describe_change(before: Option<&FileSnap>, now: Option<&FileSnap>) -> &'static str {
+    match (before, now) {
+        (None, Some(_)) => "planted",
+        (Some(_), None) => "deleted",
+        _ => "changed",
+    }
+}
+
+/// Brings one set of files (relative to `base`) back to `snap`.
+fn revert_files(
+    ctx: &mut Ctx,
+    check_of: &dyn Fn(&str) -> &'static str,
+    unit: &Path,
+    base: &Path,
+    snap: &BTreeMap<String, FileSnap>,
+    now: &BTreeMap<String, FileSnap>,
+) {
+    // Gone or changed: restore (parents sort before children).
+    for (rel, s) in snap {
+        let cur = now.get(rel);
+        if cur.is_some_and(|c| c.same(s)) {
+            continue;
+        }
+        if s.kind == fsutil::Kind::Dir && cur.is_some_and(|c| c.kind == fsutil::Kind::Dir) {
+            continue;
+        }
+        let p = base.join(rel);
+        let check = check_of(rel);
+        let keys = if check == "config" {
+            new_dangerous(&text_of(Some(s)), &text_of(cur))
+        } else {
+            Vec::new()
+        };
+        let what = format!("{} {}", rel, describe_change(Some(s), cur));
+        let s2 = s.clone();
+        let p2 = p.clone();
+        ctx.fix(
+            check,
+            unit,
+            Some(&p),
+            what,
+            "restored from the snapshot",
+            keys,
+            move || fsutil::restore(&p2, &s2).map_err(|e| e.to_string()),
+        );
+    }
+    // New: remove (skip what a removed parent took with it).
+    let mut removed: Vec<String> = Vec::new();
+    for (rel, cur) in now {
+        if snap.contains_key(rel) || removed.iter().any(|r| rel.starts_with(&format!("{r}/"))) {
+            continue;
+        }
+        let p = base.join(rel);
+        let check = check_of(rel);
+        let keys = if check == "config" {
+            new_dangerous("", &text_of(Some(cur)))
+        } else {
+            Vec::new()
+        };
+        let p2 = p.clone();
+        ctx.fix(
+            check,
+            unit,
+            Some(&p),
+            format!("{rel} planted"),
+            "removed",
+            keys,
+            move || fsutil::remove(&p2).map_err(|e| e.to_string()),
+        );
+        removed.push(rel.clone());
+    }
+}
+
+fn rule_check(rel: &str) -> &'static str {
+    rules::PROTECTED
+        .iter()
+        .find(|r| rel == r.path || rel.starts_with(&format!("{}/", r.path)))
+        .map(|r| r.check)
+        .unwrap_or("extra_files")
+}
+
+/// The file-level phase for one git dir: HEAD syntax, protected files,
+/// includes, hooksPath, unexpected top-level entries.
+fn raw_unit(ctx: &mut Ctx, us: &UnitSnap) {
+    let u = &us.path;
+    // HEAD: missing, unreadable or pointing outside refs/.
+    let head_now = fsutil::read(&u.join("HEAD")).ok().flatten();
+    if head_now.as_ref() != us.head.as_ref() && us.head.is_some() {
+        let bad = match &head_now {
+            None => Some("HEAD deleted".to_string()),
+            Some(h) if h.kind != fsutil::Kind::File => Some("HEAD replaced by a non-file".into()),
+            Some(h) => match Value::parse(&String::from_utf8_lossy(&h.bytes())) {
+                Value::Invalid(s) => {
+                    Some(format!("HEAD invalid or pointing outside refs/ ('{s}')"))
+                }
+                _ => None,
+            },
+        };
+        if let Some(what) = bad {
+            let s = us.head.clone().unwrap();
+            let p = u.join("HEAD");
+            let p2 = p.clone();
+            ctx.fix(
+                "head",
+                u,
+                Some(&p),
+                what,
+                "restored from the snapshot",
+                vec![],
+                move || fsutil::restore(&p2, &s).map_err(|e| e.to_string()),
+            );
+        }
+    }
+    // The clean-up list.
+    match snapshot::protected_files(u) {
+        Ok(now) => revert_files(ctx, &rule_check, u, u, &us.files, &now),
+        Err(e) => ctx.note(
+            "extra_files",
+            u,
+            None,
+            e.to_string(),
+            Severity::Alert,
+            "could not be checked",
+            true,
+        ),
+    }
+    // Included config files.
+    for (p, s) in &us.includes {
+        let cur = fsutil::read(p).ok().flatten();
+        let same = match (s, &cur) {
+            (Some(a), Some(b)) => a.same(b),
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            continue;
+        }
+        let keys = new_dangerous(&text_of(s.as_ref()), &text_of(cur.as_ref()));
+        let what = format!(
+            "included config {} {}",
+            p.display(),
+            describe_change(s.as_ref(), cur.as_ref())
+        );
+        let (p2, s2) = (p.clone(), s.clone());
+        ctx.fix(
+            "config",
+            u,
+            Some(p),
+            what,
+            if s.is_some() {
+                "restored from the snapshot"
+            } else {
+                "removed"
+            },
+            keys,
+            move || match s2 {
+                Some(s) => fsutil::restore(&p2, &s).map_err(|e| e.to_string()),
+                None => fsutil::remove(&p2).map_err(|e| e.to_string()),
+            },
+        );
+    }
+    // core.hooksPath directory of the snapshot.
+    if let Some((dir, files)) = &us.hooks_path {
+        let now = fsutil::read_tree(dir).unwrap_or_default();
+        revert_files(ctx, &|_| "hooks", u, dir, files, &now);
+    }
+    // Unexpected top-level entries.
+    let covered: BTreeSet<&str> = rules::PROTECTED
+        .iter()
+        .map(|r| r.path.split('/').next().unwrap())
+        .collect();
+    for name in snapshot::top_level(u) {
+        if us.top_level.contains(&name)
+            || rules::is_transient(&name)
+            || rules::is_lock(&name)
+            || covered.contains(name.as_str())
+            || name.starts_with(".sbx-gitguard")
+        {
+            continue;
+        }
+        let p = u.join(&name);
+        let p2 = p.clone();
+        ctx.fix(
+            "extra_files",
+            u,
+            Some(&p),
+            format!("unexpected file {name} planted in the git dir"),
+            "removed",
+            vec![],
+            move || fsutil::remove(&p2).map_err(|e| e.to_string()),
+        );
+    }
+}
+
+/// A git dir that appeared during the command (a new submodule or linked
+/// worktree): kept when clean, removed when it carries code or redirections.
+fn new_unit(ctx: &mut Ctx, u: &Unit) {
+    let mut bad: Vec<String> = Vec::new();
+    for (_, entries) in snapshot::config_entries(&u.path) {
+        bad.extend(
+            entries
+                .iter()
+                .filter(|e| e.is_dangerous())
+                .map(|e| format!("{}={}", e.key(), e.value.as_deref().unwrap_or("true"))),
+        );
+    }
+    let hooks: Vec<String> = fs::read_dir(u.path.join("hooks"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.ends_with(".sample"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let kind = match u.kind {
+        UnitKind::Worktree => "linked worktree",
+        _ => "submodule",
+    };
+    if bad.is_empty() && hooks.is_empty() {
+        ctx.note(
+            "extra_files",
+            &u.path,
+            None,
+            format!("new {kind} git dir"),
+            Severity::Warn,
+            "kept (no hooks, no dangerous config)",
+            false,
+        );
+        return;
+    }
+    let mut what = format!("new {kind} git dir with");
+    if !bad.is_empty() {
+        what.push_str(" dangerous config");
+    }
+    if !hooks.is_empty() {
+        what.push_str(&format!(" hooks ({})", hooks.join(", ")));
+    }
+    let p = u.path.clone();
+    ctx.fix(
+        "extra_files",
+        &u.path,
+        Some(&u.path),
+        what,
+        "removed",
+        bad,
+        move || fsutil::remove(&p).map_err(|e| e.to_string()),
+    );
+}
+
+/// Bare-repository-shaped dirs, nested repositories and `.git` files that
+/// appeared in a work tree.
+fn scan_tree(ctx: &mut Ctx, root: &Path, before: &Scan, known: &BTreeSet<PathBuf>) {
+    let now = layout::scan(root);
+    for d in now.bare_shaped.difference(&before.bare_shaped) {
+        let d2 = d.clone();
+        ctx.fix(
+            "bare_repo",
+            root,
+            Some(d),
+            "bare-repository-shaped directory (HEAD, objects/, refs/) planted in the work tree"
+                .into(),
+            "removed",
+            vec![],
+            move || fsutil::remove(&d2).map_err(|e| e.to_string()),
+        );
+    }
+    for d in now.nested.difference(&before.nested) {
+        if !layout::is_git_dir_shaped(d) {
+            continue;
+        }
+        let keys: Vec<String> = snapshot::config_entries(d)
+            .into_iter()
+            .flat_map(|(_, e)| e.into_iter().filter(|e| e.is_dangerous()).map(|e| e.key()))
+            .collect();
+        let d2 = d.clone();
+        ctx.fix(
+            "bare_repo",
+            root,
+            Some(d),
+            "new repository (.git directory) planted in the work tree".into(),
+            "removed",
+            keys,
+            move || fsutil::remove(&d2).map_err(|e| e.to_string()),
+        );
+    }
+    for (f, target) in &now.gitfiles {
+        let canon = fs::canonicalize(target).unwrap_or_else(|_| target.clone());
+        if before.gitfiles.get(f) == Some(target) || known.contains(&canon) {
+            continue;
+        }
+        let f2 = f.clone();
+        let old = before.gitfiles.get(f).cloned();
+        let what = format!(
+            ".git file pointing to {} (not a git dir of this repository)",
+            target.display()
+        );
+        match old {
+            Some(o) => ctx.fix(
+                "bare_repo",
+                root,
+                Some(f),
+                what,
+                "restored",
+                vec![],
+                move || {
+                    fsutil::write_atomic(
+                        &f2,
+                        format!("gitdir: {}\n", o.display()).as_bytes(),
+                        0o644,
+                        fsutil::owner(f2.parent().unwrap()),
+                    )
+                    .map_err(|e| e.to_string())
+                },
+            ),
+            None => ctx.fix(
+                "bare_repo",
+                root,
+                Some(f),
+                what,
+                "removed",
+                vec![],
+                move || fsutil::remove(&f2).map_err(|e| e.to_string()),
+            ),
+        }
+    }
+}
+
+/// The ref phase of one git dir with refs.
+fn refs_unit(ctx: &mut Ctx, us: &UnitSnap, repo: &git2::Repository) {
+    let u = &us.path;
+    let Some(rs) = &us.refs else { return };
+    // A packed-refs git cannot read: back to the snapshot's.
+    if let Err(e) = refs::read_packed(u) {
+        let s = rs.packed_refs.clone();
+        let p = u.join("packed-refs");
+        let p2 = p.clone();
+        ctx.fix(
+            "refs",
+            u,
+            Some(&p),
+            e.to_string(),
+            "restored from the snapshot",
+            vec![],
+            move || match s {
+                Some(s) => fsutil::restore(&p2, &s).map_err(|e| e.to_string()),
+                None => fsutil::remove(&p2).map_err(|e| e.to_string()),
+            },
+        );
+    }
+    let now = match refs::read_all(u) {
+        Ok(n) => n,
+        Err(e) => {
+            ctx.note(
+                "refs",
+                u,
+                None,
+                e.to_string(),
+                Severity::Alert,
+                "could not be checked",
+                true,
+            );
+            return;
+        }
+    };
+    let restore_to = |name: &str, snap_val: &str| -> Result<String, String> {
+        let v = Value::parse(snap_val);
+        match &v {
+            Value::Oid(o) if ok_object(repo, o, false) => {
+                refs::write_loose(u, name, &v).map_err(|e| e.to_string())?;
+                Ok(format!("restored to {o}"))
+            }
+            Value::Sym(_) => {
+                refs::write_loose(u, name, &v).map_err(|e| e.to_string())?;
+                Ok(format!("restored to {}", v.to_text()))
+            }
+            _ => {
+                // The snapshot's object is gone: the newest usable reflog entry.
+                for o in refs::reflog(u, name) {
+                    if ok_object(repo, &o, name.starts_with("refs/heads/")) {
+                        refs::write_loose(u, name, &Value::Oid(o.clone()))
+                            .map_err(|e| e.to_string())?;
+                        return Ok(format!(
+                            "restored to {o} from the reflog (the snapshot's {snap_val} is gone)"
+                        ));
+                    }
+                }
+                Err(format!(
+                    "{snap_val} is gone and the reflog has nothing usable"
+                ))
+            }
+        }
+    };
+    for (name, sv) in &rs.refs {
+        let cur = now.get(name);
+        if cur.is_some_and(|c| &c.to_text() == sv) {
+            continue;
+        }
+        let before = Value::parse(sv);
+        if let (Some(Value::Oid(new)), Value::Oid(old)) = (cur, &before)
+            && let (Ok(n), Ok(o)) = (git2::Oid::from_str(new), git2::Oid::from_str(old))
+            && ok_object(repo, new, name.starts_with("refs/heads/"))
+            && repo.graph_descendant_of(n, o).unwrap_or(false)
+        {
+            let count = repo.graph_ahead_behind(n, o).map(|(a, _)| a).unwrap_or(0);
+            let sev = if name.starts_with("refs/heads/") {
+                Severity::Info
+            } else {
+                Severity::Warn
+            };
+            ctx.note(
+                "refs",
+                u,
+                None,
+                format!("{name} moved forward {old}..{new} ({count} new commits)"),
+                sev,
+                "kept (descends from the snapshot's history)",
+                false,
+            );
+            continue;
+        }
+        let what = match cur {
+            None => format!("{name} deleted (was {sv})"),
+            Some(Value::Invalid(s)) => format!("{name} made unreadable ('{s}'), was {sv}"),
+            Some(c) => format!(
+                "{name} rewritten from {sv} to {} (away from the snapshot's history; that commit stays in the object store and the reflog)",
+                c.to_text()
+            ),
+        };
+        let r = if ctx.mode == Mode::Repair {
+            Some(restore_to(name, sv))
+        } else {
+            None
+        };
+        let done = match &r {
+            Some(Ok(d)) => d.clone(),
+            _ => String::new(),
+        };
+        ctx.fix("refs", u, None, what, &done, vec![], move || match r {
+            Some(Err(e)) => Err(e),
+            _ => Ok(()),
+        });
+    }
+    for (name, v) in &now {
+        if rs.refs.contains_key(name) {
+            continue;
+        }
+        if name.starts_with("refs/replace/") || matches!(v, Value::Invalid(_)) {
+            let n2 = name.clone();
+            ctx.fix(
+                "refs",
+                u,
+                None,
+                format!(
+                    "{name} added ({}); replace refs change what git shows",
+                    v.to_text()
+                ),
+                "removed",
+                vec![],
+                move || refs::delete(u, &n2).map_err(|e| e.to_string()),
+            );
+        } else {
+            ctx.note(
+                "refs",
+                u,
+                None,
+                format!("{name} added ({})", v.to_text()),
+                Severity::Warn,
+                "kept (new refs are the command's own work)",
+                false,
+            );
+        }
+    }
+}
+
+/// HEAD that is well-formed but changed: kept when it names an existing
+/// branch or commit, restored when it dangles.
+fn head_unit(
+    ctx: &mut Ctx,
+    us: &UnitSnap,
+    repo: Option<&git2::Repository>,
+    common_refs: &BTreeMap<String, Value>,
+) {
+    let u = &us.path;
+    let Some(snap_head) = &us.head else { return };
+    let Some(now) = fsutil::read(&u.join("HEAD")).ok().flatten() else {
+        return;
+    };
+    if now.same(snap_head) {
+        return;
+    }
+    let before = Value::parse(&String::from_utf8_lossy(&snap_head.bytes()));
+    let v = Value::parse(&String::from_utf8_lossy(&now.bytes()));
+    let fine = match &v {
+        Value::Sym(t) => common_refs.contains_key(t) || matches!(&before, Value::Sym(b) if b == t),
+        Value::Oid(o) => repo.is_some_and(|r| ok_object(r, o, true)),
+        Value::Invalid(_) => false,
+    };
+    if fine {
+        ctx.note(
+            "head",
+            u,
+            None,
+            format!("HEAD switched from {} to {}", before.to_text(), v.to_text()),
+            Severity::Warn,
+            "kept (it names an existing branch or commit)",
+            false,
+        );
+    } else {
+        let p = u.join("HEAD");
+        let s = snap_head.clone();
+        ctx.fix(
+            "head",
+            u,
+            Some(&p),
+            format!("HEAD points to {}, which does not exist", v.to_text()),
+            "restored from the snapshot",
+            vec![],
+            {
+                let p2 = p.clone();
+                move || fsutil::restore(&p2, &s).map_err(|e| e.to_string())
+            },
+        );
+    }
+}
+
+/// Compares the repository of `l` with `snap`, repairing per `mode`.
+pub fn verify(l: &Layout, snap: &Snapshot, mode: Mode, full: bool, lock_wait: Duration) -> Report {
+    let mut ctx = Ctx::new(mode);
+    // The git dir itself: still the same directory?
+    let same = layout::ident(&snap.identity.common_dir)
+        == Some((snap.identity.dev, snap.identity.ino))
+        && layout::find(
+            snap.identity
+                .work_tree
+                .as_deref()
+                .unwrap_or(&snap.identity.common_dir),
+        )
+        .is_ok_and(|n| n.common_dir == snap.identity.common_dir);
+    if !same {
+        ctx.note(
+            "repository",
+            &snap.identity.common_dir,
+            None,
+            "the git dir was removed or replaced".into(),
+            Severity::Alert,
+            "cannot be restored from a snapshot",
+            true,
+        );
+        return ctx.report;
+    }
+    // Locks left behind by the command (it has exited) or held by a
+    // concurrent git process.
+    let units_now: Vec<Unit> = snap
+        .units
+        .iter()
+        .map(|u| Unit {
+            path: u.path.clone(),
+            kind: u.kind,
+            work_tree: u.work_tree.clone(),
+        })
+        .collect();
+    for lock in wait_locks(&units_now, lock_wait) {
+        let l2 = lock.clone();
+        let unit = lock.parent().unwrap_or(Path::new("/")).to_path_buf();
+        ctx.fix(
+            "locks",
+            &unit,
+            Some(&lock),
+            "a git lock file is still held".into(),
+            "removed (left behind by the command)",
+            vec![],
+            move || fsutil::remove(&l2).map_err(|e| e.to_string()),
+        );
+    }
+    // File phase for every git dir of the snapshot.
+    for us in &snap.units {
+        if layout::ident(&us.path) != Some((us.dev, us.ino)) {
+            let (sev, unrec) = match us.kind {
+                UnitKind::Worktree => (Severity::Warn, false),
+                _ => (Severity::Alert, true),
+            };
+            ctx.note(
+                "repository",
+                &us.path,
+                None,
+                format!("{:?} git dir removed or replaced", us.kind).to_lowercase(),
+                sev,
+                "cannot be restored from a snapshot",
+                unrec,
+            );
+            continue;
+        }
+        raw_unit(&mut ctx, us);
+    }
+    // Git dirs that appeared.
+    let (_, units) = snapshot::discover(l);
+    for u in &units {
+        if snap.unit(&u.path).is_none()
+            && matches!(u.kind, UnitKind::Submodule | UnitKind::Worktree)
+        {
+            new_unit(&mut ctx, u);
+        }
+    }
+    // Work trees.
+    let known: BTreeSet<PathBuf> = units
+        .iter()
+        .filter(|u| u.path.exists())
+        .map(|u| u.path.clone())
+        .collect();
+    let mut roots: BTreeSet<PathBuf> = snap.scans.keys().cloned().collect();
+    roots.extend(l.work_trees());
+    for root in roots {
+        let empty = Scan::default();
+        let before = snap.scans.get(&root).unwrap_or(&empty);
+        scan_tree(&mut ctx, &root, before, &known);
+    }
+    // Refs, HEAD and objects of every git dir that has them.
+    let common_refs = refs::read_all(&l.common_dir).unwrap_or_default();
+    for us in &snap.units {
+        if !us.path.exists() || layout::ident(&us.path) != Some((us.dev, us.ino)) {
+            continue;
+        }
+        if !us.kind.has_objects() {
+            head_unit(
+                &mut ctx,
+                us,
+                open(&l.common_dir).ok().as_ref(),
+                &common_refs,
+            );
+            continue;
+        }
+        let repo = match open(&us.path) {
+            Ok(r) => r,
+            Err(e) => {
+                ctx.note(
+                    "repository",
+                    &us.path,
+                    None,
+                    format!("cannot open: {}", e.message()),
+                    Severity::Alert,
+                    "cannot be checked",
+                    true,
+                );
+                continue;
+            }
+        };
+        refs_unit(&mut ctx, us, &repo);
+        let own = refs::read_all(&us.path).unwrap_or_default();
+        head_unit(&mut ctx, us, Some(&repo), &own);
+        let snap_roots: Vec<(String, String)> = us
+            .refs
+            .iter()
+            .flat_map(|r| r.refs.iter())
+            .filter_map(|(n, v)| {
+                Value::parse(v)
+                    .oid()
+                    .map(|o| (format!("{n} in the snapshot"), o.to_string()))
+            })
+            .collect();
+        check_objects(
+            &mut ctx,
+            &us.path,
+            &repo,
+            &us.packs,
+            us.sha256,
+            full,
+            &snap_roots,
+        );
+    }
+    ctx.report
+}
+
+/// The standalone check (no snapshot): damage, dangerous config, hooks,
+/// repository-shaped dirs in the work tree.
+pub fn check_alone(l: &Layout, full: bool) -> Report {
+    let (scans, units) = snapshot::discover(l);
+    let (mut report, _) = assess(l, &units, full);
+    let mut ctx = Ctx::new(Mode::Check);
+    for u in &units {
+        for (file, entries) in snapshot::config_entries(&u.path) {
+            let keys: Vec<String> = entries
+                .iter()
+                .filter(|e| e.is_dangerous())
+                .map(|e| format!("{}={}", e.key(), e.value.as_deref().unwrap_or("true")))
+                .collect();
+            if !keys.is_empty() {
+                ctx.report.findings.push(Finding {
+                    check: "config",
+                    repo: disp(&u.path),
+                    path: Some(disp(&file)),
+                    found: "config sets keys that make git run programs".into(),
+                    action: "reported".into(),
+                    severity: Severity::Warn,
+                    dangerous_keys: keys,
+                    unrecoverable: false,
+                });
+            }
+        }
+        if let Ok(rd) = fs::read_dir(u.path.join("hooks")) {
+            for e in rd.filter_map(|e| e.ok()) {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if !n.ends_with(".sample") {
+                    ctx.note(
+                        "hooks",
+                        &u.path,
+                        Some(&e.path()),
+                        format!("hook {n} installed"),
+                        Severity::Warn,
+                        "reported",
+                        false,
+                    );
+                }
+            }
+        }
+    }
+    for (root, s) in &scans {
+        for d in &s.bare_shaped {
+            ctx.note(
+                "bare_repo",
+                root,
+                Some(d),
+                "bare-repository-shaped directory in the work tree".into(),
+                Severity::Warn,
+                "reported",
+                false,
+            );
+        }
+    }
+    report.findings.extend(ctx.report.findings);
+    report
+}
