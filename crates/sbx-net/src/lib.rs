@@ -1,26 +1,229 @@
-//! sbx-net (being built).
+//! sbx-net: runs a command in a new network namespace whose only way out is
+//! an allowlisting egress gateway in the supervisor.
+//!
+//! Inside there is only `lo` (with an extra address and the default routes
+//! on it); nftables rules redirect every TCP connection and every DNS packet
+//! to sockets created inside and handed to the supervisor; everything else
+//! is dropped. The supervisor, in the host namespace, decides each
+//! connection from its original destination, connects out itself and
+//! splices. See docs/net.md.
+
+pub mod allow;
+pub mod gateway;
+pub mod netlink;
+pub mod netns;
+pub mod nft;
+pub mod relay;
+pub mod sniff;
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
+use serde_json::json;
+
+use sbx_core::Failure;
+use sbx_core::Severity;
+use sbx_core::audit;
 use sbx_core::cli::CommonArgs;
+use sbx_core::supervise::Supervisor;
+
+use crate::allow::Policy;
+use crate::gateway::{AlertBudget, Gateway, Stats};
+
+pub const TOOL: &str = "sbx-net";
 
 pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
-    about: "sbx-net",
-    exit_status: "125 when the tool fails.",
-    inherited_state: "Nothing yet.",
-    extra: &[],
+    about: "Run a command with default-deny network egress: a new network namespace whose only way out is an \
+allowlisting gateway (domains and IP:port) and an allowlisting DNS proxy; nothing can connect in.",
+    exit_status: "The command's exit status; 128+N when it was killed by signal N. 125 when sbx-net itself \
+failed (bad allowlist entry, unreadable --allow-file, no libnftables, namespace set-up refused); 126 when \
+CMD is not executable; 127 when it is not found.",
+    inherited_state: "The command gets a new network namespace (and, when sbx-net runs without \
+CAP_SYS_ADMIN, a new user namespace mapping the caller's uid and gid to themselves, so the command runs \
+as itself without capabilities). Inside there is only lo, holding 127.0.0.1, ::1, 10.254.0.1 and \
+fd5b:5b5b:5b5b::1, with the default routes on it, and an nftables table sbx_net that redirects TCP and \
+DNS to the gateway and drops all else. Environment, cwd, rlimits and fds 0-2 pass through; other fds are \
+closed; the audit log fd is handed on only to a next sbx tool. /etc/resolv.conf is not changed: DNS to \
+any server address is answered by the gateway.",
+    extra: &[
+        (
+            "ALLOWLIST",
+            "--allow NAME[:PORTS] allows an exact DNS name, or *.example.com for every name under \
+example.com (not the apex). --allow-cidr CIDR[:PORTS] allows addresses (10.0.0.0/8:443, 192.0.2.7:22, \
+[2001:db8::]/32:443). PORTS is 443, 80,443, 8000-8100 or a mix; without PORTS an entry gets 80 and 443. \
+--allow-file FILE holds one entry per line as --allow takes them (names or addresses), # comments. A \
+connection is allowed when its original destination is in an allowed CIDR on an allowed port, or when \
+the DNS proxy answered that address for an allowed name (within the answer's TTL plus a grace period) \
+and the port is one of that name's. The host's loopback is never reachable.",
+        ),
+        (
+            "AUDIT",
+            "net_start (info) lists the allowlist. Every denied connection is an alert net_denied with \
+dst, port, reason and the names the address was resolved from (alerts beyond a burst of 50 and 20 a \
+second are counted, not written). net_allowed (info) per allowed connection. net_end (info) carries \
+connections_allowed, connections_denied, connections_failed, bytes_out, bytes_in and DNS counters.",
+        ),
+        (
+            "SECURITY",
+            "Nothing leads out of the namespace but the gateway: there is no interface but lo, so even a \
+program that flushes the rules (as root inside) has no route anywhere. No host state is created (no \
+veth, no host firewall rules); when the supervisor dies the command is killed (PR_SET_PDEATHSIG) and \
+its connections die with the supervisor's sockets. Run as root, sbx-net alone does not stop a root \
+program from leaving through other namespaces: put sbx-fs (PID and mount namespaces) and sbx-seccomp \
+after it.",
+        ),
+    ],
 };
 
 #[derive(Parser, Debug)]
-#[command(name = "sbx-net", version, about = "sbx-net (being built)")]
+#[command(
+    name = "sbx-net",
+    version,
+    about = "Run a command with default-deny egress through an allowlisting gateway",
+    after_help = "Example: sbx-net --allow pypi.org --allow files.pythonhosted.org -- pip download requests"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub common: CommonArgs,
+
+    /// Allow a DNS name (or *.domain, or an IP/CIDR) on PORTS (default 80,443).
+    #[arg(long, value_name = "NAME[:PORTS]")]
+    pub allow: Vec<String>,
+
+    /// Allow an address range on PORTS (default 80,443).
+    #[arg(long, value_name = "CIDR[:PORTS]")]
+    pub allow_cidr: Vec<String>,
+
+    /// Read allow entries from FILE, one per line (# comments).
+    #[arg(long, value_name = "FILE")]
+    pub allow_file: Vec<PathBuf>,
+
+    /// For connections allowed through a name: the TLS SNI (or HTTP Host)
+    /// must be an allowed name that resolved to the destination address.
+    #[arg(long)]
+    pub sni_check: bool,
+
+    /// Give up connecting out after DURATION.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub connect_timeout: String,
+
+    /// The command to run inside.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+/// Builds the allowlist from the flags and files.
+pub fn policy(cli: &Cli) -> Result<Policy, Failure> {
+    let mut p = Policy::default();
+    for a in &cli.allow {
+        p.add(allow::parse_allow("--allow", a).map_err(|e| Failure::new(e.to_string()))?);
+    }
+    for c in &cli.allow_cidr {
+        p.cidrs
+            .push(allow::parse_allow_cidr(c).map_err(|e| Failure::new(e.to_string()))?);
+    }
+    for f in &cli.allow_file {
+        for e in allow::read_allow_file(f).map_err(|e| Failure::new(e.to_string()))? {
+            p.add(e);
+        }
+    }
+    Ok(p)
+}
+
+fn run(cli: Cli) -> Result<i32, Failure> {
+    let policy = policy(&cli)?;
+    let connect_timeout = sbx_core::units::parse_duration(&cli.connect_timeout)
+        .map_err(|e| Failure::new(format!("--connect-timeout '{}': {e}", cli.connect_timeout)))?;
+    let nft = nft::Nft::load().map_err(|e| Failure::new(e.to_string()))?;
+    let layout = nft::Layout::default();
+    let (ours, theirs) = netns::channel().map_err(|e| Failure::new(e.to_string()))?;
+    let prep = Arc::new(netns::Prepared {
+        nft,
+        ruleset: nft::ruleset(&layout),
+        layout,
+        chan: theirs,
+        uid: unsafe { libc::getuid() },
+        gid: unsafe { libc::getgid() },
+    });
+
+    let mut cmd = sbx_core::supervise::command(&cli.cmd, None)?;
+    let keep: Vec<i32> = audit::get()
+        .and_then(|a| a.handoff(&cli.cmd[0], &mut cmd))
+        .into_iter()
+        .collect();
+    let p2 = prep.clone();
+    // SAFETY: runs in the forked child of a single-threaded process (the
+    // gateway's threads start only after the spawn).
+    unsafe {
+        cmd.pre_exec(move || {
+            p2.child_setup()?;
+            // The command starts with no signal blocked (run_main blocked
+            // the forwarded ones in this process; the mask survives exec).
+            sbx_core::signals::unblock_all().map_err(std::io::Error::from)
+        });
+    }
+    let spawned = Supervisor::spawn(cmd, &keep);
+    drop(prep);
+    let handed = netns::receive(&ours);
+    let mut sup = match (spawned, handed) {
+        (Ok(s), Ok(Some(h))) => (s, h),
+        (_, Err(e)) => return Err(Failure::new(e.to_string())),
+        (Err(f), Ok(_)) => return Err(f),
+        (Ok(_), Ok(None)) => return Err(Failure::new("sandbox set-up sent nothing")),
+    };
+    drop(ours);
+
+    audit::emit(
+        "net_start",
+        Severity::Info,
+        json!({
+            "names": policy.names.iter().map(|n| format!("{}:{}", n.dns_entry(), n.ports)).collect::<Vec<_>>(),
+            "cidrs": policy.cidrs.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+            "sni_check": cli.sni_check,
+            "child": sup.0.pid(),
+        }),
+    );
+
+    let gw = Arc::new(Gateway {
+        policy,
+        dns: None,
+        sni_check: cli.sni_check,
+        connect_timeout,
+        sniff_timeout: Duration::from_secs(10),
+        stats: Stats::default(),
+        alert_budget: AlertBudget::new(50, 20),
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("sbx-net-gw")
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(format!("starting the gateway runtime: {e}")))?;
+    let h = sup.1;
+    rt.spawn(gw.clone().serve_tcp(h.tcp4, false));
+    rt.spawn(gw.clone().serve_tcp(h.tcp6, true));
+    rt.spawn(gw.clone().serve_udp(h.udp4));
+    rt.spawn(gw.clone().serve_udp(h.udp6));
+
+    let code = sup
+        .0
+        .run_to_end()
+        .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?;
+    rt.shutdown_background();
+    let mut end = gw.stats.json();
+    end["exit_code"] = json!(code);
+    audit::emit("net_end", Severity::Info, end);
+    Ok(code)
 }
 
 pub fn main() -> ! {
-    sbx_core::cli::run_main("sbx-net", || {
-        let cli: Cli = sbx_core::cli::parse("sbx-net")?;
-        sbx_core::cli::init("sbx-net", &cli.common)?;
-        Err(sbx_core::Failure::new("not built yet"))
+    sbx_core::cli::run_main(TOOL, || {
+        let cli: Cli = sbx_core::cli::parse(TOOL)?;
+        sbx_core::cli::init(TOOL, &cli.common)?;
+        run(cli)
     })
 }

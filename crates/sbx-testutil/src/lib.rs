@@ -2,6 +2,8 @@
 //! user would, as root and as the unprivileged test user.
 #![allow(dead_code)]
 
+pub mod testnet;
+
 use std::ffi::OsStr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

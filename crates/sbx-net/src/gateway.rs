@@ -1,0 +1,412 @@
+//! The egress gateway, in the supervisor (host namespace): accepts the
+//! connections redirected inside the sandbox, reads where they were going,
+//! decides, connects out itself and relays. DNS (UDP and TCP 53) goes to the
+//! allowlisting DNS proxy.
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+use sbx_core::Severity;
+use sbx_core::audit;
+
+use crate::allow::{Policy, Verdict};
+use crate::sniff::{self, Sniff};
+
+/// The DNS side the gateway needs: answer a query, and say which names were
+/// answered with an address.
+pub trait Dns: Send + Sync + 'static {
+    fn handle<'a>(
+        &'a self,
+        query: &'a [u8],
+        client: SocketAddr,
+    ) -> Pin<Box<dyn Future<Output = Option<Vec<u8>>> + Send + 'a>>;
+    fn names_for(&self, ip: IpAddr) -> Vec<String>;
+}
+
+/// Counters for the end event.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub allowed: AtomicU64,
+    pub denied: AtomicU64,
+    pub failed: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub dns_queries: AtomicU64,
+    pub dns_unanswered: AtomicU64,
+    pub alerts_suppressed: AtomicU64,
+}
+
+impl Stats {
+    pub fn json(&self) -> serde_json::Value {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        json!({
+            "connections_allowed": g(&self.allowed),
+            "connections_denied": g(&self.denied),
+            "connections_failed": g(&self.failed),
+            "bytes_out": g(&self.bytes_out),
+            "bytes_in": g(&self.bytes_in),
+            "dns_queries": g(&self.dns_queries),
+            "dns_unanswered": g(&self.dns_unanswered),
+            "alerts_suppressed": g(&self.alerts_suppressed),
+        })
+    }
+}
+
+pub struct Gateway {
+    pub policy: Policy,
+    pub dns: Option<Arc<dyn Dns>>,
+    pub sni_check: bool,
+    pub connect_timeout: Duration,
+    pub sniff_timeout: Duration,
+    pub stats: Stats,
+    /// Alerts per second cap (a flood of denied connections must not fill
+    /// the disk); the rest are counted in `alerts_suppressed`.
+    pub alert_budget: AlertBudget,
+}
+
+/// A token bucket for alerts: `burst` at once, `per_sec` refill.
+#[derive(Debug)]
+pub struct AlertBudget {
+    state: std::sync::Mutex<(f64, std::time::Instant)>,
+    burst: f64,
+    per_sec: f64,
+}
+
+impl AlertBudget {
+    pub fn new(burst: u32, per_sec: u32) -> Self {
+        AlertBudget {
+            state: std::sync::Mutex::new((burst as f64, std::time::Instant::now())),
+            burst: burst as f64,
+            per_sec: per_sec as f64,
+        }
+    }
+    fn take(&self) -> bool {
+        let mut s = self.state.lock().unwrap();
+        let now = std::time::Instant::now();
+        let add = now.duration_since(s.1).as_secs_f64() * self.per_sec;
+        s.0 = (s.0 + add).min(self.burst);
+        s.1 = now;
+        if s.0 >= 1.0 {
+            s.0 -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// SO_ORIGINAL_DST / IP6T_SO_ORIGINAL_DST of a redirected connection.
+pub fn original_dst(s: &TcpStream, v6: bool) -> io::Result<SocketAddr> {
+    const SO_ORIGINAL_DST: libc::c_int = 80;
+    unsafe {
+        if v6 {
+            let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+            if libc::getsockopt(
+                s.as_raw_fd(),
+                libc::SOL_IPV6,
+                SO_ORIGINAL_DST,
+                (&mut sa as *mut libc::sockaddr_in6).cast(),
+                &mut len,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            let ip = std::net::Ipv6Addr::from(sa.sin6_addr.s6_addr);
+            Ok(SocketAddr::new(IpAddr::V6(ip), u16::from_be(sa.sin6_port)))
+        } else {
+            let mut sa: libc::sockaddr_in = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            if libc::getsockopt(
+                s.as_raw_fd(),
+                libc::SOL_IP,
+                SO_ORIGINAL_DST,
+                (&mut sa as *mut libc::sockaddr_in).cast(),
+                &mut len,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            let ip = std::net::Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr));
+            Ok(SocketAddr::new(IpAddr::V4(ip), u16::from_be(sa.sin_port)))
+        }
+    }
+}
+
+/// Resets a connection (RST rather than FIN: the program sees a refusal).
+fn reset(s: TcpStream) {
+    let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+    drop(s);
+}
+
+/// Addresses the gateway never connects to whatever the allowlist says:
+/// the host's loopback (reachable only through an IPv4-mapped IPv6 trick),
+/// unspecified, multicast and broadcast.
+fn forbidden(ip: IpAddr) -> Option<&'static str> {
+    if ip.is_loopback() {
+        return Some("host loopback is never reachable");
+    }
+    if ip.is_unspecified() || ip.is_multicast() {
+        return Some("unspecified or multicast address");
+    }
+    if let IpAddr::V4(a) = ip
+        && a.is_broadcast()
+    {
+        return Some("broadcast address");
+    }
+    None
+}
+
+impl Gateway {
+    fn deny(&self, dst: SocketAddr, reason: &str, names: &[String], extra: serde_json::Value) {
+        self.stats.denied.fetch_add(1, Ordering::Relaxed);
+        if !self.alert_budget.take() {
+            self.stats.alerts_suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut f = json!({
+            "proto": "tcp",
+            "dst": dst.ip().to_string(),
+            "port": dst.port(),
+            "reason": reason,
+            "names": names,
+        });
+        if let (Some(m), serde_json::Value::Object(x)) = (f.as_object_mut(), extra) {
+            m.extend(x);
+        }
+        audit::emit("net_denied", Severity::Alert, f);
+    }
+
+    pub async fn serve_tcp(self: Arc<Self>, fd: OwnedFd, v6: bool) {
+        let std_l = std::net::TcpListener::from(fd);
+        let l = match TcpListener::from_std(std_l) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("gateway listener: {e}");
+                return;
+            }
+        };
+        loop {
+            match l.accept().await {
+                Ok((s, peer)) => {
+                    let g = self.clone();
+                    tokio::spawn(async move { g.conn(s, peer, v6).await });
+                }
+                Err(e) => {
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    async fn conn(self: Arc<Self>, s: TcpStream, peer: SocketAddr, v6: bool) {
+        let dst = match original_dst(&s, v6) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::debug!("no original destination from {peer}: {e}");
+                return reset(s);
+            }
+        };
+        let ip = dst.ip().to_canonical();
+        let dst = SocketAddr::new(ip, dst.port());
+        if dst.port() == 53 {
+            return self.dns_tcp(s, peer).await;
+        }
+        if let Some(why) = forbidden(ip) {
+            self.deny(dst, why, &[], json!({}));
+            return reset(s);
+        }
+        let names = self
+            .dns
+            .as_ref()
+            .map(|d| d.names_for(ip))
+            .unwrap_or_default();
+        let verdict = self.policy.check(ip, dst.port(), &names);
+        let via = match verdict {
+            Verdict::Deny(why) => {
+                self.deny(dst, why, &names, json!({}));
+                return reset(s);
+            }
+            Verdict::Cidr(r) => format!("cidr {r}"),
+            Verdict::Name(n) => format!("name {n}"),
+        };
+        let mut s = s;
+        let mut head = Vec::new();
+        if self.sni_check && via.starts_with("name ") {
+            match self.check_name(&mut s, &mut head, dst, &names).await {
+                Ok(()) => {}
+                Err((why, claimed)) => {
+                    self.deny(dst, &why, &names, json!({ "claimed_name": claimed }));
+                    return reset(s);
+                }
+            }
+        }
+        let out = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(dst)).await {
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => {
+                self.fail(dst, &e.to_string());
+                return reset(s);
+            }
+            Err(_) => {
+                self.fail(dst, "connect timed out");
+                return reset(s);
+            }
+        };
+        self.stats.allowed.fetch_add(1, Ordering::Relaxed);
+        audit::emit(
+            "net_allowed",
+            Severity::Info,
+            json!({ "proto": "tcp", "dst": ip.to_string(), "port": dst.port(), "via": via }),
+        );
+        let _ = out.set_nodelay(true);
+        let _ = s.set_nodelay(true);
+        let mut out = out;
+        if !head.is_empty() {
+            if out.write_all(&head).await.is_err() {
+                return reset(s);
+            }
+            self.stats
+                .bytes_out
+                .fetch_add(head.len() as u64, Ordering::Relaxed);
+        }
+        crate::relay::relay(s, out, &self.stats.bytes_out, &self.stats.bytes_in).await;
+    }
+
+    fn fail(&self, dst: SocketAddr, why: &str) {
+        self.stats.failed.fetch_add(1, Ordering::Relaxed);
+        audit::emit(
+            "net_connect_failed",
+            Severity::Warn,
+            json!({ "proto": "tcp", "dst": dst.ip().to_string(), "port": dst.port(), "error": why }),
+        );
+    }
+
+    /// `--sni-check`: reads the connection's first bytes (kept in `head`
+    /// for the outside) and checks the TLS SNI or HTTP Host.
+    async fn check_name(
+        &self,
+        s: &mut TcpStream,
+        head: &mut Vec<u8>,
+        dst: SocketAddr,
+        names: &[String],
+    ) -> Result<(), (String, Option<String>)> {
+        let deadline = tokio::time::Instant::now() + self.sniff_timeout;
+        let mut buf = vec![0u8; 4096];
+        let verdict = loop {
+            match sniff::sniff(head) {
+                Sniff::NeedMore if head.len() < sniff::MAX => {}
+                other => break other,
+            }
+            let r = tokio::time::timeout_at(deadline, s.read(&mut buf)).await;
+            match r {
+                Ok(Ok(0)) | Ok(Err(_)) => break Sniff::Other,
+                Ok(Ok(n)) => head.extend_from_slice(&buf[..n]),
+                Err(_) => break Sniff::NeedMore,
+            }
+        };
+        let claimed = match verdict {
+            Sniff::Tls(Some(n)) | Sniff::Http(Some(n)) => n,
+            Sniff::Tls(None) => return Err(("TLS ClientHello without SNI".into(), None)),
+            Sniff::Http(None) => return Err(("HTTP request without a single Host".into(), None)),
+            Sniff::NeedMore => return Err(("no TLS SNI or HTTP Host in time".into(), None)),
+            Sniff::Other => return Err(("neither TLS with SNI nor HTTP with Host".into(), None)),
+        };
+        let claimed = claimed.trim_end_matches('.').to_string();
+        if !self.policy.name_allows(&claimed, dst.port()) {
+            return Err((
+                "SNI/Host names a host not allowlisted for this port".into(),
+                Some(claimed),
+            ));
+        }
+        let resolved = names
+            .iter()
+            .any(|n| n.trim_end_matches('.').eq_ignore_ascii_case(&claimed));
+        if !resolved {
+            return Err((
+                "SNI/Host names a host that did not resolve to this address".into(),
+                Some(claimed),
+            ));
+        }
+        Ok(())
+    }
+
+    /// DNS over TCP (RFC 1035 length-prefixed), query after query.
+    async fn dns_tcp(&self, mut s: TcpStream, peer: SocketAddr) {
+        let Some(dns) = self.dns.clone() else {
+            return reset(s);
+        };
+        loop {
+            let mut lb = [0u8; 2];
+            let r = tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut lb)).await;
+            if !matches!(r, Ok(Ok(_))) {
+                return;
+            }
+            let len = u16::from_be_bytes(lb) as usize;
+            let mut q = vec![0u8; len];
+            let r = tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut q)).await;
+            if !matches!(r, Ok(Ok(_))) {
+                return;
+            }
+            self.stats.dns_queries.fetch_add(1, Ordering::Relaxed);
+            let Some(ans) = dns.handle(&q, peer).await else {
+                self.stats.dns_unanswered.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            let mut out = Vec::with_capacity(ans.len() + 2);
+            out.extend_from_slice(&(ans.len() as u16).to_be_bytes());
+            out.extend_from_slice(&ans);
+            if s.write_all(&out).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    pub async fn serve_udp(self: Arc<Self>, fd: OwnedFd) {
+        let sock = match UdpSocket::from_std(std::net::UdpSocket::from(fd)) {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                tracing::error!("dns socket: {e}");
+                return;
+            }
+        };
+        let mut buf = vec![0u8; 65535];
+        loop {
+            let (n, peer) = match sock.recv_from(&mut buf).await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::debug!("dns recv: {e}");
+                    continue;
+                }
+            };
+            self.stats.dns_queries.fetch_add(1, Ordering::Relaxed);
+            let Some(dns) = self.dns.clone() else {
+                self.stats.dns_unanswered.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let q = buf[..n].to_vec();
+            let sock = sock.clone();
+            let g = self.clone();
+            tokio::spawn(async move {
+                match dns.handle(&q, peer).await {
+                    Some(ans) => {
+                        let _ = sock.send_to(&ans, peer).await;
+                    }
+                    None => {
+                        g.stats.dns_unanswered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! The sandbox side: runs in the forked child, before exec. It enters a new
+//! network namespace (and a user namespace when it lacks CAP_SYS_ADMIN for
+//! that), sets up `lo`, creates the gateway's listening sockets *inside*,
+//! loads the nft rules, hands the sockets to the supervisor over SCM_RIGHTS
+//! and lets the exec go on. Nothing here touches the host namespace.
+
+use std::ffi::CString;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::netlink::{LO_INDEX, Rtnl};
+use crate::nft::{Layout, Nft};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    #[error("socketpair: {0}")]
+    SocketPair(io::Error),
+    #[error("receiving the sandbox's sockets: {0}")]
+    Recv(io::Error),
+    #[error("sandbox set-up: {0}")]
+    Child(String),
+}
+
+/// What the child needs, prepared before fork (no allocation after it
+/// except on the error path).
+pub struct Prepared {
+    pub nft: Nft,
+    pub ruleset: CString,
+    pub layout: Layout,
+    /// The child's end of the hand-over socket.
+    pub chan: OwnedFd,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The sockets created inside, in this order.
+pub struct Handed {
+    pub tcp4: OwnedFd,
+    pub tcp6: OwnedFd,
+    pub udp4: OwnedFd,
+    pub udp6: OwnedFd,
+}
+
+pub fn channel() -> Result<(OwnedFd, OwnedFd), NetnsError> {
+    let mut sv = [0; 2];
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            sv.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(NetnsError::SocketPair(io::Error::last_os_error()));
+    }
+    Ok(unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) })
+}
+
+fn write_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+    let e = io::Error::last_os_error();
+    unsafe { libc::close(fd) };
+    if n < 0 || n as usize != data.len() {
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn listener(ip: IpAddr, port: u16, tcp: bool) -> io::Result<OwnedFd> {
+    let (dom, ty) = (
+        if ip.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        },
+        if tcp {
+            libc::SOCK_STREAM
+        } else {
+            libc::SOCK_DGRAM
+        },
+    );
+    let fd = unsafe { libc::socket(dom, ty | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    let setopt = |level, opt| unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as u32,
+        )
+    };
+    setopt(libc::SOL_SOCKET, libc::SO_REUSEADDR);
+    let r = match ip {
+        IpAddr::V4(a) => {
+            let sa = libc::sockaddr_in {
+                sin_family: libc::AF_INET as u16,
+                sin_port: port.to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            unsafe {
+                libc::bind(
+                    fd.as_raw_fd(),
+                    (&sa as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as u32,
+                )
+            }
+        }
+        IpAddr::V6(a) => {
+            setopt(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY);
+            let sa = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as u16,
+                sin6_port: port.to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.octets(),
+                },
+                sin6_scope_id: 0,
+            };
+            unsafe {
+                libc::bind(
+                    fd.as_raw_fd(),
+                    (&sa as *const libc::sockaddr_in6).cast(),
+                    std::mem::size_of::<libc::sockaddr_in6>() as u32,
+                )
+            }
+        }
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if tcp && unsafe { libc::listen(fd.as_raw_fd(), 1024) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Sends `fds` (or an error text with none) over the channel.
+fn send(chan: RawFd, msg: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: msg.as_ptr() as *mut _,
+        iov_len: msg.len(),
+    };
+    let mut cbuf = [0u64; 8];
+    let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
+    mh.msg_iov = &mut iov;
+    mh.msg_iovlen = 1;
+    if !fds.is_empty() {
+        let space = unsafe { libc::CMSG_SPACE((fds.len() * 4) as u32) } as usize;
+        mh.msg_control = cbuf.as_mut_ptr().cast();
+        mh.msg_controllen = space;
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&mh);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as usize;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(c).cast::<RawFd>(),
+                fds.len(),
+            );
+        }
+    }
+    if unsafe { libc::sendmsg(chan, &mh, libc::MSG_NOSIGNAL) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl Prepared {
+    /// Runs in the child after fork. On failure the reason is sent to the
+    /// supervisor as text and the exec is stopped.
+    pub fn child_setup(&self) -> io::Result<()> {
+        let mut why = String::new();
+        match self.setup(&mut why) {
+            Ok(h) => {
+                let fds = [
+                    h.tcp4.as_raw_fd(),
+                    h.tcp6.as_raw_fd(),
+                    h.udp4.as_raw_fd(),
+                    h.udp6.as_raw_fd(),
+                ];
+                send(self.chan.as_raw_fd(), b"ok", &fds)
+                // `h` drops here: the sandbox keeps no handle on them.
+            }
+            Err(e) => {
+                let msg = format!("E{why}: {e}");
+                let _ = send(self.chan.as_raw_fd(), msg.as_bytes(), &[]);
+                Err(e)
+            }
+        }
+    }
+
+    fn setup(&self, why: &mut String) -> io::Result<Handed> {
+        // A new network namespace; a user namespace too only when we lack
+        // the capability for the first.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EPERM) {
+                why.push_str("unshare(CLONE_NEWNET)");
+                return Err(e);
+            }
+            if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) } != 0 {
+                why.push_str("unshare(CLONE_NEWUSER|CLONE_NEWNET) (are unprivileged user namespaces disabled?)");
+                return Err(io::Error::last_os_error());
+            }
+            // The same ids inside: the command runs as itself, and loses
+            // the namespace's capabilities at exec.
+            let mut b = [0u8; 64];
+            why.push_str("writing /proc/self/{setgroups,uid_map,gid_map}");
+            write_file(c"/proc/self/setgroups", b"deny")?;
+            let n = fmt_map(&mut b, self.uid);
+            write_file(c"/proc/self/uid_map", &b[..n])?;
+            let n = fmt_map(&mut b, self.gid);
+            write_file(c"/proc/self/gid_map", &b[..n])?;
+            why.clear();
+        }
+        let l = &self.layout;
+        why.push_str("setting up lo over rtnetlink");
+        let mut nl = Rtnl::open()?;
+        nl.link_up(LO_INDEX)?;
+        nl.add_addr(LO_INDEX, IpAddr::V4(l.v4), 32)?;
+        nl.add_addr(LO_INDEX, IpAddr::V6(l.v6), 128)?;
+        nl.add_default_route(LO_INDEX, IpAddr::V4(l.v4))?;
+        nl.add_default_route(LO_INDEX, IpAddr::V6(l.v6))?;
+        drop(nl);
+        why.clear();
+        why.push_str("creating the gateway sockets");
+        let lo4 = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+        let lo6 = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+        let h = Handed {
+            tcp4: listener(lo4, l.tcp_port, true)?,
+            tcp6: listener(lo6, l.tcp_port, true)?,
+            udp4: listener(lo4, l.dns_port, false)?,
+            udp6: listener(lo6, l.dns_port, false)?,
+        };
+        why.clear();
+        why.push_str("loading the nftables rules");
+        let mut err = String::new();
+        if let Err(e) = self.nft.run(&self.ruleset, &mut err) {
+            why.push_str(": ");
+            why.push_str(&err);
+            return Err(e);
+        }
+        why.clear();
+        Ok(h)
+    }
+}
+
+/// "ID ID 1\n" into `b`.
+fn fmt_map(b: &mut [u8; 64], id: u32) -> usize {
+    use std::io::Write;
+    let mut c = std::io::Cursor::new(&mut b[..]);
+    let _ = writeln!(c, "{id} {id} 1");
+    c.position() as usize
+}
+
+/// Supervisor side: the sockets, or the child's reason for failing. `None`
+/// when the child sent nothing (it failed before the set-up ran).
+pub fn receive(chan: &OwnedFd) -> Result<Option<Handed>, NetnsError> {
+    let mut buf = [0u8; 4096];
+    let mut cbuf = [0u64; 16];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
+    mh.msg_iov = &mut iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cbuf.as_mut_ptr().cast();
+    mh.msg_controllen = std::mem::size_of_val(&cbuf);
+    let n = loop {
+        let n = unsafe {
+            libc::recvmsg(
+                chan.as_raw_fd(),
+                &mut mh,
+                libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(None),
+                _ => return Err(NetnsError::Recv(e)),
+            }
+        }
+        break n as usize;
+    };
+    let mut fds = Vec::new();
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&mh);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
+                let p = libc::CMSG_DATA(c).cast::<RawFd>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(*p.add(i)));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&mh, c);
+        }
+    }
+    let msg = &buf[..n];
+    if let Some(t) = msg.strip_prefix(b"E") {
+        return Err(NetnsError::Child(String::from_utf8_lossy(t).into_owned()));
+    }
+    if msg != b"ok" || fds.len() != 4 {
+        return Err(NetnsError::Recv(io::Error::other(
+            "malformed hand-over message",
+        )));
+    }
+    let mut it = fds.into_iter();
+    Ok(Some(Handed {
+        tcp4: it.next().unwrap(),
+        tcp6: it.next().unwrap(),
+        udp4: it.next().unwrap(),
+        udp6: it.next().unwrap(),
+    }))
+}
