@@ -1,26 +1,523 @@
-//! sbx-fs (being built).
+//! sbx-fs: the filesystem layer. The command runs in new mount, PID, IPC
+//! and UTS namespaces (and a user namespace when sbx-fs lacks
+//! CAP_SYS_ADMIN), under a root built only from what was granted.
+//!
+//! Flow: flags are checked (nothing exists yet); bind sources are opened
+//! on the host as O_PATH fds; the mount plan is computed; mount points that
+//! must exist in the user's tree are created and handed to a reaper; then
+//! a clone makes PID 1 of the new namespaces ([`init`]), which builds the
+//! root from the plan ([`mounts`]), pivots, and runs the command. The outer
+//! sbx-fs forwards signals, waits, removes the placeholders and exits with
+//! the command's status.
+
+pub mod caps;
+pub mod deny;
+pub mod dev;
+pub mod init;
+pub mod mounts;
+pub mod namespaces;
+pub mod placeholder;
+pub mod plan;
+pub mod proc;
+pub mod spec;
+pub mod sys;
+
+use std::ffi::OsString;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use sbx_core::cli::CommonArgs;
+use sbx_core::{Failure, Severity, audit, chain};
+
+use plan::{Kind, Op, Plan, What};
+use spec::Spec;
+
+pub const TOOL: &str = "sbx-fs";
 
 pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
-    about: "sbx-fs",
-    exit_status: "125 when the tool fails.",
-    inherited_state: "Nothing yet.",
-    extra: &[],
+    about: "Runs CMD in new mount, PID, IPC and UTS namespaces (plus a user namespace when sbx-fs lacks CAP_SYS_ADMIN) under a root made only of what is granted: the system directories read-only, the --ro/--rw binds, a fresh /proc of the new PID namespace with the host-revealing entries masked, a minimal /dev, a fresh size-limited /tmp and an empty tmpfs $HOME. The host's secrets (a default deny list plus --deny) are hidden, and .git/.claude control files inside writable binds are always read-only. A PID-1 init inside reaps zombies, forwards signals and exits with the command's status. sbx-fs creates no network namespace: that is sbx-net's job, before sbx-fs in the chain.",
+    exit_status: "The command's exit status, unchanged; 128+N when it was killed by signal N. 125 when sbx-fs itself fails (bad usage, a bind source that does not exist, a refused mount, a setup step inside the namespaces), with one line on stderr; nothing is left mounted or created on the host. 126 when CMD was found but could not be executed, 127 when it was not found (looked up with the sandbox's PATH, inside the new root).",
+    inherited_state: "CMD inherits: the new mount, PID, IPC and UTS namespaces (and the user namespace when one was made), its own session (setsid: it has no controlling terminal, so TIOCSTI cannot inject into the caller's), no capability at all (bounding, ambient, permitted, effective and inheritable sets empty) and no_new_privs, the identity --uid/--gid (default the caller's), the environment after --clearenv/--unsetenv/--setenv, fds 0, 1 and 2 only, and the working directory --chdir (default: the caller's directory when it exists inside, else $HOME, else /). The network namespace is the caller's. When CMD is an sbx tool (its name starts with sbx-) it also inherits the audit log fd (SBX_AUDIT_FD), and it is executed from an fd opened before the root changed, so it need not exist inside the sandbox; any other CMD never sees the audit log and is looked up with PATH inside the sandbox.",
+    extra: &[
+        (
+            "FILESYSTEM",
+            "The root is a read-only tmpfs. Default mounts: /usr, /bin, /sbin, /lib, /lib32, /lib64, /libx32 and /etc bound read-only from the host (symlinks such as /bin -> usr/bin on merged-/usr systems are recreated as symlinks; --no-system drops them); /proc, a new proc instance for the new PID namespace, with /proc/kcore, /proc/keys, /proc/key-users, /proc/sysrq-trigger, /proc/timer_list, /proc/timer_stats, /proc/sched_debug, /proc/latency_stats, /proc/kallsyms, /proc/kmsg, /proc/interrupts, /proc/acpi, /proc/asound and /proc/scsi masked and /proc/sys, /proc/bus, /proc/fs and /proc/irq read-only; /dev, a tmpfs holding null, zero, full, random, urandom and tty bound from the host, a new devpts instance on /dev/pts with /dev/ptmx -> pts/ptmx, a tmpfs /dev/shm, and the fd, stdin, stdout and stderr symlinks; /tmp, a fresh tmpfs of --tmp-size (default 512M) that is gone when the sandbox ends; $HOME, an empty tmpfs owned by the identity inside (unless a bind covers it). There is no /run and no host socket (docker.sock, D-Bus, X11, ssh-agent) unless bound.\n\nEvery bind source is opened once on the host (O_PATH; symlinks in the path given are resolved then, magic links refused) and the bind is made from that fd with the new mount API (open_tree, mount_setattr, move_mount): what was checked is what is mounted, so a symlink swapped in meanwhile cannot redirect it. Every destination is opened beneath the new root with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) and the mount is made onto that fd; a destination that crosses a symlink is refused. Binds are nosuid (and nodev for directories). Nested destinations are mounted parent first, whatever the order of the flags.",
+        ),
+        (
+            "DENIED PATHS",
+            "Hidden paths cannot be read, listed or created: a denied file is covered by an empty mode-000 read-only file, a denied directory by an empty mode-000 read-only tmpfs. A --deny PATH is hidden in every bind that contains it (PATH is a host path; ~/ is the caller's home); when it does not exist and a writable bind contains it, a placeholder makes it impossible to create. A --deny without a slash is a name pattern (*, ?, [...]) matched in every user bind, up to 6 directories deep (at most 50000 entries per bind; .git is not searched); a pattern in the last component of a path (/etc/ssh/*_key) is matched in that directory. A bind that lies inside a denied directory is hidden entirely.\n\nThe default deny list (--no-default-deny drops it): /etc/shadow, /etc/shadow-, /etc/gshadow, /etc/gshadow-, /etc/sudoers, /etc/sudoers.d, /etc/security/opasswd, /etc/ssl/private, /etc/krb5.keytab, /etc/ssh/*_key; ~/.ssh, ~/.aws, ~/.gnupg, ~/.kube, ~/.docker/config.json, ~/.netrc, ~/.config/gcloud, ~/.git-credentials; .env and .env.* in every user bind; credentials* in every bind under a home (/home, /root, $HOME). Symlinks are never hidden themselves: inside the sandbox they resolve inside the sandbox, where their target is subject to the same rules.",
+        ),
+        (
+            "INVARIANTS",
+            "Whatever the configuration, inside every writable bind these are read-only: .git/HEAD, .git/config, .git/objects/, .git/refs/, .git/hooks/, .claude/settings.json, .claude/settings.local.json and every other existing .claude/settings*.json, .claude/skills/ and .claude/commands/. Those that exist are bound onto themselves read-only; those that do not exist are covered by an empty read-only file or directory, so they cannot be created; when .git or .claude does not exist at all, an empty read-only directory takes its place. They are enforced at the top of each writable bind (a repository nested deeper inside a bind is not covered). A --rw whose source lies inside one of them is refused.",
+        ),
+        (
+            "WHAT EXISTS ON THE HOST WHILE IT RUNS",
+            "Mounts exist only in the sandbox's mount namespace; nothing propagates to the host, and the namespace dies with the sandbox. In the user's own tree, sbx-fs creates a mount point only where one is needed and missing: a destination nested inside a bind, or a denied/invariant path that does not exist inside a writable bind (for example an empty .git directory, .git/hooks, .claude, or a file named like the denied path). These placeholders are empty, mode 0700 (directories) or 0600 (files), and are removed when the sandbox ends: by sbx-fs, and, if sbx-fs is killed (SIGKILL), by a small reaper process that sbx-fs forks right after creating them, which watches sbx-fs through a pidfd and removes them at once when it dies. A placeholder is removed only while it is still the inode sbx-fs created, and a directory only while empty. Only a SIGKILL of both sbx-fs and the reaper (for example of the whole process group) can leave one behind.",
+        ),
+        (
+            "THE NEXT PROGRAM",
+            "When CMD is an sbx tool (sbx-seccomp, typically), it is looked up with PATH on the host, opened before the root changes and executed by fd (execveat), so the chain works without binding the sbx binaries. Any other CMD is looked up with PATH inside the sandbox. Capabilities are always dropped before CMD runs: the only sbx tool meant to follow sbx-fs, sbx-seccomp, needs none.",
+        ),
+        (
+            "AUDIT",
+            "Events: start (info: namespaces, binds, counts), end (info: status), setup_failed (warn) for every refused setup step, seccomp_kill (alert) when a process of the sandbox dies of SIGSYS. Attempts from inside to read a denied path, to create one, to write an invariant path, to remount or unmount anything, or to chroot/pivot_root out are refused by the kernel (EACCES, EROFS, EPERM) without sbx-fs being able to see them: those have no event.",
+        ),
+    ],
 };
 
+/// sbx-fs [OPTIONS] -- CMD [ARGS...]
 #[derive(Parser, Debug)]
-#[command(name = "sbx-fs", version, about = "sbx-fs (being built)")]
+#[command(
+    name = "sbx-fs",
+    version,
+    about = "Run a command in its own mount, PID, IPC and UTS namespaces under a root made only of what is granted"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub common: CommonArgs,
+
+    /// Bind SRC read-only at DST (default: the same path).
+    #[arg(long, value_name = "SRC[:DST]")]
+    pub ro: Vec<OsString>,
+
+    /// Bind SRC writable at DST (default: the same path).
+    #[arg(long, value_name = "SRC[:DST]")]
+    pub rw: Vec<OsString>,
+
+    /// A fresh tmpfs at DST, SIZE bytes at most (default --tmp-size).
+    #[arg(long, value_name = "DST[:SIZE]")]
+    pub tmpfs: Vec<String>,
+
+    /// Hide PATH (a host path, ~/path, or a name pattern such as .env.*).
+    #[arg(long, value_name = "PATH")]
+    pub deny: Vec<OsString>,
+
+    /// Working directory of the command inside the sandbox.
+    #[arg(long, value_name = "DIR")]
+    pub chdir: Option<PathBuf>,
+
+    /// Hostname inside the sandbox (new UTS namespace).
+    #[arg(long, value_name = "NAME")]
+    pub hostname: Option<String>,
+
+    /// Set K to V in the command's environment.
+    #[arg(long, value_name = "K=V")]
+    pub setenv: Vec<OsString>,
+
+    /// Remove K from the command's environment.
+    #[arg(long, value_name = "K")]
+    pub unsetenv: Vec<OsString>,
+
+    /// Start the command with an empty environment (before --setenv).
+    #[arg(long)]
+    pub clearenv: bool,
+
+    /// User id inside the sandbox (default: the caller's).
+    #[arg(long, value_name = "N")]
+    pub uid: Option<u32>,
+
+    /// Group id inside the sandbox (default: the caller's).
+    #[arg(long, value_name = "N")]
+    pub gid: Option<u32>,
+
+    /// Do not bind /usr, /bin, /sbin, /lib*, /etc.
+    #[arg(long)]
+    pub no_system: bool,
+
+    /// Drop the default deny list (the --deny entries still apply).
+    #[arg(long)]
+    pub no_default_deny: bool,
+
+    /// Size limit of /tmp, /dev/shm and the $HOME tmpfs.
+    #[arg(long, value_name = "SIZE", default_value = spec::DEFAULT_TMP_SIZE)]
+    pub tmp_size: String,
+
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
 }
 
 pub fn main() -> ! {
-    sbx_core::cli::run_main("sbx-fs", || {
-        let cli: Cli = sbx_core::cli::parse("sbx-fs")?;
-        sbx_core::cli::init("sbx-fs", &cli.common)?;
-        Err(sbx_core::Failure::new("not built yet"))
+    sbx_core::cli::run_main(TOOL, || {
+        let cli: Cli = sbx_core::cli::parse(TOOL)?;
+        sbx_core::cli::init(TOOL, &cli.common)?;
+        run(cli)
     })
 }
+
+/// Checks every flag; nothing on the host is touched.
+pub fn build_spec(cli: &Cli) -> Result<Spec, Failure> {
+    let tmp_size = spec::parse_size_flag("--tmp-size", &cli.tmp_size)?;
+    let mut binds = Vec::new();
+    for r in &cli.ro {
+        binds.push(spec::parse_bind("--ro", r, false)?);
+    }
+    for r in &cli.rw {
+        binds.push(spec::parse_bind("--rw", r, true)?);
+    }
+    let tmpfs = cli
+        .tmpfs
+        .iter()
+        .map(|t| spec::parse_tmpfs(t, tmp_size))
+        .collect::<Result<Vec<_>, _>>()?;
+    for d in &cli.deny {
+        spec::check_deny(d)?;
+    }
+    if let Some(h) = &cli.hostname {
+        spec::check_hostname(h)?;
+    }
+    if let Some(d) = &cli.chdir
+        && !d.is_absolute()
+    {
+        return Err(Failure::new(format!(
+            "--chdir '{}': must be an absolute path",
+            d.display()
+        )));
+    }
+    let mut env_ops = Vec::new();
+    for u in &cli.unsetenv {
+        env_ops.push(spec::parse_unsetenv(u)?);
+    }
+    for s in &cli.setenv {
+        env_ops.push(spec::parse_setenv(s)?);
+    }
+    Ok(Spec {
+        binds,
+        tmpfs,
+        deny: cli.deny.clone(),
+        chdir: cli.chdir.clone(),
+        hostname: cli.hostname.clone(),
+        clearenv: cli.clearenv,
+        env_ops,
+        uid: cli.uid,
+        gid: cli.gid,
+        system: !cli.no_system,
+        default_deny: !cli.no_default_deny,
+        tmp_size,
+    })
+}
+
+fn env_get<'a>(env: &'a [(OsString, OsString)], k: &str) -> Option<&'a OsString> {
+    env.iter().find(|(n, _)| n == k).map(|(_, v)| v)
+}
+
+/// Computes the whole plan on the host (opening every bind source).
+pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Failure> {
+    let host_home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute());
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let mut plan = Plan::default();
+    plan::skeleton(&mut plan, spec)?;
+
+    // User binds, then tmpfs.
+    let first_user = plan.sources.len();
+    let mut user_binds: Vec<(usize, PathBuf)> = Vec::new();
+    for b in &spec.binds {
+        let src = plan::open_source(b.flag, &b.src, b.rw, false)?;
+        let dst = match &b.dst {
+            Some(d) => d.clone(),
+            None => spec::sandbox_path(b.flag, src.path.as_os_str())?,
+        };
+        if b.rw
+            && let Some(p) = plan::rw_inside_invariant(&src.path)
+        {
+            return Err(plan::PlanError::RwProtected {
+                path: src.path.clone(),
+                protected: p,
+            }
+            .into());
+        }
+        let kind = src.kind;
+        plan.sources.push(src);
+        let i = plan.sources.len() - 1;
+        user_binds.push((i, dst.clone()));
+        plan.ops
+            .push(Op::new(dst, kind, What::Bind { src: i, ro: !b.rw }, "bind"));
+    }
+    for t in &spec.tmpfs {
+        plan.ops.push(Op::new(
+            &t.dst,
+            Kind::Dir,
+            What::Tmpfs {
+                size: t.size,
+                mode: 0o755,
+                owned: true,
+            },
+            "tmpfs",
+        ));
+    }
+    // $HOME inside: an empty tmpfs unless something already covers it.
+    if let Some(home) = env_get(env, "HOME").map(PathBuf::from)
+        && let Ok(home) = spec::sandbox_path("HOME", home.as_os_str())
+    {
+        let covered = plan.ops.iter().any(|o| {
+            o.kind == Kind::Dir
+                && home.starts_with(&o.dst)
+                && !matches!(o.what, What::Symlink { .. })
+        });
+        let under_system = plan::SYSTEM_DIRS.iter().any(|d| home.starts_with(d));
+        if !covered && !under_system {
+            plan.ops.push(Op::new(
+                home,
+                Kind::Dir,
+                What::Tmpfs {
+                    size: spec.tmp_size,
+                    mode: 0o700,
+                    owned: true,
+                },
+                "home",
+            ));
+        }
+    }
+
+    // Deny rules over every bind, then the invariants of writable binds.
+    let mut rules = if spec.default_deny {
+        deny::defaults(host_home.as_deref())
+    } else {
+        Vec::new()
+    };
+    for d in &spec.deny {
+        rules.push(deny::parse_rule(d, host_home.as_deref(), &cwd));
+    }
+    let bind_dsts: Vec<(usize, PathBuf)> = plan
+        .ops
+        .iter()
+        .filter_map(|o| match o.what {
+            What::Bind { src, .. } if o.why != "dev" => Some((src, o.dst.clone())),
+            _ => None,
+        })
+        .collect();
+    let mut extra = Vec::new();
+    for (i, dst) in &bind_dsts {
+        extra.extend(deny::apply(
+            &rules,
+            &plan.sources[*i],
+            dst,
+            host_home.as_deref(),
+        ));
+    }
+    for (i, dst) in &user_binds {
+        if plan.sources[*i].rw {
+            extra.extend(plan::invariants(&plan.sources[*i], dst));
+        }
+    }
+    let _ = first_user;
+    plan.ops.extend(extra);
+    plan::order(&mut plan.ops);
+    Ok(plan)
+}
+
+/// Creates the mount points the plan needs inside binds (on the host).
+pub fn host_placeholders(plan: &Plan) -> Result<placeholder::Placeholders, Failure> {
+    let mut ph = placeholder::Placeholders::default();
+    for i in 0..plan.ops.len() {
+        let op = &plan.ops[i];
+        if op.optional || matches!(op.what, What::ReadOnly) {
+            continue;
+        }
+        let Some(j) = plan::enclosing(&plan.ops, i) else {
+            continue;
+        };
+        let What::Bind { src, .. } = plan.ops[j].what else {
+            continue;
+        };
+        let s = &plan.sources[src];
+        let Ok(rel) = op.dst.strip_prefix(&plan.ops[j].dst) else {
+            continue;
+        };
+        if let Err(e) = ph.ensure(s, rel, op.kind) {
+            ph.cleanup();
+            return Err(e.into());
+        }
+    }
+    Ok(ph)
+}
+
+fn run(cli: Cli) -> Result<i32, Failure> {
+    let spec = build_spec(&cli)?;
+    let env = plan::command_env(&spec);
+    let userns = !namespaces::have_cap_sys_admin();
+    let (outer_uid, outer_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let uid = spec.uid.unwrap_or(outer_uid);
+    let gid = spec.gid.unwrap_or(outer_gid);
+
+    // The next program: an sbx tool is opened now, on the host.
+    let prog = cli.cmd[0].clone();
+    let exec_fd = if chain::is_sbx_tool(&prog) {
+        let path = env_get(&env, "PATH").cloned();
+        let p = chain::resolve(&prog, path.as_deref())?;
+        let fd = sys::openat2(libc::AT_FDCWD, &p, libc::O_PATH, 0, 0).map_err(|e| {
+            Failure::with_code(sbx_core::exit::NOT_FOUND, format!("{}: {e}", p.display()))
+        })?;
+        Some(fd)
+    } else {
+        None
+    };
+
+    let plan = build_plan(&spec, &env)?;
+    let cwd = std::env::current_dir().ok();
+    let mut fallback_dirs = Vec::new();
+    if let Some(c) = cwd {
+        fallback_dirs.push(c);
+    }
+    if let Some(h) = env_get(&env, "HOME") {
+        fallback_dirs.push(PathBuf::from(h));
+    }
+
+    let mut ph = host_placeholders(&plan)?;
+    let created: Vec<String> = ph
+        .list
+        .iter()
+        .map(|p| p.shown.display().to_string())
+        .collect();
+    if let Err(e) = ph.start_reaper() {
+        ph.cleanup();
+        return Err(e.into());
+    }
+
+    let flags = namespaces::flags(userns);
+    audit::emit(
+        "start",
+        Severity::Info,
+        serde_json::json!({
+            "namespaces": namespaces::describe(flags),
+            "uid": uid,
+            "gid": gid,
+            "binds": plan.ops.iter().filter_map(|o| match o.what {
+                What::Bind { src, ro } if o.why == "bind" => Some(format!("{}{}:{}", if ro { "ro " } else { "rw " }, plan.sources[src].path.display(), o.dst.display())),
+                _ => None,
+            }).collect::<Vec<_>>(),
+            "mounts": plan.ops.len(),
+            "denied": plan.ops.iter().filter(|o| o.what == What::Deny && o.why != "proc mask").count(),
+            "placeholders": created,
+            "command": chain::show(&cli.cmd),
+        }),
+    );
+
+    let owner = sys::pidfd_open(std::process::id() as i32)
+        .map_err(|e| Failure::new(format!("pidfd_open self: {e}")));
+    let owner = match owner {
+        Ok(o) => o,
+        Err(f) => {
+            ph.cleanup();
+            return Err(f);
+        }
+    };
+    let sigfd = match SignalFd::with_flags(
+        &sbx_core::signals::forwarded_set(),
+        SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            ph.cleanup();
+            return Err(Failure::new(format!("signalfd: {e}")));
+        }
+    };
+    let pid = match namespaces::clone_into(flags) {
+        Ok(p) => p,
+        Err(e) => {
+            ph.cleanup();
+            return Err(e.into());
+        }
+    };
+    if pid == 0 {
+        drop(sigfd);
+        init::run(init::InitArgs {
+            plan,
+            userns,
+            uid,
+            gid,
+            outer_uid,
+            outer_gid,
+            hostname: spec.hostname.clone(),
+            chdir: spec.chdir.clone(),
+            fallback_dirs,
+            argv: cli.cmd.clone(),
+            env,
+            exec_fd,
+            owner,
+        });
+    }
+    drop(plan);
+    drop(exec_fd);
+    drop(owner);
+    let code = supervise(pid, &sigfd);
+    let left = ph.cleanup();
+    if !left.is_empty() {
+        audit::emit(
+            "cleanup_incomplete",
+            Severity::Warn,
+            serde_json::json!({ "left": left.iter().map(|p| p.display().to_string()).collect::<Vec<_>>() }),
+        );
+    }
+    audit::emit("end", Severity::Info, serde_json::json!({ "status": code }));
+    Ok(code)
+}
+
+/// The outer loop: forwards signals to PID 1, kills it when our own
+/// supervising sbx tool dies, returns its status.
+fn supervise(pid: libc::pid_t, sigfd: &SignalFd) -> i32 {
+    use std::os::fd::AsFd;
+    let pidfd = match sys::pidfd_open(pid) {
+        Ok(f) => f,
+        Err(_) => return wait_blocking(pid),
+    };
+    let parent = sbx_core::supervise::parent_pidfd();
+    loop {
+        let mut fds = vec![
+            libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sigfd.as_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        if let Some(p) = parent {
+            fds.push(libc::pollfd {
+                fd: p,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            continue;
+        }
+        if fds[1].revents != 0 {
+            while let Ok(Some(info)) = sigfd.read_signal() {
+                let _ = sys::pidfd_send_signal(pidfd.as_raw_fd(), info.ssi_signo as i32);
+            }
+        }
+        if fds[0].revents != 0 {
+            return wait_blocking(pid);
+        }
+        if fds.len() > 2 && fds[2].revents != 0 {
+            let _ = sys::pidfd_send_signal(pidfd.as_raw_fd(), libc::SIGKILL);
+            return wait_blocking(pid);
+        }
+    }
+}
+
+fn wait_blocking(pid: libc::pid_t) -> i32 {
+    let mut st = 0;
+    loop {
+        let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+        if r == pid {
+            return sbx_core::exit::from_raw_wait(st);
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return sbx_core::exit::TOOL_FAILED;
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_path(_: &Path) {}

@@ -1,0 +1,215 @@
+//! The sandbox's PID 1: builds the root, starts the command, reaps every
+//! zombie, forwards signals, exits with the command's status, and dies
+//! with the outer sbx-fs (it polls a pidfd of it; PDEATHSIG as a second
+//! line).
+
+use std::ffi::OsString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use sbx_core::{Failure, Severity, audit, chain, exit};
+
+use crate::mounts::{self, Owner};
+use crate::plan::Plan;
+use crate::{caps, namespaces};
+
+pub struct InitArgs {
+    pub plan: Plan,
+    pub userns: bool,
+    pub uid: u32,
+    pub gid: u32,
+    pub outer_uid: u32,
+    pub outer_gid: u32,
+    pub hostname: Option<String>,
+    /// Where the command starts: candidates in order (the first that works).
+    pub chdir: Option<PathBuf>,
+    pub fallback_dirs: Vec<PathBuf>,
+    pub argv: Vec<OsString>,
+    pub env: Vec<(OsString, OsString)>,
+    /// The next sbx tool, opened before the pivot (exec'd by fd).
+    pub exec_fd: Option<OwnedFd>,
+    /// pidfd of the outer sbx-fs.
+    pub owner: OwnedFd,
+}
+
+/// Never returns: exits with the command's status (125 on a setup failure).
+pub fn run(a: InitArgs) -> ! {
+    let code = match setup_and_run(a) {
+        Ok(c) => c,
+        Err(f) => {
+            if f.code == exit::TOOL_FAILED {
+                audit::emit(
+                    "setup_failed",
+                    Severity::Warn,
+                    serde_json::json!({ "error": f.message }),
+                );
+            }
+            eprintln!("sbx-fs: {}", f.message);
+            f.code
+        }
+    };
+    unsafe { libc::_exit(code) }
+}
+
+fn setup_and_run(mut a: InitArgs) -> Result<i32, Failure> {
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    }
+    if crate::sys::pidfd_exited(a.owner.as_raw_fd()) {
+        return Err(Failure::new("sbx-fs exited before the sandbox started"));
+    }
+    // Away from the terminal's process group: the outer sbx-fs forwards
+    // what the terminal sends, once.
+    unsafe { libc::setsid() };
+    if a.userns {
+        namespaces::write_maps(a.uid, a.outer_uid, a.gid, a.outer_gid)?;
+    }
+    // The command must not read init's memory or environment through /proc.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    if let Some(h) = &a.hostname {
+        namespaces::set_hostname(h)?;
+    }
+    let mut root = mounts::prepare(
+        Owner {
+            uid: a.uid,
+            gid: a.gid,
+        },
+        &mut a.plan.sources,
+    )?;
+    for op in &a.plan.ops {
+        root.apply(op, &a.plan.sources)?;
+    }
+    root.pivot()?;
+    // The bind sources' fds refer to the host: gone before the command runs.
+    a.plan.sources.clear();
+    enter_dir(&a)?;
+
+    let mut mask = sbx_core::signals::forwarded_set();
+    mask.add(Signal::SIGCHLD);
+    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
+        .map_err(|e| Failure::new(format!("sigprocmask: {e}")))?;
+    let sfd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(|e| Failure::new(format!("signalfd: {e}")))?;
+
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(Failure::new(format!(
+            "fork: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    if child == 0 {
+        drop(sfd);
+        exec_command(&a);
+    }
+    drop(a.exec_fd.take());
+    supervise(child, &sfd, a.owner.as_raw_fd())
+}
+
+fn enter_dir(a: &InitArgs) -> Result<(), Failure> {
+    if let Some(d) = &a.chdir {
+        return std::env::set_current_dir(d)
+            .map_err(|e| Failure::new(format!("--chdir {}: {e}", d.display())));
+    }
+    for d in &a.fallback_dirs {
+        if std::env::set_current_dir(d).is_ok() {
+            return Ok(());
+        }
+    }
+    std::env::set_current_dir("/").map_err(|e| Failure::new(format!("chdir /: {e}")))
+}
+
+/// The command's process: its own session (no TIOCSTI into our terminal),
+/// no capabilities, no_new_privs, only fds 0-2 (and the audit fd for a next
+/// sbx tool), then exec.
+fn exec_command(a: &InitArgs) -> ! {
+    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    unsafe {
+        libc::setsid();
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    }
+    if let Err(e) = caps::drop_all(a.uid, a.gid, a.userns) {
+        eprintln!("sbx-fs: dropping privileges: {e}");
+        unsafe { libc::_exit(exit::TOOL_FAILED) }
+    }
+    let mut env = a.env.clone();
+    let argv0 = a.argv[0].as_os_str();
+    let mut keep = Vec::new();
+    if let Some(au) = audit::get()
+        && let Some((k, v)) = au.handoff_exec(argv0)
+    {
+        chain::set_env(&mut env, k, v);
+        keep.extend(au.raw_fd());
+    }
+    if let Err(e) = sbx_core::fds::cloexec_all_except(&keep) {
+        eprintln!("sbx-fs: fd hygiene: {e}");
+        unsafe { libc::_exit(exit::TOOL_FAILED) }
+    }
+    let f = match &a.exec_fd {
+        Some(fd) => chain::exec_fd(fd.as_fd(), &a.argv, &env),
+        None => chain::exec(&a.argv, &env),
+    };
+    eprintln!("sbx-fs: {}", f.message);
+    unsafe { libc::_exit(f.code) }
+}
+
+fn supervise(child: libc::pid_t, sfd: &SignalFd, owner: i32) -> Result<i32, Failure> {
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: sfd.as_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: owner,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            continue;
+        }
+        if fds[1].revents != 0 {
+            // The outer sbx-fs is gone: so is the sandbox (our exit kills
+            // every process of the PID namespace).
+            return Ok(128 + libc::SIGKILL);
+        }
+        if fds[0].revents == 0 {
+            continue;
+        }
+        let mut reap = false;
+        while let Ok(Some(info)) = sfd.read_signal() {
+            let sig = info.ssi_signo as i32;
+            if sig == libc::SIGCHLD {
+                reap = true;
+            } else {
+                unsafe { libc::kill(child, sig) };
+            }
+        }
+        if reap && let Some(code) = reap_all(child) {
+            return Ok(code);
+        }
+    }
+}
+
+/// Reaps every exited process; the command's status when it was one.
+fn reap_all(child: libc::pid_t) -> Option<i32> {
+    let mut result = None;
+    loop {
+        let mut st = 0;
+        let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+        if pid <= 0 {
+            break;
+        }
+        let status = std::os::unix::process::ExitStatusExt::from_raw(st);
+        sbx_core::sigsys::report_child_exit(pid, status);
+        if pid == child {
+            result = Some(exit::from_raw_wait(st));
+        }
+    }
+    result
+}

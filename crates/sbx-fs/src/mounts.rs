@@ -1,0 +1,413 @@
+//! Executing a plan inside the new mount namespace: a fresh tmpfs root,
+//! every mount made from an fd onto an fd (the destination opened beneath
+//! the new root without following any symlink), then `pivot_root`.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Component, Path, PathBuf};
+
+use crate::plan::{Kind, Op, Source, What};
+use crate::sys;
+
+const HELPER: &str = ".sbx-helper";
+
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("{op} {path}")]
+    Sys {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("bind source {path} changed between the check and the mount (refused)")]
+    SourceChanged { path: PathBuf },
+    #[error("destination {path} crosses a symlink or a non-directory (refused)")]
+    Symlink { path: PathBuf },
+    #[error(
+        "destination {path} is missing and would have to be created outside the sandbox's own tmpfs (refused)"
+    )]
+    WouldCreateOnHost { path: PathBuf },
+}
+
+fn e<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> MountError + 'a {
+    move |source| MountError::Sys {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The identity that owns the $HOME tmpfs.
+#[derive(Debug, Clone, Copy)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+pub struct Root {
+    root: OwnedFd,
+    helper: OwnedFd,
+    /// st_dev of every tmpfs this sandbox made: the only places where a
+    /// missing mount point may be created.
+    ours: Vec<u64>,
+    owner: Owner,
+}
+
+/// Makes the mount namespace private-ish (slave: nothing propagates back
+/// to the host), mounts the new root tmpfs (attached at /tmp of this
+/// namespace only) and the helper holding the empty deny/placeholder files.
+pub fn prepare(owner: Owner, sources: &mut [Source]) -> Result<Root, MountError> {
+    let slash = Path::new("/");
+    sys::mount_propagation(slash, libc::MS_REC | libc::MS_SLAVE)
+        .map_err(e("make mounts slave", slash))?;
+    reopen_sources(sources)?;
+    let at = Path::new("/tmp");
+    let fs = sys::new_fs(
+        "tmpfs",
+        &[("mode", "0755"), ("size", "1M")],
+        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+    )
+    .map_err(e("create root tmpfs", at))?;
+    sys::move_mount_path(fs.as_raw_fd(), at).map_err(e("attach root tmpfs", at))?;
+    let root = sys::openat2(
+        libc::AT_FDCWD,
+        at,
+        libc::O_PATH | libc::O_DIRECTORY,
+        0,
+        sys::RESOLVE_NO_SYMLINKS,
+    )
+    .map_err(e("open root", at))?;
+    let mut ours = vec![
+        sys::fstat(root.as_raw_fd())
+            .map_err(e("stat root", at))?
+            .st_dev,
+    ];
+    let hp = Path::new(HELPER);
+    sys::mkdirat(root.as_raw_fd(), hp, 0o755).map_err(e("mkdir", hp))?;
+    let hfs = sys::new_fs(
+        "tmpfs",
+        &[("mode", "0755"), ("size", "16k")],
+        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC,
+    )
+    .map_err(e("create helper tmpfs", hp))?;
+    let hdir = sys::open_beneath(root.as_raw_fd(), hp, libc::O_PATH | libc::O_DIRECTORY)
+        .map_err(e("open", hp))?;
+    sys::move_mount_fd(hfs.as_raw_fd(), hdir.as_raw_fd()).map_err(e("attach helper", hp))?;
+    let helper = sys::open_beneath(root.as_raw_fd(), hp, libc::O_PATH | libc::O_DIRECTORY)
+        .map_err(e("open", hp))?;
+    ours.push(
+        sys::fstat(helper.as_raw_fd())
+            .map_err(e("stat", hp))?
+            .st_dev,
+    );
+    let h = helper.as_raw_fd();
+    for (name, dir, mode) in [
+        ("deny-file", false, 0o000),
+        ("deny-dir", true, 0o000),
+        ("empty-file", false, 0o444),
+        ("empty-dir", true, 0o555),
+    ] {
+        let n = Path::new(name);
+        if dir {
+            sys::mkdirat(h, n, mode).map_err(e("mkdir", n))?;
+        } else {
+            sys::mkfileat(h, n, mode).map_err(e("create", n))?;
+        }
+        sys::fchmodat(h, n, mode).map_err(e("chmod", n))?;
+    }
+    sys::mount_setattr(h, sys::MOUNT_ATTR_RDONLY, false).map_err(e("make helper read-only", hp))?;
+    Ok(Root {
+        root,
+        helper,
+        ours,
+        owner,
+    })
+}
+
+/// open_tree(OPEN_TREE_CLONE) only clones mounts of the caller's own mount
+/// namespace, and the sources were opened on the host, before it existed.
+/// So each is opened again here, by its canonical path, without following
+/// any symlink, and must be the very same inode (device and inode number)
+/// that was opened on the host: a path swapped in between is refused.
+fn reopen_sources(sources: &mut [Source]) -> Result<(), MountError> {
+    for s in sources.iter_mut() {
+        let fd = sys::openat2(
+            libc::AT_FDCWD,
+            &s.path,
+            libc::O_PATH,
+            0,
+            sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS,
+        );
+        let same = match &fd {
+            Ok(f) => {
+                sys::fstat(f.as_raw_fd()).is_ok_and(|st| st.st_dev == s.dev && st.st_ino == s.ino)
+            }
+            Err(_) => false,
+        };
+        if !same {
+            sbx_core::audit::emit(
+                "bind_source_changed",
+                sbx_core::Severity::Alert,
+                serde_json::json!({ "path": s.path.display().to_string() }),
+            );
+            return Err(MountError::SourceChanged {
+                path: s.path.clone(),
+            });
+        }
+        if let Ok(f) = fd {
+            s.fd = f;
+        }
+    }
+    Ok(())
+}
+
+fn components(dst: &Path) -> Vec<&Path> {
+    dst.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(Path::new(n)),
+            _ => None,
+        })
+        .collect()
+}
+
+impl Root {
+    /// Opens `dst` (absolute in the sandbox) beneath the new root without
+    /// following symlinks, creating missing components (directories, the
+    /// last one as `kind`) only on the sandbox's own tmpfs. None when it is
+    /// missing and `create` is false.
+    pub fn mkpath(
+        &self,
+        dst: &Path,
+        kind: Kind,
+        create: bool,
+    ) -> Result<Option<OwnedFd>, MountError> {
+        let comps = components(dst);
+        let mut cur: Option<OwnedFd> = None;
+        for (i, c) in comps.iter().enumerate() {
+            let last = i + 1 == comps.len();
+            let dirfd: RawFd = cur
+                .as_ref()
+                .map_or(self.root.as_raw_fd(), |f| f.as_raw_fd());
+            let flags = if last {
+                libc::O_PATH
+            } else {
+                libc::O_PATH | libc::O_DIRECTORY
+            };
+            let next = match sys::open_beneath(dirfd, c, flags) {
+                Ok(fd) => fd,
+                Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {
+                    if !create {
+                        return Ok(None);
+                    }
+                    let st = sys::fstat(dirfd).map_err(e("stat", dst))?;
+                    if !self.ours.contains(&st.st_dev) {
+                        return Err(MountError::WouldCreateOnHost {
+                            path: dst.to_path_buf(),
+                        });
+                    }
+                    if last && kind == Kind::File {
+                        sys::mkfileat(dirfd, c, 0o644).map_err(e("create mount point", dst))?;
+                    } else {
+                        sys::mkdirat(dirfd, c, 0o755).map_err(e("create mount point", dst))?;
+                    }
+                    sys::open_beneath(dirfd, c, flags).map_err(e("open", dst))?
+                }
+                Err(err)
+                    if matches!(
+                        err.raw_os_error(),
+                        Some(libc::ELOOP | libc::ENOTDIR | libc::EXDEV)
+                    ) =>
+                {
+                    return Err(MountError::Symlink {
+                        path: dst.to_path_buf(),
+                    });
+                }
+                Err(err) => return Err(e("open", dst)(err)),
+            };
+            cur = Some(next);
+        }
+        Ok(cur)
+    }
+
+    /// Runs one op.
+    pub fn apply(&mut self, op: &Op, sources: &[Source]) -> Result<(), MountError> {
+        let dst = op.dst.as_path();
+        match &op.what {
+            What::Bind { src, ro } => {
+                let s = &sources[*src];
+                let tree = sys::clone_tree(s.fd.as_raw_fd(), true)
+                    .map_err(e("clone bind source", &s.path))?;
+                let mut attrs = sys::MOUNT_ATTR_NOSUID;
+                if s.kind == Kind::Dir {
+                    attrs |= sys::MOUNT_ATTR_NODEV;
+                }
+                if *ro {
+                    attrs |= sys::MOUNT_ATTR_RDONLY;
+                }
+                sys::mount_setattr(tree.as_raw_fd(), attrs, true)
+                    .map_err(e("set bind attributes", dst))?;
+                let target = self.target(op, s.kind)?;
+                if let Some(t) = target {
+                    sys::move_mount_fd(tree.as_raw_fd(), t.as_raw_fd()).map_err(e("bind", dst))?;
+                }
+            }
+            What::Tmpfs { size, mode, owned } => {
+                let size = size.to_string();
+                let mode = format!("{mode:o}");
+                let uid = self.owner.uid.to_string();
+                let gid = self.owner.gid.to_string();
+                let mut opts = vec![("size", size.as_str()), ("mode", mode.as_str())];
+                if *owned {
+                    opts.push(("uid", uid.as_str()));
+                    opts.push(("gid", gid.as_str()));
+                }
+                let fs = sys::new_fs(
+                    "tmpfs",
+                    &opts,
+                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+                )
+                .map_err(e("create tmpfs", dst))?;
+                if let Some(t) = self.target(op, Kind::Dir)? {
+                    sys::move_mount_fd(fs.as_raw_fd(), t.as_raw_fd())
+                        .map_err(e("mount tmpfs", dst))?;
+                    self.note_ours(dst)?;
+                }
+            }
+            What::Proc => {
+                let fs = sys::new_fs(
+                    "proc",
+                    &[],
+                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC,
+                )
+                .map_err(e("create proc", dst))?;
+                if let Some(t) = self.target(op, Kind::Dir)? {
+                    sys::move_mount_fd(fs.as_raw_fd(), t.as_raw_fd())
+                        .map_err(e("mount proc", dst))?;
+                }
+            }
+            What::Devpts => {
+                let fs = sys::new_fs(
+                    "devpts",
+                    &[("ptmxmode", "0666"), ("mode", "0620")],
+                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
+                )
+                .map_err(e("create devpts", dst))?;
+                if let Some(t) = self.target(op, Kind::Dir)? {
+                    sys::move_mount_fd(fs.as_raw_fd(), t.as_raw_fd())
+                        .map_err(e("mount devpts", dst))?;
+                }
+            }
+            What::Symlink { target } => {
+                let parent = dst.parent().unwrap_or(Path::new("/"));
+                let name = Path::new(dst.file_name().unwrap_or_default());
+                let pfd = if parent == Path::new("/") {
+                    None
+                } else {
+                    self.mkpath(parent, Kind::Dir, true)?
+                };
+                let pfd_raw = pfd
+                    .as_ref()
+                    .map_or(self.root.as_raw_fd(), |f| f.as_raw_fd());
+                let st = sys::fstat(pfd_raw).map_err(e("stat", dst))?;
+                if !self.ours.contains(&st.st_dev) {
+                    return Err(MountError::WouldCreateOnHost {
+                        path: dst.to_path_buf(),
+                    });
+                }
+                sys::symlinkat(target, pfd_raw, name).map_err(e("symlink", dst))?;
+            }
+            What::Deny | What::Empty => {
+                let Some(t) = self.target(op, op.kind)? else {
+                    return Ok(());
+                };
+                let st = sys::fstat(t.as_raw_fd()).map_err(e("stat", dst))?;
+                let name = match (&op.what, sys::is_dir(&st)) {
+                    (What::Deny, false) => "deny-file",
+                    (What::Deny, true) => "deny-dir",
+                    (_, false) => "empty-file",
+                    (_, true) => "empty-dir",
+                };
+                let tree = sys::open_tree(
+                    self.helper.as_raw_fd(),
+                    Path::new(name),
+                    sys::OPEN_TREE_CLONE,
+                )
+                .map_err(e("clone placeholder", dst))?;
+                sys::mount_setattr(
+                    tree.as_raw_fd(),
+                    sys::MOUNT_ATTR_RDONLY
+                        | sys::MOUNT_ATTR_NOSUID
+                        | sys::MOUNT_ATTR_NODEV
+                        | sys::MOUNT_ATTR_NOEXEC,
+                    false,
+                )
+                .map_err(e("set placeholder attributes", dst))?;
+                sys::move_mount_fd(tree.as_raw_fd(), t.as_raw_fd()).map_err(e("hide", dst))?;
+            }
+            What::ReadOnly => {
+                let Some(t) = self.mkpath(dst, op.kind, false)? else {
+                    if op.optional {
+                        return Ok(());
+                    }
+                    return Err(MountError::Sys {
+                        op: "protect",
+                        path: dst.to_path_buf(),
+                        source: io::Error::from_raw_os_error(libc::ENOENT),
+                    });
+                };
+                let tree = sys::clone_tree(t.as_raw_fd(), true).map_err(e("clone", dst))?;
+                sys::mount_setattr(
+                    tree.as_raw_fd(),
+                    sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+                    true,
+                )
+                .map_err(e("make read-only", dst))?;
+                sys::move_mount_fd(tree.as_raw_fd(), t.as_raw_fd()).map_err(e("protect", dst))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn target(&self, op: &Op, kind: Kind) -> Result<Option<OwnedFd>, MountError> {
+        self.mkpath(&op.dst, kind, !op.optional)
+    }
+
+    fn note_ours(&mut self, dst: &Path) -> Result<(), MountError> {
+        if let Some(fd) = self.mkpath(dst, Kind::Dir, false)? {
+            let st = sys::fstat(fd.as_raw_fd()).map_err(e("stat", dst))?;
+            self.ours.push(st.st_dev);
+        }
+        Ok(())
+    }
+
+    /// `pivot_root` into the new root, detach the old one and the helper,
+    /// and make the root itself read-only.
+    pub fn pivot(self) -> Result<(), MountError> {
+        let slash = Path::new("/");
+        let dot = Path::new(".");
+        if unsafe { libc::fchdir(self.root.as_raw_fd()) } != 0 {
+            return Err(e("chdir", Path::new("new root"))(io::Error::last_os_error()));
+        }
+        sys::pivot_root(dot, dot).map_err(e("pivot_root", slash))?;
+        sys::umount_detach(dot).map_err(e("detach old root", slash))?;
+        if unsafe { libc::chdir(c"/".as_ptr()) } != 0 {
+            return Err(e("chdir", slash)(io::Error::last_os_error()));
+        }
+        drop(self.helper);
+        let hp = Path::new("/").join(HELPER);
+        sys::umount_detach(&hp).map_err(e("detach", &hp))?;
+        sys::unlinkat(libc::AT_FDCWD, &hp, true).map_err(e("remove", &hp))?;
+        let r = sys::openat2(
+            libc::AT_FDCWD,
+            slash,
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+            0,
+        )
+        .map_err(e("open", slash))?;
+        sys::mount_setattr(r.as_raw_fd(), sys::MOUNT_ATTR_RDONLY, false)
+            .map_err(e("make root read-only", slash))?;
+        Ok(())
+    }
+}

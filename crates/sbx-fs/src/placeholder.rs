@@ -1,0 +1,235 @@
+//! Mount points sbx-fs must create in the user's own tree (a destination
+//! nested in a bind, an invariant or denied path that does not exist yet).
+//!
+//! They are created on the host before the sandbox starts, walking from the
+//! bind source's fd without following symlinks, and removed when it ends:
+//! by sbx-fs itself, and by a small reaper process, forked right after they
+//! were created, that watches sbx-fs through a pidfd and removes them when
+//! sbx-fs dies without having done so (SIGKILL). A placeholder is removed
+//! only when it is still the very inode that was created (and, for a
+//! directory, still empty).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Component, Path, PathBuf};
+
+use crate::plan::{Kind, Source};
+use crate::sys;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlaceholderError {
+    #[error("create mount point {path} on the host")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("mount point {path} on the host is not a directory or is a symlink (refused)")]
+    NotDir { path: PathBuf },
+    #[error("start the placeholder reaper")]
+    Reaper(#[source] io::Error),
+}
+
+#[derive(Debug)]
+pub struct Placeholder {
+    parent: OwnedFd,
+    name: PathBuf,
+    dir: bool,
+    dev: u64,
+    ino: u64,
+    pub shown: PathBuf,
+}
+
+#[derive(Debug, Default)]
+pub struct Placeholders {
+    pub list: Vec<Placeholder>,
+    reaper_pipe: Option<OwnedFd>,
+}
+
+impl Placeholders {
+    /// Makes sure `rel` exists beneath the bind source `s`, creating (and
+    /// recording) every missing component; the last one as `kind`.
+    pub fn ensure(&mut self, s: &Source, rel: &Path, kind: Kind) -> Result<(), PlaceholderError> {
+        let comps: Vec<&std::ffi::OsStr> = rel
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n),
+                _ => None,
+            })
+            .collect();
+        let mut cur: Option<OwnedFd> = None;
+        let mut shown = s.path.clone();
+        for (i, c) in comps.iter().enumerate() {
+            let last = i + 1 == comps.len();
+            let dirfd = cur.as_ref().map_or(s.fd.as_raw_fd(), |f| f.as_raw_fd());
+            shown.push(c);
+            let name = Path::new(c);
+            let err = |source| PlaceholderError::Create {
+                path: shown.clone(),
+                source,
+            };
+            match sys::lstatat(dirfd, name) {
+                Ok(st) => {
+                    if sys::is_symlink(&st) || (!last && !sys::is_dir(&st)) {
+                        return Err(PlaceholderError::NotDir { path: shown });
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    let dir = !last || kind == Kind::Dir;
+                    if dir {
+                        sys::mkdirat(dirfd, name, 0o700).map_err(err)?;
+                    } else {
+                        sys::mkfileat(dirfd, name, 0o600).map_err(err)?;
+                    }
+                    let st = sys::lstatat(dirfd, name).map_err(err)?;
+                    let parent = sys::openat2(
+                        dirfd,
+                        Path::new("."),
+                        libc::O_PATH | libc::O_DIRECTORY,
+                        0,
+                        0,
+                    )
+                    .map_err(err)?;
+                    self.list.push(Placeholder {
+                        parent,
+                        name: name.to_path_buf(),
+                        dir,
+                        dev: st.st_dev,
+                        ino: st.st_ino,
+                        shown: shown.clone(),
+                    });
+                }
+                Err(e) => return Err(err(e)),
+            }
+            if !last {
+                cur = Some(
+                    sys::open_beneath(dirfd, name, libc::O_PATH | libc::O_DIRECTORY)
+                        .map_err(err)?,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Forks the reaper (when there is anything to reap). Call after every
+    /// placeholder exists and before the namespaces are made.
+    pub fn start_reaper(&mut self) -> Result<(), PlaceholderError> {
+        if self.list.is_empty() {
+            return Ok(());
+        }
+        let mut p = [0 as RawFd; 2];
+        if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(PlaceholderError::Reaper(io::Error::last_os_error()));
+        }
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        let me = unsafe { libc::getpid() };
+        match unsafe { libc::fork() } {
+            -1 => Err(PlaceholderError::Reaper(io::Error::last_os_error())),
+            0 => {
+                drop(w);
+                reaper(me, r, &self.list)
+            }
+            _ => {
+                drop(r);
+                self.reaper_pipe = Some(w);
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes the placeholders (deepest first) and releases the reaper.
+    /// Returns the paths that could not be removed.
+    pub fn cleanup(&mut self) -> Vec<PathBuf> {
+        let left = remove_all(&self.list);
+        self.list.clear();
+        if let Some(w) = self.reaper_pipe.take() {
+            unsafe { libc::write(w.as_raw_fd(), b"d".as_ptr().cast(), 1) };
+        }
+        left
+    }
+}
+
+fn remove_all(list: &[Placeholder]) -> Vec<PathBuf> {
+    let mut left = Vec::new();
+    for p in list.iter().rev() {
+        let fd = p.parent.as_raw_fd();
+        match sys::lstatat(fd, &p.name) {
+            Ok(st)
+                if st.st_dev == p.dev
+                    && st.st_ino == p.ino
+                    && sys::unlinkat(fd, &p.name, p.dir).is_err() =>
+            {
+                left.push(p.shown.clone());
+            }
+            _ => {}
+        }
+    }
+    left
+}
+
+/// The reaper: detached from the terminal, holding only what it needs,
+/// it waits for sbx-fs (pid `owner`) to exit and removes what is left.
+fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder]) -> ! {
+    unsafe {
+        libc::setsid();
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+        libc::chdir(c"/".as_ptr());
+    }
+    let mut keep: Vec<RawFd> = list.iter().map(|p| p.parent.as_raw_fd()).collect();
+    keep.push(done.as_raw_fd());
+    close_others(&keep);
+    let Ok(pidfd) = sys::pidfd_open(owner) else {
+        remove_all(list);
+        unsafe { libc::_exit(0) }
+    };
+    if unsafe { libc::getppid() } != owner {
+        // sbx-fs died before the watch began.
+        remove_all(list);
+        unsafe { libc::_exit(0) }
+    }
+    loop {
+        let mut p = libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let n = unsafe { libc::poll(&mut p, 1, -1) };
+        if n > 0 {
+            break;
+        }
+    }
+    let mut b = [0u8; 1];
+    unsafe { libc::fcntl(done.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+    let n = unsafe { libc::read(done.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+    if !(n == 1 && b[0] == b'd') {
+        remove_all(list);
+    }
+    unsafe { libc::_exit(0) }
+}
+
+/// Closes every fd >= 3 not in `keep`.
+pub fn close_others(keep: &[RawFd]) {
+    let mut k: Vec<RawFd> = keep.iter().copied().filter(|f| *f >= 3).collect();
+    k.sort_unstable();
+    let mut from: u32 = 3;
+    for fd in k {
+        let fd = fd as u32;
+        if fd > from {
+            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0) };
+        }
+        from = fd + 1;
+    }
+    unsafe { libc::syscall(libc::SYS_close_range, from, u32::MAX, 0) };
+}

@@ -1,0 +1,410 @@
+//! The mount plan: the list of mount operations that build the sandbox
+//! root, computed on the host before any namespace exists. A plan is plain
+//! data (testable without privileges); `mounts` executes it.
+
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use crate::spec::Spec;
+use crate::sys;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+}
+
+impl Kind {
+    pub fn of(st: &libc::stat) -> Kind {
+        if sys::is_dir(st) {
+            Kind::Dir
+        } else {
+            Kind::File
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum What {
+    /// A bind of `sources[src]`, recursive.
+    Bind {
+        src: usize,
+        ro: bool,
+    },
+    /// A fresh tmpfs; `owned` gives its root to the identity inside.
+    Tmpfs {
+        size: u64,
+        mode: u32,
+        owned: bool,
+    },
+    /// The PID namespace's own /proc.
+    Proc,
+    /// A new devpts instance.
+    Devpts,
+    Symlink {
+        target: PathBuf,
+    },
+    /// Hidden: an empty, unreadable (mode 000) read-only file or directory.
+    Deny,
+    /// Protected placeholder: an empty read-only file or directory.
+    Empty,
+    /// The object already at `dst` bound onto itself read-only.
+    ReadOnly,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    pub dst: PathBuf,
+    pub kind: Kind,
+    pub what: What,
+    /// Skip (never create) when the destination does not exist: the masks
+    /// in /proc, whose entries depend on the kernel.
+    pub optional: bool,
+    /// Why this op exists (for the audit log and messages).
+    pub why: &'static str,
+}
+
+impl Op {
+    pub fn new(dst: impl Into<PathBuf>, kind: Kind, what: What, why: &'static str) -> Op {
+        Op {
+            dst: dst.into(),
+            kind,
+            what,
+            optional: false,
+            why,
+        }
+    }
+}
+
+/// A bind source, opened on the host before any namespace exists: the bind
+/// is made from this fd, so what was checked is what is mounted.
+#[derive(Debug)]
+pub struct Source {
+    pub fd: OwnedFd,
+    /// Canonical host path (from the fd), for rules and messages.
+    pub path: PathBuf,
+    pub kind: Kind,
+    pub dev: u64,
+    pub ino: u64,
+    pub rw: bool,
+    /// A system directory (the defaults): not scanned for name patterns.
+    pub system: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("{flag} {path}: cannot open bind source")]
+    Source {
+        flag: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{flag} {path}: only directories and regular files can be bound")]
+    SourceType { flag: &'static str, path: PathBuf },
+    #[error("--rw {path}: inside {protected}, which sbx-fs always keeps read-only")]
+    RwProtected { path: PathBuf, protected: String },
+    #[error("cannot read {path}")]
+    Host {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The system directories bound read-only by default (symlinks, as on
+/// merged-/usr systems, are recreated as symlinks).
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+];
+
+/// The whole plan: the sources to bind and the ops, ordered so that a
+/// mount point's parents are mounted first.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub sources: Vec<Source>,
+    pub ops: Vec<Op>,
+}
+
+/// Opens `path` (following the symlinks of the path the user gave, never a
+/// magic link) as an O_PATH fd and records what it is.
+pub fn open_source(
+    flag: &'static str,
+    path: &Path,
+    rw: bool,
+    system: bool,
+) -> Result<Source, PlanError> {
+    let err = |source| PlanError::Source {
+        flag,
+        path: path.to_path_buf(),
+        source,
+    };
+    let fd = sys::openat2(
+        libc::AT_FDCWD,
+        path,
+        libc::O_PATH,
+        0,
+        sys::RESOLVE_NO_MAGICLINKS,
+    )
+    .map_err(err)?;
+    let st = sys::fstat(fd.as_raw_fd()).map_err(err)?;
+    let kind = if sys::is_dir(&st) {
+        Kind::Dir
+    } else if sys::is_reg(&st) || st.st_mode & libc::S_IFMT == libc::S_IFCHR {
+        Kind::File
+    } else {
+        return Err(PlanError::SourceType {
+            flag,
+            path: path.to_path_buf(),
+        });
+    };
+    let canon = sys::fd_path(fd.as_raw_fd()).map_err(err)?;
+    Ok(Source {
+        fd,
+        path: canon,
+        kind,
+        dev: st.st_dev,
+        ino: st.st_ino,
+        rw,
+        system,
+    })
+}
+
+/// Number of components (for parent-first ordering).
+pub fn depth(p: &Path) -> usize {
+    p.components().count()
+}
+
+/// Sorts ops parent-first, keeping the given order among equals.
+pub fn order(ops: &mut [Op]) {
+    ops.sort_by_key(|o| depth(&o.dst));
+}
+
+/// System binds, /proc, /dev, /tmp: the skeleton every sandbox has.
+pub fn skeleton(plan: &mut Plan, spec: &Spec) -> Result<(), PlanError> {
+    if spec.system {
+        for d in SYSTEM_DIRS {
+            let p = Path::new(d);
+            let Ok(meta) = std::fs::symlink_metadata(p) else {
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(p).map_err(|source| PlanError::Host {
+                    path: p.to_path_buf(),
+                    source,
+                })?;
+                plan.ops
+                    .push(Op::new(p, Kind::File, What::Symlink { target }, "system"));
+            } else if meta.is_dir() {
+                let src = open_source("system", p, false, true)?;
+                plan.sources.push(src);
+                let i = plan.sources.len() - 1;
+                plan.ops.push(Op::new(
+                    p,
+                    Kind::Dir,
+                    What::Bind { src: i, ro: true },
+                    "system",
+                ));
+            }
+        }
+    }
+    crate::proc::ops(plan);
+    crate::dev::ops(plan, spec)?;
+    plan.ops.push(Op::new(
+        "/tmp",
+        Kind::Dir,
+        What::Tmpfs {
+            size: spec.tmp_size,
+            mode: 0o1777,
+            owned: false,
+        },
+        "tmp",
+    ));
+    Ok(())
+}
+
+/// `.git`/`.claude` entries that may never be written inside a writable
+/// bind, and whether each is a directory.
+pub const INVARIANT_GIT: &[(&str, Kind)] = &[
+    ("HEAD", Kind::File),
+    ("config", Kind::File),
+    ("objects", Kind::Dir),
+    ("refs", Kind::Dir),
+    ("hooks", Kind::Dir),
+];
+pub const INVARIANT_CLAUDE: &[(&str, Kind)] = &[
+    ("settings.json", Kind::File),
+    ("settings.local.json", Kind::File),
+    ("skills", Kind::Dir),
+    ("commands", Kind::Dir),
+];
+
+/// Whether a writable bind source lies inside an invariant path.
+pub fn rw_inside_invariant(path: &Path) -> Option<String> {
+    let comps: Vec<&std::ffi::OsStr> = path.iter().collect();
+    for (i, c) in comps.iter().enumerate() {
+        let next = comps.get(i + 1).and_then(|n| n.to_str());
+        if *c == ".git" {
+            match next {
+                None => return Some(".git".into()),
+                Some(n) if INVARIANT_GIT.iter().any(|(g, _)| *g == n) => {
+                    return Some(format!(".git/{n}"));
+                }
+                _ => {}
+            }
+        }
+        if *c == ".claude" {
+            match next {
+                None => return Some(".claude".into()),
+                Some(n) if n == "skills" || n == "commands" || is_claude_settings(n) => {
+                    return Some(format!(".claude/{n}"));
+                }
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+pub fn is_claude_settings(name: &str) -> bool {
+    name.starts_with("settings") && name.ends_with(".json")
+}
+
+/// The invariant ops for one writable bind (source `s` at `dst`).
+pub fn invariants(s: &Source, dst: &Path) -> Vec<Op> {
+    let mut ops = Vec::new();
+    if s.kind != Kind::Dir {
+        return ops;
+    }
+    let look = |rel: &str| std::fs::symlink_metadata(s.path.join(rel)).ok();
+    let mut protect = |rel: String, kind: Kind, exists: Option<std::fs::Metadata>| match exists {
+        Some(m) if m.file_type().is_symlink() => {}
+        Some(m) => ops.push(Op::new(
+            dst.join(&rel),
+            if m.is_dir() { Kind::Dir } else { Kind::File },
+            What::ReadOnly,
+            "invariant",
+        )),
+        None => ops.push(Op::new(dst.join(&rel), kind, What::Empty, "invariant")),
+    };
+    for (top, entries) in [(".git", INVARIANT_GIT), (".claude", INVARIANT_CLAUDE)] {
+        match look(top) {
+            None => protect(top.to_string(), Kind::Dir, None),
+            Some(m) if m.is_dir() => {
+                for (name, kind) in entries {
+                    protect(
+                        format!("{top}/{name}"),
+                        *kind,
+                        look(&format!("{top}/{name}")),
+                    );
+                }
+                if top == ".claude" {
+                    // Every settings*.json that exists, beyond the two names.
+                    if let Ok(rd) = std::fs::read_dir(s.path.join(top)) {
+                        for e in rd.flatten() {
+                            let n = e.file_name();
+                            let Some(n) = n.to_str() else { continue };
+                            if is_claude_settings(n)
+                                && n != "settings.json"
+                                && n != "settings.local.json"
+                            {
+                                protect(
+                                    format!(".claude/{n}"),
+                                    Kind::File,
+                                    look(&format!(".claude/{n}")),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            // A gitfile (worktree) or a .claude file: keep it as it is.
+            Some(m) => protect(top.to_string(), Kind::File, Some(m)),
+        }
+    }
+    ops
+}
+
+/// The environment the command starts with.
+pub fn command_env(spec: &Spec) -> Vec<(OsString, OsString)> {
+    let mut env = if spec.clearenv {
+        Vec::new()
+    } else {
+        sbx_core::chain::current_env()
+    };
+    for op in &spec.env_ops {
+        match op {
+            crate::spec::EnvOp::Set(k, v) => {
+                sbx_core::chain::set_env(&mut env, k.clone(), v.clone())
+            }
+            crate::spec::EnvOp::Unset(k) => sbx_core::chain::unset_env(&mut env, k),
+        }
+    }
+    env
+}
+
+/// The deepest op before `i` whose destination is a directory containing
+/// `ops[i].dst`.
+pub fn enclosing(ops: &[Op], i: usize) -> Option<usize> {
+    let dst = &ops[i].dst;
+    (0..i)
+        .rev()
+        .find(|&j| ops[j].kind == Kind::Dir && dst.starts_with(&ops[j].dst) && dst != &ops[j].dst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordering_is_parent_first_and_stable() {
+        let mut ops = vec![
+            Op::new("/a/b/c", Kind::File, What::Deny, "t"),
+            Op::new("/a", Kind::Dir, What::Proc, "t"),
+            Op::new("/x/y", Kind::Dir, What::Devpts, "t"),
+            Op::new("/a/b", Kind::Dir, What::Devpts, "t"),
+        ];
+        order(&mut ops);
+        let d: Vec<_> = ops.iter().map(|o| o.dst.to_str().unwrap()).collect();
+        assert_eq!(d, ["/a", "/x/y", "/a/b", "/a/b/c"]);
+        assert_eq!(enclosing(&ops, 3), Some(2));
+        assert_eq!(enclosing(&ops, 1), None);
+    }
+
+    #[test]
+    fn invariant_paths_refused_for_rw() {
+        assert_eq!(
+            rw_inside_invariant(Path::new("/p/.git")).as_deref(),
+            Some(".git")
+        );
+        assert_eq!(
+            rw_inside_invariant(Path::new("/p/.git/hooks/x")).as_deref(),
+            Some(".git/hooks")
+        );
+        assert_eq!(rw_inside_invariant(Path::new("/p/.git/info")), None);
+        assert_eq!(
+            rw_inside_invariant(Path::new("/p/.claude/settings.local.json")).as_deref(),
+            Some(".claude/settings.local.json")
+        );
+        assert_eq!(rw_inside_invariant(Path::new("/p/.claude/agents")), None);
+        assert_eq!(rw_inside_invariant(Path::new("/p/src")), None);
+    }
+
+    #[test]
+    fn invariants_cover_existing_and_missing() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join(".git/objects")).unwrap();
+        std::fs::write(d.path().join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        let s = open_source("--rw", d.path(), true, false).unwrap();
+        let ops = invariants(&s, Path::new("/w"));
+        let find = |p: &str| ops.iter().find(|o| o.dst == Path::new(p)).unwrap().clone();
+        assert_eq!(find("/w/.git/HEAD").what, What::ReadOnly);
+        assert_eq!(find("/w/.git/objects").what, What::ReadOnly);
+        assert_eq!(find("/w/.git/objects").kind, Kind::Dir);
+        assert_eq!(find("/w/.git/config").what, What::Empty);
+        assert_eq!(find("/w/.git/config").kind, Kind::File);
+        assert_eq!(find("/w/.git/hooks").kind, Kind::Dir);
+        assert_eq!(find("/w/.claude").what, What::Empty);
+    }
+}

@@ -1,0 +1,343 @@
+//! The narrow syscall seam: the new mount API, openat2, pidfds and the few
+//! other calls libc has no safe wrapper for. Everything else in the crate
+//! goes through these functions, each of which returns `io::Error` and is
+//! wrapped by its caller into a typed error naming the operation and path.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+pub const OPEN_TREE_CLONE: u32 = 1;
+pub const AT_RECURSIVE: u32 = 0x8000;
+pub const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
+pub const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+pub const RESOLVE_NO_MAGICLINKS: u64 = 0x2;
+pub const RESOLVE_NO_SYMLINKS: u64 = 0x4;
+pub const RESOLVE_BENEATH: u64 = 0x8;
+const FSCONFIG_SET_STRING: u32 = 1;
+const FSCONFIG_CMD_CREATE: u32 = 6;
+const FSOPEN_CLOEXEC: u32 = 1;
+const FSMOUNT_CLOEXEC: u32 = 1;
+
+fn cstr(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn fd_result(r: libc::c_long) -> io::Result<OwnedFd> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+    }
+}
+
+fn unit_result(r: libc::c_long) -> io::Result<()> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// `openat2(dir, path, {flags, mode, resolve})`, retried on EAGAIN/EINTR
+/// (a concurrent rename makes RESOLVE_* lookups fail with EAGAIN).
+pub fn openat2(
+    dir: RawFd,
+    path: &Path,
+    flags: i32,
+    mode: u32,
+    resolve: u64,
+) -> io::Result<OwnedFd> {
+    let c = cstr(path)?;
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: u64::from(mode),
+        resolve,
+    };
+    let mut tries = 0;
+    loop {
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir,
+                c.as_ptr(),
+                &how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        };
+        match fd_result(r) {
+            Err(e)
+                if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) && tries < 64 =>
+            {
+                tries += 1
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One component (or a relative path) beneath `dir`, never following a
+/// symlink and never leaving `dir`.
+pub fn open_beneath(dir: RawFd, rel: &Path, flags: i32) -> io::Result<OwnedFd> {
+    openat2(
+        dir,
+        rel,
+        flags,
+        0,
+        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    )
+}
+
+pub fn open_tree(dir: RawFd, path: &Path, flags: u32) -> io::Result<OwnedFd> {
+    let c = cstr(path)?;
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            dir,
+            c.as_ptr(),
+            flags | libc::O_CLOEXEC as u32,
+        )
+    };
+    fd_result(r)
+}
+
+/// Clones the mount tree at `fd` (recursively) into a detached mount.
+pub fn clone_tree(fd: RawFd, recursive: bool) -> io::Result<OwnedFd> {
+    let mut flags = OPEN_TREE_CLONE | libc::AT_EMPTY_PATH as u32;
+    if recursive {
+        flags |= AT_RECURSIVE;
+    }
+    open_tree(fd, Path::new(""), flags)
+}
+
+/// Attaches the detached mount `from` on the object `to` (both fds).
+pub fn move_mount_fd(from: RawFd, to: RawFd) -> io::Result<()> {
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from,
+            c"".as_ptr(),
+            to,
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    unit_result(r)
+}
+
+/// Attaches the detached mount `from` at an absolute path.
+pub fn move_mount_path(from: RawFd, to: &Path) -> io::Result<()> {
+    let c = cstr(to)?;
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    unit_result(r)
+}
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Sets mount attributes on the mount at `fd` (and below when recursive).
+pub fn mount_setattr(fd: RawFd, set: u64, recursive: bool) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let mut flags = libc::AT_EMPTY_PATH as u32;
+    if recursive {
+        flags |= AT_RECURSIVE;
+    }
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd,
+            c"".as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    unit_result(r)
+}
+
+/// A new, detached filesystem instance: `fsopen` + options + `fsmount`.
+pub fn new_fs(fstype: &str, options: &[(&str, &str)], attrs: u64) -> io::Result<OwnedFd> {
+    let t = CString::new(fstype).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let fs = fd_result(unsafe { libc::syscall(libc::SYS_fsopen, t.as_ptr(), FSOPEN_CLOEXEC) })?;
+    for (k, v) in options {
+        let k = CString::new(*k).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let v = CString::new(*v).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        unit_result(unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                fs.as_raw_fd(),
+                FSCONFIG_SET_STRING,
+                k.as_ptr(),
+                v.as_ptr(),
+                0,
+            )
+        })?;
+    }
+    unit_result(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    })?;
+    fd_result(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })
+}
+
+pub fn mkdirat(dir: RawFd, name: &Path, mode: u32) -> io::Result<()> {
+    let c = cstr(name)?;
+    unit_result(unsafe { libc::mkdirat(dir, c.as_ptr(), mode) } as libc::c_long)
+}
+
+/// Creates an empty regular file `name` in `dir` (O_EXCL, no symlink).
+pub fn mkfileat(dir: RawFd, name: &Path, mode: u32) -> io::Result<()> {
+    let c = cstr(name)?;
+    let fd = unsafe {
+        libc::openat(
+            dir,
+            c.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            mode,
+        )
+    };
+    fd_result(fd as libc::c_long).map(drop)
+}
+
+pub fn symlinkat(target: &Path, dir: RawFd, name: &Path) -> io::Result<()> {
+    let t = cstr(target)?;
+    let n = cstr(name)?;
+    unit_result(unsafe { libc::symlinkat(t.as_ptr(), dir, n.as_ptr()) } as libc::c_long)
+}
+
+pub fn fchmodat(dir: RawFd, name: &Path, mode: u32) -> io::Result<()> {
+    let c = cstr(name)?;
+    unit_result(unsafe { libc::fchmodat(dir, c.as_ptr(), mode, 0) } as libc::c_long)
+}
+
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`; an empty name stats `dir`.
+pub fn lstatat(dir: RawFd, name: &Path) -> io::Result<libc::stat> {
+    let c = cstr(name)?;
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let mut flags = libc::AT_SYMLINK_NOFOLLOW;
+    if name.as_os_str().is_empty() {
+        flags |= libc::AT_EMPTY_PATH;
+    }
+    unit_result(unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, flags) } as libc::c_long)?;
+    Ok(st)
+}
+
+pub fn fstat(fd: RawFd) -> io::Result<libc::stat> {
+    lstatat(fd, Path::new(""))
+}
+
+pub fn unlinkat(dir: RawFd, name: &Path, dir_flag: bool) -> io::Result<()> {
+    let c = cstr(name)?;
+    let flags = if dir_flag { libc::AT_REMOVEDIR } else { 0 };
+    unit_result(unsafe { libc::unlinkat(dir, c.as_ptr(), flags) } as libc::c_long)
+}
+
+pub fn pivot_root(new: &Path, old: &Path) -> io::Result<()> {
+    let n = cstr(new)?;
+    let o = cstr(old)?;
+    unit_result(unsafe { libc::syscall(libc::SYS_pivot_root, n.as_ptr(), o.as_ptr()) })
+}
+
+pub fn umount_detach(p: &Path) -> io::Result<()> {
+    let c = cstr(p)?;
+    unit_result(unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } as libc::c_long)
+}
+
+/// `mount(NULL, path, NULL, flags, NULL)`: propagation changes.
+pub fn mount_propagation(p: &Path, flags: libc::c_ulong) -> io::Result<()> {
+    let c = cstr(p)?;
+    unit_result(unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        )
+    } as libc::c_long)
+}
+
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    fd_result(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })
+}
+
+pub fn pidfd_send_signal(fd: RawFd, sig: i32) -> io::Result<()> {
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd,
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    match unit_result(r) {
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        other => other,
+    }
+}
+
+/// Whether `fd` (a pidfd) is readable now (the process exited).
+pub fn pidfd_exited(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+}
+
+/// The path the kernel reports for an fd (for messages and rule matching).
+pub fn fd_path(fd: RawFd) -> io::Result<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+}
+
+pub fn is_dir(st: &libc::stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFDIR
+}
+
+pub fn is_reg(st: &libc::stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFREG
+}
+
+pub fn is_symlink(st: &libc::stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFLNK
+}
