@@ -401,8 +401,11 @@ impl SandboxGroup {
         }
         for d in &self.dirs {
             let p = d.path.join("cgroup.procs");
+            // (A fake cgroupfs has no kernel to make the file.)
             let f = std::fs::OpenOptions::new()
                 .write(true)
+                .create(!self.real)
+                .truncate(false)
                 .open(&p)
                 .map_err(|e| GroupError::Open(p.display().to_string(), e))?;
             self.procs.push(f.into());
@@ -525,6 +528,9 @@ impl SandboxGroup {
         }
         v.sort_unstable();
         v.dedup();
+        // A pid that no longer exists is not waited for (a fake cgroupfs
+        // keeps listing it; the kernel never lists a reaped task).
+        v.retain(|&p| unsafe { libc::kill(p, 0) == 0 } || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH));
         v
     }
 

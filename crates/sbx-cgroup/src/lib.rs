@@ -139,6 +139,6 @@ pub fn main() -> ! {
         let cli: Cli = sbx_core::cli::parse(TOOL)?;
         let prepared = run::prepare(&cli)?;
         sbx_core::cli::init(TOOL, &cli.common)?;
-        run::run(&cli, prepared)
+        run::run(&cli, prepared).or_else(run::report_failure)
     })
 }

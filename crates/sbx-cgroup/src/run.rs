@@ -171,6 +171,24 @@ pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
     Ok(code)
 }
 
+/// A failure after the audit log is open: logged there as `setup_failed`
+/// and printed as one line (run_main would also trace it to stderr, a
+/// second line, because tracing is on by then).
+pub fn report_failure(f: Failure) -> Result<i32, Failure> {
+    let fd = audit::get().and_then(|a| a.raw_fd());
+    if let (true, Some(fd)) = (f.code == exit::TOOL_FAILED, fd) {
+        let line = audit::render(
+            crate::TOOL,
+            "setup_failed",
+            Severity::Warn,
+            serde_json::json!({ "error": f.message }),
+        );
+        unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
+    }
+    eprintln!("{}: {}", crate::TOOL, f.message);
+    Ok(f.code)
+}
+
 fn finish(mut group: SandboxGroup, watcher: Watcher) {
     let _ = group.destroy(KILL_LIMIT);
     watcher.finish();
@@ -205,6 +223,12 @@ fn install_pre_exec(cmd: &mut std::process::Command, group: &SandboxGroup, rlimi
         .collect();
     unsafe {
         cmd.pre_exec(move || {
+            // The supervisor blocks the signals it forwards; the command
+            // must start with none blocked (std's spawn does not reset the
+            // mask).
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
             for (fd, msg) in fds.iter().zip(&join_msgs) {
                 let r = libc::write(*fd, b"0".as_ptr().cast(), 1);
                 if r != 1 {

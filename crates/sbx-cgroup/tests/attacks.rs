@@ -1,0 +1,212 @@
+//! The attacks of issue 3 against sbx-cgroup, on this host's real cgroups
+//! (v1 controllers; run as root), each under a parent group the test made.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+
+/// Starts the bomb, then waits (with shell builtins only: the group has no
+/// pids left for a `sleep`) until the pids limit has been hit, bounded.
+const BOMB: &str = r#"f=/sys/fs/cgroup/pids$(grep :pids: /proc/self/cgroup | cut -d: -f3)/pids.events
+b() { b | b & }; b
+n=0; while read k v < "$f"; [ "$v" = 0 ] && [ $n -lt 5000000 ]; do n=$((n+1)); done; exit 7"#;
+
+#[test]
+fn fork_bomb_is_held_by_pids_and_alerted() {
+    let p = parent_or_skip!();
+    let out = run(p
+        .cmd()
+        .args(["--pids", "24", "--timeout", "30s", "--"])
+        .args(["sh", "-c", BOMB]));
+    assert_eq!(code(&out), 7, "{}", stderr(&out));
+    let ev = assert_event(&p.log(), "cgroup_summary", "alert", |e| {
+        e["pids_limit_hits"].as_u64() > Some(0)
+    });
+    assert_eq!(ev["timed_out"], false);
+    assert_eq!(ev["removed"], true);
+    p.assert_no_group();
+}
+
+#[test]
+fn memory_hog_is_oom_killed_inside_the_group() {
+    let p = parent_or_skip!();
+    if !have("python3") {
+        skip!("python3 missing");
+    }
+    let out = run(p.cmd().args(["--memory", "32M", "--"]).args([
+        "python3",
+        "-c",
+        "x = bytearray(512 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1",
+    ]));
+    assert_eq!(code(&out), 137, "{}", stderr(&out));
+    let ev = assert_event(&p.log(), "cgroup_summary", "alert", |e| {
+        e["oom_kills"].as_u64() >= Some(1)
+    });
+    assert_eq!(ev["exit_code"], 137);
+    assert!(
+        ev["peak_memory_bytes"].as_u64().unwrap() <= 32 << 20,
+        "{ev}"
+    );
+    p.assert_no_group();
+}
+
+/// CPU time over the run divided by wall time, from the group's cpuacct
+/// figures in the summary event.
+fn cpu_share(p: &TestParent, extra: &[&str]) -> f64 {
+    let _ = std::fs::remove_file(p.log());
+    let out =
+        run(p
+            .cmd()
+            .args(extra)
+            .args(["--timeout", "2s", "--", "sh", "-c", "while :; do :; done"]));
+    assert_eq!(code(&out), 124, "{}", stderr(&out));
+    let ev = summary(&p.log());
+    assert_eq!(ev["timed_out"], true);
+    let cpu = ev["cpu_time_ns"].as_u64().expect("cpu_time_ns") as f64;
+    let wall = ev["wall_ms"].as_u64().unwrap() as f64 * 1e6;
+    cpu / wall
+}
+
+#[test]
+fn cpu_spinner_is_held_to_its_quota() {
+    let p = parent_or_skip!();
+    let held = cpu_share(&p, &["--cpus", "0.05"]);
+    let free = cpu_share(&p, &[]);
+    eprintln!("spinner CPU share: --cpus 0.05 -> {held:.3}, unconstrained -> {free:.3}");
+    // The kernel caps the group at 5% of a CPU; allow twice that.
+    assert!(held < 0.10, "held spinner used {held:.3} of a CPU");
+    assert!(held < free, "held {held:.3} vs unconstrained {free:.3}");
+    p.assert_no_group();
+}
+
+#[test]
+fn double_forked_escapee_is_killed_at_the_end() {
+    let p = parent_or_skip!();
+    let marker = unique("escapee-");
+    let script = format!("(setsid sh -c 'sleep 1000; : {marker}' &) ; exit 0");
+    let out = run(p.cmd().args(["--", "sh", "-c", &script]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let ev = summary(&p.log());
+    assert!(ev["left_at_exit"].as_u64() >= Some(1), "{ev}");
+    assert!(ev["processes_killed"].as_u64() >= Some(1), "{ev}");
+    assert!(
+        wait_until(Duration::from_secs(5), || procs_with(&marker).is_empty()),
+        "escapee alive: {:?}",
+        procs_with(&marker)
+    );
+    p.assert_no_group();
+}
+
+#[test]
+fn disk_fill_is_stopped_by_rlimit_fsize() {
+    let p = parent_or_skip!();
+    let file = p.tmp.path().join("big");
+    let out = run(p
+        .cmd()
+        .args(["--rlimit", "fsize=1M", "--", "dd", "if=/dev/zero"])
+        .arg(format!("of={}", file.display()))
+        .args(["bs=64K", "count=1024"]));
+    // dd dies of SIGXFSZ (25) at the cap.
+    assert_eq!(code(&out), 128 + libc::SIGXFSZ, "{}", stderr(&out));
+    let len = std::fs::metadata(&file).unwrap().len();
+    assert!(len <= 1 << 20, "file grew to {len}");
+    p.assert_no_group();
+}
+
+#[test]
+fn timeout_kills_the_whole_group_and_alerts() {
+    let p = parent_or_skip!();
+    let marker = unique("tmo-");
+    let script = format!("setsid sh -c 'sleep 1000; : {marker}' & sleep 1000; : {marker}");
+    let out = run(p.cmd().args(["--timeout", "1s", "--", "sh", "-c", &script]));
+    assert_eq!(code(&out), 124, "{}", stderr(&out));
+    let ev = assert_event(&p.log(), "cgroup_summary", "alert", |e| {
+        e["timed_out"] == true
+    });
+    assert_eq!(ev["exit_code"], 124);
+    assert!(wait_until(Duration::from_secs(5), || procs_with(&marker).is_empty()));
+    p.assert_no_group();
+}
+
+#[test]
+fn sigkill_of_the_supervisor_leaves_nothing_behind() {
+    let p = parent_or_skip!();
+    let marker = unique("orphan-");
+    let script = format!("setsid sh -c 'sleep 1000; : {marker}' & sleep 1000; : {marker}");
+    let mut child = p
+        .cmd()
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Both shells are in the group.
+    assert!(
+        wait_until(Duration::from_secs(10), || procs_with(&marker).len() >= 2),
+        "sandbox did not start"
+    );
+    assert!(!p.children().is_empty());
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let st = child.wait().unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGKILL));
+    assert!(
+        wait_until(Duration::from_secs(10), || procs_with(&marker).is_empty()
+            && p.children().is_empty()),
+        "left behind: procs {:?}, groups {:?}",
+        procs_with(&marker),
+        p.children()
+    );
+    assert_event(&p.log(), "supervisor_died", "warn", |e| {
+        e["removed"] == true && e["processes_killed"].as_u64() >= Some(1)
+    });
+}
+
+#[test]
+fn a_stale_group_of_a_dead_supervisor_is_reaped_and_others_are_not_touched() {
+    let p = parent_or_skip!();
+    let pids_dir = p.dir_with("pids");
+    // A dead owner: a child that has exited (its start time no longer matches).
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    let stale = pids_dir.join(unique("sbx-stale"));
+    let foreign = pids_dir.join(unique("sbx-foreign"));
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::create_dir(&foreign).unwrap();
+    let rec = format!("sbx-cgroup pid={dead_pid} start=1 id=stale");
+    let c = std::ffi::CString::new(stale.to_str().unwrap()).unwrap();
+    let r = unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            c"trusted.sbx.owner".as_ptr(),
+            rec.as_ptr().cast(),
+            rec.len(),
+            0,
+        )
+    };
+    assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
+    // A process left in the stale group.
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("1000")
+        .spawn()
+        .unwrap();
+    std::fs::write(stale.join("cgroup.procs"), sleeper.id().to_string()).unwrap();
+
+    let out = run(p.cmd().args(["--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!stale.exists(), "stale group not reaped");
+    assert_eq!(sleeper.wait().unwrap().signal(), Some(libc::SIGKILL));
+    assert!(
+        foreign.exists(),
+        "a group without an owner record was touched"
+    );
+    assert_event(&p.log(), "stale_group_reaped", "warn", |e| {
+        e["owner_pid"] == dead_pid
+    });
+    std::fs::remove_dir(&foreign).unwrap();
+    p.assert_no_group();
+}

@@ -1,0 +1,246 @@
+//! sbx-cgroup as a user runs it: exit statuses, limits really set, rlimits,
+//! bad input, the unprivileged case, the chain hand-off.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn exit_status_passes_through() {
+    let p = parent_or_skip!();
+    let out = run(p.cmd().args(["--", "sh", "-c", "exit 42"]));
+    assert_eq!(code(&out), 42);
+    let out = run(p.cmd().args(["--", "sh", "-c", "kill -TERM $$"]));
+    assert_eq!(code(&out), 128 + 15);
+    let out = run(p.cmd().args(["--", "/nonexistent/cmd"]));
+    assert_eq!(code(&out), 127);
+    let noexec = p.tmp.path().join("noexec");
+    std::fs::write(&noexec, "#!/bin/sh\n").unwrap();
+    let out = run(p.cmd().arg("--").arg(&noexec));
+    assert_eq!(code(&out), 126);
+    let out = run(p.cmd().args(["--", "sh", "-c", "echo out; echo err >&2"]));
+    assert_eq!(stdout(&out), "out\n");
+    assert!(stderr(&out).contains("err"));
+    p.assert_no_group();
+}
+
+#[test]
+fn the_command_runs_inside_the_group_with_the_limits_set() {
+    let p = parent_or_skip!();
+    // The child reads its own groups' files (found through /proc/self/cgroup).
+    let script = r#"
+g() { echo /sys/fs/cgroup/$1$(grep -E "^[0-9]+:([^:]*,)?$1(,[^:]*)?:" /proc/self/cgroup | cut -d: -f3); }
+cat $(g memory)/memory.limit_in_bytes $(g memory)/memory.memsw.limit_in_bytes $(g pids)/pids.max \
+    $(g cpu)/cpu.cfs_quota_us $(g cpu)/cpu.cfs_period_us $(g cpu)/cpu.shares
+basename $(g pids)
+ulimit -n; ulimit -Hn; ulimit -c
+"#;
+    let out = run(p
+        .cmd()
+        .args([
+            "--memory",
+            "64M",
+            "--pids",
+            "10",
+            "--cpus",
+            "0.5",
+            "--cpu-weight",
+            "200",
+        ])
+        .args([
+            "--rlimit",
+            "nofile=64:128",
+            "--rlimit",
+            "core=0",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .env("SBX_ID", unique("lim")));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    assert_eq!(
+        &lines[..6],
+        &["67108864", "67108864", "10", "50000", "100000", "2048"],
+        "{}",
+        stdout(&out)
+    );
+    assert!(lines[6].starts_with("sbx-lim"), "{}", lines[6]);
+    assert_eq!(&lines[7..], &["64", "128", "0"]);
+    let ev = summary(&p.log());
+    assert_eq!(ev["severity"], "info");
+    assert_eq!(ev["limits"]["memory"], 64 << 20);
+    assert_eq!(ev["mode"], "hybrid");
+    p.assert_no_group();
+}
+
+#[test]
+fn memory_swap_sets_the_total() {
+    let p = parent_or_skip!();
+    let script = r#"d=/sys/fs/cgroup/memory$(grep :memory: /proc/self/cgroup | cut -d: -f3); cat $d/memory.memsw.limit_in_bytes"#;
+    let out = run(p.cmd().args([
+        "--memory",
+        "64M",
+        "--memory-swap",
+        "128M",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), (128u64 << 20).to_string());
+}
+
+#[test]
+fn bad_input_is_one_line_125_and_creates_no_group() {
+    let p = parent_or_skip!();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--memory", "12Q"], "--memory"),
+        (&["--memory", "10"], "--memory"),
+        (&["--memory-swap", "1G"], "--memory-swap"),
+        (
+            &["--memory", "1G", "--memory-swap", "512M"],
+            "--memory-swap",
+        ),
+        (&["--cpus", "0"], "--cpus"),
+        (&["--cpus", "x"], "--cpus"),
+        (&["--cpu-weight", "0"], "--cpu-weight"),
+        (&["--io-weight", "99999"], "--io-weight"),
+        (&["--pids", "0"], "--pids"),
+        (&["--timeout", "5x"], "--timeout"),
+        (&["--rlimit", "bogus=1"], "unknown limit"),
+        (&["--rlimit", "nofile"], "--rlimit"),
+        (&["--rlimit", "nofile=10:5"], "soft limit"),
+        (&["--rlimit", "nofile=unlimited"], "--rlimit nofile"),
+        (&["--parent", "../escape"], "--parent"),
+    ];
+    for (args, needle) in cases {
+        let out = run(p.cmd().args(*args).args(["--", "true"]));
+        assert_usage_error(&out, needle);
+        p.assert_no_group();
+    }
+    // A parent that does not exist.
+    let out = run(tool("sbx-cgroup").args(["--parent", &unique("no-such-"), "--", "true"]));
+    assert_usage_error(&out, "no such cgroup");
+    // No command.
+    let out = run(p.cmd().args(["--memory", "1G"]));
+    assert_usage_error(&out, "CMD");
+    p.assert_no_group();
+}
+
+#[test]
+fn unprivileged_without_a_delegated_cgroup_gets_one_clear_line() {
+    let p = parent_or_skip!();
+    if test_user().is_none() {
+        skip!("test user {TEST_USER} missing (scripts/setup)");
+    }
+    for parent in [None, Some(p.name.as_str())] {
+        let mut c = tool("sbx-cgroup");
+        if let Some(par) = parent {
+            c.args(["--parent", par]);
+        }
+        c.args(["--memory", "64M", "--", "true"]);
+        run_as(&mut c, As::User);
+        let out = run(&mut c);
+        assert_usage_error(&out, "not delegated");
+        assert!(stderr(&out).contains("systemd-run --user --scope -p Delegate=yes"));
+    }
+    p.assert_no_group();
+}
+
+#[test]
+fn signals_are_forwarded_to_the_command() {
+    let p = parent_or_skip!();
+    let mut child = p
+        .cmd()
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "trap 'exit 9' TERM; echo ready; while :; do sleep 0.05; done",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "ready\n");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(9));
+    p.assert_no_group();
+}
+
+#[test]
+fn the_audit_fd_is_handed_to_a_next_sbx_tool_only() {
+    let p = parent_or_skip!();
+    // A plain command gets neither the fd nor the variable.
+    let out = run(p.cmd().args([
+        "--",
+        "sh",
+        "-c",
+        "echo ${SBX_AUDIT_FD:-none}; ls /proc/self/fd | wc -l",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let s = stdout(&out);
+    let mut l = s.lines();
+    assert_eq!(l.next(), Some("none"));
+    // 0, 1, 2 and the fd ls opens for the listing.
+    assert_eq!(l.next().map(str::trim), Some("4"), "{s}");
+    // A nested sbx-cgroup (an sbx tool) gets the fd and logs through it.
+    std::fs::remove_file(p.log()).unwrap();
+    let inner = bin("sbx-cgroup");
+    let out = run(p
+        .cmd()
+        .args(["--"])
+        .arg(&inner)
+        .args(["--pids", "8", "--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let evs: Vec<_> = audit_events(&p.log())
+        .into_iter()
+        .filter(|e| e["event"] == "cgroup_summary")
+        .collect();
+    assert_eq!(evs.len(), 2, "{evs:?}");
+    let ids: Vec<_> = evs.iter().map(|e| e["sbx_id"].clone()).collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] == w[1]),
+        "one SBX_ID along the chain: {ids:?}"
+    );
+    p.assert_no_group();
+}
+
+#[test]
+fn chain_with_sbx_fs_and_sbx_seccomp_when_built() {
+    let p = parent_or_skip!();
+    let dir = bin("sbx-cgroup").parent().unwrap().to_path_buf();
+    let (fs, sc) = (dir.join("sbx-fs"), dir.join("sbx-seccomp"));
+    if !fs.exists() || !sc.exists() {
+        skip!("sbx-fs / sbx-seccomp not built (run scripts/test, which builds every tool)");
+    }
+    // sbx-fs's own flags are its business: the default root with the host's
+    // /usr etc. read-only is what its man page promises for `--`.
+    let out = run(p
+        .cmd()
+        .args(["--memory", "128M", "--pids", "64", "--"])
+        .arg(&fs)
+        .arg("--")
+        .arg(&sc)
+        .args(["--", "sh", "-c", "echo chained"]));
+    if code(&out) != 0 {
+        skip!(
+            "the chain did not run (sbx-fs/sbx-seccomp still being built?): {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(stdout(&out).trim(), "chained");
+    let ev = summary(&p.log());
+    assert_eq!(ev["exit_code"], 0);
+    p.assert_no_group();
+}
