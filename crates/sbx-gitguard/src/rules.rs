@@ -233,6 +233,39 @@ pub fn is_dangerous(section: &str, sub: Option<&str>, name: &str, value: Option<
     })
 }
 
+/// The names git runs as hooks (a planted core.hooksPath directory loses
+/// these when its config is reverted).
+pub const HOOK_NAMES: &[&str] = &[
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "proc-receive",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "push-to-checkout",
+    "pre-auto-gc",
+    "post-rewrite",
+    "sendemail-validate",
+    "fsmonitor-watchman",
+    "p4-changelist",
+    "p4-prepare-changelist",
+    "p4-post-changelist",
+    "p4-pre-submit",
+    "post-index-change",
+];
+
 /// Names of lock files git takes; one that stays is a concurrent git process.
 pub fn is_lock(name: &str) -> bool {
     name.ends_with(".lock")

@@ -519,6 +519,33 @@ fn raw_unit(ctx: &mut Ctx, us: &UnitSnap) {
             );
         }
     }
+    // A core.hooksPath the command configured: its hooks go with the config.
+    let planted_hp = snapshot::hooks_path(u, us.work_tree.as_deref());
+    if let Some(hp) = planted_hp
+        && us.hooks_path.as_ref().map(|(p, _)| p) != Some(&hp)
+        && hp != u.join("hooks")
+    {
+        for name in rules::HOOK_NAMES {
+            let p = hp.join(name);
+            if fs::symlink_metadata(&p).is_ok() {
+                let p2 = p.clone();
+                ctx.fix(
+                    "hooks",
+                    u,
+                    Some(&p),
+                    format!(
+                        "hook {name} planted in a core.hooksPath directory the command configured"
+                    ),
+                    "removed",
+                    vec![],
+                    move || fsutil::remove(&p2).map_err(|e| e.to_string()),
+                );
+            }
+        }
+        if fs::read_dir(&hp).is_ok_and(|mut rd| rd.next().is_none()) && ctx.mode == Mode::Repair {
+            let _ = fs::remove_dir(&hp);
+        }
+    }
     // The clean-up list.
     match snapshot::protected_files(u) {
         Ok(now) => revert_files(ctx, &rule_check, u, u, &us.files, &now),
@@ -935,15 +962,21 @@ fn head_unit(
 pub fn verify(l: &Layout, snap: &Snapshot, mode: Mode, full: bool, lock_wait: Duration) -> Report {
     let mut ctx = Ctx::new(mode);
     // The git dir itself: still the same directory?
-    let same = layout::ident(&snap.identity.common_dir)
-        == Some((snap.identity.dev, snap.identity.ino))
-        && layout::find(
-            snap.identity
-                .work_tree
-                .as_deref()
-                .unwrap_or(&snap.identity.common_dir),
-        )
-        .is_ok_and(|n| n.common_dir == snap.identity.common_dir);
+    let dotgit_same = match &l.work_tree {
+        None => true,
+        Some(w) => {
+            let d = w.join(".git");
+            match fs::symlink_metadata(&d) {
+                Ok(m) if m.is_dir() => fs::canonicalize(&d).is_ok_and(|c| c == l.git_dir),
+                Ok(m) if m.is_file() => layout::read_gitfile(&d)
+                    .and_then(|t| fs::canonicalize(t).ok())
+                    .is_some_and(|c| c == l.git_dir),
+                _ => false,
+            }
+        }
+    };
+    let same = dotgit_same
+        && layout::ident(&snap.identity.common_dir) == Some((snap.identity.dev, snap.identity.ino));
     if !same {
         ctx.note(
             "repository",
