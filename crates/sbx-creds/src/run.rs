@@ -127,6 +127,16 @@ pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
         Ok(c) => c,
         Err(f) => return finish(Err(f)),
     };
+    // The command starts with an empty signal mask whatever this process
+    // inherited or blocked (std does not reset it on every path).
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
     let keep: Vec<i32> = sbx_core::audit::get()
         .and_then(|a| a.handoff(&cli.cmd[0], &mut cmd))
         .into_iter()

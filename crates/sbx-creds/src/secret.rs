@@ -145,7 +145,8 @@ mod tests {
     #[test]
     fn values_of_any_json_type() {
         let m: SecretMap =
-            serde_json::from_str(r#"{"a":"s3cr3tval","n":3,"b":true,"o":{"k":[1,"z"]},"u":null}"#).unwrap();
+            serde_json::from_str(r#"{"a":"s3cr3tval","n":3,"b":true,"o":{"k":[1,"z"]},"u":null}"#)
+                .unwrap();
         let get = |k: &str| m.0[k].0.expose_secret().to_string();
         assert_eq!(get("a"), "s3cr3tval");
         assert_eq!(get("n"), "3");

@@ -1,0 +1,500 @@
+//! sbx-creds against a real OpenBao dev server.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+/// KV v2 and v1 (detected, and forced with --kv1), --secret-all; the token
+/// given to sbx-creds is in neither the child's environment nor its
+/// /proc/PID/environ nor readable in sbx-creds' own; no value on disk, in
+/// the audit log or on stderr. As root and as the unprivileged user.
+#[test]
+fn kv_injection_and_no_leak() {
+    let b = bao_or_skip!();
+    for who in identities() {
+        let w = Work::new();
+        let token = b.app_token("10m");
+        let script = r#"
+            echo "DB=$DB"; echo "API=$APP_API"; echo "PW=$PW"
+            echo "VT=${VAULT_TOKEN:-unset}"; echo "BT=${BAO_TOKEN:-unset}"
+            echo "--- child environ"; tr '\0' '\n' < /proc/$$/environ
+            echo "--- parent environ"; { tr '\0' '\n' < /proc/$PPID/environ; } 2>&1; true
+        "#;
+        let out = creds(b, &w, who)
+            .env("VAULT_TOKEN", &token)
+            .env("BAO_TOKEN", &token)
+            .args([
+                "--secret",
+                "DB=secret/app#db",
+                "--secret",
+                "PW=kv1/app#pw",
+                "--secret-all",
+                "APP=secret/app",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .output()
+            .unwrap();
+        let so = stdout(&out);
+        let se = stderr(&out);
+        assert_eq!(code(&out), 0, "{who:?}: {se}");
+        assert!(so.contains(&format!("DB={DB_PASS}\n")), "{so}");
+        assert!(so.contains(&format!("API={API_KEY}\n")), "{so}");
+        assert!(so.contains(&format!("PW={KV1_PASS}\n")), "{so}");
+        assert!(so.contains("VT=unset") && so.contains("BT=unset"), "{so}");
+        let (_, environ) = so.split_once("--- child environ\n").unwrap();
+        let (child_env, parent_env) = environ.split_once("--- parent environ\n").unwrap();
+        assert!(
+            child_env.contains(&format!("DB={DB_PASS}")),
+            "child environ unreadable: {child_env}"
+        );
+        assert!(
+            !child_env.contains(&token),
+            "token in /proc/<child>/environ"
+        );
+        // sbx-creds wiped it from its own environment block, and (being
+        // non-dumpable) its /proc files are root's: the user cannot read them.
+        assert!(
+            !parent_env.contains(&token),
+            "{who:?}: token in /proc/<sbx-creds>/environ"
+        );
+        if who == As::User {
+            assert!(parent_env.contains("Permission denied"), "{parent_env}");
+        }
+        for v in [DB_PASS, API_KEY, KV1_PASS, token.as_str()] {
+            assert!(!se.contains(v), "stderr holds a secret: {se}");
+        }
+        let log = std::fs::read_to_string(w.audit()).unwrap();
+        for v in [DB_PASS, API_KEY, KV1_PASS, token.as_str()] {
+            assert!(!log.contains(v), "audit log holds a secret");
+        }
+        let hits = files_containing(w.dir.path(), &[DB_PASS, API_KEY, KV1_PASS, &token]);
+        assert!(hits.is_empty(), "secret on disk: {hits:?}");
+        assert_event(&w.audit(), "secret_injected", "info", |e| {
+            e["env"] == "DB" && e["path"] == "secret/app" && e["source"] == "kv2"
+        });
+        assert_event(&w.audit(), "secret_injected", "info", |e| {
+            e["env"] == "PW" && e["source"] == "kv1"
+        });
+        assert_event(&w.audit(), "secret_injected", "info", |e| {
+            e["env"] == "APP_DB" && e["key"] == "db"
+        });
+
+        // --kv1 forces version 1 for a mount the token may not look up.
+        let out = creds(b, &w, who)
+            .env("VAULT_TOKEN", &token)
+            .args([
+                "--kv1",
+                "--secret",
+                "PW=kv1/app#pw",
+                "--",
+                "sh",
+                "-c",
+                "echo PW=$PW",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(stdout(&out).contains(&format!("PW={KV1_PASS}")));
+    }
+}
+
+/// The child's status passes through; --token-file works.
+#[test]
+fn token_file_and_exit_status() {
+    let b = bao_or_skip!();
+    for who in identities() {
+        let w = Work::new();
+        let tf = w.cred("token", &format!("{}\n", b.app_token("10m")), who);
+        let out = creds(b, &w, who)
+            .arg("--token-file")
+            .arg(&tf)
+            .args([
+                "--secret",
+                "DB=secret/app#db",
+                "--",
+                "sh",
+                "-c",
+                "test \"$DB\" = \"$0\" && exit 7",
+                DB_PASS,
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 7, "{}", stderr(&out));
+        let out = creds(b, &w, who)
+            .arg("--token-file")
+            .arg(&tf)
+            .args([
+                "--secret",
+                "DB=secret/app#db",
+                "--",
+                "sh",
+                "-c",
+                "kill -TERM $$",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 143);
+    }
+}
+
+fn login_accessor(w: &Work) -> String {
+    events(&w.audit(), "login")[0]["accessor"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// AppRole login with a plain and with a response-wrapped secret-id; the
+/// login token is capped to --ttl although the role allows 1h, and it is
+/// revoked at the end.
+#[test]
+fn approle_login_plain_and_wrapped() {
+    let b = bao_or_skip!();
+    for who in identities() {
+        for wrapped in [false, true] {
+            let w = Work::new();
+            let rid = w.cred("role-id", &b.role_id("sbx"), who);
+            let sid_val = if wrapped {
+                b.wrapped_secret_id("sbx")
+            } else {
+                b.secret_id("sbx")
+            };
+            let sid = w.cred("secret-id", &sid_val, who);
+            let mut c = creds(b, &w, who);
+            c.args(["--auth", "approle", "--ttl", "45s", "--role-id-file"])
+                .arg(&rid)
+                .arg("--secret-id-file")
+                .arg(&sid);
+            if wrapped {
+                c.arg("--secret-id-wrapped");
+            }
+            let out = c
+                .args([
+                    "--secret",
+                    "DB=secret/app#db",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo DB=$DB",
+                ])
+                .output()
+                .unwrap();
+            assert_eq!(code(&out), 0, "{who:?} wrapped={wrapped}: {}", stderr(&out));
+            assert!(stdout(&out).contains(&format!("DB={DB_PASS}")));
+            let cap = assert_event(&w.audit(), "ttl_capped", "info", |e| {
+                e["kind"] == "session_token"
+            });
+            assert!(cap["ttl"].as_u64().unwrap() <= 45, "{cap}");
+            let acc = login_accessor(&w);
+            assert_eq!(
+                b.accessor_ttl(&acc),
+                None,
+                "session token still alive after the end"
+            );
+            assert_event(&w.audit(), "revoked", "info", |e| {
+                e["kind"] == "session_token" && e["id"] == acc.as_str()
+            });
+            let log = std::fs::read_to_string(w.audit()).unwrap();
+            assert!(!log.contains(&sid_val));
+        }
+    }
+}
+
+/// The child token works inside the command (it looks itself up), is
+/// capped by --ttl and --child-num-uses, and is gone after the end. Orphan
+/// too.
+#[test]
+fn child_token_works_and_is_revoked() {
+    let b = bao_or_skip!();
+    for who in identities() {
+        for orphan in [false, true] {
+            let w = Work::new();
+            let mut c = creds(b, &w, who);
+            // An orphan needs sudo on create-orphan: root's token here.
+            let tok = if orphan {
+                b.root.clone()
+            } else {
+                b.app_token("10m")
+            };
+            c.env("VAULT_TOKEN", &tok).args([
+                "--ttl",
+                "40s",
+                "--child-token",
+                "VAULT_TOKEN",
+                "--policy",
+                "child",
+                "--child-ttl",
+                "2h",
+            ]);
+            if orphan {
+                c.arg("--child-orphan");
+            }
+            let out = c
+                .args(["--", "sh", "-c", "curl -sf -H \"X-Vault-Token: $VAULT_TOKEN\" $VAULT_ADDR/v1/auth/token/lookup-self"])
+                .output()
+                .unwrap();
+            assert_eq!(code(&out), 0, "{who:?} orphan={orphan}: {}", stderr(&out));
+            let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+            let acc = v["data"]["accessor"].as_str().unwrap().to_string();
+            let ttl = v["data"]["ttl"].as_u64().unwrap();
+            assert!(ttl <= 40, "child ttl {ttl} above --ttl");
+            assert_eq!(v["data"]["orphan"], orphan);
+            assert!(
+                v["data"]["policies"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p == "child")
+            );
+            assert_eq!(b.accessor_ttl(&acc), None, "child token still alive");
+            assert_event(&w.audit(), "revoked", "info", |e| {
+                e["kind"] == "child_token" && e["id"] == acc.as_str()
+            });
+            assert!(!stderr(&out).contains(&tok));
+        }
+    }
+}
+
+/// A PKI lease: the certificate reaches the command, the lease is revoked
+/// at the end (looked up: gone), events name the lease id.
+#[test]
+fn lease_is_revoked_at_the_end() {
+    let b = bao_or_skip!();
+    for who in identities() {
+        let w = Work::new();
+        let out = creds(b, &w, who)
+            .env("VAULT_TOKEN", b.app_token("10m"))
+            .args([
+                "--ttl",
+                "5m",
+                "--lease",
+                "CERT=pki/issue/web?common_name=a.sbx.test#certificate",
+                "--lease",
+                "KEY=pki/issue/web?common_name=b.sbx.test&ttl=2h#private_key",
+                "--",
+                "sh",
+                "-c",
+                "case \"$CERT\" in '-----BEGIN CERTIFICATE'*) echo cert-ok;; esac; case \"$KEY\" in '-----BEGIN'*) echo key-ok;; esac",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert!(
+            stdout(&out).contains("cert-ok") && stdout(&out).contains("key-ok"),
+            "{}",
+            stdout(&out)
+        );
+        for env in ["CERT", "KEY"] {
+            let ev = assert_event(&w.audit(), "secret_injected", "info", |e| {
+                e["env"] == env && e["source"] == "lease"
+            });
+            let id = ev["lease_id"].as_str().unwrap().to_string();
+            // ttl=2h asked: capped to the 5m session.
+            assert!(ev["ttl"].as_u64().unwrap() <= 300, "{ev}");
+            assert!(!b.lease_exists(&id), "lease {id} still exists");
+            assert_event(&w.audit(), "revoked", "info", |e| {
+                e["kind"] == "lease" && e["id"] == id.as_str()
+            });
+        }
+    }
+}
+
+/// Leases and the session token are renewed while the command runs (the
+/// role's tokens live 3s; the session 1m).
+#[test]
+fn renewal_during_the_session() {
+    let b = bao_or_skip!();
+    let w = Work::new();
+    let who = As::Root;
+    let rid = w.cred("role-id", &b.role_id("short"), who);
+    let sid = w.cred("secret-id", &b.secret_id("short"), who);
+    let out = creds(b, &w, who)
+        .args(["--auth", "approle", "--ttl", "1m", "--role-id-file"])
+        .arg(&rid)
+        .arg("--secret-id-file")
+        .arg(&sid)
+        .args(["--secret", "DB=secret/app#db", "--", "sleep", "5"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let acc = login_accessor(&w);
+    assert_event(&w.audit(), "renewed", "info", |e| {
+        e["kind"] == "session_token" && e["id"] == acc.as_str()
+    });
+    assert_eq!(b.accessor_ttl(&acc), None);
+}
+
+/// The command outlives --ttl: stopped (SIGTERM → 143), credentials revoked.
+/// With --no-enforce-ttl it runs on but its child token dies at the TTL.
+#[test]
+fn ttl_is_enforced() {
+    let b = bao_or_skip!();
+    for who in identities() {
+        let w = Work::new();
+        let out = creds(b, &w, who)
+            .env("VAULT_TOKEN", b.app_token("10m"))
+            .args(["--ttl", "2s", "--child-token", "CT", "--", "sleep", "60"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 143, "{}", stderr(&out));
+        assert_event(&w.audit(), "ttl_expired", "warn", |_| true);
+        let acc = events(&w.audit(), "secret_injected")[0]["key"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(b.accessor_ttl(&acc), None);
+
+        let w = Work::new();
+        let out = creds(b, &w, who)
+            .env("VAULT_TOKEN", b.app_token("10m"))
+            .args(["--ttl", "2s", "--no-enforce-ttl", "--child-token", "VAULT_TOKEN", "--", "sh", "-c"])
+            .arg("sleep 4; if curl -sf -H \"X-Vault-Token: $VAULT_TOKEN\" $VAULT_ADDR/v1/auth/token/lookup-self >/dev/null; then echo alive; else echo dead; fi")
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(stdout(&out).contains("dead"), "{}", stdout(&out));
+        assert_event(&w.audit(), "ttl_reached", "info", |_| true);
+    }
+}
+
+/// SIGTERM and SIGINT to sbx-creds during the command: forwarded, and every
+/// lease and token is still revoked before it exits.
+#[test]
+fn signals_still_revoke() {
+    let b = bao_or_skip!();
+    for who in identities() {
+        for (sig, want) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
+            let w = Work::new();
+            let child = creds(b, &w, who)
+                .env("VAULT_TOKEN", b.app_token("10m"))
+                .args([
+                    "--child-token",
+                    "CT",
+                    "--lease",
+                    "CERT=pki/issue/web?common_name=s.sbx.test#certificate",
+                    "--",
+                    "sleep",
+                    "60",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            assert!(
+                wait_until(Duration::from_secs(20), || events(
+                    &w.audit(),
+                    "secret_injected"
+                )
+                .len()
+                    == 2),
+                "secrets never injected"
+            );
+            unsafe { libc::kill(child.id() as i32, sig) };
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(code(&out), want, "{}", stderr(&out));
+            for e in events(&w.audit(), "secret_injected") {
+                match e["source"].as_str().unwrap() {
+                    "lease" => assert!(!b.lease_exists(e["lease_id"].as_str().unwrap())),
+                    _ => assert_eq!(b.accessor_ttl(e["key"].as_str().unwrap()), None),
+                }
+            }
+            assert_eq!(events(&w.audit(), "revoked").len(), 2);
+        }
+    }
+}
+
+/// SIGKILL of sbx-creds: nothing revokes, the tokens expire at the TTL by
+/// themselves (the role would allow an hour).
+#[test]
+fn sigkill_leaves_tokens_that_expire_at_the_ttl() {
+    let b = bao_or_skip!();
+    let w = Work::new();
+    let who = As::Root;
+    let rid = w.cred("role-id", &b.role_id("sbx"), who);
+    let sid = w.cred("secret-id", &b.secret_id("sbx"), who);
+    let mut child = creds(b, &w, who)
+        .args([
+            "--auth",
+            "approle",
+            "--ttl",
+            "4s",
+            "--no-enforce-ttl",
+            "--role-id-file",
+        ])
+        .arg(&rid)
+        .arg("--secret-id-file")
+        .arg(&sid)
+        .args(["--child-token", "CT", "--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || !events(
+        &w.audit(),
+        "secret_injected"
+    )
+    .is_empty()));
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    let session = login_accessor(&w);
+    let ct = events(&w.audit(), "secret_injected")[0]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Alive right after the kill (nothing revoked them), bounded by the TTL.
+    for acc in [&session, &ct] {
+        if let Some(ttl) = b.accessor_ttl(acc) {
+            assert!(ttl <= 4, "ttl {ttl} beyond --ttl");
+        }
+    }
+    assert!(events(&w.audit(), "revoked").is_empty());
+    assert!(
+        wait_until(Duration::from_secs(20), || b
+            .accessor_ttl(&session)
+            .is_none()
+            && b.accessor_ttl(&ct).is_none()),
+        "tokens outlived the TTL"
+    );
+}
+
+/// A failure after some credentials were created (a lease and a child token
+/// created, then a key missing): 125, one line, no command, everything
+/// revoked.
+#[test]
+fn failure_after_creation_revokes() {
+    let b = bao_or_skip!();
+    let w = Work::new();
+    let before = b.lease_count("pki/issue/web/");
+    let marker = w.path("started");
+    let out = creds(b, &w, As::Root)
+        .env("VAULT_TOKEN", b.app_token("10m"))
+        .args([
+            "--child-token",
+            "CT",
+            "--lease",
+            "CERT=pki/issue/web?common_name=f.sbx.test#nosuchfield",
+            "--",
+            "touch",
+        ])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_usage_error(&out, "nosuchfield");
+    assert!(!marker.exists(), "the command ran");
+    assert_eq!(b.lease_count("pki/issue/web/"), before, "a lease was left");
+    let revoked = events(&w.audit(), "revoked");
+    assert_eq!(revoked.len(), 2, "{revoked:?}");
+    for r in revoked {
+        if r["kind"] == "child_token" {
+            assert_eq!(b.accessor_ttl(r["id"].as_str().unwrap()), None);
+        }
+    }
+    let _ = json!({});
+}
