@@ -2,7 +2,7 @@
 //!
 //! They are blocked in the main thread at start-up, before any other thread
 //! exists, so every thread inherits the mask and a signalfd receives them.
-//! Children start with an empty mask (std's spawn resets it).
+//! Children start with an empty mask (Supervisor::spawn resets it).
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 

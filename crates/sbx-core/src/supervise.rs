@@ -136,6 +136,12 @@ impl Supervisor {
                 if libc::getppid() != me {
                     libc::_exit(exit::TOOL_FAILED);
                 }
+                // The forwarded signals are blocked in the supervisor; std's
+                // spawn does not reset the mask, so the child would start
+                // with SIGTERM, SIGINT... blocked.
+                let mut empty: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut empty);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
                 crate::fds::cloexec_all_except(&keep)
             });
         }
