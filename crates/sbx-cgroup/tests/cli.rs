@@ -244,3 +244,21 @@ fn chain_with_sbx_fs_and_sbx_seccomp_when_built() {
     assert_eq!(ev["exit_code"], 0);
     p.assert_no_group();
 }
+
+#[test]
+fn io_weight_is_set_where_the_hierarchy_has_it() {
+    let p = parent_or_skip!();
+    let script = r#"d=/sys/fs/cgroup/blkio$(grep :blkio: /proc/self/cgroup | cut -d: -f3); cat $d/blkio.weight 2>/dev/null || cat $d/blkio.bfq.weight"#;
+    let out = run(p
+        .cmd()
+        .args(["--io-weight", "300", "--", "sh", "-c", script]));
+    if code(&out) == 125 {
+        // No I/O scheduler with weights: one clear line, nothing left.
+        assert_usage_error(&out, "--io-weight");
+    } else {
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        // v2 weight 300 maps to v1 blkio weight 510.
+        assert_eq!(stdout(&out).trim(), "510");
+    }
+    p.assert_no_group();
+}
