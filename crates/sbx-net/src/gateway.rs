@@ -29,6 +29,7 @@ pub trait Dns: Send + Sync + 'static {
         &'a self,
         query: &'a [u8],
         client: SocketAddr,
+        udp: bool,
     ) -> Pin<Box<dyn Future<Output = Option<Vec<u8>>> + Send + 'a>>;
     fn names_for(&self, ip: IpAddr) -> Vec<String>;
 }
@@ -359,7 +360,7 @@ impl Gateway {
                 return;
             }
             self.stats.dns_queries.fetch_add(1, Ordering::Relaxed);
-            let Some(ans) = dns.handle(&q, peer).await else {
+            let Some(ans) = dns.handle(&q, peer, false).await else {
                 self.stats.dns_unanswered.fetch_add(1, Ordering::Relaxed);
                 return;
             };
@@ -398,7 +399,7 @@ impl Gateway {
             let sock = sock.clone();
             let g = self.clone();
             tokio::spawn(async move {
-                match dns.handle(&q, peer).await {
+                match dns.handle(&q, peer, true).await {
                     Some(ans) => {
                         let _ = sock.send_to(&ans, peer).await;
                     }

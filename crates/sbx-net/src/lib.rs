@@ -9,6 +9,7 @@
 //! splices. See docs/net.md.
 
 pub mod allow;
+pub mod dns;
 pub mod gateway;
 pub mod netlink;
 pub mod netns;
@@ -107,6 +108,21 @@ pub struct Cli {
     #[arg(long)]
     pub sni_check: bool,
 
+    /// DNS server the proxy forwards allowlisted names to (ADDR[:PORT],
+    /// repeat; default: the nameservers of the host's /etc/resolv.conf).
+    #[arg(long, value_name = "ADDR")]
+    pub dns_upstream: Vec<String>,
+
+    /// Let DOMAIN and its subdomains resolve to private, loopback or
+    /// link-local addresses (internal names; rebinding protection stays on
+    /// for every other name). Repeat.
+    #[arg(long, value_name = "DOMAIN")]
+    pub dns_rebind_allow: Vec<String>,
+
+    /// Answer NXDOMAIN instead of REFUSED for names not allowlisted.
+    #[arg(long)]
+    pub dns_nxdomain: bool,
+
     /// Give up connecting out after DURATION.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub connect_timeout: String,
@@ -122,14 +138,19 @@ pub fn policy(cli: &Cli) -> Result<Policy, Failure> {
     for a in &cli.allow {
         p.add(allow::parse_allow("--allow", a).map_err(|e| Failure::new(e.to_string()))?);
     }
-    for c in &cli.allow_cidr {
-        p.cidrs
-            .push(allow::parse_allow_cidr(c).map_err(|e| Failure::new(e.to_string()))?);
-    }
     for f in &cli.allow_file {
         for e in allow::read_allow_file(f).map_err(|e| Failure::new(e.to_string()))? {
             p.add(e);
         }
+    }
+    // The DNS proxy's own rules for names (public suffixes and the like).
+    for n in &p.names {
+        sbx_dnsproxy::parse_allow_entry(&n.dns_entry())
+            .map_err(|e| Failure::new(format!("--allow '{}': {e}", n.dns_entry())))?;
+    }
+    for c in &cli.allow_cidr {
+        p.cidrs
+            .push(allow::parse_allow_cidr(c).map_err(|e| Failure::new(e.to_string()))?);
     }
     Ok(p)
 }
@@ -138,6 +159,15 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let policy = policy(&cli)?;
     let connect_timeout = sbx_core::units::parse_duration(&cli.connect_timeout)
         .map_err(|e| Failure::new(format!("--connect-timeout '{}': {e}", cli.connect_timeout)))?;
+    let upstreams = dns::upstreams(&cli.dns_upstream).map_err(|e| Failure::new(e.to_string()))?;
+    let dns = dns::Dns::new(sbx_dnsproxy::ProxyConfig {
+        allow: policy.names.iter().map(|n| n.dns_entry()).collect(),
+        upstreams,
+        rebind_allow: cli.dns_rebind_allow.clone(),
+        nxdomain_for_refused: cli.dns_nxdomain,
+        ..Default::default()
+    })
+    .map_err(|e| Failure::new(e.to_string()))?;
     let nft = nft::Nft::load().map_err(|e| Failure::new(e.to_string()))?;
     let layout = nft::Layout::default();
     let (ours, theirs) = netns::channel().map_err(|e| Failure::new(e.to_string()))?;
@@ -190,7 +220,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
 
     let gw = Arc::new(Gateway {
         policy,
-        dns: None,
+        dns: Some(Arc::new(dns)),
         sni_check: cli.sni_check,
         connect_timeout,
         sniff_timeout: Duration::from_secs(10),

@@ -227,11 +227,21 @@ impl World {
     pub fn sbx_net(&self, who: As, log: &Path, args: &[String], script: &str) -> Output {
         let mut c = sbx_testutil::tool("sbx-net");
         c.arg("--audit-log").arg(log);
+        c.arg(format!("--dns-upstream={}", self.dns.ip));
         c.args(args).args(["--", "/bin/sh", "-c", script]);
         c.env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin");
         c.current_dir("/");
         run_as(&mut c, who);
         c.output().expect("spawn sbx-net")
+    }
+
+    /// Puts the test DNS client in `dir` (readable by the test user);
+    /// returns the command prefix to run it.
+    pub fn dnsq(dir: &Path) -> String {
+        let p = dir.join("dnsq.py");
+        std::fs::write(&p, include_str!("../data/dnsq.py")).unwrap();
+        sbx_testutil::chown_to_test_user(&p);
+        format!("{PY} {}", p.display())
     }
 
     pub fn attacker_saw(&self, needle: &str) -> bool {
