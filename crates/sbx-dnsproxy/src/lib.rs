@@ -336,9 +336,6 @@ pub fn main() -> ! {
 fn run(cli: Cli) -> Result<i32, Failure> {
     let cfg = cli.proxy_config()?;
     let allow = cli.allowlist()?;
-    if allow.is_empty() {
-        tracing::warn!("the allowlist is empty: every query will be refused");
-    }
     let nft = if cli.nftset.is_empty() {
         None
     } else {
@@ -348,6 +345,9 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let proxy = DnsProxy::with_allowlist(allow, cfg.clone(), nft)?;
     let bound = server::bind(&cli.listen)?;
     let addrs = bound.addrs();
+    if entries == 0 {
+        tracing::warn!("the allowlist is empty: every query will be refused");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -93,7 +93,7 @@ impl NftSets {
                     .unwrap_or("no such set");
                 return Err(NftError::Missing {
                     spec: spec.clone(),
-                    why: first.trim().to_string(),
+                    why: format!("the set must exist (nft list set: {})", first.trim()),
                 });
             }
             let v: serde_json::Value =
