@@ -205,12 +205,23 @@ impl Bao {
             Some(json!({"type": "kv", "options": {"version": "1"}})),
         );
         self.call("POST", "kv1/app", Some(json!({"pw": KV1_PASS})));
+        // A mount no test policy grants.
+        self.call(
+            "POST",
+            "sys/mounts/locked",
+            Some(json!({"type": "kv", "options": {"version": "2"}})),
+        );
+        self.call(
+            "POST",
+            "locked/data/app",
+            Some(json!({"data": {"k": "locked-value"}})),
+        );
         self.call(
             "PUT",
             "sys/policies/acl/app",
             Some(json!({"policy": r#"
-path "secret/data/app" { capabilities = ["read"] }
-path "kv1/app" { capabilities = ["read"] }
+path "secret/data/*" { capabilities = ["read"] }
+path "kv1/*" { capabilities = ["read"] }
 path "pki/issue/web" { capabilities = ["update"] }
 path "sys/leases/renew" { capabilities = ["update"] }
 path "sys/leases/revoke" { capabilities = ["update"] }
