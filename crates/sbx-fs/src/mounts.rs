@@ -52,6 +52,8 @@ pub struct Root {
     /// missing mount point may be created.
     ours: Vec<u64>,
     owner: Owner,
+    /// Mounts made read-only once everything below them is mounted (/dev).
+    seal: Vec<PathBuf>,
 }
 
 /// Makes the mount namespace private-ish (slave: nothing propagates back
@@ -122,6 +124,7 @@ pub fn prepare(owner: Owner, sources: &mut [Source]) -> Result<Root, MountError>
         helper,
         ours,
         owner,
+        seal: Vec::new(),
     })
 }
 
@@ -272,6 +275,9 @@ impl Root {
                     sys::move_mount_fd(fs.as_raw_fd(), t.as_raw_fd())
                         .map_err(e("mount tmpfs", dst))?;
                     self.note_ours(dst)?;
+                    if op.why == "dev" && dst == Path::new("/dev") {
+                        self.seal.push(dst.to_path_buf());
+                    }
                 }
             }
             What::Proc => {
@@ -408,6 +414,18 @@ impl Root {
         .map_err(e("open", slash))?;
         sys::mount_setattr(r.as_raw_fd(), sys::MOUNT_ATTR_RDONLY, false)
             .map_err(e("make root read-only", slash))?;
+        for p in &self.seal {
+            let fd = sys::openat2(
+                libc::AT_FDCWD,
+                p,
+                libc::O_PATH | libc::O_DIRECTORY,
+                0,
+                sys::RESOLVE_NO_SYMLINKS,
+            )
+            .map_err(e("open", p))?;
+            sys::mount_setattr(fd.as_raw_fd(), sys::MOUNT_ATTR_RDONLY, false)
+                .map_err(e("make read-only", p))?;
+        }
         Ok(())
     }
 }

@@ -1,0 +1,511 @@
+//! Every attack of issue 2, tried from inside the sandbox as root and as
+//! the unprivileged test user: each must fail, and nothing may be left on
+//! the host. The kernel refuses these attempts (EACCES, EROFS, EPERM,
+//! ENOENT) without sbx-fs seeing them, so there is no audit event for them
+//! (see docs/fs.md, "What is logged"); the runs' start/end events are
+//! checked, and the one attack sbx-fs can observe (a process killed by
+//! seccomp) is asserted as an alert.
+
+mod common;
+
+use common::*;
+use sbx_testutil::assert_event;
+
+fn ok_lines(out: &std::process::Output) -> String {
+    let so = stdout(out);
+    assert!(
+        !so.contains("ESCAPED"),
+        "an attack succeeded:\n{so}\nstderr:\n{}",
+        stderr(out)
+    );
+    so
+}
+
+fn assert_ran(out: &std::process::Output, log: &std::path::Path) {
+    assert_eq!(
+        code(out),
+        0,
+        "stdout: {}\nstderr: {}",
+        stdout(out),
+        stderr(out)
+    );
+    assert_event(log, "start", "info", |_| true);
+    assert_event(log, "end", "info", |e| e["status"] == 0);
+}
+
+#[test]
+fn path_traversal_out_of_a_bind() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        let before = s.snapshot();
+        let secret = s.path("secret.txt");
+        let secret = secret.display();
+        let script = format!(
+            "for p in ../secret.txt ../../secret.txt ./../secret.txt {secret} sub/../../secret.txt; do \
+               if cat $p 2>/dev/null; then echo ESCAPED $p; else echo refused $p; fi; done; \
+             ls -a .. | grep -q secret && echo ESCAPED-listing; true"
+        );
+        let (out, log) = s.run_rw(&[], &script);
+        assert_ran(&out, &log);
+        let so = ok_lines(&out);
+        assert_refused(&out, "HOST-SECRET-OUTSIDE", "traversal");
+        assert_eq!(so.matches("refused").count(), 5, "{so}");
+        s.assert_clean(&before);
+    }
+}
+
+#[test]
+fn planted_symlinks_to_shadow_and_ssh_key() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        s.write("home/.ssh/id_rsa", "PRIVATE-KEY-MATERIAL\n");
+        // Planted before the sandbox starts (on the host) ...
+        s.symlink(std::path::Path::new("/etc/shadow"), "proj/shadow-link");
+        s.symlink(&s.path("home/.ssh/id_rsa"), "proj/key-link");
+        let before = s.snapshot();
+        let home = s.home();
+        let home = home.to_str().unwrap();
+        // ... and planted from inside.
+        let script = format!(
+            "ln -s /etc/shadow in-shadow; ln -s {home}/.ssh/id_rsa in-key; \
+             for p in shadow-link key-link in-shadow in-key {home}/.ssh/id_rsa /etc/shadow; do \
+               if cat $p 2>/dev/null; then echo ESCAPED $p; else echo refused $p; fi; done; \
+             rm -f in-shadow in-key"
+        );
+        // The home is bound read-only so ~/.ssh (default deny) is hidden there.
+        let (out, log) = s.run_rw(&["--ro", home], &script);
+        assert_ran(&out, &log);
+        let so = ok_lines(&out);
+        assert_refused(&out, "PRIVATE-KEY-MATERIAL", "ssh key");
+        assert!(!so.contains("root:"), "shadow leaked: {so}");
+        assert_eq!(so.matches("refused").count(), 6, "{so}");
+        s.assert_clean(&before);
+    }
+}
+
+#[test]
+fn reading_denied_paths() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        s.write("proj/.env", "DOTENV-SECRET\n");
+        s.write("proj/deep/er/.env.production", "DOTENV-SECRET\n");
+        s.write("proj/private/token", "DOTENV-SECRET\n");
+        s.write("proj/notes.key", "DOTENV-SECRET\n");
+        s.write("home/.aws/credentials", "DOTENV-SECRET\n");
+        s.write("home/project/credentials.json", "DOTENV-SECRET\n");
+        s.write("home/.netrc", "DOTENV-SECRET\n");
+        let before = s.snapshot();
+        let private = s.path("proj/private");
+        let home = s.home();
+        let home = home.to_str().unwrap();
+        let script = format!(
+            "for p in .env deep/er/.env.production private/token notes.key /etc/shadow /etc/gshadow \
+                      {home}/.aws/credentials {home}/project/credentials.json {home}/.netrc; do \
+               if cat $p 2>/dev/null; then echo ESCAPED $p; else echo refused $p; fi; done; \
+             ls private 2>/dev/null | grep -q token && echo ESCAPED-list; \
+             cat .env.production 2>/dev/null; true"
+        );
+        let (out, log) = s.run_rw(
+            &[
+                "--deny",
+                private.to_str().unwrap(),
+                "--deny",
+                "*.key",
+                "--ro",
+                home,
+            ],
+            &script,
+        );
+        assert_ran(&out, &log);
+        let so = ok_lines(&out);
+        assert_refused(&out, "DOTENV-SECRET", "denied");
+        assert_eq!(so.matches("refused").count(), 9, "{so}");
+        assert!(
+            assert_event(&log, "start", "info", |_| true)["denied"]
+                .as_u64()
+                .unwrap()
+                >= 7
+        );
+        s.assert_clean(&before);
+    }
+}
+
+#[test]
+fn creating_denied_paths_that_did_not_exist() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        let before = s.snapshot();
+        let newsecret = s.path("proj/new-secret");
+        // The home is bound writable: ~/.ssh and ~/.aws do not exist there
+        // and must stay impossible to create (authorized_keys planting).
+        let home = s.home();
+        let home = home.to_str().unwrap();
+        let script = format!(
+            "if echo x > new-secret 2>/dev/null; then echo ESCAPED write; else echo refused write; fi; \
+             if mkdir new-secret/d 2>/dev/null; then echo ESCAPED mkdir; else echo refused mkdir; fi; \
+             if mkdir -p {home}/.ssh && echo key > {home}/.ssh/authorized_keys 2>/dev/null; then echo ESCAPED ssh; else echo refused ssh; fi; \
+             if echo x > {home}/.aws/credentials 2>/dev/null; then echo ESCAPED aws; else echo refused aws; fi; \
+             if echo x > {home}/.netrc 2>/dev/null; then echo ESCAPED netrc; else echo refused netrc; fi; \
+             echo fine > {home}/allowed && echo wrote-allowed"
+        );
+        let (out, log) = s.run_rw(
+            &["--deny", newsecret.to_str().unwrap(), "--rw", home],
+            &script,
+        );
+        assert_ran(&out, &log);
+        let so = ok_lines(&out);
+        assert_eq!(so.matches("refused").count(), 5, "{so}");
+        assert!(so.contains("wrote-allowed"), "{so}");
+        // The legitimate write stays; nothing else changed.
+        let mut want = before.clone();
+        want.insert(
+            "home/allowed".into(),
+            s.snapshot()[std::path::Path::new("home/allowed")].clone(),
+        );
+        s.assert_clean(&want);
+    }
+}
+
+const INVARIANT_FILES: &[&str] = &[
+    ".git/HEAD",
+    ".git/config",
+    ".git/objects/ab/cdef",
+    ".git/refs/heads/main",
+    ".git/hooks/pre-commit",
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".claude/settings.team.json",
+    ".claude/skills/evil/SKILL.md",
+    ".claude/commands/evil.md",
+];
+
+fn write_all_script() -> String {
+    let mut s = String::new();
+    for p in INVARIANT_FILES {
+        s.push_str(&format!(
+            "if mkdir -p $(dirname {p}) 2>/dev/null && echo EVIL > {p} 2>/dev/null; then echo ESCAPED {p}; else echo refused {p}; fi; "
+        ));
+    }
+    for p in [
+        ".git/hooks",
+        ".git/objects",
+        ".git/refs",
+        ".claude/skills",
+        ".claude/commands",
+    ] {
+        s.push_str(&format!(
+            "if test -e {p}; then mv {p} {p}.old 2>/dev/null || rm -rf {p} 2>/dev/null; test -e {p} || echo ESCAPED rm {p}; fi; "
+        ));
+    }
+    s
+}
+
+#[test]
+fn writing_existing_invariant_paths() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        for p in INVARIANT_FILES {
+            s.write(&format!("proj/{p}"), "ORIGINAL\n");
+        }
+        let before = s.snapshot();
+        let (out, log) = s.run_rw(&[], &write_all_script());
+        assert_ran(&out, &log);
+        let so = ok_lines(&out);
+        // settings.team.json is protected because it exists.
+        assert_eq!(so.matches("refused").count(), INVARIANT_FILES.len(), "{so}");
+        s.assert_clean(&before);
+    }
+}
+
+#[test]
+fn writing_missing_invariant_paths() {
+    for who in identities() {
+        // An empty .git: none of HEAD, config, objects, refs, hooks exist.
+        let s = Scratch::new(who);
+        s.mkdir("proj/.git");
+        let before = s.snapshot();
+        let (out, log) = s.run_rw(&[], &write_all_script());
+        assert_ran(&out, &log);
+        let so = ok_lines(&out);
+        // Only settings.team.json (not one of the fixed names and absent)
+        // is creatable: .claude does not exist, so it cannot be made at all.
+        assert_eq!(so.matches("refused").count(), INVARIANT_FILES.len(), "{so}");
+        // The placeholders (.git/HEAD, .git/hooks, .claude, ...) are gone.
+        s.assert_clean(&before);
+
+        // No .git at all: a repository cannot be planted.
+        let s = Scratch::new(who);
+        let before = s.snapshot();
+        let (out, log) = s.run_rw(
+            &[],
+            "if mkdir .git/hooks 2>/dev/null || git init -q . 2>/dev/null; then echo ESCAPED init; else echo refused init; fi",
+        );
+        assert_ran(&out, &log);
+        let so = ok_lines(&out);
+        assert!(so.contains("refused init"), "{so}");
+        s.assert_clean(&before);
+    }
+}
+
+#[test]
+fn remounting_a_read_only_bind_writable() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        s.write("data/file", "RO\n");
+        let before = s.snapshot();
+        let data = s.path("data");
+        let d = data.to_str().unwrap();
+        let script = format!(
+            "mount -o remount,rw {d} 2>/dev/null && echo ESCAPED remount; \
+             mount -o remount,bind,rw {d} 2>/dev/null && echo ESCAPED remount-bind; \
+             unshare -Urm sh -c 'mount -o remount,bind,rw {d} && echo x > {d}/file' 2>/dev/null && echo ESCAPED userns-remount; \
+             if echo x > {d}/file 2>/dev/null; then echo ESCAPED write; else echo refused write; fi"
+        );
+        let (out, log) = s.run_rw(&["--ro", d], &script);
+        assert_ran(&out, &log);
+        let so = ok_lines(&out);
+        assert!(so.contains("refused write"), "{so}");
+        s.assert_clean(&before);
+    }
+}
+
+#[test]
+fn mount_and_umount_of_anything() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        s.write("proj/.env", "DOTENV-SECRET\n");
+        let before = s.snapshot();
+        let script = "mount -t tmpfs none /tmp 2>/dev/null && echo ESCAPED mount-tmpfs; \
+             mount --bind / /tmp 2>/dev/null && echo ESCAPED mount-bind; \
+             umount .env 2>/dev/null && echo ESCAPED umount-deny; \
+             umount -l /usr 2>/dev/null && echo ESCAPED umount-usr; \
+             umount -l /proc 2>/dev/null && echo ESCAPED umount-proc; \
+             umount .git/HEAD 2>/dev/null && echo ESCAPED umount-invariant; \
+             unshare -Urm sh -c 'umount .env; cat .env' 2>/dev/null; \
+             unshare -Urm sh -c 'umount -l /etc/shadow; cat /etc/shadow' 2>/dev/null; \
+             cat .env 2>/dev/null; echo done";
+        let (out, log) = s.run_rw(&[], script);
+        assert_ran(&out, &log);
+        ok_lines(&out);
+        assert_refused(&out, "DOTENV-SECRET", "umount");
+        assert!(!stdout(&out).contains("root:"), "shadow leaked");
+        s.assert_clean(&before);
+    }
+}
+
+#[test]
+fn host_processes_through_proc() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        let marker = sbx_testutil::unique("HOSTENVMARKER");
+        let log = s.log();
+        let script = "cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'; \
+             ls /proc/1/root/ 2>/dev/null; \
+             ls -d /proc/[0-9]* | wc -l | sed 's/^/procs=/'; \
+             tr '\\0' '\\n' < /proc/1/cmdline | head -1; \
+             cat /proc/kcore 2>/dev/null | head -c1 | wc -c | sed 's/^/kcore=/'; \
+             cat /proc/keys 2>/dev/null && echo ESCAPED keys; \
+             echo 1 > /proc/sysrq-trigger 2>/dev/null && echo ESCAPED sysrq; \
+             echo x > /proc/sys/kernel/hostname 2>/dev/null && echo ESCAPED procsys; true";
+        let out = s
+            .cmd(&log, &["--unsetenv", "SBX_MARK"], script)
+            .env("SBX_MARK", &marker)
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let so = ok_lines(&out);
+        assert!(
+            !so.contains(&marker),
+            "host/init environment readable: {so}"
+        );
+        // Only the sandbox's own processes exist: init, sh, and the pipeline.
+        let procs: usize = so
+            .lines()
+            .find_map(|l| l.strip_prefix("procs="))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(procs <= 6, "{so}");
+        assert!(
+            so.contains("sbx-fs"),
+            "/proc/1 is not the sandbox's init: {so}"
+        );
+        assert!(so.contains("kcore=0"), "{so}");
+        assert_event(&log, "end", "info", |_| true);
+    }
+}
+
+#[test]
+fn tiocsti_injection() {
+    if !std::path::Path::new("/usr/bin/python3").exists() {
+        sbx_testutil::skip!("/usr/bin/python3 missing");
+    }
+    let inject = "import fcntl,termios,sys\ntry:\n  fcntl.ioctl(0, termios.TIOCSTI, b'X')\n  print('ESCAPED tiocsti')\nexcept OSError as e:\n  print('refused', e.errno)\n";
+    for who in identities() {
+        let s = Scratch::new(who);
+        let script = format!("/usr/bin/python3 -c \"{}\"", inject.replace('"', "\\\""));
+        // Control: outside the sandbox, on a terminal that is ours, the
+        // injection works (so the test proves something).
+        let mut ctl = Command::new("/usr/bin/python3");
+        ctl.args(["-c", inject]);
+        run_as(&mut ctl, who);
+        let ctl_out = on_pty(ctl);
+        if !stdout(&ctl_out).contains("ESCAPED") {
+            sbx_testutil::skip!("TIOCSTI is disabled on this kernel: {}", stdout(&ctl_out));
+        }
+        let log = s.log();
+        let out = on_pty(s.cmd(&log, &[], &script));
+        let so = ok_lines(&out);
+        assert!(so.contains("refused"), "{so} {}", stderr(&out));
+    }
+}
+
+use std::process::Command;
+
+/// Runs `cmd` with a new pty as its controlling terminal and stdin.
+fn on_pty(mut cmd: Command) -> std::process::Output {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::process::CommandExt;
+    let master = unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY) };
+    assert!(master >= 0);
+    unsafe {
+        assert_eq!(libc::grantpt(master), 0);
+        assert_eq!(libc::unlockpt(master), 0);
+    }
+    let name = unsafe { std::ffi::CStr::from_ptr(libc::ptsname(master)) }.to_owned();
+    let slave = unsafe { libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY) };
+    assert!(slave >= 0);
+    let stdin = unsafe { std::process::Stdio::from_raw_fd(slave) };
+    cmd.stdin(stdin);
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    unsafe { libc::close(master) };
+    out
+}
+
+#[test]
+fn chroot_and_pivot_root_escapes() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        let before = s.snapshot();
+        let secret = s.path("secret.txt");
+        let sp = secret.to_str().unwrap();
+        let script = format!(
+            "chroot / /bin/true 2>/dev/null && echo ESCAPED chroot; \
+             mkdir -p /tmp/new && pivot_root /tmp /tmp/new 2>/dev/null && echo ESCAPED pivot; \
+             unshare -Urm sh -c 'mkdir -p /tmp/x/old; mount -t tmpfs t /tmp/x; mkdir -p /tmp/x/old; cd /tmp/x && pivot_root . old; cat old/{sp}; cd /; cat {sp}' 2>/dev/null; \
+             unshare -Ur sh -c 'mkdir -p /tmp/j; chroot /tmp/j /bin/true; cd /; for i in 1 2 3 4 5 6; do cd ..; done; cat {sp}' 2>/dev/null; \
+             cat /proc/1/root{sp} 2>/dev/null; echo done"
+        );
+        let (out, log) = s.run_rw(&[], &script);
+        assert_ran(&out, &log);
+        ok_lines(&out);
+        assert_refused(&out, "HOST-SECRET-OUTSIDE", "chroot/pivot_root");
+        s.assert_clean(&before);
+    }
+}
+
+#[test]
+fn writing_outside_the_binds() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        s.write("data/file", "RO\n");
+        let before = s.snapshot();
+        let data = s.path("data");
+        let d = data.to_str().unwrap();
+        let script = format!(
+            "for p in /newfile /usr/newfile /etc/newfile /bin/newfile /dev/newfile-x {d}/file {d}/new /proc/newfile; do \
+               if echo x > $p 2>/dev/null; then echo ESCAPED $p; else echo refused $p; fi; done; \
+             mkdir /newdir 2>/dev/null && echo ESCAPED mkdir; \
+             echo x > ../secret.txt; \
+             echo ok > inside-proj && echo wrote-proj; rm inside-proj"
+        );
+        let (out, log) = s.run_rw(&["--ro", d], &script);
+        assert_ran(&out, &log);
+        let so = ok_lines(&out);
+        assert_eq!(so.matches("refused").count(), 8, "{so}");
+        // ../secret.txt was written in the sandbox's own /tmp, not on the
+        // host: the tree is unchanged.
+        assert!(so.contains("wrote-proj"), "{so}");
+        s.assert_clean(&before);
+        assert!(!std::path::Path::new("/newfile").exists());
+    }
+}
+
+#[test]
+fn tmp_files_are_gone_after_the_sandbox() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        let name = sbx_testutil::unique("sbx-fs-tmp-");
+        let (out, log) = s.run(
+            &[],
+            &format!("echo data > /tmp/{name} && echo > /dev/shm/{name} && ls /tmp"),
+        );
+        assert_ran(&out, &log);
+        assert!(stdout(&out).contains(&name));
+        assert!(!std::path::Path::new("/tmp").join(&name).exists());
+        assert!(!std::path::Path::new("/dev/shm").join(&name).exists());
+        let (out, _) = s.run(
+            &[],
+            &format!("test -e /tmp/{name} && echo ESCAPED persisted; echo checked"),
+        );
+        ok_lines(&out);
+        assert!(stdout(&out).contains("checked"));
+    }
+}
+
+#[test]
+fn nothing_left_after_sigkill_of_sbx_fs() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        let before = s.snapshot();
+        let marker = sbx_testutil::unique("SBXFSKILL");
+        let log = s.log();
+        let p = s.proj();
+        let pp = p.to_str().unwrap();
+        // No .git and no .claude in the project: placeholders appear on the
+        // host while the sandbox runs.
+        let mut c = s.cmd(
+            &log,
+            &["--rw", pp, "--chdir", pp],
+            &format!("sleep 600; : {marker}"),
+        );
+        c.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut child = c.spawn().unwrap();
+        assert!(
+            eventually(|| p.join(".git").exists() && !pids_with(&marker).is_empty()),
+            "sandbox did not start"
+        );
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        assert!(
+            eventually(|| pids_with(&marker).is_empty()),
+            "sandbox processes survived"
+        );
+        assert!(
+            eventually(|| !p.join(".git").exists() && !p.join(".claude").exists()),
+            "placeholders survived"
+        );
+        s.assert_clean(&before);
+    }
+}
+
+#[test]
+fn seccomp_style_kill_is_reported_as_an_alert() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        let (out, log) = s.run(&[], "kill -SYS $$");
+        assert_eq!(code(&out), 128 + libc::SIGSYS);
+        assert_event(&log, "seccomp_kill", "alert", |e| e["signal"] == "SIGSYS");
+    }
+}
