@@ -478,3 +478,60 @@ fn auto_picks_openat2_on_a_kernel_that_has_it() {
         r.validate("/etc/hostname", Mode::Read).is_ok() || !Path::new("/etc/hostname").exists()
     );
 }
+
+/// /proc's magic links (/proc/PID/root, /proc/self, /proc/PID/fd/N) lead
+/// anywhere: they are symlinks to the resolver and refused, even under a
+/// rule that allows all of /proc.
+#[test]
+fn proc_magic_links_are_refused() {
+    let t = Tree::new();
+    let f = fs::File::open(t.p("outside/secret")).unwrap();
+    let pid = std::process::id();
+    for how in BOTH {
+        let r = PathResolver::builder()
+            .resolution(how)
+            .allow_read("/proc")
+            .build()
+            .unwrap();
+        for p in [
+            format!("/proc/{pid}/root/etc/passwd"),
+            format!("/proc/{pid}/cwd"),
+            format!("/proc/{pid}/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f)),
+            "/proc/self/status".to_string(),
+        ] {
+            let e = r.validate(&p, Mode::Read).unwrap_err();
+            assert_eq!(e.kind(), "symlink", "{how:?} {p}: {e}");
+        }
+        assert!(
+            r.validate(format!("/proc/{pid}/status"), Mode::Read)
+                .is_ok()
+        );
+    }
+}
+
+/// A FIFO is opened without blocking (and the fd is then blocking again).
+#[test]
+fn fifo_read_does_not_block() {
+    let t = Tree::new();
+    let fifo = t.p("ok/fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for how in BOTH {
+        let v = t.resolver(how).validate(&fifo, Mode::Read).unwrap();
+        let fl = unsafe {
+            libc::fcntl(
+                std::os::fd::AsRawFd::as_raw_fd(&v.fd().unwrap()),
+                libc::F_GETFL,
+            )
+        };
+        assert_eq!(fl & libc::O_NONBLOCK, 0);
+    }
+}
+
+#[test]
+fn resolver_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<PathResolver>();
+    check::<sbx_path::Validated>();
+    check::<PathError>();
+}
