@@ -498,3 +498,48 @@ fn failure_after_creation_revokes() {
     }
     let _ = json!({});
 }
+
+/// Chained in front of sbx-fs: the secret reaches the command inside the
+/// sandbox, the token file does not exist there, both tools log to the one
+/// audit log, and the credentials are revoked at the end.
+#[test]
+fn chained_in_front_of_sbx_fs() {
+    let b = bao_or_skip!();
+    let fs = match std::env::var_os("SBX_TEST_BIN_DIR") {
+        Some(d) => std::path::Path::new(&d).join("sbx-fs"),
+        None => bin("sbx-creds").with_file_name("sbx-fs"),
+    };
+    if !fs.exists() {
+        skip!("sbx-fs not built ({})", fs.display());
+    }
+    for who in identities() {
+        let w = Work::new();
+        let tf = w.cred("token", &b.app_token("10m"), who);
+        let script = format!(
+            "echo DB=$DB; test -n \"$CT\" && echo ct-set; if cat {} 2>/dev/null; then echo token-file-visible; fi; echo VT=${{VAULT_TOKEN:-unset}}",
+            tf.display()
+        );
+        let out = creds(b, &w, who)
+            .arg("--token-file")
+            .arg(&tf)
+            .args(["--secret", "DB=secret/app#db", "--child-token", "CT", "--"])
+            .arg(&fs)
+            .args(["--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let so = stdout(&out);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert!(so.contains(&format!("DB={DB_PASS}")), "{so}");
+        assert!(so.contains("ct-set") && so.contains("VT=unset"), "{so}");
+        assert!(!so.contains("token-file-visible"), "{so}");
+        let evs = audit_events(&w.audit());
+        assert!(
+            evs.iter().any(|e| e["tool"] == "sbx-fs"),
+            "sbx-fs logged nothing to the handed-down audit fd"
+        );
+        let r = assert_event(&w.audit(), "revoked", "info", |e| {
+            e["kind"] == "child_token"
+        });
+        assert_eq!(b.accessor_ttl(r["id"].as_str().unwrap()), None);
+    }
+}
