@@ -210,3 +210,63 @@ fn a_stale_group_of_a_dead_supervisor_is_reaped_and_others_are_not_touched() {
     std::fs::remove_dir(&foreign).unwrap();
     p.assert_no_group();
 }
+
+/// The children of `ppid` whose comm is `comm`.
+fn children_named(ppid: u32, comm: &str) -> Vec<i32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = &stat[open + 1..close];
+        let ppid_field = stat[close + 2..].split_whitespace().nth(1);
+        if name == comm && ppid_field == Some(&ppid.to_string()) {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+#[test]
+fn supervisor_and_watcher_both_killed_then_the_next_start_reaps_the_group() {
+    let p = parent_or_skip!();
+    let marker = unique("both-");
+    let script = format!("setsid sh -c 'sleep 1000; : {marker}' & sleep 1000; : {marker}");
+    let mut child = p
+        .cmd()
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || procs_with(&marker)
+        .len()
+        >= 2));
+    let watchers = children_named(child.id(), "sbx-cg-watch");
+    assert_eq!(watchers.len(), 1, "one watcher");
+    unsafe { libc::kill(watchers[0], libc::SIGKILL) };
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    // The escapee (own session) survives both; the group stays.
+    assert!(wait_until(Duration::from_secs(5), || procs_with(&marker)
+        .len()
+        == 1));
+    assert!(!p.children().is_empty());
+    // The next sbx-cgroup under the same parent reaps it.
+    let out = run(p.cmd().args(["--", "true"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        wait_until(Duration::from_secs(5), || procs_with(&marker).is_empty()),
+        "escapee of the stale group alive"
+    );
+    p.assert_no_group();
+    assert_event(&p.log(), "stale_group_reaped", "warn", |e| {
+        e["removed"] == true
+    });
+}
