@@ -100,7 +100,8 @@ pub struct RunArgs {
     /// Report and alert only; repair nothing.
     #[arg(long)]
     pub alert_only: bool,
-    /// Always run the full connectivity check after the command.
+    /// Run the full connectivity check before and after the command (not
+    /// only on signs of damage).
     #[arg(long)]
     pub full: bool,
     /// The command and its arguments.
@@ -115,6 +116,10 @@ pub struct SnapshotArgs {
     /// Where to write the snapshot (created 0600, atomically).
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: PathBuf,
+    /// Check the repository in full (the equivalent of git fsck) before
+    /// taking the snapshot, not only structurally.
+    #[arg(long)]
+    pub full: bool,
 }
 
 #[derive(Args, Debug)]
@@ -192,7 +197,7 @@ fn ensure_unlocked(l: &layout::Layout, wait: Duration) -> Result<(), Failure> {
 
 /// Takes a snapshot after checking the repository is sound; damage found
 /// now is reported (alerts) and refused.
-fn take_snapshot(l: &layout::Layout) -> Result<snapshot::Snapshot, Failure> {
+fn take_snapshot(l: &layout::Layout, full: bool) -> Result<snapshot::Snapshot, Failure> {
     let mut snap = snapshot::capture(l)?;
     let units: Vec<layout::Unit> = snap
         .units
@@ -203,14 +208,14 @@ fn take_snapshot(l: &layout::Layout) -> Result<snapshot::Snapshot, Failure> {
             work_tree: u.work_tree.clone(),
         })
         .collect();
-    let (report, stats) = verify::assess(l, &units, false);
+    let (report, stats) = verify::assess(l, &units, full);
     if let Some(first) = report
         .findings
         .iter()
         .find(|f| f.severity == Severity::Alert)
     {
         for f in &report.findings {
-            sbx_core::audit::emit("git_damaged_before", Severity::Alert, finding_fields(f));
+            audit("git_damaged_before", Severity::Alert, finding_fields(f));
         }
         return Err(Failure::new(format!(
             "{}: repository is already damaged ({}{}); nothing was changed — repair it by hand (git fsck) first",
@@ -225,10 +230,38 @@ fn take_snapshot(l: &layout::Layout) -> Result<snapshot::Snapshot, Failure> {
     }
     for u in &mut snap.units {
         if let Some(s) = stats.get(&u.path) {
-            u.packs = s.clone();
+            u.packs = s.packs.clone();
+            u.loose = s.loose.clone();
         }
     }
     Ok(snap)
+}
+
+/// Appends one event to the audit log (one write, O_APPEND, as sbx-core
+/// does) without echoing it on stderr: a failure must stay one line there,
+/// and findings are printed readably by the commands themselves.
+fn audit(event: &str, severity: Severity, fields: serde_json::Value) {
+    tracing::debug!(event, %fields, "audit");
+    let Some(a) = sbx_core::audit::get() else {
+        return;
+    };
+    let Some(fd) = a.raw_fd() else { return };
+    let line = sbx_core::audit::render(a.tool(), event, severity, fields);
+    let mut buf = line.as_bytes();
+    while !buf.is_empty() {
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            eprintln!(
+                "{TOOL}: audit log write failed: {}",
+                std::io::Error::last_os_error()
+            );
+            return;
+        }
+        buf = &buf[n as usize..];
+    }
 }
 
 fn finding_fields(f: &verify::Finding) -> serde_json::Value {
@@ -241,14 +274,14 @@ fn finding_fields(f: &verify::Finding) -> serde_json::Value {
 
 fn emit_report(r: &Report, mode: Mode) {
     for f in &r.findings {
-        sbx_core::audit::emit("git_integrity", f.severity, finding_fields(f));
+        audit("git_integrity", f.severity, finding_fields(f));
     }
     let sev = if r.unrecoverable().is_some() || r.problems() > 0 {
         Severity::Alert
     } else {
         Severity::Info
     };
-    sbx_core::audit::emit(
+    audit(
         "git_verified",
         sev,
         json!({
@@ -305,8 +338,8 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     let wait = lock_wait(&a.repo)?;
     let l = open_layout(&a.repo)?;
     ensure_unlocked(&l, wait)?;
-    let snap = take_snapshot(&l)?;
-    sbx_core::audit::emit(
+    let snap = take_snapshot(&l, a.full)?;
+    audit(
         "git_snapshot",
         Severity::Info,
         json!({ "repo": l.common_dir, "units": snap.units.len() }),
@@ -330,6 +363,15 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     };
     let report = verify::verify(&l, &snap, mode, a.full, wait);
     emit_report(&report, mode);
+    if report.unrecoverable().is_none() || mode != Mode::Repair {
+        for f in report
+            .findings
+            .iter()
+            .filter(|f| f.severity != Severity::Info)
+        {
+            eprintln!("{TOOL}: {}", text_line(f));
+        }
+    }
     if mode == Mode::Repair
         && let Some(f) = report.unrecoverable()
     {
@@ -345,9 +387,9 @@ fn cmd_snapshot(a: SnapshotArgs) -> Result<i32, Failure> {
     let wait = lock_wait(&a.repo)?;
     let l = open_layout(&a.repo)?;
     ensure_unlocked(&l, wait)?;
-    let snap = take_snapshot(&l)?;
+    let snap = take_snapshot(&l, a.full)?;
     snapshot::save(&snap, &a.output)?;
-    sbx_core::audit::emit(
+    audit(
         "git_snapshot",
         Severity::Info,
         json!({ "repo": l.common_dir, "file": a.output, "units": snap.units.len() }),

@@ -1,7 +1,7 @@
 //! The object store: a fast structural check (pack and index checksums,
 //! loose object headers, ref tips) and a full connectivity check.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
@@ -204,11 +204,12 @@ fn check_pack(
 }
 
 /// Inflates the start of every loose object and checks its header
-/// (`TYPE SIZE\0`).
-pub fn check_loose(objects: &Path) -> Vec<Problem> {
+/// (`TYPE SIZE\0`); returns the problems and the loose object ids.
+pub fn check_loose(objects: &Path) -> (Vec<Problem>, BTreeSet<String>) {
     let mut problems = Vec::new();
+    let mut ids = BTreeSet::new();
     let Ok(rd) = fs::read_dir(objects) else {
-        return problems;
+        return (problems, ids);
     };
     for d in rd.filter_map(|e| e.ok()) {
         let dn = d.file_name();
@@ -226,12 +227,13 @@ pub fn check_loose(objects: &Path) -> Vec<Problem> {
                 continue;
             }
             let p = f.path();
+            ids.insert(format!("{dn}{n}"));
             if let Err(what) = loose_header(&p) {
                 problems.push(problem(Some(&p), format!("loose object {dn}{n}: {what}")));
             }
         }
     }
-    problems
+    (problems, ids)
 }
 
 fn loose_header(p: &Path) -> Result<(), String> {

@@ -84,6 +84,10 @@ pub struct UnitSnap {
     pub refs: Option<RefsSnap>,
     /// Pack and index files checksummed at snapshot time.
     pub packs: BTreeMap<String, Stat>,
+    /// Loose objects at snapshot time: one that is gone and not packed
+    /// either is a sign of damage.
+    #[serde(default)]
+    pub loose: BTreeSet<String>,
     pub sha256: bool,
 }
 
@@ -257,6 +261,7 @@ pub fn capture_unit(u: &Unit) -> Result<UnitSnap, SnapshotError> {
         top_level: top_level(&u.path),
         refs,
         packs: BTreeMap::new(),
+        loose: BTreeSet::new(),
         sha256: is_sha256(&u.path),
     })
 }

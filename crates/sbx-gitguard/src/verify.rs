@@ -201,21 +201,43 @@ pub fn open(p: &Path) -> Result<git2::Repository, git2::Error> {
     )
 }
 
+/// What the structural check verified (kept in a snapshot).
+pub struct Verified {
+    pub packs: BTreeMap<String, objects::Stat>,
+    pub loose: BTreeSet<String>,
+}
+
 /// Structural check of one git dir's object store and refs, plus the full
 /// check when asked or when there is any sign of damage. Returns the pack
 /// files that were checksummed in full.
+#[allow(clippy::too_many_arguments)]
 pub fn check_objects(
     ctx: &mut Ctx,
     u: &Path,
     repo: &git2::Repository,
     cached: &BTreeMap<String, objects::Stat>,
+    loose_before: &BTreeSet<String>,
     sha256: bool,
     full: bool,
     extra_roots: &[(String, String)],
-) -> BTreeMap<String, objects::Stat> {
+) -> Verified {
     let objs = u.join("objects");
     let (mut problems, verified) = objects::check_packs(&objs, cached, sha256, full);
-    problems.extend(objects::check_loose(&objs));
+    let (lp, loose) = objects::check_loose(&objs);
+    problems.extend(lp);
+    // Loose objects of the snapshot that are gone and not packed either.
+    if let Ok(odb) = repo.odb() {
+        for id in loose_before.difference(&loose) {
+            if let Ok(oid) = git2::Oid::from_str(id)
+                && !odb.exists(oid)
+            {
+                problems.push(objects::Problem {
+                    path: None,
+                    what: format!("object {id} (loose at snapshot time) is gone"),
+                });
+            }
+        }
+    }
     let cur = refs::read_all(u).unwrap_or_default();
     let mut roots = Vec::new();
     for (name, v) in &cur {
@@ -293,7 +315,10 @@ pub fn check_objects(
             );
         }
     }
-    verified
+    Verified {
+        packs: verified,
+        loose,
+    }
 }
 
 fn objects_stat_changed(p: &Path, st: &objects::Stat) -> bool {
@@ -310,11 +335,7 @@ fn objects_stat_changed(p: &Path, st: &objects::Stat) -> bool {
 
 /// Damage present before any command ran (for a snapshot), and the pack
 /// stats verified along the way.
-pub fn assess(
-    l: &Layout,
-    units: &[Unit],
-    full: bool,
-) -> (Report, BTreeMap<PathBuf, BTreeMap<String, objects::Stat>>) {
+pub fn assess(l: &Layout, units: &[Unit], full: bool) -> (Report, BTreeMap<PathBuf, Verified>) {
     let mut ctx = Ctx::new(Mode::Check);
     let mut stats = BTreeMap::new();
     for u in units {
@@ -375,6 +396,7 @@ pub fn assess(
             &u.path,
             &repo,
             &BTreeMap::new(),
+            &BTreeSet::new(),
             sha256,
             full,
             &[],
@@ -1103,6 +1125,7 @@ pub fn verify(l: &Layout, snap: &Snapshot, mode: Mode, full: bool, lock_wait: Du
             &us.path,
             &repo,
             &us.packs,
+            &us.loose,
             us.sha256,
             full,
             &snap_roots,

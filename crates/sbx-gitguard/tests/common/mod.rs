@@ -37,7 +37,7 @@ git branch feat
 echo b > b
 git add b
 git commit -qm two
-git pack-refs --all
+git gc -q
 git submodule -q add "$D/lib" sub
 git commit -qm 'add sub'
 git worktree add -q ../wt -b wtb
@@ -120,9 +120,10 @@ impl Fixture {
     /// sbx-gitguard as the identity under test (audit log in the fixture).
     pub fn guard(&self, args: &[&str]) -> Output {
         let mut c = sbx_testutil::tool("sbx-gitguard");
-        c.arg("--audit-log")
+        c.arg(args[0])
+            .arg("--audit-log")
             .arg(&self.audit)
-            .args(args)
+            .args(&args[1..])
             .current_dir(&self.w);
         self.env(&mut c);
         c.output().unwrap()

@@ -1,0 +1,350 @@
+//! Legitimate work is kept, damage is reported, bad input is one line and
+//! exit 125, and the snapshot/check/repair commands work on their own.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use common::Fixture;
+use sbx_testutil::{As, assert_event, assert_usage_error, code, identities, stderr, stdout};
+
+fn user_first() -> As {
+    *identities().last().unwrap()
+}
+
+#[test]
+fn legitimate_commits_and_branches_are_kept() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let old_main = f.git_ok(&f.w, &["rev-parse", "main"]);
+        let out = f.run(&[], "echo d > d && git add d && git commit -qm four && git checkout -qb topic && git commit -q --allow-empty -m five && git checkout -q main && git tag v3");
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let log = f.git_ok(&f.w, &["log", "--oneline", "--all"]);
+        assert!(log.contains("four") && log.contains("five"), "{log}");
+        let new_main = f.git_ok(&f.w, &["rev-parse", "main"]);
+        assert_ne!(old_main, new_main);
+        assert!(f.git_ok(&f.w, &["status", "--porcelain"]).is_empty());
+        f.assert_fsck_clean();
+        assert_event(&f.audit, "git_integrity", "info", |e| {
+            e["check"] == "refs"
+                && e["found"]
+                    .as_str()
+                    .unwrap()
+                    .contains("refs/heads/main moved forward")
+                && e["action"].as_str().unwrap().starts_with("kept")
+        });
+        assert_event(&f.audit, "git_integrity", "warn", |e| {
+            e["found"]
+                .as_str()
+                .unwrap()
+                .contains("refs/heads/topic added")
+        });
+        // Nothing was alerted.
+        let alerts = sbx_testutil::audit_events(&f.audit)
+            .into_iter()
+            .filter(|e| e["event"] == "git_integrity" && e["severity"] == "alert")
+            .count();
+        assert_eq!(alerts, 0);
+    }
+}
+
+#[test]
+fn rewritten_branch_is_restored_and_the_rewrite_named() {
+    let f = Fixture::new(user_first());
+    let old = f.git_ok(&f.w, &["rev-parse", "main"]);
+    let out = f.run(
+        &[],
+        "git reset -q --soft HEAD~1 && git commit -qm 'three amended'",
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(f.git_ok(&f.w, &["rev-parse", "main"]), old);
+    let e = assert_event(&f.audit, "git_integrity", "alert", |e| e["check"] == "refs");
+    assert!(e["found"].as_str().unwrap().contains("rewritten"), "{e}");
+}
+
+#[test]
+fn exit_status_passes_through() {
+    let f = Fixture::new(user_first());
+    assert_eq!(code(&f.run(&[], "exit 7")), 7);
+    assert_eq!(code(&f.run(&[], "kill -TERM $$")), 128 + 15);
+    let out = f.guard(&[
+        "run",
+        "--repo",
+        f.w.to_str().unwrap(),
+        "--",
+        "/nonexistent/cmd",
+    ]);
+    assert_eq!(code(&out), 127);
+}
+
+#[test]
+fn alert_only_reports_and_changes_nothing() {
+    let f = Fixture::new(user_first());
+    let out = f.run(
+        &["--alert-only"],
+        "git config core.fsmonitor \"touch $MARK\"; exit 3",
+    );
+    assert_eq!(code(&out), 3);
+    assert!(
+        f.git_ok(&f.w, &["config", "core.fsmonitor"])
+            .contains("touch")
+    );
+    let e = assert_event(&f.audit, "git_integrity", "alert", |e| {
+        e["check"] == "config"
+    });
+    assert!(e["action"].as_str().unwrap().contains("alert-only"));
+}
+
+#[test]
+fn objects_deleted_by_the_command_are_reported_precisely() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let (blob, path) = loose_path(&f, "HEAD:c");
+        let out = f.run(&[], &format!("rm -f {}", path.display()));
+        assert_usage_error(&out, "could not be brought back");
+        let e = assert_event(&f.audit, "git_integrity", "alert", |e| {
+            let t = e["found"].as_str().unwrap();
+            e["check"] == "objects" && t.contains(&blob) && t.contains("missing")
+        });
+        // Precisely: which blob, in which tree entry, from which ref.
+        let t = e["found"].as_str().unwrap();
+        assert!(t.contains("entry 'c'") && t.contains("refs/heads/main"), "{e}");
+        assert_eq!(e["unrecoverable"], true);
+    }
+}
+
+#[test]
+fn corrupted_pack_is_detected() {
+    let f = Fixture::new(user_first());
+    let out = f.run(&[], "p=$(ls .git/objects/pack/*.pack | head -1) && chmod u+w $p && printf 'XXXX' | dd of=$p bs=1 seek=40 conv=notrunc 2>/dev/null");
+    assert_usage_error(&out, "could not be brought back");
+    assert_event(&f.audit, "git_integrity", "alert", |e| {
+        e["check"] == "objects" && e["found"].as_str().unwrap().contains("checksum")
+    });
+}
+
+fn loose_path(f: &Fixture, rev: &str) -> (String, std::path::PathBuf) {
+    let oid = f.git_ok(&f.w, &["rev-parse", rev]).trim().to_string();
+    let p =
+        f.w.join(format!(".git/objects/{}/{}", &oid[..2], &oid[2..]));
+    assert!(p.exists(), "fixture: {rev} should be a loose object");
+    (oid, p)
+}
+
+fn damaged_before(who: As, rev: &str, extra: &[&str]) {
+    let f = Fixture::new(who);
+    let (oid, p) = loose_path(&f, rev);
+    std::fs::remove_file(p).unwrap();
+    let listing = |f: &Fixture| f.sh(&f.w, "find .git -printf '%p %s %m\\n' | sort").stdout;
+    let before = listing(&f);
+    let out = f.run(extra, "touch \"$MARK\"");
+    assert_usage_error(&out, "already damaged");
+    assert!(!f.mark.exists(), "the command ran on a damaged repository");
+    assert_eq!(listing(&f), before, "the damaged repository was changed");
+    assert_event(&f.audit, "git_damaged_before", "alert", |e| {
+        e["found"].as_str().unwrap().contains(&oid)
+    });
+    let mut args = vec!["check", "--repo", f.w.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let out = f.guard(&args);
+    assert_eq!(code(&out), 1);
+    assert!(stdout(&out).contains(&oid));
+}
+
+#[test]
+fn damaged_before_is_reported_not_repaired() {
+    for who in identities() {
+        // The branch tip is gone: the structural check sees it.
+        damaged_before(who, "HEAD", &[]);
+        // A blob is gone: the full check (--full) sees it.
+        damaged_before(who, "HEAD:c", &["--full"]);
+    }
+}
+
+#[test]
+fn not_a_repository() {
+    let f = Fixture::new(user_first());
+    let d = f.dir.join("plain");
+    std::fs::create_dir(&d).unwrap();
+    sbx_testutil::chown_to_test_user(&d);
+    let out = f.guard(&["run", "--repo", d.to_str().unwrap(), "--", "true"]);
+    assert_usage_error(&out, "not a git repository");
+    let out = f.guard(&["check", "--repo", "/nonexistent/x"]);
+    assert_usage_error(&out, "no such directory");
+}
+
+#[test]
+fn snapshot_check_repair_between_turns() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let w = f.w.to_str().unwrap();
+        let snap = f.dir.join("snap.json");
+        let s = snap.to_str().unwrap();
+        let out = f.guard(&["snapshot", "--repo", w, "-o", s]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(
+            std::fs::metadata(&snap).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let before = f.state();
+        // A clean check.
+        let out = f.guard(&["check", "--repo", w, "--against", s, "--full", "--json"]);
+        assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(v["ok"], true);
+        assert_eq!(v["full_check"], true);
+        // The agent's turn.
+        let o = f.sh(&f.w, "git config core.fsmonitor \"touch $MARK\" && printf '#!/bin/sh\\ntouch %s\\n' \"$MARK\" > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && git branch -D feat >/dev/null");
+        assert!(o.status.success());
+        let out = f.guard(&["check", "--repo", w, "--against", s, "--json"]);
+        assert_eq!(code(&out), 1);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(v["ok"], false);
+        let checks: Vec<&str> = v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["check"].as_str().unwrap())
+            .collect();
+        for c in ["config", "hooks", "refs"] {
+            assert!(checks.contains(&c), "{c} missing in {v}");
+        }
+        // check changed nothing.
+        assert!(
+            f.git_ok(&f.w, &["config", "core.fsmonitor"])
+                .contains("touch")
+        );
+        std::fs::remove_file(&f.mark).ok();
+        let out = f.guard(&["repair", "--repo", w, "--against", s]);
+        assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+        assert_eq!(f.state(), before);
+        f.assert_fsck_clean();
+        f.assert_nothing_runs();
+        let out = f.guard(&["check", "--repo", w, "--against", s]);
+        assert_eq!(code(&out), 0, "{}", stdout(&out));
+    }
+}
+
+#[test]
+fn bad_snapshots_are_refused() {
+    let f = Fixture::new(user_first());
+    let w = f.w.to_str().unwrap();
+    let out = f.guard(&[
+        "repair",
+        "--repo",
+        w,
+        "--against",
+        f.dir.join("none.json").to_str().unwrap(),
+    ]);
+    assert_usage_error(&out, "cannot read snapshot");
+    let junk = f.dir.join("junk.json");
+    std::fs::write(&junk, "{\"hello\": 1}").unwrap();
+    let out = f.guard(&["repair", "--repo", w, "--against", junk.to_str().unwrap()]);
+    assert_usage_error(&out, "not an sbx-gitguard snapshot");
+    // A snapshot of another repository.
+    let other = f.dir.join("lib");
+    let snap = f.dir.join("lib.json");
+    let out = f.guard(&[
+        "snapshot",
+        "--repo",
+        other.to_str().unwrap(),
+        "-o",
+        snap.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let listing = f.sh(&f.w, "find . -printf '%p %s\\n' | sort").stdout;
+    let out = f.guard(&["repair", "--repo", w, "--against", snap.to_str().unwrap()]);
+    assert_usage_error(&out, "another repository");
+    let out = f.guard(&["check", "--repo", w, "--against", snap.to_str().unwrap()]);
+    assert_usage_error(&out, "another repository");
+    assert_eq!(
+        f.sh(&f.w, "find . -printf '%p %s\\n' | sort").stdout,
+        listing,
+        "a refused repair changed files"
+    );
+}
+
+#[test]
+fn locked_repository_waits_then_says_so() {
+    let f = Fixture::new(user_first());
+    let w = f.w.to_str().unwrap();
+    let o = f.sh(&f.w, "touch .git/index.lock");
+    assert!(o.status.success());
+    let snap = f.dir.join("s.json");
+    let out = f.guard(&[
+        "snapshot",
+        "--repo",
+        w,
+        "--lock-wait",
+        "200ms",
+        "-o",
+        snap.to_str().unwrap(),
+    ]);
+    assert_usage_error(&out, "locked by a concurrent git process");
+    assert!(!snap.exists());
+    let out = f.guard(&[
+        "run",
+        "--repo",
+        w,
+        "--lock-wait",
+        "200ms",
+        "--",
+        "sh",
+        "-c",
+        "touch \"$MARK\"",
+    ]);
+    assert_usage_error(&out, "index.lock");
+    assert!(!f.mark.exists());
+    assert!(
+        f.w.join(".git/index.lock").exists(),
+        "a lock we did not plant was removed"
+    );
+    // A lock left behind by the command is removed afterwards.
+    std::fs::remove_file(f.w.join(".git/index.lock")).unwrap();
+    let out = f.run(&["--lock-wait", "100ms"], "touch .git/HEAD.lock");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!f.w.join(".git/HEAD.lock").exists());
+    assert_event(&f.audit, "git_integrity", "alert", |e| {
+        e["check"] == "locks"
+    });
+}
+
+#[test]
+fn bad_flags_are_one_line() {
+    let f = Fixture::new(user_first());
+    let out = f.guard(&["run", "--repo", f.w.to_str().unwrap()]);
+    assert_usage_error(&out, "CMD");
+    let out = f.guard(&["snapshot", "--repo", f.w.to_str().unwrap()]);
+    assert_usage_error(&out, "--output");
+    let out = f.guard(&[
+        "check",
+        "--repo",
+        f.w.to_str().unwrap(),
+        "--lock-wait",
+        "soon",
+    ]);
+    assert_usage_error(&out, "--lock-wait");
+    let cfg = f.dir.join("cfg.json");
+    std::fs::write(&cfg, r#"{"sbx-gitguard": {"repo": "/nonexistent/y"}}"#).unwrap();
+    let out = f.guard(&["check", "--config", cfg.to_str().unwrap()]);
+    assert_usage_error(&out, "/nonexistent/y");
+}
+
+#[test]
+fn standalone_check_names_dangerous_config_and_planted_dirs() {
+    let f = Fixture::new(user_first());
+    let o = f.sh(
+        &f.w,
+        "git config core.fsmonitor \"touch $MARK\" && git init -q --bare evil.git",
+    );
+    assert!(o.status.success());
+    let out = f.guard(&["check", "--repo", f.w.to_str().unwrap(), "--json"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let s = v.to_string();
+    assert!(
+        s.contains("core.fsmonitor") && s.contains("evil.git"),
+        "{s}"
+    );
+    assert!(!f.mark.exists());
+}
