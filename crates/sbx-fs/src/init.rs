@@ -39,8 +39,11 @@ pub fn run(a: InitArgs) -> ! {
     let code = match setup_and_run(a) {
         Ok(c) => c,
         Err(f) => {
-            if f.code == exit::TOOL_FAILED {
-                audit::emit(
+            // One line on stderr: the event goes to the audit log only.
+            if f.code == exit::TOOL_FAILED
+                && let Some(au) = audit::get()
+            {
+                au.record(
                     "setup_failed",
                     Severity::Warn,
                     serde_json::json!({ "error": f.message }),

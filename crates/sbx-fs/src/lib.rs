@@ -254,10 +254,11 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
     if let Some(home) = env_get(env, "HOME").map(PathBuf::from)
         && let Ok(home) = spec::sandbox_path("HOME", home.as_os_str())
     {
-        let covered = plan.ops.iter().any(|o| {
-            o.kind == Kind::Dir
-                && home.starts_with(&o.dst)
-                && !matches!(o.what, What::Symlink { .. })
+        // Covered: a user bind at or above it, or a --tmpfs exactly there.
+        let covered = plan.ops.iter().any(|o| match o.what {
+            What::Bind { .. } => o.why == "bind" && home.starts_with(&o.dst),
+            What::Tmpfs { .. } => o.why == "tmpfs" && home == o.dst,
+            _ => false,
         });
         let under_system = plan::SYSTEM_DIRS.iter().any(|d| home.starts_with(d));
         if !covered && !under_system {

@@ -135,11 +135,11 @@ impl Scratch {
 
 pub fn chown_r(p: &Path, uid: u32, gid: u32) {
     let _ = std::os::unix::fs::lchown(p, Some(uid), Some(gid));
-    if let Ok(m) = std::fs::symlink_metadata(p) {
-        if m.is_dir() {
-            for e in std::fs::read_dir(p).unwrap().flatten() {
-                chown_r(&e.path(), uid, gid);
-            }
+    if let Ok(m) = std::fs::symlink_metadata(p)
+        && m.is_dir()
+    {
+        for e in std::fs::read_dir(p).unwrap().flatten() {
+            chown_r(&e.path(), uid, gid);
         }
     }
 }
@@ -209,10 +209,10 @@ pub fn pids_with(marker: &str) -> Vec<i32> {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
-        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
-            if String::from_utf8_lossy(&c).contains(marker) {
-                v.push(pid);
-            }
+        if let Ok(c) = std::fs::read(e.path().join("cmdline"))
+            && String::from_utf8_lossy(&c).contains(marker)
+        {
+            v.push(pid);
         }
     }
     v
