@@ -172,6 +172,8 @@ struct InjectMeta {
     path: String,
     key: String,
     lease_id: Option<String>,
+    /// Accessor of a child token.
+    accessor: Option<String>,
     ttl: u64,
 }
 
@@ -293,7 +295,7 @@ impl Session {
             emit(
                 "secret_injected",
                 Severity::Info,
-                json!({"env": m.env, "source": m.kind, "path": m.path, "key": m.key, "lease_id": m.lease_id, "ttl": m.ttl}),
+                json!({"env": m.env, "source": m.kind, "path": m.path, "key": m.key, "lease_id": m.lease_id, "accessor": m.accessor, "ttl": m.ttl}),
             );
         }
     }
@@ -343,6 +345,7 @@ impl Session {
                 path: s.path.clone(),
                 key: s.key.clone(),
                 lease_id: None,
+                accessor: None,
                 ttl: 0,
             };
             self.push(s.env.clone(), val.0.clone(), meta);
@@ -365,6 +368,7 @@ impl Session {
                     path: s.path.clone(),
                     key: k.clone(),
                     lease_id: None,
+                    accessor: None,
                     ttl: 0,
                 };
                 self.push(env, val.0.clone(), meta);
@@ -621,6 +625,7 @@ impl Session {
             path: l.path.clone(),
             key: l.field.clone(),
             lease_id: (!resp.lease_id.is_empty()).then(|| resp.lease_id.clone()),
+            accessor: None,
             ttl,
         };
         let value = match resp.data {
@@ -761,8 +766,9 @@ impl Session {
             env: c.env.clone(),
             kind: "child_token",
             path: tracked.path.clone(),
-            key: auth.accessor.clone(),
+            key: String::new(),
             lease_id: None,
+            accessor: Some(auth.accessor.clone()),
             ttl: auth.lease_duration,
         };
         if auth.lease_duration > cap + 1 || auth.lease_duration == 0 {

@@ -345,7 +345,7 @@ fn ttl_is_enforced() {
             .unwrap();
         assert_eq!(code(&out), 143, "{}", stderr(&out));
         assert_event(&w.audit(), "ttl_expired", "warn", |_| true);
-        let acc = events(&w.audit(), "secret_injected")[0]["key"]
+        let acc = events(&w.audit(), "secret_injected")[0]["accessor"]
             .as_str()
             .unwrap()
             .to_string();
@@ -402,7 +402,7 @@ fn signals_still_revoke() {
             for e in events(&w.audit(), "secret_injected") {
                 match e["source"].as_str().unwrap() {
                     "lease" => assert!(!b.lease_exists(e["lease_id"].as_str().unwrap())),
-                    _ => assert_eq!(b.accessor_ttl(e["key"].as_str().unwrap()), None),
+                    _ => assert_eq!(b.accessor_ttl(e["accessor"].as_str().unwrap()), None),
                 }
             }
             assert_eq!(events(&w.audit(), "revoked").len(), 2);
@@ -444,7 +444,7 @@ fn sigkill_leaves_tokens_that_expire_at_the_ttl() {
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     let session = login_accessor(&w);
-    let ct = events(&w.audit(), "secret_injected")[0]["key"]
+    let ct = events(&w.audit(), "secret_injected")[0]["accessor"]
         .as_str()
         .unwrap()
         .to_string();
