@@ -116,3 +116,49 @@ fn several_attacks_at_once_and_alert_names_dangerous_keys() {
         });
     }
 }
+
+/// In the chain: sbx-fs protects the git dir inside the sandbox, gitguard
+/// repairs what was writable (a bare repository planted in the work tree),
+/// and both log to the same audit log with the same sandbox id.
+#[test]
+fn in_the_chain_with_sbx_fs() {
+    let fs_bin = sbx_testutil::bin("sbx-gitguard").with_file_name("sbx-fs");
+    if !fs_bin.exists() {
+        sbx_testutil::skip!("sbx-fs is not built ({})", fs_bin.display());
+    }
+    for who in identities() {
+        let f = Fixture::new(who);
+        let before = f.state();
+        let d = f.dir.to_str().unwrap();
+        let w = f.w.to_str().unwrap();
+        let script = "rm -f .git/HEAD; git config core.fsmonitor \"touch $MARK\"; git init -q --bare evil.git && git -C evil.git config core.fsmonitor \"touch $MARK\"; exit 5";
+        let out = f.guard(&[
+            "run",
+            "--repo",
+            w,
+            "--",
+            fs_bin.to_str().unwrap(),
+            "--rw",
+            d,
+            "--chdir",
+            w,
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
+        assert_eq!(code(&out), 5, "{}", stderr(&out));
+        assert_eq!(f.state(), before);
+        f.assert_fsck_clean();
+        f.assert_nothing_runs();
+        let e = assert_event(&f.audit, "git_integrity", "alert", |e| {
+            e["check"] == "bare_repo"
+        });
+        let evs = sbx_testutil::audit_events(&f.audit);
+        assert!(
+            evs.iter()
+                .any(|x| x["tool"] == "sbx-fs" && x["sbx_id"] == e["sbx_id"]),
+            "sbx-fs did not log with the same id"
+        );
+    }
+}

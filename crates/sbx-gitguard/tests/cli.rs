@@ -108,7 +108,10 @@ fn objects_deleted_by_the_command_are_reported_precisely() {
         });
         // Precisely: which blob, in which tree entry, from which ref.
         let t = e["found"].as_str().unwrap();
-        assert!(t.contains("entry 'c'") && t.contains("refs/heads/main"), "{e}");
+        assert!(
+            t.contains("entry 'c'") && t.contains("refs/heads/main"),
+            "{e}"
+        );
         assert_eq!(e["unrecoverable"], true);
     }
 }
