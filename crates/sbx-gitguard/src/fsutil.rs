@@ -233,3 +233,33 @@ pub fn create_dirs_owned(p: &Path, owner_of: &Path) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// The first component of `rel` below `base` (the last one excluded) that is
+/// a symlink or not a directory: a path through it would leave `base`.
+pub fn unsafe_parent(base: &Path, rel: &str) -> Option<std::path::PathBuf> {
+    let mut p = base.to_path_buf();
+    let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+    for c in comps.iter().take(comps.len().saturating_sub(1)) {
+        p.push(c);
+        match fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Some(p),
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// Makes every parent of `base/rel` a real directory again (a symlink or
+/// file planted in its place is removed; nothing outside `base` is touched).
+pub fn make_parents_safe(base: &Path, rel: &str) -> io::Result<()> {
+    while let Some(bad) = unsafe_parent(base, rel) {
+        fs::remove_file(&bad)?;
+    }
+    Ok(())
+}
+
+/// Whether `p` is a real directory (not a symlink).
+pub fn is_real_dir(p: &Path) -> bool {
+    fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
+}

@@ -182,7 +182,7 @@ fn open_layout(a: &RepoArgs) -> Result<layout::Layout, Failure> {
 
 /// Waits for a concurrent git process; fails when it does not finish.
 fn ensure_unlocked(l: &layout::Layout, wait: Duration) -> Result<(), Failure> {
-    let (_, units) = snapshot::discover(l);
+    let units = l.units(&Default::default());
     let left = verify::wait_locks(&units, wait);
     if let Some(p) = left.first() {
         return Err(Failure::new(format!(

@@ -464,6 +464,7 @@ fn revert_files(
         let what = format!("{} {}", rel, describe_change(Some(s), cur));
         let s2 = s.clone();
         let p2 = p.clone();
+        let (base2, rel2) = (base.to_path_buf(), rel.clone());
         ctx.fix(
             check,
             unit,
@@ -471,7 +472,10 @@ fn revert_files(
             what,
             "restored from the snapshot",
             keys,
-            move || fsutil::restore(&p2, &s2).map_err(|e| e.to_string()),
+            move || {
+                fsutil::make_parents_safe(&base2, &rel2).map_err(|e| e.to_string())?;
+                fsutil::restore(&p2, &s2).map_err(|e| e.to_string())
+            },
         );
     }
     // New: remove (skip what a removed parent took with it).
@@ -488,6 +492,7 @@ fn revert_files(
             Vec::new()
         };
         let p2 = p.clone();
+        let (base2, rel2) = (base.to_path_buf(), rel.clone());
         ctx.fix(
             check,
             unit,
@@ -495,7 +500,14 @@ fn revert_files(
             format!("{rel} planted"),
             "removed",
             keys,
-            move || fsutil::remove(&p2).map_err(|e| e.to_string()),
+            move || {
+                // Reached through a planted symlink: remove the link, never
+                // what it points to.
+                if fsutil::unsafe_parent(&base2, &rel2).is_some() {
+                    return fsutil::make_parents_safe(&base2, &rel2).map_err(|e| e.to_string());
+                }
+                fsutil::remove(&p2).map_err(|e| e.to_string())
+            },
         );
         removed.push(rel.clone());
     }
@@ -543,13 +555,24 @@ fn raw_unit(ctx: &mut Ctx, us: &UnitSnap) {
     }
     // A core.hooksPath the command configured: its hooks go with the config.
     let planted_hp = snapshot::hooks_path(u, us.work_tree.as_deref());
+    // Only inside the work tree or the git dir, through real directories,
+    // and only files owned by the repository's owner: a hooksPath can name
+    // any directory of the host (core.hooksPath=/usr/bin).
+    let inside = |hp: &Path| {
+        let Ok(c) = fs::canonicalize(hp) else {
+            return false;
+        };
+        c == hp && (c.starts_with(u) || us.work_tree.as_ref().is_some_and(|w| c.starts_with(w)))
+    };
+    let repo_owner = fsutil::owner(u);
     if let Some(hp) = planted_hp
         && us.hooks_path.as_ref().map(|(p, _)| p) != Some(&hp)
         && hp != u.join("hooks")
+        && inside(&hp)
     {
         for name in rules::HOOK_NAMES {
             let p = hp.join(name);
-            if fs::symlink_metadata(&p).is_ok() {
+            if fsutil::owner(&p).is_some() && fsutil::owner(&p) == repo_owner {
                 let p2 = p.clone();
                 ctx.fix(
                     "hooks",
@@ -618,8 +641,30 @@ fn raw_unit(ctx: &mut Ctx, us: &UnitSnap) {
     }
     // core.hooksPath directory of the snapshot.
     if let Some((dir, files)) = &us.hooks_path {
-        let now = fsutil::read_tree(dir).unwrap_or_default();
-        revert_files(ctx, &|_| "hooks", u, dir, files, &now);
+        if !fsutil::is_real_dir(dir) && dir.exists() {
+            // Replaced by a symlink or a file: never walk through it.
+            let d2 = dir.clone();
+            ctx.fix(
+                "hooks",
+                u,
+                Some(dir),
+                "core.hooksPath directory replaced by a symlink or file".into(),
+                "removed",
+                vec![],
+                move || fsutil::remove(&d2).map_err(|e| e.to_string()),
+            );
+        }
+        let now = if fsutil::is_real_dir(dir) {
+            fsutil::read_tree(dir).unwrap_or_default()
+        } else {
+            BTreeMap::new()
+        };
+        if fsutil::is_real_dir(dir) || ctx.mode == Mode::Repair {
+            if !dir.exists() && ctx.mode == Mode::Repair {
+                let _ = fs::create_dir_all(dir);
+            }
+            revert_files(ctx, &|_| "hooks", u, dir, files, &now);
+        }
     }
     // Unexpected top-level entries.
     let covered: BTreeSet<&str> = rules::PROTECTED
@@ -1056,7 +1101,10 @@ pub fn verify(l: &Layout, snap: &Snapshot, mode: Mode, full: bool, lock_wait: Du
         raw_unit(&mut ctx, us);
     }
     // Git dirs that appeared.
-    let (_, units) = snapshot::discover(l);
+    // (Without scanning work trees: worktree links the command wrote could
+    // name any directory; new nested repositories are found by the scan of
+    // the snapshot's work trees below.)
+    let units = l.units(&BTreeSet::new());
     for u in &units {
         if snap.unit(&u.path).is_none()
             && matches!(u.kind, UnitKind::Submodule | UnitKind::Worktree)
@@ -1067,12 +1115,18 @@ pub fn verify(l: &Layout, snap: &Snapshot, mode: Mode, full: bool, lock_wait: Du
     // Work trees.
     let known: BTreeSet<PathBuf> = units
         .iter()
-        .filter(|u| u.path.exists())
-        .map(|u| u.path.clone())
+        .map(|u| &u.path)
+        .chain(snap.units.iter().map(|u| &u.path))
+        .filter(|p| p.exists())
+        .cloned()
         .collect();
-    let mut roots: BTreeSet<PathBuf> = snap.scans.keys().cloned().collect();
-    roots.extend(l.work_trees());
+    // Only the work trees known at snapshot time: a worktree link the
+    // command wrote could name any directory of the host.
+    let roots: BTreeSet<PathBuf> = snap.scans.keys().cloned().collect();
     for root in roots {
+        if !fsutil::is_real_dir(&root) {
+            continue;
+        }
         let empty = Scan::default();
         let before = snap.scans.get(&root).unwrap_or(&empty);
         scan_tree(&mut ctx, &root, before, &known);

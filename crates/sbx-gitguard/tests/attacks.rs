@@ -162,3 +162,64 @@ fn in_the_chain_with_sbx_fs() {
         );
     }
 }
+
+/// Symlinks planted to turn a repair into a deletion elsewhere: the links
+/// are removed, what they point to is untouched.
+#[test]
+fn symlinks_never_lead_a_repair_outside() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        // A directory outside the repository with a file named like a
+        // planted path and a "hook".
+        let victim = f.dir.join("victim");
+        std::fs::create_dir_all(victim.join("alternates")).unwrap();
+        std::fs::write(victim.join("post-checkout"), "keep me").unwrap();
+        std::fs::write(victim.join("alternates/x"), "keep me").unwrap();
+        sbx_testutil::chown_to_test_user(&victim);
+        sbx_testutil::chown_to_test_user(&victim.join("alternates"));
+        sbx_testutil::chown_to_test_user(&victim.join("post-checkout"));
+        let before = f.state();
+        let script = format!(
+            "rm -rf .git/objects/info && ln -s {v} .git/objects/info && git config core.hooksPath {v} && ln -s {v} .git/modules/evil",
+            v = victim.display()
+        );
+        let out = f.run(&[], &script);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(
+            std::fs::read_to_string(victim.join("post-checkout")).unwrap(),
+            "keep me"
+        );
+        assert_eq!(
+            std::fs::read_to_string(victim.join("alternates/x")).unwrap(),
+            "keep me"
+        );
+        assert_eq!(f.state(), before);
+        f.assert_fsck_clean();
+        assert_event(&f.audit, "git_integrity", "alert", |e| {
+            e["check"] == "config"
+        });
+    }
+}
+
+/// A worktree link rewritten to name another directory does not make
+/// gitguard scan (or clean) that directory.
+#[test]
+fn rewritten_worktree_link_does_not_widen_the_scan() {
+    let who = *identities().last().unwrap();
+    let f = Fixture::new(who);
+    let other = f.dir.join("other");
+    let o = f.sh(&f.dir, "mkdir other && git init -q --bare other/keep.git");
+    assert!(o.status.success());
+    let out = f.run(
+        &[],
+        &format!("echo {}/.git > .git/worktrees/wt/gitdir", other.display()),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        other.join("keep.git/HEAD").exists(),
+        "a repository outside the work trees was removed"
+    );
+    assert_event(&f.audit, "git_integrity", "alert", |e| {
+        e["check"] == "extra_files"
+    });
+}
