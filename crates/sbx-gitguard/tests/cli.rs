@@ -17,13 +17,17 @@ fn legitimate_commits_and_branches_are_kept() {
     for who in identities() {
         let f = Fixture::new(who);
         let old_main = f.git_ok(&f.w, &["rev-parse", "main"]);
-        let out = f.run(&[], "echo d > d && git add d && git commit -qm four && git checkout -qb topic && git commit -q --allow-empty -m five && git checkout -q main && git tag v3");
+        let out = f.run(&[], "echo d > d && git add d && git commit -qm four && git checkout -qb topic && git commit -q --allow-empty -m five && git checkout -q main && git tag v3 && mkdir newdir && echo x > newdir/file");
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         let log = f.git_ok(&f.w, &["log", "--oneline", "--all"]);
         assert!(log.contains("four") && log.contains("five"), "{log}");
         let new_main = f.git_ok(&f.w, &["rev-parse", "main"]);
         assert_ne!(old_main, new_main);
-        assert!(f.git_ok(&f.w, &["status", "--porcelain"]).is_empty());
+        assert_eq!(f.git_ok(&f.w, &["status", "--porcelain"]), "?? newdir/\n");
+        assert_eq!(
+            std::fs::read_to_string(f.w.join("newdir/file")).unwrap(),
+            "x\n"
+        );
         f.assert_fsck_clean();
         assert_event(&f.audit, "git_integrity", "info", |e| {
             e["check"] == "refs"
@@ -350,4 +354,27 @@ fn standalone_check_names_dangerous_config_and_planted_dirs() {
         "{s}"
     );
     assert!(!f.mark.exists());
+}
+
+#[test]
+fn ref_whose_snapshot_commit_is_gone_falls_back_to_the_reflog() {
+    let f = Fixture::new(user_first());
+    let (oid, path) = loose_path(&f, "HEAD");
+    let parent = f.git_ok(&f.w, &["rev-parse", "HEAD~1"]).trim().to_string();
+    let out = f.run(
+        &[],
+        &format!(
+            "rm -f {} && echo junk > .git/refs/heads/main",
+            path.display()
+        ),
+    );
+    // The commit is gone for good: the repair fails, but the branch points
+    // to the newest commit of its reflog that still exists.
+    assert_usage_error(&out, "could not be brought back");
+    let e = assert_event(&f.audit, "git_integrity", "alert", |e| e["check"] == "refs");
+    assert!(e["action"].as_str().unwrap().contains("reflog"), "{e}");
+    assert_eq!(f.git_ok(&f.w, &["rev-parse", "main"]).trim(), parent);
+    assert_event(&f.audit, "git_integrity", "alert", |e| {
+        e["check"] == "objects" && e["found"].as_str().unwrap().contains(&oid)
+    });
 }
