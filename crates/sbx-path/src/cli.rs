@@ -106,6 +106,7 @@ pub enum Command {
     /// Exit 0 when PATH may be used for MODE under the rules, 1 (one line on stderr) when it is refused.
     Check(CheckArgs),
     /// Print the normalised form of each PATH (no file system access); exit 1 if one is refused.
+    #[command(alias = "normalize")]
     Normalise(NormaliseArgs),
 }
 
