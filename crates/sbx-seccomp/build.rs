@@ -1,7 +1,9 @@
-//! Checks the built-in profiles (profiles/*.json) at build time: each must
-//! parse as a policy document and compile with seccompiler for the target
-//! architecture, so a mistake in a profile is a build error, as in
-//! Firecracker. The JSON is then embedded in the binary (include_str!).
+//! Compiles the built-in profiles (profiles/*.json) at build time, as
+//! Firecracker does: each must parse as a policy document and compile with
+//! seccompiler for the target architecture, so a mistake in a profile is a
+//! build error. The BPF goes to $OUT_DIR/builtin_bpf.rs (used as is when a
+//! profile is not edited by options); the JSON is embedded too
+//! (include_str!) for --print and for edits.
 
 #[path = "src/model.rs"]
 #[allow(dead_code)]
@@ -20,6 +22,10 @@ fn main() {
     let dir = Path::new("profiles");
     println!("cargo:rerun-if-changed=profiles");
     println!("cargo:rerun-if-changed=src/model.rs");
+    let mut out = String::from(
+        "/// (profile, filter, BPF as (code, jt, jf, k)), compiled by build.rs.\n\
+         pub static BUILTIN_BPF: &[(&str, &str, &[Insn])] = &[\n",
+    );
     for name in ["default", "strict"] {
         let path = dir.join(format!("{name}.json"));
         println!("cargo:rerun-if-changed={}", path.display());
@@ -35,6 +41,14 @@ fn main() {
                 .unwrap_or_else(|e| panic!("profile {} filter {fname}: {e}", path.display()));
             let prog = &map[fname];
             assert!(prog.len() < 4096, "profile {name} filter {fname}: too long");
+            out.push_str(&format!("    ({name:?}, {fname:?}, &["));
+            for i in prog {
+                out.push_str(&format!("({}, {}, {}, {:#x}),", i.code, i.jt, i.jf, i.k));
+            }
+            out.push_str("]),\n");
         }
     }
+    out.push_str("];\n");
+    let dst = Path::new(&std::env::var("OUT_DIR").unwrap()).join("builtin_bpf.rs");
+    std::fs::write(dst, out).expect("write builtin_bpf.rs");
 }

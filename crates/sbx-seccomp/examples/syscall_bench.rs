@@ -1,6 +1,6 @@
-//! Benchmark helper: `syscall_bench [N]` times N getppid() and N stat("/")
-//! calls (raw syscalls, no libc caching) and prints one line per call:
-//! `getppid NS_PER_CALL` and `stat NS_PER_CALL`. scripts/bench-seccomp runs
+//! Benchmark helper: `syscall_bench [N]` times N getppid(), N/4 stat("/")
+//! calls (raw syscalls, no libc caching), and N personality(0xffffffff)
+//! queries, and prints `NAME NS_PER_CALL` for each. scripts/bench-seccomp runs
 //! it with and without a filter. Not installed.
 
 use std::time::Instant;
@@ -24,10 +24,10 @@ fn main() {
         .unwrap_or(2_000_000);
     let root = c"/";
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let g = best_of(n, 5, || unsafe {
+    let g = best_of(n, 10, || unsafe {
         libc::syscall(libc::SYS_getppid);
     });
-    let s = best_of(n / 4, 5, || unsafe {
+    let s = best_of(n / 4, 10, || unsafe {
         libc::syscall(
             libc::SYS_newfstatat,
             libc::AT_FDCWD,
@@ -36,6 +36,12 @@ fn main() {
             0,
         );
     });
+    // personality(0xffffffff) (a query) is argument-checked by the default
+    // profile: the filter really runs for it.
+    let p = best_of(n, 10, || unsafe {
+        libc::syscall(libc::SYS_personality, 0xffff_ffffu32 as libc::c_long);
+    });
     println!("getppid {g:.1}");
     println!("stat {s:.1}");
+    println!("personality {p:.1}");
 }

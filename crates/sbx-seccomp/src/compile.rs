@@ -100,11 +100,48 @@ pub fn prelude() -> Vec<sock_filter> {
     p
 }
 
+/// One BPF instruction as build.rs writes it: (code, jt, jf, k).
+type Insn = (u16, u8, u8, u32);
+
+include!(concat!(env!("OUT_DIR"), "/builtin_bpf.rs"));
+
+/// The BPF build.rs compiled for a built-in profile's filter, named as in
+/// the policy document (`0-default-eperm`, `1-strict-allow`).
+pub fn precompiled(doc_name: &str) -> Option<BpfProgram> {
+    let (profile, filter) = match doc_name.split_once('-')? {
+        ("0", rest) => ("default", rest.strip_prefix("default-")?),
+        ("1", rest) => ("strict", rest.strip_prefix("strict-")?),
+        _ => return None,
+    };
+    BUILTIN_BPF
+        .iter()
+        .find(|(p, f, _)| *p == profile && *f == filter)
+        .map(|(_, _, insns)| {
+            insns
+                .iter()
+                .map(|&(code, jt, jf, k)| sock_filter { code, jt, jf, k })
+                .collect()
+        })
+}
+
 /// The programs to install, in order (the prelude in front of the first).
-pub fn programs(doc: &Document) -> Result<Vec<(String, BpfProgram)>, CompileError> {
+/// With `pristine_builtins` (no option edited the profile) the built-in
+/// filters are taken as build.rs compiled them.
+pub fn programs(
+    doc: &Document,
+    pristine_builtins: bool,
+) -> Result<Vec<(String, BpfProgram)>, CompileError> {
     let mut out = Vec::with_capacity(doc.len());
     for (name, f) in doc {
-        let mut prog = filter_bpf(name, f)?;
+        let pre = if pristine_builtins {
+            precompiled(name)
+        } else {
+            None
+        };
+        let mut prog = match pre {
+            Some(p) => p,
+            None => filter_bpf(name, f)?,
+        };
         if out.is_empty() {
             let mut p = prelude();
             p.append(&mut prog);
@@ -173,9 +210,18 @@ mod tests {
             crate::policy::Profile::Strict,
         ] {
             let doc = crate::policy::builtin(p);
-            let progs = programs(&doc).unwrap();
+            let progs = programs(&doc, false).unwrap();
             assert_eq!(progs.len(), doc.len());
             assert!(progs[0].1.starts_with(&prelude()));
+            // build.rs compiled the same programs.
+            assert_eq!(programs(&doc, true).unwrap(), progs);
+            for (name, f) in &doc {
+                assert_eq!(
+                    precompiled(name).unwrap(),
+                    filter_bpf(name, f).unwrap(),
+                    "{name}"
+                );
+            }
         }
     }
 }

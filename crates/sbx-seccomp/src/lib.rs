@@ -81,6 +81,17 @@ log (/dev/kmsg) when no audit daemon takes it; when the supervisor can read /dev
 (root) the alert carries the syscall number from that record.",
         ),
         (
+            "LIMITS",
+            "--no-tsc makes every rdtsc fault, and glibc's dynamic loader reads the TSC at \
+start-up while the vDSO's clock_gettime reads it when the clocksource is tsc: under --no-tsc \
+dynamically linked glibc programs and programs reading the clock through the vDSO die of \
+SIGSEGV at once. Use it for static programs that take time through system calls.\n\n\
+The syscall number of a kill comes from the kernel log, which the kernel rate-limits \
+(10 lines per 5 s by default): under a burst of kills some alerts have no number.\n\n\
+The ABI prelude (x32, foreign architectures, unknown new calls) is part of the first \
+installed filter: --profile none with no other filter option installs nothing.",
+        ),
+        (
             "EXAMPLES",
             "sbx-seccomp -- make test\n\n\
 sbx-seccomp --no-network --no-tsc -- python3 job.py\n\n\
@@ -130,7 +141,8 @@ pub struct Cli {
     pub no_network: bool,
 
     /// Make rdtsc/rdtscp raise SIGSEGV (PR_SET_TSC): no precise timer for
-    /// timing side channels.
+    /// timing side channels. glibc's dynamic loader and the vDSO clock read
+    /// the TSC too: suits static programs only (see LIMITS).
     #[arg(long)]
     pub no_tsc: bool,
 
@@ -166,7 +178,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let opts = cli.options();
     // Everything that can fail on bad input happens before anything is applied.
     let doc = policy::build(&opts)?;
-    let progs = compile::programs(&doc)?;
+    let progs = compile::programs(&doc, opts.builtins_pristine())?;
     let profile = policy::effective_profile(&opts);
 
     if cli.print {

@@ -106,6 +106,14 @@ pub struct Options {
     pub allow_ptrace: bool,
 }
 
+impl Options {
+    /// Whether the built-in profile's filters are installed as compiled at
+    /// build time (no option edits them).
+    pub fn builtins_pristine(&self) -> bool {
+        self.allow.is_empty() && !self.allow_ptrace && self.action.is_none()
+    }
+}
+
 /// The profile used: `--profile`, else `default` unless `--policy` is given.
 pub fn effective_profile(o: &Options) -> Profile {
     match (o.profile, &o.policy) {
