@@ -59,7 +59,9 @@ pub enum GroupError {
         #[source]
         source: io::Error,
     },
-    #[error("cannot enable controllers in {0}: it holds processes and cgroup v2 gives controllers only to groups without any; {hint}", hint = DELEGATE_HINT)]
+    #[error(
+        "cannot enable controllers in {0}: other processes are in it and cgroup v2 gives controllers only to groups without processes; start sbx-cgroup in a delegated group of its own (systemd-run --user --scope -p Delegate=yes sbx-cgroup ...) or pass --parent a delegated group without processes"
+    )]
     Busy(String),
     #[error("set {what} in {dir}")]
     Set {

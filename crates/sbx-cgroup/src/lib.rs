@@ -16,6 +16,7 @@ use sbx_core::cli::CommonArgs;
 
 pub mod discover;
 pub mod group;
+pub mod leaf;
 pub mod limits;
 pub mod owner;
 pub mod rlimit;
@@ -54,8 +55,10 @@ it and never moves a process out of the tree it started in.\n\n\
 On cgroup v2 the parent must be delegated (cgroup.procs and cgroup.subtree_control writable) and offer the controllers \
 the limits need in cgroup.controllers; sbx-cgroup enables memory, pids (and cpu, io when asked) in its \
 cgroup.subtree_control, the one write it makes to a group it did not create. cgroup v2 refuses controllers to a group \
-that holds processes: run sbx-cgroup from a delegated scope and point --parent at a group without processes, \
-e.g. systemd-run --user --scope -p Delegate=yes -p DelegateSubgroup=supervisor sbx-cgroup --parent \"$(dirname \"$(cut -d: -f3 /proc/self/cgroup)\")\" ... \
+that holds processes: when sbx-cgroup is the only process in its own delegated group (as with \
+systemd-run --user --scope -p Delegate=yes sbx-cgroup ...), it moves itself into a leaf of that group, \
+<own>/sbx-<SBX_ID>.supervisor, for the run, and at the end disables the controllers it enabled, moves back and removes \
+the leaf. With other processes in the group it fails: pass --parent a delegated group without processes. \
 On a hybrid host the controllers on v1 are used.",
         ),
         (

@@ -10,6 +10,7 @@ use sbx_core::{Failure, Severity, audit, exit};
 use crate::Cli;
 use crate::discover::{self, Host};
 use crate::group::{self, SandboxGroup};
+use crate::leaf::Leaf;
 use crate::limits::{Limits, Raw};
 use crate::owner::{self, Owner};
 use crate::rlimit::{self, Rlimit};
@@ -71,11 +72,24 @@ pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
     // 3. The group, then the watcher that removes it if we die.
     let id = sbx_core::id::get().unwrap_or("unknown").to_string();
     let name = format!("sbx-{id}");
-    let mut group = SandboxGroup::create(&host, &targets, &name, &limits, &Owner::me(&id))?;
-    let watcher = match Watcher::start(&group) {
+    let me = Owner::me(&id);
+    // v2: a supervisor alone in its delegated group steps into a leaf of it.
+    let leaf = match targets.first() {
+        Some(t) => Leaf::enter_if_needed(t, cli.parent.is_none(), &name, &me, true)?,
+        None => None,
+    };
+    let mut group = match SandboxGroup::create(&host, &targets, &name, &limits, &me) {
+        Ok(g) => g,
+        Err(e) => {
+            leave(leaf.as_ref());
+            return Err(e.into());
+        }
+    };
+    let watcher = match Watcher::start(&group, leaf.clone()) {
         Ok(w) => w,
         Err(e) => {
             let _ = group.destroy(KILL_LIMIT);
+            leave(leaf.as_ref());
             return Err(Failure::new(format!("fork watcher: {e}")));
         }
     };
@@ -92,6 +106,7 @@ pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
         Ok(c) => c,
         Err(f) => {
             finish(group, watcher);
+            leave(leaf.as_ref());
             return Err(f);
         }
     };
@@ -136,6 +151,7 @@ pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
     let killed = group.killed;
     let destroy_res = group.destroy(KILL_LIMIT);
     watcher.finish();
+    leave(leaf.as_ref());
 
     let alert = stats.oom_kills > 0 || stats.pids_limit_hits > 0 || timed_out;
     let mut fields = serde_json::json!({
@@ -187,6 +203,14 @@ pub fn report_failure(f: Failure) -> Result<i32, Failure> {
     }
     eprintln!("{}: {}", crate::TOOL, f.message);
     Ok(f.code)
+}
+
+fn leave(leaf: Option<&Leaf>) {
+    if let Some(l) = leaf {
+        if let Err(e) = l.leave() {
+            eprintln!("{}: {}", crate::TOOL, sbx_core::exit::error_chain(&e));
+        }
+    }
 }
 
 fn finish(mut group: SandboxGroup, watcher: Watcher) {

@@ -16,6 +16,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use crate::group::SandboxGroup;
+use crate::leaf::Leaf;
 
 const DONE: u8 = b'D';
 
@@ -26,7 +27,7 @@ pub struct Watcher {
 
 impl Watcher {
     /// Forks the watcher for `group`. Call while single-threaded.
-    pub fn start(group: &SandboxGroup) -> std::io::Result<Self> {
+    pub fn start(group: &SandboxGroup, leaf: Option<Leaf>) -> std::io::Result<Self> {
         let mut fds = [0; 2];
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
             return Err(std::io::Error::last_os_error());
@@ -38,7 +39,7 @@ impl Watcher {
         }
         if pid == 0 {
             drop(tx);
-            run(group, rx);
+            run(group, leaf, rx);
         }
         drop(rx);
         Ok(Watcher { pid, tx: Some(tx) })
@@ -60,7 +61,7 @@ impl Watcher {
 }
 
 /// The watcher's life (never returns).
-fn run(group: &SandboxGroup, rx: OwnedFd) -> ! {
+fn run(group: &SandboxGroup, leaf: Option<Leaf>, rx: OwnedFd) -> ! {
     unsafe {
         libc::setsid();
         let name = b"sbx-cg-watch\0";
@@ -91,7 +92,13 @@ fn run(group: &SandboxGroup, rx: OwnedFd) -> ! {
     // The supervisor died: the sandbox goes too.
     let _ = group.kill_all(Duration::from_secs(10));
     let stats = group.stats();
-    let res = group.destroy(Duration::from_secs(10));
+    let mut res = group.destroy(Duration::from_secs(10));
+    if let Some(l) = &leaf {
+        let r = l.leave();
+        if res.is_ok() {
+            res = r;
+        }
+    }
     sbx_core::audit::emit(
         "supervisor_died",
         sbx_core::Severity::Warn,

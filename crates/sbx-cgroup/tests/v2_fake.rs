@@ -283,3 +283,67 @@ fn a_non_delegated_v2_parent_is_refused_for_an_unprivileged_caller() {
         "the unprivileged caller was not refused"
     );
 }
+
+#[test]
+fn a_supervisor_alone_in_its_delegated_group_steps_into_a_leaf_and_back() {
+    use sbx_cgroup::leaf::Leaf;
+    let f = Fake::new("memory pids");
+    let own = f.dir(OWN);
+    std::fs::write(
+        own.join("cgroup.procs"),
+        format!("{}\n", std::process::id()),
+    )
+    .unwrap();
+    let l = discover(&f.host).unwrap();
+    let lim = Limits::default();
+    let t = plan(&l, None, &lim).unwrap();
+    assert_eq!(t[0].enable, vec!["memory", "pids"]);
+    let me = Owner::me("leaf");
+    // Not for an explicit --parent.
+    assert!(
+        Leaf::enter_if_needed(&t[0], false, "sbx-leaf", &me, false)
+            .unwrap()
+            .is_none()
+    );
+    let leaf = Leaf::enter_if_needed(&t[0], true, "sbx-leaf", &me, false)
+        .unwrap()
+        .expect("a leaf");
+    assert_eq!(leaf.leaf, own.join("sbx-leaf.supervisor"));
+    // The supervisor moved itself ("0" = the writer) into the leaf.
+    assert_eq!(read(&leaf.leaf.join("cgroup.procs")), "0");
+    let mut g = SandboxGroup::create(&f.host, &t, "sbx-leaf", &lim, &me).unwrap();
+    assert_eq!(read(&own.join("cgroup.subtree_control")), "+memory +pids");
+    g.destroy(Duration::from_secs(1)).unwrap();
+    leaf.leave().unwrap();
+    // The controllers it enabled are disabled again, it moved back, the leaf is gone.
+    assert_eq!(read(&own.join("cgroup.subtree_control")), "-memory -pids");
+    assert_eq!(read(&own.join("cgroup.procs")), "0");
+    assert!(!leaf.leaf.exists());
+}
+
+#[test]
+fn other_processes_in_the_own_v2_group_are_one_clear_error() {
+    use sbx_cgroup::leaf::Leaf;
+    let f = Fake::new("memory pids");
+    let own = f.dir(OWN);
+    std::fs::write(
+        own.join("cgroup.procs"),
+        format!("1\n{}\n", std::process::id()),
+    )
+    .unwrap();
+    let l = discover(&f.host).unwrap();
+    let t = plan(&l, None, &Limits::default()).unwrap();
+    let e = Leaf::enter_if_needed(&t[0], true, "sbx-busy", &Owner::me("busy"), false).unwrap_err();
+    assert!(matches!(e, GroupError::Busy(_)), "{e}");
+    assert!(
+        e.to_string()
+            .contains("systemd-run --user --scope -p Delegate=yes"),
+        "{e}"
+    );
+    let dirs: Vec<_> = std::fs::read_dir(&own)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .collect();
+    assert!(dirs.is_empty(), "nothing created");
+}
