@@ -206,10 +206,8 @@ pub fn report_failure(f: Failure) -> Result<i32, Failure> {
 }
 
 fn leave(leaf: Option<&Leaf>) {
-    if let Some(l) = leaf {
-        if let Err(e) = l.leave() {
-            eprintln!("{}: {}", crate::TOOL, sbx_core::exit::error_chain(&e));
-        }
+    if let Some(Err(e)) = leaf.map(Leaf::leave) {
+        eprintln!("{}: {}", crate::TOOL, sbx_core::exit::error_chain(&e));
     }
 }
 
