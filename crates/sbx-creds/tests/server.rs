@@ -543,3 +543,47 @@ fn chained_in_front_of_sbx_fs() {
         assert_eq!(b.accessor_ttl(r["id"].as_str().unwrap()), None);
     }
 }
+
+/// https with --ca-cert (rustls): trusted with the server's CA, refused
+/// (one line, 125) without it.
+#[test]
+fn tls_with_ca_cert() {
+    let _ = bao_or_skip!();
+    let dir = shared_tempdir();
+    let b = match common::start_tls(dir.path()) {
+        Ok(b) => b,
+        Err(e) => skip!("{e}"),
+    };
+    let ca = dir.path().join("vault-ca.pem");
+    let marker = dir.path().join("started");
+    for who in identities() {
+        let w = Work::new();
+        let tf = w.cred("token", &b.root, who);
+        let out = creds(&b, &w, who)
+            .arg("--token-file")
+            .arg(&tf)
+            .arg("--ca-cert")
+            .arg(&ca)
+            .args([
+                "--child-token",
+                "CT",
+                "--",
+                "sh",
+                "-c",
+                "test -n \"$CT\" && echo ct-ok",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert!(stdout(&out).contains("ct-ok"));
+        let out = creds(&b, &w, who)
+            .arg("--token-file")
+            .arg(&tf)
+            .args(["--child-token", "CT", "--", "touch"])
+            .arg(&marker)
+            .output()
+            .unwrap();
+        assert_usage_error(&out, "certificate");
+        assert!(!marker.exists());
+    }
+}

