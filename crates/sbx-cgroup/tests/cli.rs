@@ -262,3 +262,67 @@ fn io_weight_is_set_where_the_hierarchy_has_it() {
     }
     p.assert_no_group();
 }
+
+#[test]
+fn unprivileged_with_a_parent_chowned_to_it_works() {
+    let p = parent_or_skip!();
+    let Some((uid, gid)) = test_user() else {
+        skip!("test user {TEST_USER} missing (scripts/setup)");
+    };
+    // Delegate the test's parent group to the test user (v1: the dir and
+    // the files used to join it).
+    for d in &p.dirs {
+        for f in [d.clone(), d.join("cgroup.procs"), d.join("tasks")] {
+            std::os::unix::fs::chown(&f, Some(uid), Some(gid)).unwrap();
+        }
+    }
+    let logdir = shared_tempdir();
+    let log = logdir.path().join("audit.log");
+    let mut c = tool("sbx-cgroup");
+    c.args([
+        "--parent",
+        &p.name,
+        "--memory",
+        "64M",
+        "--pids",
+        "16",
+        "--audit-log",
+    ])
+    .arg(&log)
+    .args(["--", "sh", "-c", "grep -c sbx- /proc/self/cgroup; id -u"]);
+    run_as(&mut c, As::User);
+    let out = run(&mut c);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines, ["4", uid.to_string().as_str()], "{text}");
+    let ev = summary(&log);
+    assert_eq!(ev["removed"], true);
+    p.assert_no_group();
+}
+
+#[test]
+fn settings_come_from_a_config_file_too() {
+    let p = parent_or_skip!();
+    let cfg = p.tmp.path().join("cfg.json");
+    std::fs::write(
+        &cfg,
+        r#"{"sbx-cgroup": {"memory": "48M", "pids": 12, "rlimit": ["nofile=32"]}}"#,
+    )
+    .unwrap();
+    let script = r#"d=/sys/fs/cgroup/pids$(grep :pids: /proc/self/cgroup | cut -d: -f3); cat $d/pids.max; ulimit -n"#;
+    let out = run(p
+        .cmd()
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--", "sh", "-c", script]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "12\n32\n");
+    let ev = summary(&p.log());
+    assert_eq!(ev["limits"]["memory"], 48 << 20);
+    let bad = p.tmp.path().join("bad.json");
+    std::fs::write(&bad, r#"{"sbx-cgroup": {"memroy": "48M"}}"#).unwrap();
+    let out = run(p.cmd().arg("--config").arg(&bad).args(["--", "true"]));
+    assert_usage_error(&out, "unknown key");
+    p.assert_no_group();
+}
