@@ -73,6 +73,9 @@ pub struct Gateway {
     /// Alerts per second cap (a flood of denied connections must not fill
     /// the disk); the rest are counted in `alerts_suppressed`.
     pub alert_budget: AlertBudget,
+    /// Relay on tokio's readiness (splice per wake-up) instead of two
+    /// blocking threads per connection (SBX_NET_RELAY=async; for benchmarks).
+    pub relay_async: bool,
 }
 
 /// A token bucket for alerts: `burst` at once, `per_sec` refill.
@@ -281,7 +284,11 @@ impl Gateway {
                 .bytes_out
                 .fetch_add(head.len() as u64, Ordering::Relaxed);
         }
-        crate::relay::relay(s, out, &self.stats.bytes_out, &self.stats.bytes_in).await;
+        if self.relay_async {
+            crate::relay::relay(s, out, &self.stats.bytes_out, &self.stats.bytes_in).await;
+        } else {
+            crate::relay::relay_threads(s, out, self.clone()).await;
+        }
     }
 
     fn fail(&self, dst: SocketAddr, why: &str) {

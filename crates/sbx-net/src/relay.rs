@@ -95,3 +95,94 @@ pub async fn relay(inside: TcpStream, outside: TcpStream, out: &AtomicU64, inn: 
     };
     tokio::join!(a, b);
 }
+
+/// Blocking splice loop for one direction (a thread of its own): fewer
+/// wake-ups than readiness-driven splicing for bulk transfers.
+fn pump_blocking(src: RawFd, dst: RawFd, count: &AtomicU64) -> io::Result<()> {
+    let (pr, pw) = pipe()?;
+    loop {
+        let n = loop {
+            let n = unsafe {
+                libc::splice(
+                    src,
+                    std::ptr::null_mut(),
+                    pw.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    CHUNK,
+                    libc::SPLICE_F_MOVE,
+                )
+            };
+            if n >= 0 {
+                break n as usize;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        };
+        if n == 0 {
+            unsafe { libc::shutdown(dst, libc::SHUT_WR) };
+            return Ok(());
+        }
+        let mut left = n;
+        while left > 0 {
+            let m = unsafe {
+                libc::splice(
+                    pr.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    dst,
+                    std::ptr::null_mut(),
+                    left,
+                    libc::SPLICE_F_MOVE,
+                )
+            };
+            if m < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            left -= m as usize;
+        }
+        count.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// [`relay`] on two threads of tokio's blocking pool, with the sockets in
+/// blocking mode: the fastest path for bulk transfers.
+pub async fn relay_threads(
+    inside: TcpStream,
+    outside: TcpStream,
+    out: std::sync::Arc<crate::gateway::Gateway>,
+) {
+    let (Ok(i), Ok(o)) = (inside.into_std(), outside.into_std()) else {
+        return;
+    };
+    if i.set_nonblocking(false).is_err() || o.set_nonblocking(false).is_err() {
+        return;
+    }
+    let i = std::sync::Arc::new(i);
+    let o = std::sync::Arc::new(o);
+    let (i2, o2, g2) = (i.clone(), o.clone(), out.clone());
+    let a = tokio::task::spawn_blocking(move || {
+        if let Err(e) = pump_blocking(i2.as_raw_fd(), o2.as_raw_fd(), &g2.stats.bytes_out) {
+            tracing::debug!("relay out: {e}");
+            unsafe {
+                libc::shutdown(i2.as_raw_fd(), libc::SHUT_RDWR);
+                libc::shutdown(o2.as_raw_fd(), libc::SHUT_RDWR);
+            }
+        }
+    });
+    let (i3, o3, g3) = (i.clone(), o.clone(), out);
+    let b = tokio::task::spawn_blocking(move || {
+        if let Err(e) = pump_blocking(o3.as_raw_fd(), i3.as_raw_fd(), &g3.stats.bytes_in) {
+            tracing::debug!("relay in: {e}");
+            unsafe {
+                libc::shutdown(i3.as_raw_fd(), libc::SHUT_RDWR);
+                libc::shutdown(o3.as_raw_fd(), libc::SHUT_RDWR);
+            }
+        }
+    });
+    let _ = tokio::join!(a, b);
+}
