@@ -334,18 +334,23 @@ pub fn load(path: &Path, l: &Layout) -> Result<Snapshot, SnapshotError> {
         path: path.to_path_buf(),
         what,
     };
-    let v: serde_json::Value =
-        serde_json::from_slice(&data).map_err(|e| fmt(format!("not JSON: {e}")))?;
-    if v.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
+    // The marker and version first (a small struct), then the whole.
+    #[derive(Deserialize)]
+    struct Head {
+        format: Option<String>,
+        version: Option<u64>,
+    }
+    let h: Head = serde_json::from_slice(&data).map_err(|e| fmt(format!("not JSON: {e}")))?;
+    if h.format.as_deref() != Some(FORMAT) {
         return Err(fmt("no format marker".into()));
     }
-    let ver = v.get("version").and_then(|f| f.as_u64()).unwrap_or(0);
+    let ver = h.version.unwrap_or(0);
     if ver != VERSION as u64 {
         return Err(fmt(format!(
             "format version {ver}, this tool reads {VERSION}"
         )));
     }
-    let s: Snapshot = serde_json::from_value(v).map_err(|e| fmt(e.to_string()))?;
+    let s: Snapshot = serde_json::from_slice(&data).map_err(|e| fmt(e.to_string()))?;
     let ours = identity(l)?;
     if s.identity.common_dir != ours.common_dir {
         return Err(SnapshotError::OtherRepo {

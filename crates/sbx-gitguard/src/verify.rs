@@ -220,6 +220,8 @@ pub fn check_objects(
     sha256: bool,
     full: bool,
     extra_roots: &[(String, String)],
+    cur: &BTreeMap<String, Value>,
+    snap_refs: Option<&BTreeMap<String, String>>,
 ) -> Verified {
     let objs = u.join("objects");
     let (mut problems, verified) = objects::check_packs(&objs, cached, sha256, full);
@@ -238,12 +240,24 @@ pub fn check_objects(
             }
         }
     }
-    let cur = refs::read_all(u).unwrap_or_default();
+    // Every object the snapshot had is still there when no verified pack
+    // changed and no loose object of the snapshot is gone: a ref that still
+    // has its snapshot value then still resolves (it did at snapshot time),
+    // and only changed or new refs need their tip looked up.
+    let packs_changed_early = cached.iter().any(|(n, st)| {
+        n.ends_with(".pack")
+            && !verified.contains_key(n)
+            && objects_stat_changed(&objs.join("pack").join(n), st)
+    });
+    let intact = !packs_changed_early && problems.is_empty() && !full;
     let mut roots = Vec::new();
-    for (name, v) in &cur {
+    for (name, v) in cur {
         match v {
             Value::Oid(o) => {
-                if let Some(p) = objects::check_tip(repo, name, o, name.starts_with("refs/heads/"))
+                let unchanged = intact && snap_refs.and_then(|r| r.get(name)) == Some(o);
+                if !unchanged
+                    && let Some(p) =
+                        objects::check_tip(repo, name, o, name.starts_with("refs/heads/"))
                 {
                     problems.push(p);
                 }
@@ -400,6 +414,8 @@ pub fn assess(l: &Layout, units: &[Unit], full: bool) -> (Report, BTreeMap<PathB
             sha256,
             full,
             &[],
+            &refs::read_all(&u.path).unwrap_or_default(),
+            None,
         );
         stats.insert(u.path.clone(), v);
     }
@@ -828,11 +844,14 @@ fn scan_tree(ctx: &mut Ctx, root: &Path, before: &Scan, known: &BTreeSet<PathBuf
 }
 
 /// The ref phase of one git dir with refs.
-fn refs_unit(ctx: &mut Ctx, us: &UnitSnap, repo: &git2::Repository) {
+fn refs_unit(ctx: &mut Ctx, us: &UnitSnap, repo: &git2::Repository) -> BTreeMap<String, Value> {
     let u = &us.path;
-    let Some(rs) = &us.refs else { return };
+    let Some(rs) = &us.refs else {
+        return BTreeMap::new();
+    };
+    let first = refs::read_all(u);
     // A packed-refs git cannot read: back to the snapshot's.
-    if let Err(e) = refs::read_packed(u) {
+    if let Err(e @ refs::RefsError::Packed { .. }) = &first {
         let s = rs.packed_refs.clone();
         let p = u.join("packed-refs");
         let p2 = p.clone();
@@ -849,21 +868,25 @@ fn refs_unit(ctx: &mut Ctx, us: &UnitSnap, repo: &git2::Repository) {
             },
         );
     }
-    let now = match refs::read_all(u) {
+    let now = match first {
         Ok(n) => n,
-        Err(e) => {
-            ctx.note(
-                "refs",
-                u,
-                None,
-                e.to_string(),
-                Severity::Alert,
-                "could not be checked",
-                true,
-            );
-            return;
-        }
+        Err(_) => match refs::read_all(u) {
+            Ok(n) => n,
+            Err(e) => {
+                ctx.note(
+                    "refs",
+                    u,
+                    None,
+                    e.to_string(),
+                    Severity::Alert,
+                    "could not be checked",
+                    true,
+                );
+                return BTreeMap::new();
+            }
+        },
     };
+    let fixes_before = ctx.report.findings.len();
     let restore_to = |name: &str, snap_val: &str| -> Result<String, String> {
         let v = Value::parse(snap_val);
         match &v {
@@ -971,6 +994,14 @@ fn refs_unit(ctx: &mut Ctx, us: &UnitSnap, repo: &git2::Repository) {
                 false,
             );
         }
+    }
+    let repaired = ctx.report.findings[fixes_before..]
+        .iter()
+        .any(|f| f.severity == Severity::Alert);
+    if repaired && ctx.mode == Mode::Repair {
+        refs::read_all(u).unwrap_or(now)
+    } else {
+        now
     }
 }
 
@@ -1132,7 +1163,7 @@ pub fn verify(l: &Layout, snap: &Snapshot, mode: Mode, full: bool, lock_wait: Du
         scan_tree(&mut ctx, &root, before, &known);
     }
     // Refs, HEAD and objects of every git dir that has them.
-    let common_refs = refs::read_all(&l.common_dir).unwrap_or_default();
+    let mut common_refs: Option<BTreeMap<String, Value>> = None;
     for us in &snap.units {
         if !us.path.exists() || layout::ident(&us.path) != Some((us.dev, us.ino)) {
             continue;
@@ -1142,7 +1173,8 @@ pub fn verify(l: &Layout, snap: &Snapshot, mode: Mode, full: bool, lock_wait: Du
                 &mut ctx,
                 us,
                 open(&l.common_dir).ok().as_ref(),
-                &common_refs,
+                common_refs
+                    .get_or_insert_with(|| refs::read_all(&l.common_dir).unwrap_or_default()),
             );
             continue;
         }
@@ -1161,8 +1193,7 @@ pub fn verify(l: &Layout, snap: &Snapshot, mode: Mode, full: bool, lock_wait: Du
                 continue;
             }
         };
-        refs_unit(&mut ctx, us, &repo);
-        let own = refs::read_all(&us.path).unwrap_or_default();
+        let own = refs_unit(&mut ctx, us, &repo);
         head_unit(&mut ctx, us, Some(&repo), &own);
         let snap_roots: Vec<(String, String)> = us
             .refs
@@ -1183,6 +1214,8 @@ pub fn verify(l: &Layout, snap: &Snapshot, mode: Mode, full: bool, lock_wait: Du
             us.sha256,
             full,
             &snap_roots,
+            &own,
+            us.refs.as_ref().map(|r| &r.refs),
         );
     }
     ctx.report
