@@ -140,8 +140,8 @@ pub struct Cli {
 pub fn main() -> ! {
     sbx_core::cli::run_main(TOOL, || {
         let cli: Cli = sbx_core::cli::parse(TOOL)?;
-        let prepared = run::prepare(&cli)?;
         sbx_core::cli::init(TOOL, &cli.common)?;
-        run::run(&cli, prepared).or_else(run::report_failure)
+        let prepared = run::prepare(&cli)?;
+        run::run(&cli, prepared)
     })
 }

@@ -22,8 +22,8 @@ pub const TIMED_OUT: i32 = 124;
 /// How long the kill loop may take before the group is reported unkillable.
 const KILL_LIMIT: Duration = Duration::from_secs(10);
 
-/// What is checked before anything else happens (before the audit log and
-/// tracing are set up, so a bad input is exactly one line on stderr).
+/// What is checked before anything is created on the host: a failure
+/// here is one line on stderr, `setup_failed` in the audit log, exit 125.
 pub struct Prepared {
     limits: Limits,
     layout: discover::Layout,
@@ -187,24 +187,6 @@ pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
     Ok(code)
 }
 
-/// A failure after the audit log is open: logged there as `setup_failed`
-/// and printed as one line (run_main would also trace it to stderr, a
-/// second line, because tracing is on by then).
-pub fn report_failure(f: Failure) -> Result<i32, Failure> {
-    let fd = audit::get().and_then(|a| a.raw_fd());
-    if let (true, Some(fd)) = (f.code == exit::TOOL_FAILED, fd) {
-        let line = audit::render(
-            crate::TOOL,
-            "setup_failed",
-            Severity::Warn,
-            serde_json::json!({ "error": f.message }),
-        );
-        unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
-    }
-    eprintln!("{}: {}", crate::TOOL, f.message);
-    Ok(f.code)
-}
-
 fn leave(leaf: Option<&Leaf>) {
     if let Some(Err(e)) = leaf.map(Leaf::leave) {
         eprintln!("{}: {}", crate::TOOL, sbx_core::exit::error_chain(&e));
@@ -229,7 +211,9 @@ fn limits_json(l: &Limits) -> serde_json::Value {
     })
 }
 
-/// Between fork and exec (async-signal-safe only): write "0" (= this
+/// Between fork and exec (async-signal-safe only; Supervisor::spawn's own
+/// hook then clears the signal mask, sets the parent-death signal and closes
+/// fds): write "0" (= this
 /// process) to each `cgroup.procs`, then set the rlimits. A failure is
 /// reported on stderr and the child exits 125 before the command runs.
 fn install_pre_exec(cmd: &mut std::process::Command, group: &SandboxGroup, rlimits: Vec<Rlimit>) {
@@ -245,12 +229,6 @@ fn install_pre_exec(cmd: &mut std::process::Command, group: &SandboxGroup, rlimi
         .collect();
     unsafe {
         cmd.pre_exec(move || {
-            // The supervisor blocks the signals it forwards; the command
-            // must start with none blocked (std's spawn does not reset the
-            // mask).
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
             for (fd, msg) in fds.iter().zip(&join_msgs) {
                 let r = libc::write(*fd, b"0".as_ptr().cast(), 1);
                 if r != 1 {

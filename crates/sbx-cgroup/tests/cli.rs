@@ -122,6 +122,10 @@ fn bad_input_is_one_line_125_and_creates_no_group() {
         assert_usage_error(&out, needle);
         p.assert_no_group();
     }
+    // The failure is in the audit log too.
+    assert_event(&p.log(), "setup_failed", "warn", |e| {
+        e["error"].as_str().is_some_and(|m| m.contains("--cpus"))
+    });
     // A parent that does not exist.
     let out = run(tool("sbx-cgroup").args(["--parent", &unique("no-such-"), "--", "true"]));
     assert_usage_error(&out, "no such cgroup");
