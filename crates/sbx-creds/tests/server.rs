@@ -587,3 +587,65 @@ fn tls_with_ca_cert() {
         assert!(!marker.exists());
     }
 }
+
+/// A revocation the server refuses is an alert (and a line on stderr); the
+/// command's status is kept. The lease is left to its (capped) TTL.
+#[test]
+fn failed_revocation_is_an_alert() {
+    let b = bao_or_skip!();
+    b.call(
+        "PUT",
+        "sys/policies/acl/norevoke",
+        Some(json!({"policy": r#"path "pki/issue/web" { capabilities = ["update"] }"#})),
+    );
+    let token = b.call("POST", "auth/token/create", Some(json!({"policies": ["norevoke"], "ttl": "10m"})))["auth"]
+        ["client_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let w = Work::new();
+    let out = creds(b, &w, As::Root)
+        .env("VAULT_TOKEN", &token)
+        .args(["--ttl", "1m", "--lease", "CERT=pki/issue/web?common_name=r.sbx.test#certificate", "--", "sh", "-c", "exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(stderr(&out).contains("revocation failed"), "{}", stderr(&out));
+    let ev = assert_event(&w.audit(), "revocation_failed", "alert", |e| e["kind"] == "lease");
+    let id = ev["lease_id"].as_str().or(ev["id"].as_str()).unwrap().to_string();
+    assert!(b.lease_exists(&id));
+    let inj = assert_event(&w.audit(), "secret_injected", "info", |e| e["env"] == "CERT");
+    assert!(inj["ttl"].as_u64().unwrap() <= 60, "{inj}");
+    b.call("PUT", "sys/leases/revoke", Some(json!({"lease_id": id})));
+}
+
+/// Settings from --config (the sbx-creds section, keys = long flag names).
+#[test]
+fn config_file() {
+    let b = bao_or_skip!();
+    let w = Work::new();
+    let cfg = w.path("sbx.json");
+    std::fs::write(
+        &cfg,
+        json!({"sbx-creds": {"secret": ["DB=secret/app#db"], "secret-all": ["APP=secret/app"], "ttl": "1m"}}).to_string(),
+    )
+    .unwrap();
+    let out = creds(b, &w, As::Root)
+        .env("VAULT_TOKEN", b.app_token("10m"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--", "sh", "-c", "echo \"$DB $APP_API\""])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), format!("{DB_PASS} {API_KEY}"));
+    std::fs::write(&cfg, json!({"sbx-creds": {"file": "/tmp/x"}}).to_string()).unwrap();
+    let out = creds(b, &w, As::Root)
+        .env("VAULT_TOKEN", b.app_token("10m"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_usage_error(&out, "unknown key");
+}
