@@ -10,6 +10,12 @@ use crate::plan::{Kind, Op, Source, What};
 use crate::sys;
 
 const HELPER: &str = ".sbx-helper";
+const HELPER_ENTRIES: &[(&str, bool)] = &[
+    ("deny-file", false),
+    ("deny-dir", true),
+    ("empty-file", false),
+    ("empty-dir", true),
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
@@ -80,29 +86,18 @@ pub fn prepare(owner: Owner, sources: &mut [Source]) -> Result<Root, MountError>
         sys::RESOLVE_NO_SYMLINKS,
     )
     .map_err(e("open root", at))?;
-    let mut ours = vec![
+    let ours = vec![
         sys::fstat(root.as_raw_fd())
             .map_err(e("stat root", at))?
             .st_dev,
     ];
     let hp = Path::new(HELPER);
     sys::mkdirat(root.as_raw_fd(), hp, 0o755).map_err(e("mkdir", hp))?;
-    let hfs = sys::new_fs(
-        "tmpfs",
-        &[("mode", "0755"), ("size", "16k")],
-        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC,
-    )
-    .map_err(e("create helper tmpfs", hp))?;
-    let hdir = sys::open_beneath(root.as_raw_fd(), hp, libc::O_PATH | libc::O_DIRECTORY)
-        .map_err(e("open", hp))?;
-    sys::move_mount_fd(hfs.as_raw_fd(), hdir.as_raw_fd()).map_err(e("attach helper", hp))?;
+    // The empty files and directories that hide denied paths live in the
+    // root tmpfs itself; every mount of one is a read-only clone, and the
+    // names are unlinked after the pivot (the mounts keep the inodes).
     let helper = sys::open_beneath(root.as_raw_fd(), hp, libc::O_PATH | libc::O_DIRECTORY)
         .map_err(e("open", hp))?;
-    ours.push(
-        sys::fstat(helper.as_raw_fd())
-            .map_err(e("stat", hp))?
-            .st_dev,
-    );
     let h = helper.as_raw_fd();
     for (name, dir, mode) in [
         ("deny-file", false, 0o000),
@@ -118,7 +113,6 @@ pub fn prepare(owner: Owner, sources: &mut [Source]) -> Result<Root, MountError>
         }
         sys::fchmodat(h, n, mode).map_err(e("chmod", n))?;
     }
-    sys::mount_setattr(h, sys::MOUNT_ATTR_RDONLY, false).map_err(e("make helper read-only", hp))?;
     Ok(Root {
         root,
         helper,
@@ -186,6 +180,19 @@ impl Root {
         create: bool,
     ) -> Result<Option<OwnedFd>, MountError> {
         let comps = components(dst);
+        // Fast path: one openat2 for the whole path (it crosses mounts and
+        // refuses symlinks just like the walk below); the walk only runs
+        // when something is missing.
+        let rel: PathBuf = comps.iter().collect();
+        match sys::open_beneath(self.root.as_raw_fd(), &rel, libc::O_PATH) {
+            Ok(fd) => return Ok(Some(fd)),
+            Err(err) if matches!(err.raw_os_error(), Some(libc::ELOOP | libc::EXDEV)) => {
+                return Err(MountError::Symlink {
+                    path: dst.to_path_buf(),
+                });
+            }
+            Err(_) => {}
+        }
         let mut cur: Option<OwnedFd> = None;
         for (i, c) in comps.iter().enumerate() {
             let last = i + 1 == comps.len();
@@ -402,7 +409,10 @@ impl Root {
         }
         drop(self.helper);
         let hp = Path::new("/").join(HELPER);
-        sys::umount_detach(&hp).map_err(e("detach", &hp))?;
+        for (name, dir) in HELPER_ENTRIES {
+            let p = hp.join(name);
+            sys::unlinkat(libc::AT_FDCWD, &p, *dir).map_err(e("remove", &p))?;
+        }
         sys::unlinkat(libc::AT_FDCWD, &hp, true).map_err(e("remove", &hp))?;
         let r = sys::openat2(
             libc::AT_FDCWD,

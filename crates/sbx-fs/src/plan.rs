@@ -233,12 +233,6 @@ pub const INVARIANT_GIT: &[(&str, Kind)] = &[
     ("refs", Kind::Dir),
     ("hooks", Kind::Dir),
 ];
-pub const INVARIANT_CLAUDE: &[(&str, Kind)] = &[
-    ("settings.json", Kind::File),
-    ("settings.local.json", Kind::File),
-    ("skills", Kind::Dir),
-    ("commands", Kind::Dir),
-];
 
 /// Whether a writable bind source lies inside an invariant path.
 pub fn rw_inside_invariant(path: &Path) -> Option<String> {
@@ -256,7 +250,6 @@ pub fn rw_inside_invariant(path: &Path) -> Option<String> {
         }
         if *c == ".claude" {
             match next {
-                None => return Some(".claude".into()),
                 Some(n) if n == "skills" || n == "commands" || is_claude_settings(n) => {
                     return Some(format!(".claude/{n}"));
                 }
@@ -288,39 +281,44 @@ pub fn invariants(s: &Source, dst: &Path) -> Vec<Op> {
         )),
         None => ops.push(Op::new(dst.join(&rel), kind, What::Empty, "invariant")),
     };
-    for (top, entries) in [(".git", INVARIANT_GIT), (".claude", INVARIANT_CLAUDE)] {
-        match look(top) {
-            None => protect(top.to_string(), Kind::Dir, None),
-            Some(m) if m.is_dir() => {
-                for (name, kind) in entries {
-                    protect(
-                        format!("{top}/{name}"),
-                        *kind,
-                        look(&format!("{top}/{name}")),
-                    );
-                }
-                if top == ".claude" {
-                    // Every settings*.json that exists, beyond the two names.
-                    if let Ok(rd) = std::fs::read_dir(s.path.join(top)) {
-                        for e in rd.flatten() {
-                            let n = e.file_name();
-                            let Some(n) = n.to_str() else { continue };
-                            if is_claude_settings(n)
-                                && n != "settings.json"
-                                && n != "settings.local.json"
-                            {
-                                protect(
-                                    format!(".claude/{n}"),
-                                    Kind::File,
-                                    look(&format!(".claude/{n}")),
-                                );
-                            }
-                        }
-                    }
+    // .git: each control entry read-only (git still writes the index,
+    // logs, ORIG_HEAD ... beside them); a missing entry is a placeholder.
+    match look(".git") {
+        None => protect(".git".to_string(), Kind::Dir, None),
+        Some(m) if m.is_dir() => {
+            for (name, kind) in INVARIANT_GIT {
+                protect(format!(".git/{name}"), *kind, look(&format!(".git/{name}")));
+            }
+        }
+        // A gitfile (worktree): it names the repository, keep it as it is.
+        Some(m) => protect(".git".to_string(), Kind::File, Some(m)),
+    }
+    // .claude: read-only as a whole. That covers settings*.json for every
+    // name, existing or not, and skills/ and commands/, without creating
+    // anything in the user's tree; a missing .claude is a placeholder.
+    let is_claude_dir = s.path.file_name().is_some_and(|n| n == ".claude");
+    if !is_claude_dir {
+        protect(".claude".to_string(), Kind::Dir, look(".claude"));
+    }
+    // A bind of a .claude directory itself (~/.claude, the agent's own state
+    // directory): its settings*.json, skills/ and commands/.
+    if is_claude_dir {
+        for (name, kind) in [
+            ("settings.json", Kind::File),
+            ("settings.local.json", Kind::File),
+            ("skills", Kind::Dir),
+            ("commands", Kind::Dir),
+        ] {
+            protect(name.to_string(), kind, look(name));
+        }
+        if let Ok(rd) = std::fs::read_dir(&s.path) {
+            for e in rd.flatten() {
+                let n = e.file_name();
+                let Some(n) = n.to_str() else { continue };
+                if is_claude_settings(n) && n != "settings.json" && n != "settings.local.json" {
+                    protect(n.to_string(), Kind::File, look(n));
                 }
             }
-            // A gitfile (worktree) or a .claude file: keep it as it is.
-            Some(m) => protect(top.to_string(), Kind::File, Some(m)),
         }
     }
     ops
@@ -388,6 +386,7 @@ mod tests {
             Some(".claude/settings.local.json")
         );
         assert_eq!(rw_inside_invariant(Path::new("/p/.claude/agents")), None);
+        assert_eq!(rw_inside_invariant(Path::new("/home/u/.claude")), None);
         assert_eq!(rw_inside_invariant(Path::new("/p/src")), None);
     }
 
