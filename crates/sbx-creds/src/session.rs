@@ -306,6 +306,9 @@ impl Session {
     }
 
     async fn fetch(&mut self, req: &Request) -> Result<(), SessionError> {
+        // First bring a login token down to the session TTL: it bounds
+        // everything created with it.
+        self.cap_login().await;
         let token = self.login.token.clone();
         // KV: every distinct secret path once, all in parallel.
         let mut paths: Vec<(&'static str, String, String)> = Vec::new();
@@ -423,7 +426,6 @@ impl Session {
             return Err(e);
         }
         spec::check_unique(self.env.iter().map(|(k, _)| k.as_str()))?;
-        self.cap_login().await;
         Ok(())
     }
 

@@ -232,6 +232,8 @@ fn child_token_works_and_is_revoked() {
                 "child",
                 "--child-ttl",
                 "2h",
+                "--child-num-uses",
+                "5",
             ]);
             if orphan {
                 c.arg("--child-orphan");
@@ -246,6 +248,8 @@ fn child_token_works_and_is_revoked() {
             let ttl = v["data"]["ttl"].as_u64().unwrap();
             assert!(ttl <= 40, "child ttl {ttl} above --ttl");
             assert_eq!(v["data"]["orphan"], orphan);
+            // 5 uses given, the lookup itself used one.
+            assert_eq!(v["data"]["num_uses"], 4, "{v}");
             assert!(
                 v["data"]["policies"]
                     .as_array()
@@ -598,23 +602,47 @@ fn failed_revocation_is_an_alert() {
         "sys/policies/acl/norevoke",
         Some(json!({"policy": r#"path "pki/issue/web" { capabilities = ["update"] }"#})),
     );
-    let token = b.call("POST", "auth/token/create", Some(json!({"policies": ["norevoke"], "ttl": "10m"})))["auth"]
-        ["client_token"]
+    let token = b.call(
+        "POST",
+        "auth/token/create",
+        Some(json!({"policies": ["norevoke"], "ttl": "10m"})),
+    )["auth"]["client_token"]
         .as_str()
         .unwrap()
         .to_string();
     let w = Work::new();
     let out = creds(b, &w, As::Root)
         .env("VAULT_TOKEN", &token)
-        .args(["--ttl", "1m", "--lease", "CERT=pki/issue/web?common_name=r.sbx.test#certificate", "--", "sh", "-c", "exit 3"])
+        .args([
+            "--ttl",
+            "1m",
+            "--lease",
+            "CERT=pki/issue/web?common_name=r.sbx.test#certificate",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
         .output()
         .unwrap();
     assert_eq!(code(&out), 3, "{}", stderr(&out));
-    assert!(stderr(&out).contains("revocation failed"), "{}", stderr(&out));
-    let ev = assert_event(&w.audit(), "revocation_failed", "alert", |e| e["kind"] == "lease");
-    let id = ev["lease_id"].as_str().or(ev["id"].as_str()).unwrap().to_string();
+    assert!(
+        stderr(&out).contains("revocation failed"),
+        "{}",
+        stderr(&out)
+    );
+    let ev = assert_event(&w.audit(), "revocation_failed", "alert", |e| {
+        e["kind"] == "lease"
+    });
+    let id = ev["lease_id"]
+        .as_str()
+        .or(ev["id"].as_str())
+        .unwrap()
+        .to_string();
     assert!(b.lease_exists(&id));
-    let inj = assert_event(&w.audit(), "secret_injected", "info", |e| e["env"] == "CERT");
+    let inj = assert_event(&w.audit(), "secret_injected", "info", |e| {
+        e["env"] == "CERT"
+    });
     assert!(inj["ttl"].as_u64().unwrap() <= 60, "{inj}");
     b.call("PUT", "sys/leases/revoke", Some(json!({"lease_id": id})));
 }
