@@ -677,3 +677,77 @@ fn config_file() {
         .unwrap();
     assert_usage_error(&out, "unknown key");
 }
+
+/// A proxy to the server that holds every new connection for `delay`
+/// before forwarding it, and reports each one.
+fn slow_proxy(port: u16, delay: Duration) -> (String, std::sync::mpsc::Receiver<()>) {
+    use std::net::{TcpListener, TcpStream};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("http://{}", l.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for c in l.incoming().take(64) {
+            let Ok(c) = c else { continue };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(());
+                std::thread::sleep(delay);
+                let Ok(up) = TcpStream::connect(("127.0.0.1", port)) else {
+                    return;
+                };
+                let (mut a, mut b) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+                let t = std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut a, &mut b);
+                    let _ = b.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut c2, mut up2) = (c, up);
+                let _ = std::io::copy(&mut up2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+                let _ = t.join();
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// SIGTERM while the secrets are being fetched: the command never starts,
+/// what was created is revoked, the status is 143.
+#[test]
+fn sigterm_before_the_command_starts() {
+    let b = bao_or_skip!();
+    let (addr, conns) = slow_proxy(b.port, Duration::from_millis(700));
+    let w = Work::new();
+    let marker = w.path("started");
+    let child = creds(b, &w, As::Root)
+        .env("VAULT_ADDR", &addr)
+        .env("VAULT_TOKEN", b.app_token("10m"))
+        .args([
+            "--child-token",
+            "CT",
+            "--secret",
+            "DB=secret/app#db",
+            "--",
+            "touch",
+        ])
+        .arg(&marker)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first connection (health check) reached the proxy: sbx-creds is
+    // past its start-up, with its signals blocked.
+    conns
+        .recv_timeout(Duration::from_secs(20))
+        .expect("no request");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 143, "{}", stderr(&out));
+    assert!(!marker.exists(), "the command started");
+    assert_event(&w.audit(), "cancelled", "warn", |e| {
+        e["signal"] == libc::SIGTERM
+    });
+    let r = assert_event(&w.audit(), "revoked", "info", |e| {
+        e["kind"] == "child_token"
+    });
+    assert_eq!(b.accessor_ttl(r["id"].as_str().unwrap()), None);
+}
