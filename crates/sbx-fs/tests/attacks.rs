@@ -509,3 +509,38 @@ fn seccomp_style_kill_is_reported_as_an_alert() {
         assert_event(&log, "seccomp_kill", "alert", |e| e["signal"] == "SIGSYS");
     }
 }
+
+#[test]
+fn claude_state_dir_bind() {
+    for who in identities() {
+        // A writable ~/.claude (the agent's own state directory): the agent
+        // may write its state, never its settings, skills or commands.
+        let s = Scratch::new(who);
+        s.write("home/.claude/settings.json", "{\"ORIGINAL\": 1}\n");
+        s.mkdir("home/.claude/skills");
+        let before = s.snapshot();
+        let dir = s.path("home/.claude");
+        let d = dir.to_str().unwrap();
+        let script = format!(
+            "cd {d}; for p in settings.json settings.local.json settings.x.json skills/evil.md commands/evil.md; do \
+               if mkdir -p $(dirname $p) 2>/dev/null && echo EVIL > $p 2>/dev/null; then echo wrote $p; else echo refused $p; fi; done; \
+             mkdir -p projects && echo state > projects/s && echo wrote-state && rm -r projects"
+        );
+        let (out, log) = s.run(&["--rw", d], &script);
+        assert_ran(&out, &log);
+        let so = stdout(&out);
+        for p in [
+            "settings.json",
+            "settings.local.json",
+            "skills/evil.md",
+            "commands/evil.md",
+        ] {
+            assert!(so.contains(&format!("refused {p}")), "{so}");
+        }
+        assert!(so.contains("wrote-state"), "{so}");
+        // settings.x.json did not exist: the directory is writable, so it is
+        // the one name that can appear (documented); remove it and compare.
+        let _ = std::fs::remove_file(dir.join("settings.x.json"));
+        s.assert_clean(&before);
+    }
+}

@@ -183,7 +183,8 @@ fn options_work() {
              echo > /cache/x && echo cache-ok; df -k /cache | tail -1 | awk '{print \"cache=\"$2}'; \
              test -e /run && echo has-run; test -e /var/run/docker.sock && echo has-docker; \
              ls /proc/self/fd | tr '\\n' ' '; echo; echo fdenv=${SBX_AUDIT_FD-none}; \
-             test -d $HOME && echo home-ok; ls -A $HOME | wc -l | sed 's/^/homefiles=/'";
+             test -d $HOME && echo home-ok; ls -A $HOME | wc -l | sed 's/^/homefiles=/'; \
+             grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs)' /proc/self/status | tr -s '\t' ' '";
         let (out, log) = s.run(
             &[
                 "--hostname",
@@ -222,6 +223,12 @@ fn options_work() {
             "fdenv=none",
             "home-ok",
             "homefiles=0",
+            "CapInh: 0000000000000000",
+            "CapPrm: 0000000000000000",
+            "CapEff: 0000000000000000",
+            "CapBnd: 0000000000000000",
+            "CapAmb: 0000000000000000",
+            "NoNewPrivs: 1",
         ] {
             assert!(so.contains(want), "missing {want}: {so}");
         }
