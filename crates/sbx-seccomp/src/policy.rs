@@ -388,6 +388,22 @@ mod tests {
     }
 
     #[test]
+    fn only_clone_ioctl_personality_carry_argument_checks() {
+        // Everything else is argument-free, so the kernel's action cache
+        // answers allowed calls without running the filter.
+        let doc = builtin(Profile::Default);
+        let mut with_args: Vec<&str> = doc
+            .values()
+            .flat_map(|f| f.rules.iter())
+            .filter(|r| r.args.is_some())
+            .map(|r| r.syscall.as_str())
+            .collect();
+        with_args.sort();
+        with_args.dedup();
+        assert_eq!(with_args, ["clone", "ioctl", "personality"]);
+    }
+
+    #[test]
     fn allow_and_action_and_ptrace() {
         let o = Options {
             allow: vec!["mount".into()],

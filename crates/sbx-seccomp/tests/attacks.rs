@@ -411,3 +411,53 @@ fn policy_file_in_seccompiler_format() {
         assert_eq!(got["bpf"], EPERM);
     }
 }
+
+#[test]
+fn no_new_privs_and_the_filters_are_in_place() {
+    for who in identities() {
+        let out = seccomp(who, &[], &[&"cat", &"/proc/self/status"]);
+        let s = stdout(&out);
+        let field = |k: &str| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()))
+                .unwrap_or_else(|| panic!("{k} missing in {s}"))
+        };
+        assert_eq!(field("NoNewPrivs:"), "1", "{who:?}");
+        assert_eq!(field("Seccomp:"), "2", "{who:?}: filter mode");
+        assert_eq!(
+            field("Seccomp_filters:"),
+            "3",
+            "{who:?}: enosys, eperm, kill"
+        );
+    }
+}
+
+#[test]
+fn setuid_binaries_do_not_raise_privileges() {
+    if !sbx_testutil::is_root() || sbx_testutil::test_user().is_none() {
+        sbx_testutil::skip!("needs root (to make a setuid-root program) and the test user");
+    }
+    let lab = Lab::new();
+    let id = lab.path().join("id-setuid");
+    std::fs::copy("/usr/bin/id", &id).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&id, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    // Without sbx-seccomp the setuid bit works here (the dir is not nosuid).
+    let mut c = std::process::Command::new(&id);
+    c.arg("-u");
+    run_as(&mut c, As::User);
+    let out = sbx_testutil::output(&mut c);
+    if stdout(&out).trim() != "0" {
+        sbx_testutil::skip!(
+            "setuid does not take effect on {} here",
+            lab.path().display()
+        );
+    }
+    let out = seccomp(As::User, &[], &[&id, &"-u"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_ne!(
+        stdout(&out).trim(),
+        "0",
+        "setuid raised privileges under no_new_privs"
+    );
+}
