@@ -751,3 +751,59 @@ fn sigterm_before_the_command_starts() {
     });
     assert_eq!(b.accessor_ttl(r["id"].as_str().unwrap()), None);
 }
+
+/// --namespace: every request goes to the namespace (OpenBao namespaces).
+#[test]
+fn namespace() {
+    let b = bao_or_skip!();
+    let ns = unique("ns");
+    b.call("POST", &format!("sys/namespaces/{ns}"), Some(json!({})));
+    let nsh = [("X-Vault-Namespace", ns.as_str())];
+    let put = |path: &str, body: serde_json::Value| {
+        let (code, v) = b
+            .try_call_h("POST", path, Some(&b.root), Some(&body), &nsh)
+            .unwrap();
+        assert!((200..300).contains(&code), "{path}: {code} {v}");
+    };
+    put(
+        "sys/mounts/secret",
+        json!({"type": "kv", "options": {"version": "2"}}),
+    );
+    put(
+        "secret/data/app",
+        json!({"data": {"db": "in-the-namespace"}}),
+    );
+    let w = Work::new();
+    let out = creds(b, &w, As::Root)
+        .env("VAULT_TOKEN", &b.root)
+        .args([
+            "--namespace",
+            &ns,
+            "--secret",
+            "DB=secret/app#db",
+            "--child-token",
+            "CT",
+            "--",
+            "sh",
+            "-c",
+            "echo $DB",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "in-the-namespace");
+    let r = assert_event(&w.audit(), "revoked", "info", |e| {
+        e["kind"] == "child_token"
+    });
+    // The child token lived in the namespace and is gone.
+    let (code, _) = b
+        .try_call_h(
+            "POST",
+            "auth/token/lookup-accessor",
+            Some(&b.root),
+            Some(&json!({"accessor": r["id"]})),
+            &nsh,
+        )
+        .unwrap();
+    assert_ne!(code, 200);
+}
