@@ -313,27 +313,29 @@ pub fn check_tip(
 }
 
 /// The full check (the equivalent of `git fsck` for what matters here):
-/// every object reachable from `roots` is read (libgit2 verifies each
+/// every object reachable from `roots` is read once (libgit2 verifies each
 /// object's hash on read); each missing or damaged one is reported with the
-/// root and the object that needed it.
+/// root and the object (and tree entry) that needed it.
 pub fn full(repo: &git2::Repository, roots: &[(String, String)]) -> Vec<Problem> {
+    use git2::ObjectType as T;
     let mut problems = Vec::new();
-    let odb = match repo.odb() {
-        Ok(o) => o,
-        Err(e) => return vec![problem(None, format!("object database: {}", e.message()))],
-    };
     let mut seen: HashSet<git2::Oid> = HashSet::new();
+    // (object, expected type, the object that needed it)
+    type Item = (git2::Oid, Option<T>, Option<git2::Oid>);
     for (root, oid) in roots {
         let Ok(id) = git2::Oid::from_str(oid) else {
             continue;
         };
-        let mut stack: Vec<(git2::Oid, Option<git2::ObjectType>, String)> =
-            vec![(id, None, root.clone())];
-        while let Some((id, want, via)) = stack.pop() {
+        let mut stack: Vec<Item> = vec![(id, None, None)];
+        while let Some((id, want, parent)) = stack.pop() {
             if !seen.insert(id) {
                 continue;
             }
-            let obj = match odb.read(id) {
+            let via = || match parent {
+                None => root.clone(),
+                Some(p) => describe_parent(repo, p, id),
+            };
+            let obj = match repo.find_object(id, None) {
                 Ok(o) => o,
                 Err(e) => {
                     let what = match want {
@@ -347,7 +349,7 @@ pub fn full(repo: &git2::Repository, roots: &[(String, String)]) -> Vec<Problem>
                     };
                     problems.push(problem(
                         None,
-                        format!("{what} {why} (needed by {via}, from {root})"),
+                        format!("{what} {why} (needed by {}, from {root})", via()),
                     ));
                     if problems.len() >= 100 {
                         return problems;
@@ -356,55 +358,75 @@ pub fn full(repo: &git2::Repository, roots: &[(String, String)]) -> Vec<Problem>
                 }
             };
             let kind = obj.kind();
-            if let Some(w) = want
-                && w != kind
+            if let (Some(w), Some(k)) = (want, kind)
+                && w != k
             {
                 problems.push(problem(
                     None,
-                    format!("{id} is a {kind}, expected a {w} (needed by {via}, from {root})"),
+                    format!(
+                        "{id} is a {k}, expected a {w} (needed by {}, from {root})",
+                        via()
+                    ),
                 ));
                 continue;
             }
-            drop(obj);
             match kind {
-                git2::ObjectType::Commit => match repo.find_commit(id) {
-                    Ok(c) => {
-                        let v = format!("commit {id}");
-                        stack.push((c.tree_id(), Some(git2::ObjectType::Tree), v.clone()));
+                Some(T::Commit) => {
+                    if let Some(c) = obj.as_commit() {
+                        let t = c.tree_id();
+                        if !seen.contains(&t) {
+                            stack.push((t, Some(T::Tree), Some(id)));
+                        }
                         for p in c.parent_ids() {
-                            stack.push((p, Some(git2::ObjectType::Commit), v.clone()));
-                        }
-                    }
-                    Err(e) => problems.push(problem(
-                        None,
-                        format!("commit {id} unparseable: {} (from {root})", e.message()),
-                    )),
-                },
-                git2::ObjectType::Tree => match repo.find_tree(id) {
-                    Ok(t) => {
-                        for ent in t.iter() {
-                            if ent.filemode() == 0o160000 {
-                                continue; // a submodule's commit lives in its own repository
+                            if !seen.contains(&p) {
+                                stack.push((p, Some(T::Commit), Some(id)));
                             }
-                            let v = format!("tree {id} entry '{}'", ent.name().unwrap_or("?"));
-                            stack.push((ent.id(), ent.kind(), v));
                         }
                     }
-                    Err(e) => problems.push(problem(
-                        None,
-                        format!("tree {id} unparseable: {} (from {root})", e.message()),
-                    )),
-                },
-                git2::ObjectType::Tag => match repo.find_tag(id) {
-                    Ok(t) => stack.push((t.target_id(), t.target_type(), format!("tag {id}"))),
-                    Err(e) => problems.push(problem(
-                        None,
-                        format!("tag {id} unparseable: {} (from {root})", e.message()),
-                    )),
-                },
+                }
+                Some(T::Tree) => {
+                    if let Some(t) = obj.as_tree() {
+                        for ent in t.iter() {
+                            // A submodule's commit lives in its own repository.
+                            if ent.filemode() == 0o160000 || seen.contains(&ent.id()) {
+                                continue;
+                            }
+                            stack.push((ent.id(), ent.kind(), Some(id)));
+                        }
+                    }
+                }
+                Some(T::Tag) => {
+                    if let Some(t) = obj.as_tag()
+                        && !seen.contains(&t.target_id())
+                    {
+                        stack.push((t.target_id(), t.target_type(), Some(id)));
+                    }
+                }
                 _ => {}
             }
         }
     }
     problems
+}
+
+/// "tree X entry 'name'", "commit X" or "tag X" (only for reports).
+fn describe_parent(repo: &git2::Repository, parent: git2::Oid, child: git2::Oid) -> String {
+    match repo.find_object(parent, None) {
+        Ok(o) => match o.kind() {
+            Some(git2::ObjectType::Tree) => {
+                let name = o
+                    .as_tree()
+                    .and_then(|t| {
+                        t.iter()
+                            .find(|e| e.id() == child)
+                            .map(|e| e.name().unwrap_or("?").to_string())
+                    })
+                    .unwrap_or_default();
+                format!("tree {parent} entry '{name}'")
+            }
+            Some(k) => format!("{k} {parent}"),
+            None => format!("object {parent}"),
+        },
+        Err(_) => format!("object {parent}"),
+    }
 }
