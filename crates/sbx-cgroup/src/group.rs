@@ -490,10 +490,12 @@ impl SandboxGroup {
                     files.join(", ")
                 )));
             };
-            let val = if file == "io.weight" {
-                format!("default {v}")
-            } else {
-                v.to_string()
+            // io.weight takes 1-10000; BFQ's weights take 1-1000 (mapped
+            // as for v1, default 100 -> 500).
+            let val = match file {
+                "io.weight" => format!("default {v}"),
+                "io.bfq.weight" => Limits::v1_blkio_weight(w).to_string(),
+                _ => v.to_string(),
             };
             std::fs::write(p.join(file), val).map_err(io_set(file, p))?;
         }
