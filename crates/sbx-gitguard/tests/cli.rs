@@ -378,3 +378,47 @@ fn ref_whose_snapshot_commit_is_gone_falls_back_to_the_reflog() {
         e["check"] == "objects" && e["found"].as_str().unwrap().contains(&oid)
     });
 }
+
+#[test]
+fn from_a_linked_worktree_and_on_a_bare_repository() {
+    let f = Fixture::new(user_first());
+    let wt = f.dir.join("wt");
+    let before = f.state();
+    let out = f.guard(&[
+        "run",
+        "--repo",
+        wt.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "echo junk > \"$D/w/.git/worktrees/wt/HEAD\" && git -C \"$D/w\" config core.fsmonitor \"touch $MARK\"",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(f.state(), before);
+    f.assert_nothing_runs();
+    assert_event(&f.audit, "git_integrity", "alert", |e| e["check"] == "head");
+    assert_event(&f.audit, "git_integrity", "alert", |e| {
+        e["check"] == "config"
+    });
+
+    let o = f.sh(&f.dir, "git clone -q --bare w bare.git");
+    assert!(o.status.success());
+    let bare = f.dir.join("bare.git");
+    let out = f.guard(&[
+        "run",
+        "--repo",
+        bare.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "cd \"$D/bare.git\" && git config core.fsmonitor x && git update-ref -d refs/heads/feat && echo x > hooks/post-update",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let o = f.git(&bare, &["config", "core.fsmonitor"]);
+    assert!(
+        !o.status.success(),
+        "config not reverted in the bare repository"
+    );
+    assert!(!bare.join("hooks/post-update").exists());
+    f.git_ok(&bare, &["rev-parse", "--verify", "refs/heads/feat"]);
+}
