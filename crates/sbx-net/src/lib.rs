@@ -62,6 +62,24 @@ the DNS proxy answered that address for an allowed name (within the answer's TTL
 and the port is one of that name's. The host's loopback is never reachable.",
         ),
         (
+            "DNS",
+            "Every DNS packet (UDP or TCP port 53, to any server address, loopback resolvers such as \
+127.0.0.53 included) is answered by the sbx-dnsproxy library in the supervisor, whatever \
+/etc/resolv.conf says. Only allowlisted names are forwarded to the upstream (--dns-upstream, default \
+the nameservers of the host's /etc/resolv.conf); others are REFUSED (NXDOMAIN with --dns-nxdomain) \
+without any packet leaving. Only A, AAAA, CNAME, HTTPS and SVCB are answered; long or high-entropy \
+labels and floods of distinct subdomains (tunnelling) are refused; answers that point a name at a \
+loopback, private, link-local or host address are dropped unless the name is under a \
+--dns-rebind-allow DOMAIN.",
+        ),
+        (
+            "SNI CHECK",
+            "With --sni-check, a connection allowed through a name must say which host it wants: the \
+TLS ClientHello's server name, or the Host header of a plain HTTP/1 request, must be an allowed name \
+for that port that the DNS proxy answered with the destination address. Otherwise (another name, no \
+SNI, another protocol) the connection is denied. Connections allowed by --allow-cidr are not checked.",
+        ),
+        (
             "AUDIT",
             "net_start (info) lists the allowlist. Every denied connection is an alert net_denied with \
 dst, port, reason and the names the address was resolved from (alerts beyond a burst of 50 and 20 a \

@@ -115,18 +115,21 @@ impl Default for Layout {
     }
 }
 
-/// The ruleset: every TCP connection and every DNS packet that leaves for a
-/// non-loopback address is redirected to the gateway's sockets; whatever
-/// else would leave the sandbox's own addresses is dropped.
+/// The ruleset: every DNS packet (UDP or TCP port 53, loopback servers such
+/// as 127.0.0.53 included, so resolv.conf may say anything) and every TCP
+/// connection to a non-loopback address is redirected to the gateway's
+/// sockets; whatever else would leave the sandbox's own addresses is
+/// dropped.
 pub fn ruleset(l: &Layout) -> CString {
     let text = format!(
         "table inet sbx_net {{
   chain nat_out {{
     type nat hook output priority -100; policy accept;
+    udp dport 53 redirect to :{dns}
+    tcp dport 53 redirect to :{tcp}
     ip daddr 127.0.0.0/8 return
     ip6 daddr ::1 return
     meta l4proto tcp redirect to :{tcp}
-    udp dport 53 redirect to :{dns}
   }}
   chain filter_out {{
     type filter hook output priority 0; policy drop;

@@ -252,7 +252,9 @@ fn dns_is_redirected_whatever_the_server_over_udp_and_tcp_v4_and_v6() {
         let script = "dig +short +tries=1 +time=3 @192.0.2.53 allowed.test | sed 's/^/UDP4=/'; \
              dig +short +tcp +tries=1 +time=3 @192.0.2.53 allowed.test | sed 's/^/TCP4=/'; \
              dig +short +tries=1 +time=3 @2001:db8::53 allowed.test | sed 's/^/UDP6=/'; \
-             dig +short +tcp +tries=1 +time=3 @2001:db8::53 allowed.test AAAA | sed 's/^/TCP6=/'";
+             dig +short +tcp +tries=1 +time=3 @2001:db8::53 allowed.test AAAA | sed 's/^/TCP6=/'; \
+             dig +short +tries=1 +time=3 @127.0.0.53 allowed.test | sed 's/^/LOOP=/'; \
+             dig +short +tcp +tries=1 +time=3 @::1 allowed.test | sed 's/^/LOOPTCP=/'";
         let out = w.sbx_net(
             who,
             &log,
@@ -268,8 +270,11 @@ fn dns_is_redirected_whatever_the_server_over_udp_and_tcp_v4_and_v6() {
         assert_eq!(marker(&so, "TCP4"), vec![a.as_str()], "{so}");
         assert_eq!(marker(&so, "UDP6"), vec![a.as_str()], "{so}");
         assert_eq!(marker(&so, "TCP6"), [w.a.ip6.to_string()], "{so}");
+        // A loopback resolver (systemd-resolved's 127.0.0.53) is answered too.
+        assert_eq!(marker(&so, "LOOP"), vec![a.as_str()], "{so}");
+        assert_eq!(marker(&so, "LOOPTCP"), vec![a.as_str()], "{so}");
         let end = assert_event(&log, "net_end", "info", |_| true);
-        assert!(end["dns_queries"].as_u64().unwrap() >= 4, "{end}");
+        assert!(end["dns_queries"].as_u64().unwrap() >= 6, "{end}");
     }
 }
 
