@@ -231,20 +231,29 @@ fn kill_writes_cgroup_kill_and_signals_what_is_listed() {
     assert!(!d.exists());
 }
 
+/// Set in the re-executed test binary (as the unprivileged user): the root
+/// of the parent's fake cgroupfs.
+const CHILD_ENV: &str = "SBX_CG_FAKE_ROOT";
+
+fn refused_as_not_delegated(host: &Host) -> bool {
+    let l = discover(host).unwrap();
+    match plan(&l, None, &Limits::default()) {
+        Err(e) => {
+            let m = e.to_string();
+            m.contains("not delegated") && m.contains("systemd-run --user --scope -p Delegate=yes")
+        }
+        Ok(_) => false,
+    }
+}
+
 #[test]
 fn a_non_delegated_v2_parent_is_refused_for_an_unprivileged_caller() {
+    if let Some(root) = std::env::var_os(CHILD_ENV) {
+        // The re-executed child, running as the test user.
+        assert!(refused_as_not_delegated(&Host::new(PathBuf::from(root))));
+        return;
+    }
     let f = Fake::new("memory pids");
-    let check = |f: &Fake| {
-        let l = discover(&f.host).unwrap();
-        match plan(&l, None, &Limits::default()) {
-            Err(e) => {
-                e.to_string().contains("not delegated")
-                    && e.to_string()
-                        .contains("systemd-run --user --scope -p Delegate=yes")
-            }
-            Ok(_) => false,
-        }
-    };
     if unsafe { libc::geteuid() } != 0 {
         // The fake files are ours: make them read-only.
         for p in ["cgroup.procs", "cgroup.subtree_control"] {
@@ -252,36 +261,40 @@ fn a_non_delegated_v2_parent_is_refused_for_an_unprivileged_caller() {
             std::fs::set_permissions(&fp, std::os::unix::fs::PermissionsExt::from_mode(0o444))
                 .unwrap();
         }
-        assert!(check(&f));
+        assert!(refused_as_not_delegated(&f.host));
         return;
     }
-    // As root: check in a child that became the unprivileged test user
-    // (the root-owned fake group is then not delegated to it).
-    let Some((uid, gid)) = sbx_testutil::test_user() else {
+    // As root: the same test binary, re-executed as the unprivileged test
+    // user, checks the root-owned fake group (not delegated to it).
+    if sbx_testutil::test_user().is_none() {
         sbx_testutil::skip!("test user missing (scripts/setup)");
-    };
+    }
     let st = std::process::Command::new("chmod")
         .args(["-R", "a+rX"])
         .arg(f.tmp.path())
         .status()
         .unwrap();
     assert!(st.success());
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        let ok = unsafe {
-            libc::setgroups(0, std::ptr::null()) == 0
-                && libc::setgid(gid) == 0
-                && libc::setuid(uid) == 0
-        };
-        let r = ok && check(&f);
-        unsafe { libc::_exit(if r { 0 } else { 1 }) };
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "a_non_delegated_v2_parent_is_refused_for_an_unprivileged_caller",
+        "--exact",
+        "--nocapture",
+    ])
+    .env(CHILD_ENV, f.tmp.path());
+    sbx_testutil::run_as(&mut c, sbx_testutil::As::User);
+    match c.output() {
+        Ok(out) => assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "the unprivileged caller was not refused: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            sbx_testutil::skip!("the test binary is not reachable by the test user: {e}");
+        }
+        Err(e) => panic!("re-exec: {e}"),
     }
-    let mut st = 0;
-    unsafe { libc::waitpid(pid, &mut st, 0) };
-    assert!(
-        libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
-        "the unprivileged caller was not refused"
-    );
 }
 
 #[test]
