@@ -38,7 +38,7 @@ syscall name, malformed or missing policy file, the kernel refused the filter). 
 found but not executable. 127: CMD not found. --print exits 0.",
     inherited_state: "CMD inherits the filter (for good: seccomp filters cannot be removed, and \
 every child inherits them), no_new_privs (setuid and file capabilities no longer raise \
-privileges), with --no-tsc the TSC trap (rdtsc raises SIGSEGV), and everything else of this \
+privileges), with --no-tsc the TSC trap (rdtsc raises SIGSEGV), an empty signal mask, and everything else of this \
 process unchanged: environment, fds 0-2 and any fd without close-on-exec, namespaces, \
 credentials, cgroup, rlimits. The audit log fd is passed on only when CMD is another sbx tool.",
     extra: &[
@@ -228,6 +228,9 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         }),
     );
 
+    // run_main blocked the signals a supervisor forwards; CMD must not
+    // inherit that mask (Ctrl-C and SIGTERM would not reach it).
+    sbx_core::signals::unblock_all().map_err(|e| Failure::new(format!("sigprocmask: {e}")))?;
     let mut env = env;
     if let Some((k, v)) = sbx_core::audit::get().and_then(|a| a.handoff_exec(&cli.cmd[0])) {
         sbx_core::chain::set_env(&mut env, k, v);

@@ -413,6 +413,34 @@ fn policy_file_in_seccompiler_format() {
 }
 
 #[test]
+fn sigterm_reaches_the_command() {
+    for who in identities() {
+        let mut c = sbx_testutil::tool("sbx-seccomp");
+        c.args(["--", "sleep", "30"])
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        run_as(&mut c, who);
+        let mut child = c.spawn().unwrap();
+        // The pid is sleep's once sbx-seccomp has exec'd: wait for that
+        // (bounded), then SIGTERM must end it.
+        let pid = child.id() as i32;
+        let mut execd = false;
+        for _ in 0..500 {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "sleep" {
+                execd = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(execd, "sbx-seccomp did not exec sleep");
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let st = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(st.signal(), Some(libc::SIGTERM), "{who:?}: {st:?}");
+    }
+}
+
+#[test]
 fn no_new_privs_and_the_filters_are_in_place() {
     for who in identities() {
         let out = seccomp(who, &[], &[&"cat", &"/proc/self/status"]);
