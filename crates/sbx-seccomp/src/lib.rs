@@ -39,7 +39,7 @@ found but not executable. 127: CMD not found. --print exits 0.",
     inherited_state: "CMD inherits the filter (for good: seccomp filters cannot be removed, and \
 every child inherits them), no_new_privs (setuid and file capabilities no longer raise \
 privileges), with --no-tsc the TSC trap (rdtsc raises SIGSEGV), an empty signal mask, and everything else of this \
-process unchanged: environment, fds 0-2 and any fd without close-on-exec, namespaces, \
+process unchanged: environment, fds 0-2 (every other fd is closed at exec), namespaces, \
 credentials, cgroup, rlimits. The audit log fd is passed on only when CMD is another sbx tool.",
     extra: &[
         (
@@ -232,9 +232,14 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     // inherit that mask (Ctrl-C and SIGTERM would not reach it).
     sbx_core::signals::unblock_all().map_err(|e| Failure::new(format!("sigprocmask: {e}")))?;
     let mut env = env;
+    let mut keep = Vec::new();
     if let Some((k, v)) = sbx_core::audit::get().and_then(|a| a.handoff_exec(&cli.cmd[0])) {
+        keep.extend(v.parse::<i32>().ok());
         sbx_core::chain::set_env(&mut env, k, v);
     }
+    // Only 0, 1, 2 (and the audit fd for a next sbx tool) reach CMD.
+    sbx_core::fds::cloexec_all_except(&keep)
+        .map_err(|e| Failure::new(format!("close-on-exec: {e}")))?;
     Err(sbx_core::chain::exec(&cli.cmd, &env))
 }
 

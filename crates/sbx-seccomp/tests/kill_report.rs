@@ -103,6 +103,30 @@ fn denial_by_errno_is_not_a_kill() {
 }
 
 #[test]
+fn inherited_fds_do_not_reach_the_command() {
+    for who in identities() {
+        // The caller leaves fds 7 and 8 open (no close-on-exec).
+        let script = format!(
+            "exec 7</etc/hostname 8>/dev/null; exec {} -- sh -c 'ls /proc/self/fd | tr \"\\n\" \" \"'",
+            sbx_testutil::bin("sbx-seccomp").display()
+        );
+        let mut c = std::process::Command::new("sh");
+        c.args(["-c", &script])
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        c.env_remove("SBX_AUDIT_LOG").env_remove("SBX_AUDIT_FD");
+        run_as(&mut c, who);
+        let out = sbx_testutil::output(&mut c);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let listing = stdout(&out);
+        let fds: Vec<&str> = listing.split_whitespace().collect();
+        assert!(
+            !fds.contains(&"7") && !fds.contains(&"8"),
+            "{who:?}: fds reached the command: {fds:?}"
+        );
+    }
+}
+
+#[test]
 fn audit_fd_is_not_handed_to_the_sandboxed_program() {
     let lab = Lab::new();
     for who in identities() {
