@@ -74,9 +74,10 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> LayoutError + '_ {
     }
 }
 
-/// Whether `p` has the shape git accepts as a git dir: HEAD, objects/, refs/.
+/// Whether `p` has the shape git accepts as a git dir: HEAD, objects/, refs/
+/// (followed through symlinks, as git follows them).
 pub fn is_git_dir_shaped(p: &Path) -> bool {
-    let f = |n: &str| fs::symlink_metadata(p.join(n));
+    let f = |n: &str| fs::metadata(p.join(n));
     matches!(f("HEAD"), Ok(m) if !m.is_dir())
         && matches!(f("objects"), Ok(m) if m.is_dir())
         && matches!(f("refs"), Ok(m) if m.is_dir())

@@ -193,7 +193,7 @@ GIT_PAGER= git -p log -1 >/dev/null 2>&1
 (cd sub && git status >/dev/null 2>&1 && git checkout -q HEAD >/dev/null 2>&1)
 (cd ../wt && git status >/dev/null 2>&1)
 (cd nested && git status >/dev/null 2>&1)
-for d in evil evil.git planted; do [ -d "$d" ] && (cd "$d" && git status >/dev/null 2>&1); done
+for d in evil evil.git planted sym; do [ -d "$d" ] && (cd "$d" && git status >/dev/null 2>&1); done
 true
 "#;
         let o = self.sh(&self.w, script);
