@@ -127,3 +127,25 @@ fn realistic_workload_under_the_default_profile() {
         }
     }
 }
+
+/// A small Rust project builds and runs under the default profile (cargo,
+/// rustc with its threads and jobserver, the linker). As the identity that
+/// owns the toolchain running these tests (root here; the unprivileged user
+/// cannot read it).
+#[test]
+fn rust_project_builds_under_the_default_profile() {
+    let cargo = env!("CARGO");
+    let lab = Lab::new();
+    let work = lab.path().join("rust");
+    std::fs::create_dir(&work).unwrap();
+    let script = format!(
+        "set -eu; cd '{w}'; '{cargo}' new -q --vcs none hello; cd hello; \
+         CARGO_TARGET_DIR='{w}/target' '{cargo}' build -q --offline; '{w}/target/debug/hello'",
+        w = work.display()
+    );
+    let mut c = sbx_testutil::tool("sbx-seccomp");
+    c.args(["--", "sh", "-c", &script]);
+    let out = sbx_testutil::output(&mut c);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "Hello, world!\n");
+}
