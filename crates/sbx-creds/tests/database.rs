@@ -163,7 +163,7 @@ fn database_leases_renewed_capped_and_revoked() {
     let create =
         "CREATE ROLE \"{{name}}\" WITH LOGIN PASSWORD '{{password}}' VALID UNTIL '{{expiration}}';";
     // Leases of 3s (renewed during the session) and of an hour (capped).
-    for (role, ttl) in [("short", "3s"), ("long", "1h")] {
+    for (role, ttl) in [("short", "4s"), ("long", "1h")] {
         b.call(
             "POST",
             &format!("database/roles/{role}"),
@@ -200,7 +200,7 @@ path "sys/leases/revoke" { capabilities = ["update"] }
             "--",
             "sh",
             "-c",
-            "echo \"$SU $LU\"; sleep 5",
+            "echo \"$SU $LU\"; sleep 6",
         ])
         .output()
         .unwrap();

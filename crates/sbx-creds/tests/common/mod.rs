@@ -273,7 +273,7 @@ path "auth/token/create" { capabilities = ["update"] }
         self.call(
             "POST",
             "auth/approle/role/short",
-            Some(json!({"token_ttl": "3s", "token_max_ttl": "1h", "token_policies": ["app"]})),
+            Some(json!({"token_ttl": "4s", "token_max_ttl": "1h", "token_policies": ["app"]})),
         );
         self.call(
             "POST",
