@@ -1,7 +1,7 @@
 //! The answer cache: filtered outcomes keyed by (name, type), kept for
 //! their TTL.
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -17,6 +17,8 @@ pub enum Outcome {
         answers: Vec<Record>,
         authority: Vec<Record>,
         ttl: u32,
+        /// The same as wire bytes, for the fast path.
+        template: Option<crate::wire::Template>,
     },
     /// Refuse (the chain left the allowlist, or only internal addresses).
     Refused {
@@ -34,19 +36,38 @@ impl Outcome {
     }
 }
 
-type Key = (Box<str>, u16);
+struct Entry {
+    hash: u64,
+    name: Box<str>,
+    qtype: u16,
+    outcome: Arc<Outcome>,
+    at: Instant,
+}
 
+impl Entry {
+    fn live(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.at).as_secs() < u64::from(self.outcome.ttl())
+    }
+}
+
+/// A bounded map (name, type) -> outcome; lookups do not allocate.
 pub struct Cache {
     cap: usize,
-    map: Mutex<HashMap<Key, (Arc<Outcome>, Instant), foldhash::fast::RandomState>>,
+    hasher: foldhash::fast::RandomState,
+    map: Mutex<hashbrown::HashTable<Entry>>,
 }
 
 impl Cache {
     pub fn new(cap: usize) -> Self {
         Cache {
             cap,
-            map: Mutex::new(HashMap::default()),
+            hasher: foldhash::fast::RandomState::default(),
+            map: Mutex::new(hashbrown::HashTable::new()),
         }
+    }
+
+    fn hash(&self, name: &str, qtype: u16) -> u64 {
+        self.hasher.hash_one((name, qtype))
     }
 
     /// The outcome and the whole seconds since it was stored, if still
@@ -55,14 +76,14 @@ impl Cache {
         if self.cap == 0 {
             return None;
         }
+        let h = self.hash(name, qtype);
         let m = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        // A borrowed key without allocating: the map is keyed by Box<str>.
-        let (o, at) = m.get(&(Box::<str>::from(name), qtype))?;
-        let age = at.elapsed().as_secs();
-        if age >= u64::from(o.ttl()) {
+        let e = m.find(h, |e| e.qtype == qtype && &*e.name == name)?;
+        let age = e.at.elapsed().as_secs();
+        if age >= u64::from(e.outcome.ttl()) {
             return None;
         }
-        Some((o.clone(), age as u32))
+        Some((e.outcome.clone(), age as u32))
     }
 
     pub fn put(&self, name: &str, qtype: u16, o: Arc<Outcome>) {
@@ -70,17 +91,33 @@ impl Cache {
             return;
         }
         let now = Instant::now();
+        let h = self.hash(name, qtype);
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Ok(occ) = m.find_entry(h, |e| e.qtype == qtype && &*e.name == name) {
+            occ.remove();
+        }
         if m.len() >= self.cap {
-            m.retain(|_, (o, at)| now.duration_since(*at).as_secs() < u64::from(o.ttl()));
+            m.retain(|e| e.live(now));
+            // Still full of live entries: drop about one in eight.
+            let mut n = 0u32;
             while m.len() >= self.cap {
-                let Some(k) = m.keys().next().cloned() else {
-                    break;
-                };
-                m.remove(&k);
+                m.retain(|_| {
+                    n = n.wrapping_add(1);
+                    !n.is_multiple_of(8)
+                });
             }
         }
-        m.insert((name.into(), qtype), (o, now));
+        m.insert_unique(
+            h,
+            Entry {
+                hash: h,
+                name: name.into(),
+                qtype,
+                outcome: o,
+                at: now,
+            },
+            |e| e.hash,
+        );
     }
 
     pub fn clear(&self) {
@@ -93,5 +130,35 @@ impl Cache {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn o(ttl: u32) -> Arc<Outcome> {
+        Arc::new(Outcome::Refused {
+            reason: "x",
+            detail: String::new(),
+            ttl,
+        })
+    }
+
+    #[test]
+    fn bounded_and_keyed_by_name_and_type() {
+        let c = Cache::new(16);
+        c.put("a.test", 1, o(60));
+        assert!(c.get("a.test", 1).is_some());
+        assert!(c.get("a.test", 28).is_none());
+        assert!(c.get("b.test", 1).is_none());
+        c.put("a.test", 1, o(60));
+        assert_eq!(c.len(), 1);
+        for i in 0..100 {
+            c.put(&format!("n{i}.test"), 1, o(60));
+        }
+        assert!(c.len() <= 16);
+        c.put("zero.test", 1, o(0));
+        assert!(c.get("zero.test", 1).is_none());
     }
 }

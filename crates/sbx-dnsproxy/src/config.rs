@@ -77,6 +77,9 @@ pub struct ProxyConfig {
     /// Largest UDP reply sent to an EDNS client (the reply to a client
     /// without EDNS is at most 512 bytes).
     pub udp_payload: u16,
+    /// Answer common queries from prebuilt wire templates (same answers,
+    /// less work); off sends everything through hickory-proto.
+    pub fast_path: bool,
 }
 
 impl Default for ProxyConfig {
@@ -98,6 +101,7 @@ impl Default for ProxyConfig {
             max_negative_ttl: Duration::from_secs(300),
             answer_grace: Duration::from_secs(30),
             udp_payload: 1232,
+            fast_path: true,
         }
     }
 }

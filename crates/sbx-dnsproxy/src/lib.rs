@@ -16,6 +16,7 @@ pub mod rebind;
 pub mod server;
 pub mod stats;
 pub mod upstream;
+pub mod wire;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -312,6 +313,7 @@ impl Cli {
             max_negative_ttl: self.max_negative_ttl,
             answer_grace: self.answer_grace,
             udp_payload: self.udp_payload,
+            fast_path: true,
         })
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use hickory_proto::op::{Edns, Message, MessageType, Metadata, OpCode, ResponseCode};
+use hickory_proto::op::{Edns, Message, MessageType, Metadata, OpCode, Query, ResponseCode};
 use hickory_proto::rr::rdata::SVCB;
 use hickory_proto::rr::rdata::svcb::SvcParamValue;
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
@@ -23,6 +23,7 @@ use crate::nftset::{NftError, NftSets};
 use crate::rebind;
 use crate::stats::Stats;
 use crate::upstream::{self, UpstreamError};
+use crate::wire;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DnsProxyError {
@@ -180,6 +181,115 @@ impl DnsProxy {
             Stats::inc(&self.stats.malformed);
             return None;
         }
+        if self.cfg.fast_path
+            && let Some(fq) = wire::parse_query(query)
+            && let Some(r) = self.handle_fast(query, &fq, client, udp.is_some()).await
+        {
+            return r;
+        }
+        self.handle_slow(query, client, udp.is_some()).await
+    }
+
+    /// The common query shape, answered without building messages.
+    /// `None`: let the slow path answer (no template for this outcome).
+    async fn handle_fast(
+        &self,
+        query: &[u8],
+        fq: &wire::FastQuery,
+        client: SocketAddr,
+        udp: bool,
+    ) -> Option<Option<Vec<u8>>> {
+        let payload = self.cfg.udp_payload;
+        let limit = udp.then(|| match fq.edns {
+            Some(p) => usize::from(p.clamp(512, payload)),
+            None => 512,
+        });
+        let qtype = RecordType::from(fq.qtype);
+        let refuse = |r: Refusal| {
+            self.refuse_with(client, &fq.name, qtype, &r, || {
+                Some(wire::reply(
+                    query,
+                    fq,
+                    None,
+                    u16::from(r.rcode) as u8,
+                    0,
+                    payload,
+                    limit,
+                ))
+            })
+        };
+        if let Some(r) = self.check(&fq.name, qtype, DNSClass::from(fq.qclass), client.ip()) {
+            return Some(refuse(r));
+        }
+        let (outcome, age) = match self.lookup_or_fetch(&fq.name, qtype, client).await {
+            Ok(x) => x,
+            Err(()) => {
+                return Some(Some(wire::reply(query, fq, None, 2, 0, payload, limit)));
+            }
+        };
+        match &*outcome {
+            Outcome::Answer {
+                template: Some(t), ..
+            } => {
+                Stats::inc(&self.stats.answered);
+                if limit.is_some_and(|l| fq.question_end + t.sections.len() + 11 > l) {
+                    Stats::inc(&self.stats.truncated);
+                }
+                Some(Some(wire::reply(
+                    query,
+                    fq,
+                    Some(t),
+                    0,
+                    age,
+                    payload,
+                    limit,
+                )))
+            }
+            Outcome::Answer { template: None, .. } => None,
+            Outcome::Refused { reason, detail, .. } => Some(refuse(Refusal {
+                reason,
+                detail: detail.clone(),
+                rcode: ResponseCode::Refused,
+            })),
+        }
+    }
+
+    /// The cached outcome for (name, type) and its age, or a fresh one
+    /// from upstream (`Err`: upstream failed, already reported).
+    async fn lookup_or_fetch(
+        &self,
+        name: &str,
+        qtype: RecordType,
+        client: SocketAddr,
+    ) -> Result<(Arc<Outcome>, u32), ()> {
+        if let Some(hit) = self.cache.get(name, u16::from(qtype)) {
+            Stats::inc(&self.stats.cache_hits);
+            return Ok(hit);
+        }
+        Stats::inc(&self.stats.cache_misses);
+        let deadline = Instant::now() + self.cfg.query_timeout;
+        match self.fetch(name, qtype, client, deadline).await {
+            Ok(o) => {
+                let o = Arc::new(o);
+                self.cache.put(name, u16::from(qtype), o.clone());
+                Ok((o, 0))
+            }
+            Err(e) => {
+                Stats::inc(&self.stats.servfail);
+                tracing::warn!(%name, ?qtype, %client, "SERVFAIL: {e}");
+                sbx_core::audit::emit(
+                    "dns_upstream_failed",
+                    Severity::Warn,
+                    json!({"name": name, "qtype": qtype.to_string(),
+                           "client": client.to_string(), "error": e.to_string()}),
+                );
+                Err(())
+            }
+        }
+    }
+
+    /// Everything else, through hickory-proto's message types.
+    async fn handle_slow(&self, query: &[u8], client: SocketAddr, udp: bool) -> Option<Vec<u8>> {
         let req = match Message::from_vec(query) {
             Ok(m) => m,
             Err(_) => {
@@ -199,7 +309,7 @@ impl DnsProxy {
             Stats::inc(&self.stats.malformed);
             return self.refuse_raw(query, client, "question_count", ResponseCode::FormErr);
         }
-        let limit = udp.map(|()| match &req.edns {
+        let limit = udp.then(|| match &req.edns {
             Some(e) => usize::from(e.max_payload().clamp(512, self.cfg.udp_payload)),
             None => 512,
         });
@@ -215,33 +325,9 @@ impl DnsProxy {
             return self.refuse(&req, client, &name, qtype, r, limit);
         }
 
-        let (outcome, age) = match self.cache.get(&name, u16::from(qtype)) {
-            Some(hit) => {
-                Stats::inc(&self.stats.cache_hits);
-                hit
-            }
-            None => {
-                Stats::inc(&self.stats.cache_misses);
-                let deadline = Instant::now() + self.cfg.query_timeout;
-                match self.fetch(&name, qtype, client, deadline).await {
-                    Ok(o) => {
-                        let o = Arc::new(o);
-                        self.cache.put(&name, u16::from(qtype), o.clone());
-                        (o, 0)
-                    }
-                    Err(e) => {
-                        Stats::inc(&self.stats.servfail);
-                        tracing::warn!(%name, ?qtype, %client, "SERVFAIL: {e}");
-                        sbx_core::audit::emit(
-                            "dns_upstream_failed",
-                            Severity::Warn,
-                            json!({"name": name, "qtype": qtype.to_string(),
-                                   "client": client.to_string(), "error": e.to_string()}),
-                        );
-                        return self.reply(&req, ResponseCode::ServFail, &[], &[], 0, 0, limit);
-                    }
-                }
-            }
+        let (outcome, age) = match self.lookup_or_fetch(&name, qtype, client).await {
+            Ok(x) => x,
+            Err(()) => return self.reply(&req, ResponseCode::ServFail, &[], &[], 0, 0, limit),
         };
         match &*outcome {
             Outcome::Answer {
@@ -249,6 +335,7 @@ impl DnsProxy {
                 answers,
                 authority,
                 ttl,
+                ..
             } => {
                 Stats::inc(&self.stats.answered);
                 self.reply(&req, *rcode, answers, authority, *ttl, age, limit)
@@ -324,10 +411,24 @@ impl DnsProxy {
         r: Refusal,
         limit: Option<usize>,
     ) -> Option<Vec<u8>> {
+        self.refuse_with(client, name, qtype, &r, || {
+            self.reply(req, r.rcode, &[], &[], 0, 0, limit)
+        })
+    }
+
+    /// Rate limit, alert, and the reply `build` makes (when not dropped).
+    fn refuse_with(
+        &self,
+        client: SocketAddr,
+        name: &str,
+        qtype: RecordType,
+        r: &Refusal,
+        build: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Option<Vec<u8>> {
         match self.limiter.check(client.ip()) {
             Verdict::Answer => {
                 alert_refused(name, &qtype.to_string(), client, r.reason, &r.detail);
-                self.reply(req, r.rcode, &[], &[], 0, 0, limit)
+                build()
             }
             Verdict::Drop => {
                 Stats::inc(&self.stats.dropped_rate_limited);
@@ -611,13 +712,36 @@ impl DnsProxy {
                 }
             }
         }
+        let template = build_template(name, qtype, rcode, &records, &authority, ttl);
         Outcome::Answer {
             rcode,
             answers: records,
             authority,
             ttl,
+            template,
         }
     }
+}
+
+/// The wire template of an answer (for the fast path).
+fn build_template(
+    name: &str,
+    qtype: RecordType,
+    rcode: ResponseCode,
+    answers: &[Record],
+    authority: &[Record],
+    ttl: u32,
+) -> Option<wire::Template> {
+    let mut m = Message::new(0, MessageType::Response, OpCode::Query);
+    m.metadata.response_code = rcode;
+    m.add_query(Query::query(
+        Name::from_ascii(format!("{name}.")).ok()?,
+        qtype,
+    ));
+    m.add_answers(answers.iter().cloned());
+    m.add_authorities(authority.iter().cloned());
+    let bytes = m.to_vec().ok()?;
+    wire::Template::from_response(&bytes, ttl)
 }
 
 /// The addresses a record hands out: A/AAAA data, SVCB/HTTPS hints.

@@ -1,12 +1,15 @@
 //! The daemon's listeners: UDP and TCP on every `--listen` address, a task
 //! per query, draining on shutdown.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -34,11 +37,32 @@ impl Bound {
     /// The addresses actually bound (port 0 resolved), UDP and TCP share
     /// the port.
     pub fn addrs(&self) -> Vec<SocketAddr> {
-        self.udp
+        self.tcp
             .iter()
             .filter_map(|s| s.local_addr().ok())
             .collect()
     }
+}
+
+/// UDP sockets per listen address (SO_REUSEPORT: the kernel spreads
+/// clients over them, one receive loop each, so queries are served on
+/// every worker thread).
+pub const UDP_SOCKETS_PER_LISTEN: usize = 2;
+
+fn udp_socket(addr: SocketAddr, reuse: bool) -> std::io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    if reuse {
+        s.set_reuse_port(true)?;
+    }
+    // Room for bursts.
+    let _ = s.set_recv_buffer_size(4 << 20);
+    s.bind(&addr.into())?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
 }
 
 /// Binds UDP and TCP on each address; for port 0 both get the same
@@ -52,23 +76,29 @@ pub fn bind(addrs: &[SocketAddr]) -> Result<Bound, ListenError> {
         let err = |source| ListenError::Bind { addr, source };
         let mut tries = 0;
         loop {
-            let udp = std::net::UdpSocket::bind(addr).map_err(err)?;
-            let actual = udp.local_addr().map_err(err)?;
-            match std::net::TcpListener::bind(actual) {
-                Ok(tcp) => {
-                    udp.set_nonblocking(true).map_err(err)?;
-                    tcp.set_nonblocking(true).map_err(err)?;
-                    b.udp.push(udp);
-                    b.tcp.push(tcp);
-                    break;
-                }
+            // The first socket is bound without SO_REUSEPORT semantics
+            // toward others: if anything holds the port, this fails.
+            let probe = std::net::UdpSocket::bind(addr).map_err(err)?;
+            let actual = probe.local_addr().map_err(err)?;
+            let tcp = match std::net::TcpListener::bind(actual) {
+                Ok(t) => t,
                 Err(e) if addr.port() == 0 && tries < 20 => {
                     tries += 1;
                     let _ = e;
                     continue;
                 }
                 Err(e) => return Err(err(e)),
+            };
+            drop(probe);
+            let mut socks = Vec::new();
+            for _ in 0..UDP_SOCKETS_PER_LISTEN {
+                socks.push(udp_socket(actual, true).map_err(err)?);
             }
+            tcp.set_nonblocking(true).map_err(err)?;
+            // The first of each group stands for the address in addrs().
+            b.udp.extend(socks);
+            b.tcp.push(tcp);
+            break;
         }
     }
     Ok(b)
@@ -88,23 +118,26 @@ pub async fn serve(proxy: Arc<DnsProxy>, bound: Bound, stop: CancellationToken, 
     let tracker = TaskTracker::new();
     let udp_slots = Arc::new(Semaphore::new(UDP_MAX_INFLIGHT));
     let tcp_slots = Arc::new(Semaphore::new(TCP_MAX_CONNS));
-    let mut loops = Vec::new();
+    let halt = Arc::new(AtomicBool::new(false));
+    let rt = tokio::runtime::Handle::current();
+    let mut threads = Vec::new();
     for s in bound.udp {
-        let sock = match UdpSocket::from_std(s) {
-            Ok(s) => Arc::new(s),
-            Err(e) => {
-                tracing::error!("udp socket: {e}");
-                continue;
-            }
-        };
-        loops.push(tokio::spawn(udp_loop(
+        let (proxy, tracker, slots, halt, rt) = (
             proxy.clone(),
-            sock,
-            stop.clone(),
             tracker.clone(),
             udp_slots.clone(),
-        )));
+            halt.clone(),
+            rt.clone(),
+        );
+        match std::thread::Builder::new()
+            .name("sbx-dnsproxy-udp".into())
+            .spawn(move || udp_thread(proxy, s, rt, tracker, slots, halt))
+        {
+            Ok(t) => threads.push(t),
+            Err(e) => tracing::error!("udp thread: {e}"),
+        }
     }
+    let mut loops = Vec::new();
     for l in bound.tcp {
         let l = match TcpListener::from_std(l) {
             Ok(l) => l,
@@ -122,50 +155,99 @@ pub async fn serve(proxy: Arc<DnsProxy>, bound: Bound, stop: CancellationToken, 
         )));
     }
     stop.cancelled().await;
+    halt.store(true, Ordering::SeqCst);
     for l in loops {
         let _ = l.await;
     }
+    // The UDP threads notice within one receive timeout.
+    let _ = tokio::task::spawn_blocking(move || {
+        for t in threads {
+            let _ = t.join();
+        }
+    })
+    .await;
     tracker.close();
     if tokio::time::timeout(drain, tracker.wait()).await.is_err() {
         tracing::warn!("drain: queries still in flight after {drain:?}");
     }
 }
 
-async fn udp_loop(
+/// How often a UDP thread looks at the stop flag when idle.
+const UDP_POLL: Duration = Duration::from_millis(100);
+
+/// One UDP socket served by a plain thread: a blocking receive, the answer
+/// computed right here when it needs no waiting (a cache hit, a refusal),
+/// else handed to the runtime as a task. Under load this never parks a
+/// thread between queries, which is what a DNS server spends most of its
+/// time on otherwise.
+fn udp_thread(
     proxy: Arc<DnsProxy>,
-    sock: Arc<UdpSocket>,
-    stop: CancellationToken,
+    sock: std::net::UdpSocket,
+    rt: tokio::runtime::Handle,
     tracker: TaskTracker,
     slots: Arc<Semaphore>,
+    halt: Arc<AtomicBool>,
 ) {
+    let _ctx = rt.enter();
+    if let Err(e) = sock
+        .set_nonblocking(false)
+        .and_then(|()| sock.set_read_timeout(Some(UDP_POLL)))
+    {
+        tracing::error!("udp socket: {e}");
+        return;
+    }
+    let sock = Arc::new(sock);
     let mut buf = vec![0u8; 65535];
-    loop {
-        let permit = tokio::select! {
-            _ = stop.cancelled() => return,
-            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-        };
-        let (n, peer) = tokio::select! {
-            _ = stop.cancelled() => return,
-            r = sock.recv_from(&mut buf) => match r {
-                Ok(x) => x,
-                Err(e) => {
+    while !halt.load(Ordering::Relaxed) {
+        let (n, peer) = match sock.recv_from(&mut buf) {
+            Ok(x) => x,
+            Err(e) => {
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) {
                     // ICMP errors from earlier sends surface here: go on.
                     tracing::debug!("udp recv: {e}");
-                    continue;
                 }
-            },
+                continue;
+            }
         };
         let query = buf[..n].to_vec();
-        let proxy = proxy.clone();
-        let sock = sock.clone();
-        tracker.spawn(async move {
-            let _permit = permit;
-            if let Some(reply) = proxy.handle_udp(&query, peer).await
-                && let Err(e) = sock.send_to(&reply, peer).await
-            {
-                tracing::debug!("udp send to {peer}: {e}");
+        let p = proxy.clone();
+        let mut fut = Box::pin(async move { p.handle_udp(&query, peer).await });
+        match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(reply) => {
+                if let Some(reply) = reply {
+                    send(&sock, &reply, peer);
+                }
             }
-        });
+            Poll::Pending => {
+                // Bounded: beyond UDP_MAX_INFLIGHT waiting queries, new
+                // ones that must wait are dropped (the client retries).
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    tracing::debug!("udp: too many queries in flight, dropping one from {peer}");
+                    continue;
+                };
+                let sock = sock.clone();
+                tracker.spawn_on(
+                    async move {
+                        let _permit = permit;
+                        if let Some(reply) = fut.await {
+                            send(&sock, &reply, peer);
+                        }
+                    },
+                    &rt,
+                );
+            }
+        }
+    }
+}
+
+fn send(sock: &std::net::UdpSocket, reply: &[u8], peer: SocketAddr) {
+    // A UDP send does not block on a socket buffer in practice; a full
+    // buffer drops the datagram (as it would on the wire).
+    if let Err(e) = sock.send_to(reply, peer) {
+        tracing::debug!("udp send to {peer}: {e}");
     }
 }
 

@@ -201,3 +201,79 @@ fn shared_entry_validation() {
     assert!(e.contains("'*'"), "{e}");
     let _ = Duration::ZERO;
 }
+
+/// The fast path (wire templates) and the slow path (hickory messages)
+/// give the same answers.
+#[test]
+fn fast_and_slow_paths_agree() {
+    let up = upstream!();
+    let mk = |fast| {
+        DnsProxy::new(ProxyConfig {
+            allow: vec![
+                "*.allowed.test".into(),
+                "exact.test".into(),
+                "*.rebind.test".into(),
+            ],
+            upstreams: vec![up.addr],
+            fast_path: fast,
+            refused_rate: 0,
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let (fast, slow) = (mk(true), mk(false));
+    let summary = |r: &[u8]| {
+        let m = Message::from_vec(r).unwrap();
+        let mut answers: Vec<String> = m
+            .answers
+            .iter()
+            .chain(m.authorities.iter())
+            .map(|r| {
+                format!(
+                    "{} {} {}",
+                    r.name.to_ascii().to_lowercase(),
+                    r.record_type(),
+                    r.data
+                )
+            })
+            .collect();
+        answers.sort();
+        (
+            m.metadata.id,
+            m.metadata.response_code,
+            m.metadata.recursion_desired,
+            m.metadata.recursion_available,
+            m.metadata.truncation,
+            m.queries[0].name().to_ascii(),
+            m.edns.is_some(),
+            answers,
+        )
+    };
+    rt().block_on(async {
+        for (name, t) in [
+            ("A.Allowed.Test", RecordType::A),
+            ("a.allowed.test", RecordType::AAAA),
+            ("alias.allowed.test", RecordType::A),
+            ("hop1.allowed.test", RecordType::A),
+            ("exact.test", RecordType::A),
+            ("nx.exact.test", RecordType::A),
+            ("h.allowed.test", RecordType::HTTPS),
+            ("evil.test", RecordType::A),
+            ("txt.allowed.test", RecordType::TXT),
+            ("mixed.rebind.test", RecordType::A),
+            ("priv.rebind.test", RecordType::A),
+            ("bad.allowed.test", RecordType::A),
+        ] {
+            for edns in [true, false] {
+                // Twice: the second from the cache.
+                for _ in 0..2 {
+                    let q = query_bytes_id(name, t, edns, 777);
+                    let a = fast.handle_udp(&q, client()).await.unwrap();
+                    let b = slow.handle_udp(&q, client()).await.unwrap();
+                    assert_eq!(summary(&a), summary(&b), "{name} {t} edns={edns}");
+                }
+            }
+        }
+    });
+    assert!(fast.stats().to_json()["cache_hits"].as_u64().unwrap() > 0);
+}
