@@ -97,3 +97,40 @@ fn exit_status_passes_through() {
         assert_eq!(c.output().unwrap().status.code(), Some(128 + 15));
     }
 }
+
+#[test]
+fn config_file_takes_the_same_settings() {
+    let d = shared_tempdir();
+    let cfg = d.path().join("c.json");
+    let log = d.path().join("audit.log");
+    std::fs::write(
+        &cfg,
+        r#"{"sbx-net": {"allow": ["example.com:443"], "allow_cidr": "10.9.0.0/16:22", "sni_check": true, "dns_upstream": ["192.0.2.1"]}}"#,
+    )
+    .unwrap();
+    let bad = d.path().join("bad.json");
+    std::fs::write(&bad, r#"{"sbx-net": {"alow": ["example.com"]}}"#).unwrap();
+    for p in [&cfg, &bad] {
+        sbx_testutil::chown_to_test_user(p);
+    }
+    for who in identities() {
+        let _ = std::fs::remove_file(&log);
+        let mut c = sbx_testutil::tool("sbx-net");
+        c.arg("--config")
+            .arg(&cfg)
+            .arg("--audit-log")
+            .arg(&log)
+            .args(["--", "true"]);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", sbx_testutil::stderr(&out));
+        let ev = sbx_testutil::assert_event(&log, "net_start", "info", |_| true);
+        assert_eq!(ev["names"], serde_json::json!(["example.com:443"]));
+        assert_eq!(ev["cidrs"], serde_json::json!(["10.9.0.0/16:22"]));
+        assert_eq!(ev["sni_check"], true);
+        let mut c = sbx_testutil::tool("sbx-net");
+        c.arg("--config").arg(&bad).args(["--", "true"]);
+        run_as(&mut c, who);
+        assert_usage_error(&c.output().unwrap(), "sbx-net.alow: unknown key");
+    }
+}

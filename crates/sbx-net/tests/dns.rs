@@ -214,10 +214,18 @@ fn rebinding_answers_are_refused() {
              {dnsq} 10.254.0.1 A rebind2.test | sed 's/^/R2=/'; \
              curl -sS -m5 -o /dev/null http://rebind2.test/ 2>/dev/null; echo CURL=$?"
         );
+        // The names come from an allow file this time.
+        let file = d.path().join("allow.txt");
+        std::fs::write(
+            &file,
+            "# rebinding probes\nrebind.test:80\nrebind2.test  # private answer\n",
+        )
+        .unwrap();
+        sbx_testutil::chown_to_test_user(&file);
         let out = w.sbx_net(
             who,
             &log,
-            &["--allow=rebind.test".into(), "--allow=rebind2.test".into()],
+            &[format!("--allow-file={}", file.display())],
             &script,
         );
         let so = stdout(&out);
@@ -322,6 +330,34 @@ fn sni_check_stops_a_denied_name_on_an_allowed_address() {
         });
         assert_event(&log, "net_denied", "alert", |e| {
             e["port"] == 80 && e["claimed_name"] == "denied.test"
+        });
+    }
+}
+
+#[test]
+fn an_upstream_that_does_not_answer_gives_servfail_not_a_hang() {
+    let w = world_or_skip!();
+    for who in identities() {
+        let (d, log) = common::World::audit_dir();
+        let dnsq = common::World::dnsq(d.path());
+        // Host B runs no DNS server: every forwarded query times out.
+        let mut c = sbx_testutil::tool("sbx-net");
+        c.arg("--audit-log").arg(&log);
+        c.arg(format!("--dns-upstream={}", w.b.ip));
+        c.args(["--allow=allowed.test", "--", "/bin/sh", "-c"]);
+        c.arg(format!(
+            "DNSQ_WAIT=8 {dnsq} 10.254.0.1 A allowed.test | sed 's/^/Q=/'"
+        ));
+        c.env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .current_dir("/");
+        sbx_testutil::run_as(&mut c, who);
+        let out = c.output().unwrap();
+        let so = stdout(&out);
+        assert_eq!(out.status.code(), Some(0), "{so}\n{}", stderr(&out));
+        // The proxy gives up after its query timeout (4 s) with SERVFAIL.
+        assert!(one(&so, "Q").contains("SERVFAIL"), "{so}");
+        assert_event(&log, "dns_upstream_failed", "warn", |e| {
+            e["name"] == "allowed.test"
         });
     }
 }
