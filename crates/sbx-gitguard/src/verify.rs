@@ -224,7 +224,16 @@ pub fn check_objects(
     snap_refs: Option<&BTreeMap<String, String>>,
 ) -> Verified {
     let objs = u.join("objects");
-    let (mut problems, verified) = objects::check_packs(&objs, cached, sha256, full);
+    // A snapshot (no snapshot refs yet) does not rehash packs unless --full;
+    // after a command, packs that changed are rehashed.
+    let hash = if full {
+        objects::Hash::All
+    } else if snap_refs.is_none() {
+        objects::Hash::Nothing
+    } else {
+        objects::Hash::Changed
+    };
+    let (mut problems, verified) = objects::check_packs(&objs, cached, sha256, hash);
     let (lp, loose) = objects::check_loose(&objs);
     problems.extend(lp);
     // Loose objects of the snapshot that are gone and not packed either.
