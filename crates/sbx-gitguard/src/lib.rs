@@ -36,6 +36,14 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
     inherited_state: "run: the command inherits everything sbx-gitguard has (environment, working directory, namespaces, limits) except the audit log, which only a next sbx tool receives (SBX_AUDIT_FD). sbx-gitguard changes nothing before the command; it only reads the repository, and writes after the command has exited.",
     extra: &[
         (
+            "COMMANDS",
+            "run --repo DIR [--alert-only] [--full] [--lock-wait DURATION] -- CMD [ARGS...]\n\nSnapshot the repository, run CMD under supervision (signals forwarded, killed when sbx-gitguard dies), verify and repair, report. --alert-only reports and alerts but repairs nothing. --full checks the object store in full before and after the command (default: structurally, and in full on any sign of damage).\n\nsnapshot --repo DIR -o FILE [--full] [--lock-wait DURATION]\n\nWrite a snapshot (0600, atomically) after checking the repository is sound.\n\ncheck --repo DIR [--against FILE] [--full] [--json] [--lock-wait DURATION]\n\nWithout --against: damage, dangerous configuration keys, installed hooks and repository-shaped directories in the work tree. With --against: everything that differs from the snapshot. Changes nothing. --json prints one JSON object: repo, mode, ok, unrecoverable, full_check, findings (check, repo, path, found, action, severity, dangerous_keys, unrecoverable).\n\nrepair --repo DIR --against FILE [--full] [--json] [--lock-wait DURATION]\n\nBring the repository back to the snapshot by the rules of WHAT IS KEPT.\n\n--repo is the top of a work tree (main or linked) or a bare git dir; there is no search upwards. --lock-wait (default 2s) bounds the wait for a concurrent git process. With --config FILE, the settings of the sbx-gitguard section apply to the subcommand named first (keys are its long flag names).",
+        ),
+        (
+            "AUDIT EVENTS",
+            "git_snapshot (info); git_integrity, one per finding (alert for tampering, warn for what was kept but is notable, info for kept new commits), with check (head, refs, objects, config, hooks, extra_files, bare_repo, locks, repository), repo, path, found, action, dangerous_keys, unrecoverable; git_damaged_before (alert), damage found before the command; git_verified, the summary. The events go to the audit log only: on stderr, `run` prints one readable line per alert or warning, and a failure is one line.",
+        ),
+        (
             "WHAT IS KEPT",
             "The user's own work is never thrown away. A ref that moved forward (its new commit descends from the snapshot's commit, e.g. new commits on the current branch) is kept and reported as kept. A ref is restored only when it was deleted, made unreadable, or rewritten away from the history the snapshot had; the commit it pointed to stays in the object store and the reflog, and the alert names it. New branches and tags are kept and reported (refs/replace/* are removed: they change what git shows). HEAD switched to another existing branch or commit is kept and reported; a HEAD that is missing, unreadable, outside refs/ or dangling is restored. New files in the work tree are not touched, except repository-shaped directories (HEAD + objects/ + refs/), new .git directories and .git files that point outside the repository's git dirs. A new submodule or linked worktree git dir is kept when it has no hooks and no dangerous config, removed otherwise. Object stores are never rewritten: objects that are gone or damaged are reported precisely (which object, which ref or object needed it) and make the repair fail (exit 125).",
         ),
@@ -46,6 +54,10 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         (
             "SNAPSHOT FILES",
             "A snapshot is JSON written 0600 by a rename (never half-written), with a format marker and version and the identity of the repository (the common git dir's path, device and inode). A snapshot of another repository, or of a git dir that was since replaced, is refused. Keep snapshot files where the command cannot write them.",
+        ),
+        (
+            "OBJECTS",
+            "The structural check, every time: each pack index (magic, version, size against its object count) and pack (header, object count, trailer against the checksum its index records); packs and indexes whose inode, size, mtime or ctime changed since the snapshot are checksummed in full (all of them with --full); every loose object's header; loose objects of the snapshot that are gone and not packed; changed and new ref tips and HEAD resolve (a branch and HEAD to a commit). The full check reads every object reachable from every ref, HEAD and every ref of the snapshot, verifying its hash, and names each missing or damaged object with what needed it. Objects are never rewritten: lost objects make the repair fail (exit 125).",
         ),
         (
             "LOCKS",
