@@ -38,6 +38,8 @@ pub struct Login {
     /// Whether this token was created for the session (and so must be
     /// revoked at its end) or given to us (and left alone).
     pub created: bool,
+    /// A batch token: can be neither renewed (so not shortened) nor revoked.
+    pub batch: bool,
     pub method: &'static str,
 }
 
@@ -135,6 +137,7 @@ impl AuthMethod for TokenAuth {
             ttl: me.ttl,
             renewable: me.renewable.unwrap_or(false),
             created: false,
+            batch: false,
             method: "token",
         })
     }
@@ -178,9 +181,11 @@ impl AuthMethod for AppRoleAuth {
         )
         .await
         .map_err(|e| vault.map_err(&format!("approle login (auth/{}/login)", self.mount), e))?;
+        let batch = auth.token_type == "batch";
         let token = SecretString::from(auth.client_token);
         vault.set_token(&token);
         Ok(Login {
+            batch,
             token,
             accessor: auth.accessor,
             ttl: auth.lease_duration,

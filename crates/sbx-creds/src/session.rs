@@ -805,7 +805,11 @@ impl Session {
                 "ttl_not_capped",
                 Severity::Warn,
                 json!({"kind": "session_token", "accessor": self.login.accessor, "ttl": ttl, "session_ttl": cap,
-                       "note": "revoked by sbx-creds at the session TTL; after a SIGKILL of sbx-creds it lives until its own TTL"}),
+                "note": if self.login.batch {
+                    "a batch token: the server can neither shorten nor revoke it; it lives until its own TTL"
+                } else {
+                    "revoked by sbx-creds at the session TTL; after a SIGKILL of sbx-creds it lives until its own TTL"
+                }}),
             );
         } else {
             emit(

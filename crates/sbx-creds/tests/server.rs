@@ -807,3 +807,39 @@ fn namespace() {
         .unwrap();
     assert_ne!(code, 200);
 }
+
+/// A login token the server will not shorten (an AppRole issuing batch
+/// tokens: neither renewable nor revocable) is reported as ttl_not_capped,
+/// and its impossible revocation as an alert.
+#[test]
+fn uncappable_login_token_is_reported() {
+    let b = bao_or_skip!();
+    b.call(
+        "POST",
+        "auth/approle/role/batch",
+        Some(json!({"token_ttl": "1h", "token_type": "batch", "token_policies": ["app"]})),
+    );
+    let w = Work::new();
+    let rid = w.cred("role-id", &b.role_id("batch"), As::Root);
+    let sid = w.cred("secret-id", &b.secret_id("batch"), As::Root);
+    let out = creds(b, &w, As::Root)
+        .args(["--auth", "approle", "--ttl", "1m", "--role-id-file"])
+        .arg(&rid)
+        .arg("--secret-id-file")
+        .arg(&sid)
+        .args(["--secret", "DB=secret/app#db", "--", "sh", "-c", "echo $DB"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), DB_PASS);
+    let ev = assert_event(&w.audit(), "ttl_not_capped", "warn", |e| {
+        e["kind"] == "session_token"
+    });
+    assert!(ev["ttl"].as_u64().unwrap() > 60, "{ev}");
+    assert!(ev["note"].as_str().unwrap().contains("batch"), "{ev}");
+    // Nothing can revoke a batch token: that is an alert, not silence.
+    assert_event(&w.audit(), "revocation_failed", "alert", |e| {
+        e["kind"] == "session_token"
+    });
+    assert!(stderr(&out).contains("revocation failed"));
+}
