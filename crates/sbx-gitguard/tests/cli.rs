@@ -422,3 +422,44 @@ fn from_a_linked_worktree_and_on_a_bare_repository() {
     assert!(!bare.join("hooks/post-update").exists());
     f.git_ok(&bare, &["rev-parse", "--verify", "refs/heads/feat"]);
 }
+
+/// Root guarding a user's repository: what it restores keeps the user's
+/// ownership, so the user's git keeps working.
+#[test]
+fn root_repairs_keep_the_users_ownership() {
+    use std::os::unix::fs::MetadataExt;
+    if !sbx_testutil::is_root() || sbx_testutil::test_user().is_none() {
+        sbx_testutil::skip!("needs root and the test user");
+    }
+    let (uid, _) = sbx_testutil::test_user().unwrap();
+    let f = Fixture::new(As::User);
+    let mut c = sbx_testutil::tool("sbx-gitguard");
+    c.args(["run", "--audit-log"])
+        .arg(&f.audit)
+        .args(["--repo", f.w.to_str().unwrap(), "--", "sh", "-c"])
+        .arg("git -c safe.directory='*' branch -D feat >/dev/null && git -c safe.directory='*' config core.pager x && echo x > .git/hooks/pre-commit.sample && echo junk > .git/HEAD")
+        .current_dir(&f.w)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", f.dir.join("gitconfig"));
+    let out = c.output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    for p in [
+        ".git/HEAD",
+        ".git/refs/heads/feat",
+        ".git/config",
+        ".git/hooks/pre-commit.sample",
+    ] {
+        assert_eq!(
+            std::fs::metadata(f.w.join(p)).unwrap().uid(),
+            uid,
+            "{p} not owned by the user"
+        );
+    }
+    // The user's own git still works on it.
+    let o = f.sh(
+        &f.w,
+        "git commit -q --allow-empty -m after && git branch -f feat HEAD && git config core.x y",
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    f.assert_fsck_clean();
+}
