@@ -78,12 +78,13 @@ pub struct Cli {
     #[arg(long, value_name = "URL", env = "VAULT_ADDR")]
     pub vault_addr: Option<String>,
 
-    /// PEM file of the CA(s) to trust for an https:// server.
-    #[arg(long, value_name = "FILE")]
+    /// PEM file of the CA(s) to trust for an https:// server (VAULT_SKIP_VERIFY
+    /// is never honoured).
+    #[arg(long, value_name = "FILE", env = "VAULT_CACERT")]
     pub ca_cert: Option<PathBuf>,
 
     /// Vault Enterprise / OpenBao namespace.
-    #[arg(long, value_name = "NS")]
+    #[arg(long, value_name = "NS", env = "VAULT_NAMESPACE")]
     pub namespace: Option<String>,
 
     /// Bound on each request to the server, connecting included.
