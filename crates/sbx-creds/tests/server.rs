@@ -16,6 +16,7 @@ use serde_json::json;
 fn kv_injection_and_no_leak() {
     let b = bao_or_skip!();
     for who in identities() {
+        let started = std::time::SystemTime::now();
         let w = Work::new();
         let token = b.app_token("10m");
         let script = r#"
@@ -76,6 +77,15 @@ fn kv_injection_and_no_leak() {
         }
         let hits = files_containing(w.dir.path(), &[DB_PASS, API_KEY, KV1_PASS, &token]);
         assert!(hits.is_empty(), "secret on disk: {hits:?}");
+        // Nor in the shared writable places (files written since the start).
+        for shared in ["/tmp", "/dev/shm", "/var/tmp"] {
+            let hits = files_containing_since(
+                std::path::Path::new(shared),
+                &[DB_PASS, API_KEY, KV1_PASS, &token],
+                started,
+            );
+            assert!(hits.is_empty(), "secret on disk: {hits:?}");
+        }
         assert_event(&w.audit(), "secret_injected", "info", |e| {
             e["env"] == "DB" && e["path"] == "secret/app" && e["source"] == "kv2"
         });

@@ -433,9 +433,19 @@ pub fn creds(b: &Bao, w: &Work, who: As) -> Command {
 
 /// Every file under `dir` whose bytes contain one of `needles`.
 pub fn files_containing(dir: &Path, needles: &[&str]) -> Vec<PathBuf> {
+    files_containing_since(dir, needles, std::time::UNIX_EPOCH)
+}
+
+/// Same, for regular files under 1 MiB modified at or after `since`, at most
+/// 4 levels deep (for shared places such as /tmp and /dev/shm).
+pub fn files_containing_since(
+    dir: &Path,
+    needles: &[&str],
+    since: std::time::SystemTime,
+) -> Vec<PathBuf> {
     let mut hits = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
+    let mut stack = vec![(dir.to_path_buf(), 0)];
+    while let Some((d, depth)) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&d) else {
             continue;
         };
@@ -443,8 +453,14 @@ pub fn files_containing(dir: &Path, needles: &[&str]) -> Vec<PathBuf> {
             let p = e.path();
             let Ok(ft) = e.file_type() else { continue };
             if ft.is_dir() {
-                stack.push(p);
+                if depth < 4 {
+                    stack.push((p, depth + 1));
+                }
             } else if ft.is_file() {
+                let Ok(md) = e.metadata() else { continue };
+                if md.len() > 1 << 20 || md.modified().is_ok_and(|m| m < since) {
+                    continue;
+                }
                 let data = std::fs::read(&p).unwrap_or_default();
                 let text = String::from_utf8_lossy(&data);
                 if needles.iter().any(|n| text.contains(n)) {
