@@ -76,7 +76,13 @@ pub struct Gateway {
     /// Relay on tokio's readiness (splice per wake-up) instead of two
     /// blocking threads per connection (SBX_NET_RELAY=async; for benchmarks).
     pub relay_async: bool,
+    /// Relays currently counted against THREADED_MAX.
+    pub threaded: std::sync::atomic::AtomicUsize,
 }
+
+/// Concurrent connections relayed on threads of their own (two each; the
+/// blocking pool holds 512 threads).
+pub const THREADED_MAX: usize = 128;
 
 /// A token bucket for alerts: `burst` at once, `per_sec` refill.
 #[derive(Debug)]
@@ -284,10 +290,18 @@ impl Gateway {
                 .bytes_out
                 .fetch_add(head.len() as u64, Ordering::Relaxed);
         }
-        if self.relay_async {
-            crate::relay::relay(s, out, &self.stats.bytes_out, &self.stats.bytes_in).await;
-        } else {
+        // Two pooled threads per connection while there are few; past
+        // THREADED_MAX concurrent relays, readiness-driven splicing (no
+        // thread each), so thousands of idle connections cost no threads.
+        let threaded =
+            !self.relay_async && self.threaded.fetch_add(1, Ordering::Relaxed) < THREADED_MAX;
+        if threaded {
             crate::relay::relay_threads(s, out, self.clone()).await;
+        } else {
+            crate::relay::relay(s, out, &self.stats.bytes_out, &self.stats.bytes_in).await;
+        }
+        if !self.relay_async {
+            self.threaded.fetch_sub(1, Ordering::Relaxed);
         }
     }
 

@@ -224,6 +224,10 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         (Ok(_), Ok(None)) => return Err(Failure::new("sandbox set-up sent nothing")),
     };
     drop(ours);
+    // Every relayed connection costs the gateway two sockets (and, while
+    // threaded, two pipes): raise our soft fd limit to the hard one, after
+    // the fork, so the command's own limits are untouched.
+    raise_nofile();
 
     audit::emit(
         "net_start",
@@ -245,6 +249,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         stats: Stats::default(),
         alert_budget: AlertBudget::new(50, 20),
         relay_async: std::env::var_os("SBX_NET_RELAY").is_some_and(|v| v == "async"),
+        threaded: Default::default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -267,6 +272,19 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     end["exit_code"] = json!(code);
     audit::emit("net_end", Severity::Info, end);
     Ok(code)
+}
+
+fn raise_nofile() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
 }
 
 pub fn main() -> ! {

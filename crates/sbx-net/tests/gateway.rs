@@ -266,3 +266,44 @@ fn procs_in_netns(ns: &str) -> Vec<u32> {
     }
     v
 }
+
+#[test]
+fn hundreds_of_concurrent_connections_do_not_stall_the_gateway() {
+    let w = world_or_skip!();
+    let a = w.a.ip;
+    for who in identities() {
+        let (d, log) = common::World::audit_dir();
+        // 300 connections held open (more than the threaded relays), then
+        // one full request must still be answered.
+        let py = d.path().join("hold.py");
+        std::fs::write(
+            &py,
+            format!(
+                "import socket\n\
+                 held = [socket.create_connection(('{a}', 8081), timeout=10) for _ in range(300)]\n\
+                 print('HELD=%d' % len(held))\n\
+                 s = socket.create_connection(('{a}', 8081), timeout=10)\n\
+                 s.sendall(b'ping\\n')\n\
+                 print('BODY=' + s.makefile().readline().strip())\n\
+                 held[0].sendall(b'ping\\n')\n\
+                 print('FIRST=' + held[0].makefile().readline().strip())\n"
+            ),
+        )
+        .unwrap();
+        sbx_testutil::chown_to_test_user(&py);
+        let script = format!("{} {}", common::PY, py.display());
+        let out = w.sbx_net(who, &log, &[format!("--allow-cidr={a}/32:8081")], &script);
+        let so = stdout(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{who:?}: {so}\n{}",
+            stderr(&out)
+        );
+        assert_eq!(marker_lines(&so, "HELD"), ["300"], "{so}");
+        assert_eq!(marker_lines(&so, "BODY"), ["pong"], "{so}");
+        assert_eq!(marker_lines(&so, "FIRST"), ["pong"], "{so}");
+        let end = assert_event(&log, "net_end", "info", |_| true);
+        assert!(end["connections_allowed"].as_u64().unwrap() >= 301, "{end}");
+    }
+}

@@ -179,6 +179,25 @@ impl World {
             ],
         )
         .unwrap();
+        // A line server that holds many idle connections: answers "pong"
+        // to each line.
+        let pong = d.join("pong.py");
+        std::fs::write(
+            &pong,
+            "import asyncio\n\
+             async def h(r, w):\n    \
+                 while await r.readline():\n        \
+                     w.write(b'pong\\n')\n        \
+                     await w.drain()\n    \
+                 w.close()\n\
+             async def main():\n    \
+                 s = await asyncio.start_server(h, '0.0.0.0', 8081, backlog=1024)\n    \
+                 await s.serve_forever()\n\
+             asyncio.run(main())\n",
+        )
+        .unwrap();
+        net.spawn(&a, "a8081", &[PY, pong.to_str().unwrap()])
+            .unwrap();
         // A UDP sink: anything that arrives is logged.
         let udp_log = d.join("udp.log");
         net.spawn(
@@ -193,7 +212,13 @@ impl World {
         )
         .unwrap();
 
-        for (ip, port) in [(a.ip, 80), (a.ip, 8080), (b.ip, 80), (a.ip, 443)] {
+        for (ip, port) in [
+            (a.ip, 80),
+            (a.ip, 8080),
+            (a.ip, 8081),
+            (b.ip, 80),
+            (a.ip, 443),
+        ] {
             net.wait_tcp(SocketAddr::new(ip.into(), port), Duration::from_secs(20))
                 .unwrap();
         }
