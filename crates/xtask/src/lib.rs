@@ -19,6 +19,7 @@ pub fn tools() -> Vec<(clap::Command, &'static ManInfo)> {
         (sbx_net::Cli::command(), &sbx_net::MAN),
         (sbx_creds::Cli::command(), &sbx_creds::MAN),
         (sbx_gitguard::Cli::command(), &sbx_gitguard::MAN),
+        (sbx_vm::Cli::command(), &sbx_vm::MAN),
     ]
 }
 

@@ -1,0 +1,3 @@
+fn main() {
+    sbx_vm_init::guest::main()
+}

@@ -1,0 +1,233 @@
+//! sbx-vm: runs a command in its own microVM, one VM per run.
+//!
+//! Modules: [`options`] validates the flags into a [`options::Plan`],
+//! [`guestfiles`] finds and checks the kernel, initrd and squashfs root,
+//! [`kvm`] decides whether KVM can boot a guest here, [`rundir`] owns the
+//! per-run private directory and reaps stale ones, [`qemu`] and
+//! [`firecracker`] start the VMM, [`session`] speaks to the guest init
+//! (stdio, signals, copy-in/out, audit export, exit status), [`run`] ties
+//! them together.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use sbx_core::cli::CommonArgs;
+
+pub mod firecracker;
+pub mod guestfiles;
+pub mod kvm;
+pub mod options;
+pub mod qemu;
+pub mod run;
+pub mod rundir;
+pub mod session;
+
+pub const TOOL: &str = "sbx-vm";
+
+pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
+    about: "Runs CMD in its own microVM and destroys the VM afterwards. The guest boots its own kernel \
+(the Debian cloud kernel built by scripts/build-guest) with a read-only squashfs root filesystem \
+(busybox, the sbx tools, the guest init) under an overlay whose writable layer is a size-limited tmpfs \
+that dies with the VM. The guest init runs CMD with stdin, stdout and stderr connected to sbx-vm's, passes \
+its exit status through, puts secrets (--secrets-from) into CMD's environment only, and before the VM is \
+destroyed sends the guest's audit log to the host, where it is appended to sbx-vm's audit log (each line \
+marked \"guest\": true). Backends: QEMU (qemu-system-x86_64 -M microvm, KVM when it can boot a guest, \
+TCG otherwise) and Firecracker (driven through its API socket, under the jailer when run as root). \
+One VM per run, nothing shared between runs: every VMM process, socket, jail directory and temporary file \
+is removed when sbx-vm exits, also after SIGTERM, a timeout or a guest panic; after SIGKILL of sbx-vm the \
+VMM dies with it (parent-death signal) and the next sbx-vm removes the stale run directory.",
+    exit_status: "CMD's exit status, unchanged; 128+N when CMD was killed by signal N in the guest. \
+124 when --timeout fired (CMD and the VM were killed; the audit log was still exported when the guest \
+answered). 125 when sbx-vm itself failed: bad usage (one line on stderr, nothing created), a missing or \
+invalid kernel, initrd or root filesystem, no VMM binary, KVM unusable with --backend firecracker, --mem \
+below what the guest needs, a guest that panicked or never reported back within --boot-timeout. \
+126 when CMD was found in the guest but could not be executed, 127 when it was not found there.",
+    inherited_state: "CMD runs as root in the guest (uid 0 of the guest kernel, not of the host), in /work when \
+--copy-in was given, else in /. Its environment is only PATH, HOME=/root, TERM (from the caller), SBX_ID, \
+the --env settings and the secrets; nothing else of the host's environment crosses. No fd of the host \
+crosses: its stdin, stdout and stderr are pipes in the guest relayed through the control channel. It sees \
+no host filesystem (only what --copy-in copied) and no network (--net none: the VM has no network device). \
+When CMD is an sbx tool (an sbx chain inside the guest) it receives the guest audit log's fd, which the \
+guest init exports to the host at the end; a plain CMD gets no handle to any log or control channel.",
+    extra: &[
+        (
+            "BACKENDS",
+            "--backend auto (the default) takes Firecracker when its binary is found (--firecracker, else \
+firecracker on PATH, else /opt/sbx-firecracker/bin/firecracker) and KVM can boot a guest, else QEMU; the choice \
+and the reason are logged (vm_backend_selected). KVM counts as usable when /dev/kvm opens read-write and the \
+hypervisor module is kvm_intel or kvm_amd; kvm_pvm (a software hypervisor that starts VMMs but boots no Linux \
+guest) and a missing /dev/kvm count as unusable.\n\n\
+--backend qemu runs qemu-system-x86_64 -M microvm (or --qemu PATH) with -accel kvm when KVM is usable, else \
+-accel tcg (--accel overrides), no default devices, no network, -no-reboot, the root disk read-only, and QEMU's \
+own seccomp sandbox. The control channel is a virtio-serial port named sbx.0 whose host side is a Unix socket \
+in the private run directory; the kernel console goes to a file there (used in error messages). Secrets go \
+through fw_cfg (opt/sbx/secrets, from a 0600 file in the run directory, deleted once the guest has read it); \
+the guest init unloads the fw_cfg driver after reading, so no file in the guest shows them.\n\n\
+--backend firecracker drives the Firecracker binary through its API socket: PUT /machine-config \
+(vcpus, memory), /boot-source (vmlinux, initrd, kernel command line), /drives/rootfs (read-only), /vsock (the \
+control channel: the guest connects to host CID 2 port 1024, Firecracker forwards it to a Unix socket), \
+/mmds/config (V2, on the network interface eth0, whose host side is a tap device only when one is needed) and \
+/mmds (the secrets under sbx.secrets), then /actions InstanceStart. As root it runs under the jailer \
+(--jailer, chroot under --jail-base, uid/gid --jail-uid/--jail-gid, seccomp on, a new PID namespace); \
+jail directories are removed at the end and stale ones (whose sbx-vm is gone) at the next start. \
+It refuses to start when KVM cannot boot a guest, unless --no-kvm-check is given (which tests the \
+configuration path on such hosts; the guest then never reports back).",
+        ),
+        (
+            "WORK DIRECTORY",
+            "Nothing of the host filesystem is shared with the guest. --copy-in DIR sends DIR as a tar archive \
+(tar -c on the host, busybox tar -x in the guest) into /work, which lives in the tmpfs layer, before CMD starts. \
+--copy-out DIR receives /work back as a tar archive after CMD exited and extracts it into DIR, which must be \
+empty or not exist; owners are not restored and GNU tar's protections against absolute names, .. and \
+symlinks pointing out apply. A run that fails or times out writes nothing to DIR beyond what arrived.",
+        ),
+        (
+            "SECRETS",
+            "--secrets-from FILE takes a JSON document {\"env\": {\"NAME\": \"value\", ...}} (the document the \
+sbx-creds library yields, Session::to_json; other keys are ignored). The values reach CMD's environment only: \
+on QEMU through fw_cfg (unloaded after reading), on Firecracker through MMDS v2 (read by the guest init with a \
+session token, after which the guest's network interface is taken down). The audit log records the names, \
+never the values. --env K=V sets plain settings.",
+        ),
+        (
+            "GUEST FILES",
+            "--kernel, --initrd, --rootfs name the guest files; by default they are vmlinuz (QEMU) or vmlinux \
+(Firecracker), initrd.img and rootfs.squashfs in $SBX_VM_GUEST_DIR, else /usr/local/share/sbx/guest, where \
+scripts/build-guest puts them. The root filesystem must be a squashfs image (checked by its magic).",
+        ),
+    ],
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    Auto,
+    Qemu,
+    Firecracker,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Accel {
+    Auto,
+    Kvm,
+    Tcg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Net {
+    None,
+    SbxNet,
+}
+
+/// sbx-vm's flags.
+#[derive(Parser, Debug)]
+#[command(
+    name = "sbx-vm",
+    version,
+    about = "Run a command in its own microVM (Firecracker or QEMU microvm), read-only root, tmpfs writable layer, destroyed afterwards"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Which VMM: auto (Firecracker when KVM can boot a guest, else QEMU), qemu, firecracker.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: Backend,
+
+    /// QEMU accelerator: auto (KVM when it can boot a guest, else TCG), kvm, tcg.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub accel: Accel,
+
+    /// Guest kernel (bzImage for QEMU, vmlinux for Firecracker).
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+
+    /// Guest initramfs (holds the guest init and the virtio modules).
+    #[arg(long, value_name = "PATH")]
+    pub initrd: Option<PathBuf>,
+
+    /// Guest root filesystem (a squashfs image, attached read-only).
+    #[arg(long, value_name = "PATH")]
+    pub rootfs: Option<PathBuf>,
+
+    /// The QEMU binary (default: qemu-system-x86_64 on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub qemu: Option<PathBuf>,
+
+    /// The Firecracker binary (default: firecracker on PATH, else /opt/sbx-firecracker/bin/firecracker).
+    #[arg(long, value_name = "PATH")]
+    pub firecracker: Option<PathBuf>,
+
+    /// The jailer binary, used when root (default: beside the Firecracker binary).
+    #[arg(long, value_name = "PATH")]
+    pub jailer: Option<PathBuf>,
+
+    /// Chroot base directory of the jailer.
+    #[arg(long, value_name = "DIR", default_value = "/srv/jailer")]
+    pub jail_base: PathBuf,
+
+    /// uid the jailer drops to.
+    #[arg(long, value_name = "UID", default_value_t = 65534)]
+    pub jail_uid: u32,
+
+    /// gid the jailer drops to.
+    #[arg(long, value_name = "GID", default_value_t = 65534)]
+    pub jail_gid: u32,
+
+    /// Start Firecracker even when KVM cannot boot a guest here (tests the API path; the guest never reports back).
+    #[arg(long)]
+    pub no_kvm_check: bool,
+
+    /// Guest memory (e.g. 512M, 1G); at least 128M.
+    #[arg(long, value_name = "SIZE", default_value = "512M")]
+    pub mem: String,
+
+    /// Number of virtual CPUs (1-32).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub vcpus: u32,
+
+    /// Size of the tmpfs writable layer (default: half of --mem).
+    #[arg(long, value_name = "SIZE")]
+    pub tmpfs: Option<String>,
+
+    /// Wall-clock limit for CMD (30s, 5m); then CMD and the VM are killed (exit 124).
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+
+    /// How long the guest may take to boot and report to the host.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub boot_timeout: String,
+
+    /// Network of the VM: none (no network device). sbx-net is not implemented yet.
+    #[arg(long, value_enum, default_value = "none")]
+    pub net: Net,
+
+    /// Set K=V in CMD's environment (repeatable).
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+
+    /// JSON document {"env": {"NAME": "value"}} of secrets for CMD's environment (fw_cfg / MMDS).
+    #[arg(long, value_name = "FILE")]
+    pub secrets_from: Option<PathBuf>,
+
+    /// Copy DIR into the guest's /work before CMD starts.
+    #[arg(long, value_name = "DIR")]
+    pub copy_in: Option<PathBuf>,
+
+    /// Copy the guest's /work into DIR (empty or new) after CMD exits.
+    #[arg(long, value_name = "DIR")]
+    pub copy_out: Option<PathBuf>,
+
+    /// The command to run in the guest.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+pub fn main() -> ! {
+    sbx_core::cli::run_main(TOOL, || {
+        let cli: Cli = sbx_core::cli::parse(TOOL)?;
+        let plan = options::plan(&cli)?;
+        sbx_core::cli::init(TOOL, &cli.common)?;
+        run::run(plan)
+    })
+}

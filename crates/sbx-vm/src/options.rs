@@ -1,0 +1,350 @@
+//! Flags -> a checked [`Plan`]. Everything that can be wrong with the input
+//! is found here, before anything is created on the host.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sbx_core::exit::Failure;
+
+use crate::guestfiles::{self, GuestFiles};
+use crate::kvm::{self, KvmState};
+use crate::{Accel, Backend, Cli, Net};
+
+/// Smallest guest memory the guest kernel + init + tmpfs are run with.
+pub const MIN_MEM: u64 = 128 << 20;
+pub const MAX_VCPUS: u32 = 32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vmm {
+    Qemu { kvm: bool },
+    Firecracker,
+}
+
+#[derive(Debug)]
+pub struct Plan {
+    pub vmm: Vmm,
+    pub vmm_bin: PathBuf,
+    pub jailer: Option<PathBuf>,
+    /// Why this backend (for the audit log).
+    pub reason: String,
+    pub kvm: KvmState,
+    pub files: GuestFiles,
+    pub mem: u64,
+    pub vcpus: u32,
+    pub tmpfs: u64,
+    pub timeout: Option<Duration>,
+    pub boot_timeout: Duration,
+    pub env: Vec<(String, String)>,
+    /// The secrets document (JSON text), already checked.
+    pub secrets: Option<String>,
+    pub secret_names: Vec<String>,
+    pub copy_in: Option<PathBuf>,
+    pub copy_out: Option<PathBuf>,
+    pub argv: Vec<String>,
+    pub jail_base: PathBuf,
+    pub jail_uid: u32,
+    pub jail_gid: u32,
+}
+
+fn size(flag: &str, s: &str) -> Result<u64, Failure> {
+    sbx_core::units::parse_size(s).map_err(|e| Failure::new(format!("--{flag} {s}: {e}")))
+}
+
+fn duration(flag: &str, s: &str) -> Result<Duration, Failure> {
+    let d = sbx_core::units::parse_duration(s)
+        .map_err(|e| Failure::new(format!("--{flag} {s}: {e}")))?;
+    if d.is_zero() {
+        return Err(Failure::new(format!("--{flag} {s}: must be more than 0")));
+    }
+    Ok(d)
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Default Firecracker location when not on PATH (scripts/deps/setup-vm.sh installs it there).
+pub const FIRECRACKER_DIR: &str = "/opt/sbx-firecracker/bin";
+
+fn find_firecracker(flag: Option<&Path>) -> Result<Option<PathBuf>, Failure> {
+    if let Some(p) = flag {
+        if !is_executable(p) {
+            return Err(Failure::new(format!(
+                "--firecracker {}: not an executable file",
+                p.display()
+            )));
+        }
+        return Ok(Some(p.to_path_buf()));
+    }
+    Ok(on_path("firecracker").or_else(|| {
+        let p = Path::new(FIRECRACKER_DIR).join("firecracker");
+        is_executable(&p).then_some(p)
+    }))
+}
+
+pub fn plan(cli: &Cli) -> Result<Plan, Failure> {
+    let mem = size("mem", &cli.mem)?;
+    if mem < MIN_MEM {
+        return Err(Failure::new(format!(
+            "--mem {}: below what the guest needs ({} MiB at least)",
+            cli.mem,
+            MIN_MEM >> 20
+        )));
+    }
+    if cli.vcpus == 0 || cli.vcpus > MAX_VCPUS {
+        return Err(Failure::new(format!(
+            "--vcpus {}: must be 1-{MAX_VCPUS}",
+            cli.vcpus
+        )));
+    }
+    let tmpfs = match &cli.tmpfs {
+        Some(s) => {
+            let t = size("tmpfs", s)?;
+            if t < (1 << 20) || t >= mem {
+                return Err(Failure::new(format!(
+                    "--tmpfs {s}: must be at least 1M and below --mem"
+                )));
+            }
+            t
+        }
+        None => mem / 2,
+    };
+    let timeout = cli
+        .timeout
+        .as_deref()
+        .map(|s| duration("timeout", s))
+        .transpose()?;
+    let boot_timeout = duration("boot-timeout", &cli.boot_timeout)?;
+    if cli.net == Net::SbxNet {
+        return Err(Failure::new(
+            "--net sbx-net: not implemented yet (the VM has no network with --net none; run sbx-vm under sbx-net for a host-side gateway)",
+        ));
+    }
+    let mut env = vec![
+        (
+            "PATH".to_string(),
+            "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".to_string(),
+        ),
+        ("HOME".to_string(), "/root".to_string()),
+    ];
+    if let Ok(t) = std::env::var("TERM") {
+        env.push(("TERM".into(), t));
+    }
+    for kv in &cli.env {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(Failure::new(format!("--env {kv}: expected K=V")));
+        };
+        if k.is_empty() || k.contains('\0') || v.contains('\0') {
+            return Err(Failure::new(format!("--env {kv}: invalid name or value")));
+        }
+        env.retain(|(ek, _)| ek != k);
+        env.push((k.to_string(), v.to_string()));
+    }
+    let (secrets, secret_names) = match &cli.secrets_from {
+        Some(p) => {
+            let (doc, names) = read_secrets(p)?;
+            (Some(doc), names)
+        }
+        None => (None, Vec::new()),
+    };
+    if let Some(d) = &cli.copy_in
+        && !d.is_dir()
+    {
+        return Err(Failure::new(format!(
+            "--copy-in {}: not a directory",
+            d.display()
+        )));
+    }
+    if let Some(d) = &cli.copy_out {
+        match std::fs::read_dir(d) {
+            Ok(mut rd) => {
+                if rd.next().is_some() {
+                    return Err(Failure::new(format!(
+                        "--copy-out {}: directory is not empty",
+                        d.display()
+                    )));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let parent = d
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                if !parent.is_dir() {
+                    return Err(Failure::new(format!(
+                        "--copy-out {}: parent directory does not exist",
+                        d.display()
+                    )));
+                }
+            }
+            Err(e) => return Err(Failure::new(format!("--copy-out {}: {e}", d.display()))),
+        }
+    }
+    let mut argv = Vec::new();
+    for a in &cli.cmd {
+        match a.to_str() {
+            Some(s) => argv.push(s.to_string()),
+            None => {
+                return Err(Failure::new(format!(
+                    "CMD argument {a:?} is not UTF-8 (not supported in the guest spec)"
+                )));
+            }
+        }
+    }
+
+    // The backend.
+    let kvm = kvm::probe();
+    let fc = find_firecracker(cli.firecracker.as_deref())?;
+    let (vmm, reason) = match cli.backend {
+        Backend::Firecracker => {
+            if fc.is_none() {
+                return Err(Failure::new(format!(
+                    "--backend firecracker: no Firecracker binary (give --firecracker PATH, put firecracker on PATH or install it in {FIRECRACKER_DIR})"
+                )));
+            }
+            if !kvm.usable && !cli.no_kvm_check {
+                return Err(Failure::new(format!(
+                    "--backend firecracker: KVM cannot boot a guest here ({}); use --backend qemu",
+                    kvm.reason
+                )));
+            }
+            (
+                Vmm::Firecracker,
+                "requested with --backend firecracker".to_string(),
+            )
+        }
+        Backend::Qemu => (
+            Vmm::Qemu { kvm: false },
+            "requested with --backend qemu".to_string(),
+        ),
+        Backend::Auto => match (&fc, kvm.usable) {
+            (Some(_), true) => (
+                Vmm::Firecracker,
+                format!("firecracker found and KVM usable ({})", kvm.reason),
+            ),
+            (None, _) => (
+                Vmm::Qemu { kvm: false },
+                "no firecracker binary".to_string(),
+            ),
+            (Some(_), false) => (
+                Vmm::Qemu { kvm: false },
+                format!("KVM cannot boot a guest ({})", kvm.reason),
+            ),
+        },
+    };
+    let (vmm, vmm_bin, jailer) = match vmm {
+        Vmm::Qemu { .. } => {
+            let use_kvm = match cli.accel {
+                Accel::Kvm => {
+                    if !kvm.usable {
+                        return Err(Failure::new(format!(
+                            "--accel kvm: KVM cannot boot a guest here ({})",
+                            kvm.reason
+                        )));
+                    }
+                    true
+                }
+                Accel::Tcg => false,
+                Accel::Auto => kvm.usable,
+            };
+            let bin = match &cli.qemu {
+                Some(p) if is_executable(p) => p.clone(),
+                Some(p) => return Err(Failure::new(format!("--qemu {}: not an executable file", p.display()))),
+                None => on_path("qemu-system-x86_64").ok_or_else(|| {
+                    Failure::new("no VMM binary: qemu-system-x86_64 is not on PATH (install qemu-system-x86 or give --qemu PATH)")
+                })?,
+            };
+            (Vmm::Qemu { kvm: use_kvm }, bin, None)
+        }
+        Vmm::Firecracker => {
+            let bin = fc.expect("checked");
+            let jailer = if unsafe { libc::geteuid() } == 0 {
+                let j = match &cli.jailer {
+                    Some(p) => p.clone(),
+                    None => bin.with_file_name("jailer"),
+                };
+                if !is_executable(&j) {
+                    return Err(Failure::new(format!(
+                        "--jailer {}: not an executable file (the jailer is required when running as root)",
+                        j.display()
+                    )));
+                }
+                Some(j)
+            } else {
+                None
+            };
+            (Vmm::Firecracker, bin, jailer)
+        }
+    };
+    let files = guestfiles::locate(
+        matches!(vmm, Vmm::Firecracker),
+        cli.kernel.as_deref(),
+        cli.initrd.as_deref(),
+        cli.rootfs.as_deref(),
+    )?;
+    Ok(Plan {
+        vmm,
+        vmm_bin,
+        jailer,
+        reason,
+        kvm,
+        files,
+        mem,
+        vcpus: cli.vcpus,
+        tmpfs,
+        timeout,
+        boot_timeout,
+        env,
+        secrets,
+        secret_names,
+        copy_in: cli.copy_in.clone(),
+        copy_out: cli.copy_out.clone(),
+        argv,
+        jail_base: cli.jail_base.clone(),
+        jail_uid: cli.jail_uid,
+        jail_gid: cli.jail_gid,
+    })
+}
+
+/// Reads and checks a secrets document; returns it (re-serialised: only
+/// the `env` object of strings) and the names.
+pub fn read_secrets(p: &Path) -> Result<(String, Vec<String>), Failure> {
+    let text = std::fs::read_to_string(p)
+        .map_err(|e| Failure::new(format!("--secrets-from {}: {e}", p.display())))?;
+    // Never quote the document in an error: it holds secrets.
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        Failure::new(format!(
+            "--secrets-from {}: not valid JSON (line {}, column {})",
+            p.display(),
+            e.line(),
+            e.column()
+        ))
+    })?;
+    let Some(env) = v.get("env").and_then(|e| e.as_object()) else {
+        return Err(Failure::new(format!(
+            "--secrets-from {}: expected an object with \"env\": {{\"NAME\": \"value\", ...}}",
+            p.display()
+        )));
+    };
+    let mut names = Vec::new();
+    for (k, val) in env {
+        let ok_name = !k.is_empty() && !k.contains('=') && !k.contains('\0');
+        if !ok_name || !val.is_string() {
+            return Err(Failure::new(format!(
+                "--secrets-from {}: env.{k}: names must be non-empty without '=', values strings",
+                p.display()
+            )));
+        }
+        names.push(k.clone());
+    }
+    let doc = serde_json::json!({ "env": env }).to_string();
+    Ok((doc, names))
+}

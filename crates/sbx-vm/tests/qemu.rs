@@ -1,0 +1,207 @@
+//! End-to-end on QEMU microvm (TCG here): each test boots the real guest
+//! built by scripts/build-guest. Boots cost seconds, so each test checks
+//! several promises per boot.
+
+mod common;
+
+use std::io::Write;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+
+/// `echo hello`, stdin, stdout/stderr, exit status 42, the guest audit log on
+/// the host, --copy-in/--copy-out, --env; nothing left (root and the
+/// unprivileged user).
+#[test]
+fn hello_stdio_status_audit_copy() {
+    let guest = need_guest!();
+    for who in identities() {
+        let vm = Vm::new();
+        let src = vm.tmp.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::write(src.join("input.txt"), "from-the-host\n").unwrap();
+        let out_dir = vm.tmp.path().join("out");
+        chown_to_test_user(&src);
+        chown_to_test_user(&src.join("input.txt"));
+        let mut c = vm.cmd(&guest);
+        c.arg("--copy-in")
+            .arg(&src)
+            .arg("--copy-out")
+            .arg(&out_dir)
+            .args(["--env", "GREETING=hi-there", "--"])
+            .args([
+                "sh",
+                "-c",
+                "echo hello; cat; cat input.txt; echo \"$GREETING\"; echo to-stderr >&2; \
+                 echo result > made-in-guest.txt; exit 42",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        run_as(&mut c, who);
+        let mut child = c.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"through-stdin\n")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let so = stdout(&out);
+        assert_eq!(
+            code(&out),
+            42,
+            "{who:?} stdout {so} stderr {}",
+            stderr(&out)
+        );
+        assert_eq!(
+            so, "hello\nthrough-stdin\nfrom-the-host\nhi-there\n",
+            "{who:?}"
+        );
+        assert!(stderr(&out).contains("to-stderr"), "{}", stderr(&out));
+        // The result came back.
+        assert_eq!(
+            std::fs::read_to_string(out_dir.join("made-in-guest.txt")).unwrap(),
+            "result\n"
+        );
+        // Backend choice and reason; the guest's own events, marked.
+        assert_event(&vm.audit, "vm_backend_selected", "info", |e| {
+            e["backend"] == "qemu" && e["accel"].is_string() && e["reason"].is_string()
+        });
+        let host = assert_event(&vm.audit, "vm_started", "info", |_| true);
+        let g = assert_event(&vm.audit, "guest_command_exited", "info", |e| {
+            e["code"] == 42
+        });
+        assert_eq!(g["guest"], true);
+        assert_eq!(g["tool"], "sbx-vm-init");
+        assert_eq!(g["sbx_id"], host["sbx_id"]);
+        assert_event(&vm.audit, "guest_root_mounted", "info", |_| true);
+        assert_event(&vm.audit, "vm_destroyed", "info", |e| {
+            e["exit"] == 42 && e["guest_audit_lines"].as_u64() >= Some(4)
+        });
+        vm.assert_clean();
+    }
+}
+
+/// The root filesystem is read-only (the squashfs device refuses writes);
+/// a file written to / or /tmp is gone in the next run; exit status by
+/// signal (137) and 1 pass through.
+#[test]
+fn readonly_root_and_fresh_writable_layer() {
+    let guest = need_guest!();
+    let vm = Vm::new();
+    let first = vm
+        .cmd(&guest)
+        .args(["--", "sh", "-c"])
+        .arg(
+            "echo x > /written || exit 3; echo y > /tmp/written || exit 3; \
+             if dd if=/dev/zero of=/dev/vda bs=512 count=1 2>/dev/null; then exit 4; fi; \
+             mkdir -p /mnt/again && mount -t squashfs -o ro /dev/vda /mnt/again || exit 5; \
+             if touch /mnt/again/probe 2>/dev/null; then exit 6; fi; \
+             grep -q '^overlay / overlay' /proc/mounts || exit 7; \
+             kill -9 $$",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&first), 137, "stderr: {}", stderr(&first));
+    assert_event(&vm.audit, "guest_command_exited", "warn", |e| {
+        e["signal"] == 9
+    });
+    let second = vm
+        .cmd(&guest)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "test -e /written && exit 10; test -e /tmp/written && exit 11; exit 1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&second), 1, "stderr: {}", stderr(&second));
+    vm.assert_clean();
+}
+
+/// A secret is in the command's environment and nowhere on the guest's
+/// filesystem (fw_cfg unloaded), not in the audit log, not left on the host.
+#[test]
+fn secret_in_environment_only() {
+    let guest = need_guest!();
+    let vm = Vm::new();
+    let value = "s3cr3t-v4lue-for-sbx-vm";
+    let doc = vm.tmp.path().join("secrets.json");
+    std::fs::write(
+        &doc,
+        format!(r#"{{"version":1,"env":{{"SBX_T_SECRET":"{value}"}}}}"#),
+    )
+    .unwrap();
+    let script = format!(
+        "echo \"env=$SBX_T_SECRET\"; \
+         test -e /sys/firmware/qemu_fw_cfg && echo fw_cfg-still-there; \
+         for d in /etc /root /tmp /run /work /var /mnt /dev/shm /sys/firmware; do \
+           grep -rqs {value} $d && echo found-in-$d; done; \
+         grep -qs {value} /proc/1/environ && echo found-in-init-environ; \
+         exit 0"
+    );
+    let out = vm
+        .cmd(&guest)
+        .arg("--secrets-from")
+        .arg(&doc)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "stderr: {}", stderr(&out));
+    let so = stdout(&out);
+    assert_eq!(so.trim(), format!("env={value}"), "leaked: {so}");
+    let log = std::fs::read_to_string(&vm.audit).unwrap();
+    assert!(!log.contains(value), "secret value in the audit log");
+    assert_event(&vm.audit, "vm_guest_ready", "info", |e| {
+        e["secrets"] == serde_json::json!(["SBX_T_SECRET"]) && e["secrets_source"] == "fw_cfg"
+    });
+    vm.assert_clean();
+}
+
+/// --timeout kills a hanging command and the VM: exit 124, an alert, the
+/// guest audit log still exported; nothing left.
+#[test]
+fn timeout_kills_hanging_guest() {
+    let guest = need_guest!();
+    let vm = Vm::new();
+    let out = vm
+        .cmd(&guest)
+        .args(["--timeout", "2s", "--", "sleep", "1000"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 124, "stderr: {}", stderr(&out));
+    assert_event(&vm.audit, "vm_timeout", "alert", |_| true);
+    assert_event(&vm.audit, "guest_command_exited", "warn", |e| {
+        e["signal"] == 9
+    });
+    vm.assert_clean();
+}
+
+/// SIGTERM to sbx-vm reaches the command in the guest (143), the audit log
+/// is still exported; nothing left.
+#[test]
+fn sigterm_is_forwarded_and_audit_exported() {
+    let guest = need_guest!();
+    let vm = Vm::new();
+    let child = vm
+        .cmd(&guest)
+        .args(["--", "sleep", "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = wait_event(&vm.audit, Duration::from_secs(120), |e| {
+        e["event"] == "vm_guest_ready"
+    });
+    assert!(ready.is_some(), "guest never got ready");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 143, "stderr: {}", stderr(&out));
+    assert_event(&vm.audit, "guest_command_exited", "warn", |e| {
+        e["signal"] == 15
+    });
+    vm.assert_clean();
+}
