@@ -10,6 +10,7 @@
 
 pub mod fsutil;
 pub mod gitconfig;
+pub mod keep;
 pub mod layout;
 pub mod objects;
 pub mod refs;
@@ -357,6 +358,31 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         json!({ "repo": l.common_dir, "units": snap.units.len() }),
     );
 
+    // Hard links to the object files, so objects the command deletes can
+    // be linked back (repair mode only).
+    let keeps: std::collections::BTreeMap<PathBuf, keep::Keep> = if a.alert_only {
+        Default::default()
+    } else {
+        snap.units
+            .iter()
+            .filter(|u| u.kind.has_objects())
+            .filter_map(|u| match keep::Keep::create(&u.path, &u.loose) {
+                Ok(k) => Some((u.path.clone(), k)),
+                Err(e) => {
+                    tracing::warn!(repo = %u.path.display(), "cannot keep links to the objects: {e}");
+                    None
+                }
+            })
+            .collect()
+    };
+    // Linking changed the ctime of the pack files: record their stat again
+    // (same inode and size) so unchanged packs are not rehashed afterwards.
+    let mut snap = snap;
+    for u in &mut snap.units {
+        if keeps.contains_key(&u.path) {
+            objects::restat(&u.path.join("objects"), &mut u.packs);
+        }
+    }
     let mut cmd = sbx_core::supervise::command(&a.cmd, None)?;
     let keep: Vec<i32> = sbx_core::audit::get()
         .and_then(|au| au.handoff(&a.cmd[0], &mut cmd))
@@ -373,7 +399,8 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     } else {
         Mode::Repair
     };
-    let report = verify::verify(&l, &snap, mode, a.full, wait);
+    let report = verify::verify(&l, &snap, mode, a.full, wait, &keeps);
+    drop(keeps);
     emit_report(&report, mode);
     if report.unrecoverable().is_none() || mode != Mode::Repair {
         for f in report
@@ -420,7 +447,14 @@ fn cmd_check(a: CheckArgs) -> Result<i32, Failure> {
         Some(f) => {
             let snap = load(f, &l)?;
             ensure_unlocked(&l, wait)?;
-            verify::verify(&l, &snap, Mode::Check, a.full, Duration::ZERO)
+            verify::verify(
+                &l,
+                &snap,
+                Mode::Check,
+                a.full,
+                Duration::ZERO,
+                &Default::default(),
+            )
         }
         None => {
             ensure_unlocked(&l, wait)?;
@@ -437,7 +471,14 @@ fn cmd_repair(a: RepairArgs) -> Result<i32, Failure> {
     let l = open_layout(&a.repo)?;
     let snap = load(&a.against, &l)?;
     ensure_unlocked(&l, wait)?;
-    let report = verify::verify(&l, &snap, Mode::Repair, a.full, Duration::ZERO);
+    let report = verify::verify(
+        &l,
+        &snap,
+        Mode::Repair,
+        a.full,
+        Duration::ZERO,
+        &Default::default(),
+    );
     emit_report(&report, Mode::Repair);
     print_report(&report, &l, a.json, Mode::Repair);
     if let Some(f) = report.unrecoverable() {

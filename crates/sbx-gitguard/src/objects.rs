@@ -29,6 +29,19 @@ fn stat(p: &Path) -> io::Result<Stat> {
     })
 }
 
+/// Refreshes the recorded stat of pack files whose inode and size are
+/// unchanged (after hard links changed their ctime).
+pub fn restat(objects: &Path, packs: &mut BTreeMap<String, Stat>) {
+    for (name, st) in packs.iter_mut() {
+        if let Ok(now) = stat(&objects.join("pack").join(name))
+            && now.ino == st.ino
+            && now.size == st.size
+        {
+            *st = now;
+        }
+    }
+}
+
 /// One problem found in the object store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {

@@ -201,6 +201,32 @@ pub fn open(p: &Path) -> Result<git2::Repository, git2::Error> {
     )
 }
 
+/// Whether objects the snapshot had are gone: a loose object that is no
+/// longer anywhere, or a pack gone while a ref tip of the snapshot is
+/// missing.
+fn objects_gone(us: &UnitSnap, repo: &git2::Repository) -> bool {
+    let Ok(odb) = repo.odb() else { return false };
+    let objs = us.path.join("objects");
+    let loose_gone = us.loose.iter().any(|id| {
+        let (a, b) = id.split_at(2);
+        !objs.join(a).join(b).exists() && git2::Oid::from_str(id).is_ok_and(|o| !odb.exists(o))
+    });
+    if loose_gone {
+        return true;
+    }
+    let pack_gone = us
+        .packs
+        .keys()
+        .any(|n| n.ends_with(".pack") && !objs.join("pack").join(n).exists());
+    pack_gone
+        && us.refs.iter().flat_map(|r| r.refs.values()).any(|v| {
+            Value::parse(v)
+                .oid()
+                .and_then(|o| git2::Oid::from_str(o).ok())
+                .is_some_and(|o| !odb.exists(o))
+        })
+}
+
 /// What the structural check verified (kept in a snapshot).
 pub struct Verified {
     pub packs: BTreeMap<String, objects::Stat>,
@@ -1066,7 +1092,14 @@ fn head_unit(
 }
 
 /// Compares the repository of `l` with `snap`, repairing per `mode`.
-pub fn verify(l: &Layout, snap: &Snapshot, mode: Mode, full: bool, lock_wait: Duration) -> Report {
+pub fn verify(
+    l: &Layout,
+    snap: &Snapshot,
+    mode: Mode,
+    full: bool,
+    lock_wait: Duration,
+    keeps: &BTreeMap<PathBuf, crate::keep::Keep>,
+) -> Report {
     let mut ctx = Ctx::new(mode);
     // The git dir itself: still the same directory?
     let dotgit_same = match &l.work_tree {
@@ -1202,6 +1235,29 @@ pub fn verify(l: &Layout, snap: &Snapshot, mode: Mode, full: bool, lock_wait: Du
                 continue;
             }
         };
+        // Objects the command deleted come back first (from the links kept
+        // before it), so refs are judged against the store as it was.
+        let repo = match keeps.get(&us.path) {
+            Some(k) if ctx.mode == Mode::Repair && objects_gone(us, &repo) => {
+                let restored = k.restore();
+                ctx.report.findings.push(Finding {
+                    check: "objects",
+                    repo: disp(&us.path),
+                    path: None,
+                    found: "object files deleted or replaced by the command".into(),
+                    action: format!(
+                        "restored: {} file(s) linked back from the links kept before the command",
+                        restored.len()
+                    ),
+                    severity: Severity::Alert,
+                    dangerous_keys: Vec::new(),
+                    unrecoverable: false,
+                });
+                // A fresh handle: libgit2 caches the pack list.
+                open(&us.path).unwrap_or(repo)
+            }
+            _ => repo,
+        };
         let own = refs_unit(&mut ctx, us, &repo);
         head_unit(&mut ctx, us, Some(&repo), &own);
         let snap_roots: Vec<(String, String)> = us
@@ -1214,18 +1270,76 @@ pub fn verify(l: &Layout, snap: &Snapshot, mode: Mode, full: bool, lock_wait: Du
                     .map(|o| (format!("{n} in the snapshot"), o.to_string()))
             })
             .collect();
-        check_objects(
-            &mut ctx,
-            &us.path,
-            &repo,
-            &us.packs,
-            &us.loose,
-            us.sha256,
-            full,
-            &snap_roots,
-            &own,
-            us.refs.as_ref().map(|r| &r.refs),
-        );
+        let run_check = |ctx: &mut Ctx, repo: &git2::Repository, full: bool| {
+            check_objects(
+                ctx,
+                &us.path,
+                repo,
+                &us.packs,
+                &us.loose,
+                us.sha256,
+                full,
+                &snap_roots,
+                &own,
+                us.refs.as_ref().map(|r| &r.refs),
+            )
+        };
+        let mut sub = Ctx::new(ctx.mode);
+        run_check(&mut sub, &repo, full);
+        let damaged = sub
+            .report
+            .findings
+            .iter()
+            .any(|f| f.check == "objects" && f.severity == Severity::Alert);
+        if damaged
+            && ctx.mode == Mode::Repair
+            && let Some(k) = keeps.get(&us.path)
+        {
+            let restored = k.restore();
+            if !restored.is_empty() {
+                // A fresh handle (libgit2 caches the pack list), and the full
+                // check to be sure.
+                let mut again = Ctx::new(Mode::Repair);
+                match open(&us.path) {
+                    Ok(r2) => {
+                        run_check(&mut again, &r2, true);
+                    }
+                    Err(e) => again.note(
+                        "repository",
+                        &us.path,
+                        None,
+                        format!("cannot open: {}", e.message()),
+                        Severity::Alert,
+                        "cannot be checked",
+                        true,
+                    ),
+                }
+                let still = again
+                    .report
+                    .findings
+                    .iter()
+                    .any(|f| f.severity == Severity::Alert);
+                if still {
+                    sub = again;
+                } else {
+                    let n = restored.len();
+                    for f in sub
+                        .report
+                        .findings
+                        .iter_mut()
+                        .filter(|f| f.check == "objects" && f.severity == Severity::Alert)
+                    {
+                        f.action = format!(
+                            "restored: {n} object file(s) linked back from the links kept before the command; the full check passed"
+                        );
+                        f.unrecoverable = false;
+                    }
+                    sub.report.full_check = true;
+                }
+            }
+        }
+        ctx.report.full_check |= sub.report.full_check;
+        ctx.report.findings.extend(sub.report.findings);
     }
     ctx.report
 }

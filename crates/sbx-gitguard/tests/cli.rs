@@ -100,24 +100,59 @@ fn alert_only_reports_and_changes_nothing() {
 }
 
 #[test]
-fn objects_deleted_by_the_command_are_reported_precisely() {
+fn objects_deleted_by_the_command_are_linked_back() {
     for who in identities() {
         let f = Fixture::new(who);
-        let (blob, path) = loose_path(&f, "HEAD:c");
-        let out = f.run(&[], &format!("rm -f {}", path.display()));
-        assert_usage_error(&out, "could not be brought back");
-        let e = assert_event(&f.audit, "git_integrity", "alert", |e| {
-            let t = e["found"].as_str().unwrap();
-            e["check"] == "objects" && t.contains(&blob) && t.contains("missing")
-        });
-        // Precisely: which blob, in which tree entry, from which ref.
-        let t = e["found"].as_str().unwrap();
-        assert!(
-            t.contains("entry 'c'") && t.contains("refs/heads/main"),
-            "{e}"
+        let before = f.state();
+        let (blob, _) = loose_path(&f, "HEAD:c");
+        // Every object of the repository, loose and packed.
+        let out = f.run(
+            &[],
+            "chmod -R u+w .git/objects && rm -rf .git/objects/pack .git/objects/[0-9a-f][0-9a-f]",
         );
-        assert_eq!(e["unrecoverable"], true);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(f.state(), before);
+        f.assert_fsck_clean();
+        let e = assert_event(&f.audit, "git_integrity", "alert", |e| {
+            e["check"] == "objects"
+        });
+        assert!(e["action"].as_str().unwrap().starts_with("restored"), "{e}");
+        assert_eq!(e["unrecoverable"], false);
+        f.git_ok(&f.w, &["cat-file", "-e", &blob]);
+        // The links are gone with the run.
+        let left = f
+            .sh(&f.w, "ls -a .git | grep -c sbx-gitguard || true")
+            .stdout;
+        assert_eq!(String::from_utf8_lossy(&left).trim(), "0");
     }
+}
+
+#[test]
+fn objects_lost_without_kept_links_are_reported_precisely() {
+    // `repair` between turns has no links to the objects: a deleted object
+    // is reported with what needed it, and the repair fails.
+    let f = Fixture::new(user_first());
+    let w = f.w.to_str().unwrap();
+    let snap = f.dir.join("s.json");
+    assert_eq!(
+        code(&f.guard(&["snapshot", "--repo", w, "-o", snap.to_str().unwrap()])),
+        0
+    );
+    let (blob, path) = loose_path(&f, "HEAD:c");
+    std::fs::remove_file(path).unwrap();
+    let out = f.guard(&["repair", "--repo", w, "--against", snap.to_str().unwrap()]);
+    assert_usage_error(&out, "could not be brought back");
+    let e = assert_event(&f.audit, "git_integrity", "alert", |e| {
+        let t = e["found"].as_str().unwrap();
+        e["check"] == "objects" && t.contains(&blob) && t.contains("missing")
+    });
+    // Precisely: which blob, in which tree entry, from which ref.
+    let t = e["found"].as_str().unwrap();
+    assert!(
+        t.contains("entry 'c'") && t.contains("refs/heads/main"),
+        "{e}"
+    );
+    assert_eq!(e["unrecoverable"], true);
 }
 
 #[test]
@@ -359,15 +394,17 @@ fn standalone_check_names_dangerous_config_and_planted_dirs() {
 #[test]
 fn ref_whose_snapshot_commit_is_gone_falls_back_to_the_reflog() {
     let f = Fixture::new(user_first());
+    let w = f.w.to_str().unwrap();
+    let snap = f.dir.join("s.json");
+    assert_eq!(
+        code(&f.guard(&["snapshot", "--repo", w, "-o", snap.to_str().unwrap()])),
+        0
+    );
     let (oid, path) = loose_path(&f, "HEAD");
     let parent = f.git_ok(&f.w, &["rev-parse", "HEAD~1"]).trim().to_string();
-    let out = f.run(
-        &[],
-        &format!(
-            "rm -f {} && echo junk > .git/refs/heads/main",
-            path.display()
-        ),
-    );
+    std::fs::remove_file(path).unwrap();
+    std::fs::write(f.w.join(".git/refs/heads/main"), "junk\n").unwrap();
+    let out = f.guard(&["repair", "--repo", w, "--against", snap.to_str().unwrap()]);
     // The commit is gone for good: the repair fails, but the branch points
     // to the newest commit of its reflog that still exists.
     assert_usage_error(&out, "could not be brought back");
