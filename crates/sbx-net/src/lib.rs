@@ -259,9 +259,13 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         .map_err(|e| Failure::new(format!("starting the gateway runtime: {e}")))?;
     let h = sup.1;
     rt.spawn(gw.clone().serve_tcp(h.tcp4, false));
-    rt.spawn(gw.clone().serve_tcp(h.tcp6, true));
     rt.spawn(gw.clone().serve_udp(h.udp4));
-    rt.spawn(gw.clone().serve_udp(h.udp6));
+    if let Some((tcp6, udp6)) = h.v6 {
+        rt.spawn(gw.clone().serve_tcp(tcp6, true));
+        rt.spawn(gw.clone().serve_udp(udp6));
+    } else {
+        tracing::info!("no IPv6 in the sandbox (the kernel has it disabled)");
+    }
 
     let code = sup
         .0

@@ -34,12 +34,11 @@ pub struct Prepared {
     pub gid: u32,
 }
 
-/// The sockets created inside, in this order.
+/// The sockets created inside (no IPv6 pair on a kernel without IPv6).
 pub struct Handed {
     pub tcp4: OwnedFd,
-    pub tcp6: OwnedFd,
     pub udp4: OwnedFd,
-    pub udp6: OwnedFd,
+    pub v6: Option<(OwnedFd, OwnedFd)>,
 }
 
 pub fn channel() -> Result<(OwnedFd, OwnedFd), NetnsError> {
@@ -187,12 +186,11 @@ impl Prepared {
         let mut why = String::new();
         match self.setup(&mut why) {
             Ok(h) => {
-                let fds = [
-                    h.tcp4.as_raw_fd(),
-                    h.tcp6.as_raw_fd(),
-                    h.udp4.as_raw_fd(),
-                    h.udp6.as_raw_fd(),
-                ];
+                let mut fds = vec![h.tcp4.as_raw_fd(), h.udp4.as_raw_fd()];
+                if let Some((t6, u6)) = &h.v6 {
+                    fds.push(t6.as_raw_fd());
+                    fds.push(u6.as_raw_fd());
+                }
                 send(self.chan.as_raw_fd(), b"ok", &fds)
                 // `h` drops here: the sandbox keeps no handle on them.
             }
@@ -233,9 +231,24 @@ impl Prepared {
         let mut nl = Rtnl::open()?;
         nl.link_up(LO_INDEX)?;
         nl.add_addr(LO_INDEX, IpAddr::V4(l.v4), 32)?;
-        nl.add_addr(LO_INDEX, IpAddr::V6(l.v6), 128)?;
         nl.add_default_route(LO_INDEX, IpAddr::V4(l.v4))?;
-        nl.add_default_route(LO_INDEX, IpAddr::V6(l.v6))?;
+        // A kernel without IPv6 (ipv6.disable=1) or with it disabled here:
+        // the sandbox then has IPv4 only (and no IPv6 way out either).
+        let v6 = match nl.add_addr(LO_INDEX, IpAddr::V6(l.v6), 128) {
+            Ok(()) => {
+                nl.add_default_route(LO_INDEX, IpAddr::V6(l.v6))?;
+                true
+            }
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAFNOSUPPORT) | Some(libc::EACCES) | Some(libc::EOPNOTSUPP)
+                ) =>
+            {
+                false
+            }
+            Err(e) => return Err(e),
+        };
         drop(nl);
         why.clear();
         why.push_str("creating the gateway sockets");
@@ -243,9 +256,15 @@ impl Prepared {
         let lo6 = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
         let h = Handed {
             tcp4: listener(lo4, l.tcp_port, true)?,
-            tcp6: listener(lo6, l.tcp_port, true)?,
             udp4: listener(lo4, l.dns_port, false)?,
-            udp6: listener(lo6, l.dns_port, false)?,
+            v6: if v6 {
+                Some((
+                    listener(lo6, l.tcp_port, true)?,
+                    listener(lo6, l.dns_port, false)?,
+                ))
+            } else {
+                None
+            },
         };
         why.clear();
         why.push_str("loading the nftables rules");
@@ -318,16 +337,17 @@ pub fn receive(chan: &OwnedFd) -> Result<Option<Handed>, NetnsError> {
     if let Some(t) = msg.strip_prefix(b"E") {
         return Err(NetnsError::Child(String::from_utf8_lossy(t).into_owned()));
     }
-    if msg != b"ok" || fds.len() != 4 {
+    if msg != b"ok" || (fds.len() != 2 && fds.len() != 4) {
         return Err(NetnsError::Recv(io::Error::other(
             "malformed hand-over message",
         )));
     }
     let mut it = fds.into_iter();
-    Ok(Some(Handed {
-        tcp4: it.next().unwrap(),
-        tcp6: it.next().unwrap(),
-        udp4: it.next().unwrap(),
-        udp6: it.next().unwrap(),
-    }))
+    let tcp4 = it.next().unwrap();
+    let udp4 = it.next().unwrap();
+    let v6 = match (it.next(), it.next()) {
+        (Some(t), Some(u)) => Some((t, u)),
+        _ => None,
+    };
+    Ok(Some(Handed { tcp4, udp4, v6 }))
 }
