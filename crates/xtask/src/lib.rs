@@ -20,6 +20,7 @@ pub fn tools() -> Vec<(clap::Command, &'static ManInfo)> {
         (sbx_creds::Cli::command(), &sbx_creds::MAN),
         (sbx_gitguard::Cli::command(), &sbx_gitguard::MAN),
         (sbx_vm::Cli::command(), &sbx_vm::MAN),
+        (sbx_container::Cli::command(), &sbx_container::MAN),
     ]
 }
 

@@ -1,0 +1,279 @@
+//! sbx-container: runs a command in one container per run over the Docker
+//! Engine API (Docker Engine, or Podman's compatible socket), built FROM
+//! scratch, with a read-only root, read-only (or deny-listed writable)
+//! volume mounts, no network or an internal one the host is blocked from,
+//! CPU/memory/pids limits, no capabilities, no-new-privileges, a non-root
+//! user, and a clean-up that always runs.
+//!
+//! Modules: [`spec`] validates the options, [`mounts`] turns binds into
+//! engine mounts with sbx-fs's deny list and invariants, [`engine`] connects
+//! and checks the API version, [`image`] builds the sandbox image,
+//! [`owner`] labels what is created and judges stale objects, [`netguard`]
+//! makes `--net internal` unable to reach the host, [`run`] ties them
+//! together.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use sbx_core::Failure;
+use sbx_core::cli::CommonArgs;
+
+pub mod engine;
+pub mod image;
+pub mod mounts;
+pub mod netguard;
+pub mod owner;
+pub mod run;
+pub mod spec;
+
+pub const TOOL: &str = "sbx-container";
+
+pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
+    about: "Runs CMD in a container of its own, created over the Docker Engine API (Docker Engine, or Podman's \
+Docker-compatible service), and removes it whatever happens. The container is made from the sandbox image \
+(`sbx-container build`: FROM scratch, the sbx tools built static, busybox, CA certificates) or --image, with: a read-only \
+root filesystem; the --ro and --rw binds only, where sbx-fs's deny list hides secrets (.env, .env.*, ~/.ssh, ...) and its \
+invariants keep .git/HEAD, .git/config, .git/hooks, .git/objects, .git/refs and .claude read-only inside writable binds; \
+a size-limited tmpfs on /tmp; memory (default 512 MiB, no swap), CPU (default 1) and process (default 512) limits; every \
+capability dropped, no-new-privileges, the engine's default seccomp profile; a non-root user (65534:65534); no network \
+(--net none, the default) or an internal network from which the host is blocked too (--net internal). stdin, stdout and \
+stderr are attached; the exit status is the command's.",
+    exit_status: "The command's exit status, unchanged; 128+N when it was killed by signal N, 137 after an OOM kill \
+(whether or not the engine sets OOMKilled). 124 when --timeout fired (the container was killed). 125 when sbx-container \
+itself failed: bad usage, an unreachable engine, an Engine API older than 1.41, a missing image, a mount source that does \
+not exist, a limit that does not parse (one line on stderr, nothing created on the engine). 126/127 as reported by the \
+engine's runtime for a command that cannot be executed or is not found.",
+    inherited_state: "Nothing of the caller's process reaches the container but what is named: the binds, the variables \
+given with --env and --secret-env, and stdio. The environment starts from PATH, HOME=/tmp and SBX_ID. The container runs \
+as 65534:65534 (--user) in the image's root, read-only. The audit log stays with sbx-container: the container never \
+holds it nor the engine's socket.",
+    extra: &[
+        (
+            "LIFECYCLE",
+            "One container per run, named sbx-<SBX_ID>-<pid>, labelled io.sbx.id (SBX_ID), io.sbx.owner.pid, \
+io.sbx.owner.start (the owner's start time in clock ticks since boot), io.sbx.owner.boot (the boot id) and \
+io.sbx.owner.host (the machine id). After the command exits, after SIGINT, SIGTERM, SIGHUP or SIGQUIT (forwarded to the \
+container; SIGKILL after --kill-grace, default 5s), and after --timeout, the container is removed with its anonymous \
+volumes, and the network and firewall table it created are removed too. If sbx-container itself is killed (SIGKILL), \
+the next sbx-container run against the same engine from the same machine removes every sbx-container object whose \
+owner no longer runs (the pid with that start time, in this boot): stale_container_reaped, stale_network_reaped.",
+        ),
+        (
+            "NETWORK",
+            "--net none (default): no network interface but loopback. --net internal: a network of its own created \
+Internal (no route out); since the host stays reachable at the bridge's gateway address on an internal network, \
+sbx-container adds an nftables table (inet sbx_ctr_<name>) that drops every packet from that network's subnets in the \
+input and forward hooks, for the life of the run; packets it dropped are reported as host_access_blocked (alert). \
+This needs root and a local engine (unix socket); otherwise --net internal is refused (exit 125). --net sbx (sbx-net \
+inside the container) is not implemented yet and is refused.",
+        ),
+        (
+            "SECRETS",
+            "--secret-env NAME passes the variable NAME of sbx-container's own environment (as put there by sbx-creds \
+in a chain: sbx-creds ... -- sbx-container --secret-env DB_PASSWORD -- CMD) to the command only: the container is \
+created with a process that only waits, and CMD runs as an exec whose environment is given at exec time. The value is \
+never in the container's configuration, labels, image or a file, so `inspect` of the container does not show it.",
+        ),
+        (
+            "IMAGE",
+            "sbx-container build --tools DIR assembles a reproducible context (entries sorted, owner 0:0, mtime 0): the \
+Containerfile (FROM scratch), the static sbx-* executables of DIR (built with RUSTFLAGS='-C target-feature=+crt-static' \
+cargo build --release --target x86_64-unknown-linux-gnu --target-dir target/static), busybox-static with its applet \
+links, the CA certificates, passwd and group; builds it over the API as sbx-sandbox:<first 16 hex digits of the \
+context's SHA-256>, tags it sbx-sandbox:latest, and prints the tag and size. Over 50 MB is an error. Runs use \
+sbx-sandbox:latest unless --image names another; a missing image is an error (nothing is ever pulled).",
+        ),
+        (
+            "LIMITATIONS",
+            "sbx-fs also keeps a protected name from being created when it does not exist yet (a placeholder); an \
+engine would create that mount point in the host directory, so sbx-container protects existing entries only. Hidden \
+files read as empty (/dev/null is bound over them); hidden directories are empty read-only tmpfs. The engine's default \
+seccomp profile is used (sbx-seccomp's profile is not translated). The memory limit covers the container's cgroup, \
+with swap equal to it.",
+        ),
+    ],
+};
+
+#[derive(Subcommand, Debug)]
+pub enum Sub {
+    /// Build the sandbox image (FROM scratch) on the engine and print its tag and size.
+    Build(BuildArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BuildArgs {
+    /// Directory with the static sbx-* executables to put in /sbx/bin.
+    #[arg(long, value_name = "DIR")]
+    pub tools: PathBuf,
+    /// A static busybox (Debian's busybox-static).
+    #[arg(long, value_name = "PATH", default_value = "/bin/busybox")]
+    pub busybox: PathBuf,
+    /// The CA certificate bundle.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/etc/ssl/certs/ca-certificates.crt"
+    )]
+    pub ca_certs: PathBuf,
+    /// Engine address: unix:///PATH or tcp://HOST:PORT (default: DOCKER_HOST, else unix:///var/run/docker.sock).
+    #[arg(long, value_name = "URL")]
+    pub engine: Option<String>,
+}
+
+/// sbx-container's flags.
+#[derive(Parser, Debug)]
+#[command(
+    name = "sbx-container",
+    version,
+    about = "Run a command in one locked-down container per run over the Docker Engine API; always cleaned up",
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    #[command(subcommand)]
+    pub sub: Option<Sub>,
+
+    /// Engine address: unix:///PATH or tcp://HOST:PORT (default: DOCKER_HOST, else unix:///var/run/docker.sock).
+    #[arg(long, value_name = "URL")]
+    pub engine: Option<String>,
+
+    /// Image to run (default sbx-sandbox:latest, made by `sbx-container build`); never pulled.
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+
+    /// Bind SRC at DST read-only (repeatable).
+    #[arg(long, value_name = "SRC:DST")]
+    pub ro: Vec<OsString>,
+
+    /// Bind SRC at DST writable, except deny-listed and write-protected entries (repeatable).
+    #[arg(long, value_name = "SRC:DST")]
+    pub rw: Vec<OsString>,
+
+    /// Do not apply sbx-fs's default deny list to the binds (the invariants still apply).
+    #[arg(long)]
+    pub no_default_deny: bool,
+
+    /// Memory limit (default 512M); no swap beyond it.
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+
+    /// CPU limit in CPUs (default 1).
+    #[arg(long, value_name = "N.N")]
+    pub cpus: Option<String>,
+
+    /// Maximum number of processes and threads (default 512).
+    #[arg(long, value_name = "N")]
+    pub pids: Option<String>,
+
+    /// Size of the tmpfs on /tmp (default 64M).
+    #[arg(long, value_name = "SIZE")]
+    pub tmp_size: Option<String>,
+
+    /// Network: none (default) or internal (own network; the host blocked).
+    #[arg(long, value_name = "MODE")]
+    pub net: Option<String>,
+
+    /// UID[:GID] inside the container (default 65534:65534; never 0).
+    #[arg(long, value_name = "UID[:GID]")]
+    pub user: Option<String>,
+
+    /// Working directory inside the container (default /).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<String>,
+
+    /// Environment for the command: NAME=VALUE, or NAME to pass sbx-container's own (repeatable; visible in inspect).
+    #[arg(long, value_name = "NAME[=VALUE]")]
+    pub env: Vec<String>,
+
+    /// Pass this variable of sbx-container's environment as a secret: exec-time only, never in inspect (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub secret_env: Vec<String>,
+
+    /// A resource limit NAME=SOFT[:HARD] (repeatable), e.g. nofile=1024.
+    #[arg(long, value_name = "NAME=SOFT[:HARD]")]
+    pub ulimit: Vec<String>,
+
+    /// Wall-clock limit (30s, 5m); then the container is killed (exit 124).
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+
+    /// After a forwarded SIGINT/SIGTERM, SIGKILL the container when it is still running this long after (default 5s).
+    #[arg(long, value_name = "DURATION")]
+    pub kill_grace: Option<String>,
+
+    /// Do not run the engine's init as PID 1 (signals then reach only a command that handles them).
+    #[arg(long)]
+    pub no_init: bool,
+
+    /// The command to run.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(format!("tokio runtime: {e}")))
+}
+
+fn build(b: &BuildArgs) -> Result<i32, Failure> {
+    let url = engine::address(b.engine.as_deref());
+    engine::check_address(&url)?;
+    let inputs = image::Inputs {
+        tools: b.tools.clone(),
+        busybox: b.busybox.clone(),
+        ca_certs: b.ca_certs.clone(),
+    };
+    // Inputs are read (and checked) before the engine is contacted.
+    image::context(&inputs)?;
+    let rt = runtime()?;
+    rt.block_on(async {
+        let eng = engine::connect(&url).await?;
+        let (tag, size) = image::build(&eng.docker, &inputs).await?;
+        sbx_core::audit::emit(
+            "image_build",
+            sbx_core::Severity::Info,
+            serde_json::json!({"image": tag, "size": size, "engine": eng.kind}),
+        );
+        println!("{tag} {size}");
+        Ok(0)
+    })
+}
+
+fn run_cmd(cli: &Cli) -> Result<i32, Failure> {
+    let url = engine::address(cli.engine.as_deref());
+    engine::check_address(&url)?;
+    let spec = spec::from_cli(cli, &cli.cmd)?;
+    if spec.net == spec::Net::Internal {
+        netguard::check_possible(&url)?;
+    }
+    let rt = runtime()?;
+    rt.block_on(async {
+        let eng = engine::connect(&url).await?;
+        let me = owner::Owner::me();
+        if let Err(e) = run::reap(&eng.docker, &me).await {
+            tracing::warn!("reaping stale containers: {e}");
+        }
+        image::ensure(&eng.docker, &spec.image).await?;
+        let mut created = run::Created::default();
+        let r = run::run(&eng.docker, &spec, &mut created).await;
+        run::cleanup(&eng.docker, &mut created).await;
+        Ok(r?)
+    })
+}
+
+pub fn main() -> ! {
+    sbx_core::cli::run_main(TOOL, || {
+        let cli: Cli = sbx_core::cli::parse(TOOL)?;
+        sbx_core::cli::init(TOOL, &cli.common)?;
+        match &cli.sub {
+            Some(Sub::Build(b)) => build(b),
+            None => run_cmd(&cli),
+        }
+    })
+}
