@@ -233,6 +233,15 @@ fn sigkill_of_the_supervisor_cuts_the_sandbox_off_and_leaves_nothing() {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+        // No host state: the rules lived only in the sandbox's namespace.
+        let t = std::process::Command::new("nft")
+            .args(["list", "tables"])
+            .output()
+            .unwrap();
+        assert!(
+            !String::from_utf8_lossy(&t.stdout).contains("sbx_net"),
+            "an sbx_net table in the host namespace"
+        );
         // The audit log has the start, no end (the supervisor was killed).
         let evs = audit_events(&log);
         assert!(evs.iter().any(|e| e["event"] == "net_start"));
