@@ -1,0 +1,425 @@
+//! The decision matrix and the canonical chain for a policy.
+//!
+//! | trust | latency-sensitive | plugin | tier |
+//! |---|---|---|---|
+//! | any | any | yes | WebAssembly/WASI: not built (error) |
+//! | full | - | no | path allowlist only (sbx-path rules handed to the agent) |
+//! | low | - | no | creds?, gitguard, cgroup, net, fs, (landlock), seccomp |
+//! | zero | yes | no | sbx-vm --backend firecracker |
+//! | zero | no | no | gVisor (runsc --platform=ptrace) when installed, else sbx-vm |
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use crate::map::Policy;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Trust {
+    /// Path allowlist only (sbx-path): for agents you trust.
+    Full,
+    /// The Linux namespace chain.
+    Low,
+    /// A separate kernel: gVisor or a microVM.
+    Zero,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    #[error("{0}")]
+    TierUnavailable(String),
+    #[error("--layers {0}: {1}")]
+    Layers(PathBuf, String),
+}
+
+pub struct Options {
+    pub trust: Trust,
+    pub latency_sensitive: bool,
+    pub plugin: bool,
+    /// A `--config` file whose sections go to each layer.
+    pub layers: Option<PathBuf>,
+    pub bin_dir: Option<PathBuf>,
+    /// Include sbx-cgroup: None = when root.
+    pub cgroup: Option<bool>,
+}
+
+/// What `chain` decided.
+pub struct Plan {
+    pub tier: &'static str,
+    /// One entry per layer (the command last), for --print.
+    pub layers: Vec<Vec<OsString>>,
+    pub env: Vec<(OsString, OsString)>,
+    pub notes: Vec<String>,
+}
+
+impl Plan {
+    pub fn argv(&self) -> Vec<OsString> {
+        let mut v = Vec::new();
+        let n = self.layers.len();
+        for (i, l) in self.layers.iter().enumerate() {
+            v.extend(l.iter().cloned());
+            if i + 1 < n {
+                v.push("--".into());
+            }
+        }
+        v
+    }
+
+    /// One layer per line, shell-quoted, ready to paste.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        s.push_str(&format!("# tier: {}\n", self.tier));
+        for n in &self.notes {
+            s.push_str(&format!("# {n}\n"));
+        }
+        let mut first = true;
+        for (k, v) in &self.env {
+            if first {
+                s.push_str("env ");
+                first = false;
+            }
+            s.push_str(&quote(&format!(
+                "{}={}",
+                k.to_string_lossy(),
+                v.to_string_lossy()
+            )));
+            s.push_str(" \\\n    ");
+        }
+        let n = self.layers.len();
+        for (i, l) in self.layers.iter().enumerate() {
+            let words: Vec<String> = l.iter().map(|w| quote(&w.to_string_lossy())).collect();
+            s.push_str(&words.join(" "));
+            if i + 1 < n {
+                s.push_str(" -- \\\n    ");
+            }
+        }
+        s.push('\n');
+        s
+    }
+}
+
+fn quote(w: &str) -> String {
+    if !w.is_empty()
+        && w.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
+/// Where the sbx binaries are: --bin-dir, $SBX_BIN, this program's own
+/// directory, then PATH.
+pub fn find_tool(name: &str, bin_dir: Option<&Path>) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(d) = bin_dir {
+        dirs.push(d.to_path_buf());
+    }
+    if let Some(d) = std::env::var_os("SBX_BIN") {
+        dirs.push(PathBuf::from(d));
+    }
+    if let Ok(me) = std::env::current_exe()
+        && let Some(d) = me.parent()
+    {
+        dirs.push(d.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&p));
+    }
+    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+fn os<S: AsRef<std::ffi::OsStr>>(s: S) -> OsString {
+    s.as_ref().to_os_string()
+}
+
+fn need(name: &str, what: &str, o: &Options) -> Result<PathBuf, ChainError> {
+    find_tool(name, o.bin_dir.as_deref()).ok_or_else(|| {
+        ChainError::TierUnavailable(format!(
+            "{what} is not available: {name} is not installed (looked in --bin-dir, $SBX_BIN, beside sbx-policy and on PATH)"
+        ))
+    })
+}
+
+/// Sections of the --layers file (checked to be JSON with known sections).
+fn layer_sections(path: &Path) -> Result<Vec<String>, ChainError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ChainError::Layers(path.into(), e.to_string()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| ChainError::Layers(path.into(), format!("not valid JSON: {e}")))?;
+    let serde_json::Value::Object(m) = v else {
+        return Err(ChainError::Layers(
+            path.into(),
+            "top level must be an object of tool sections".into(),
+        ));
+    };
+    for k in m.keys() {
+        if !sbx_core::cli::TOOLS.contains(&k.as_str()) {
+            return Err(ChainError::Layers(
+                path.into(),
+                format!("unknown section '{k}'"),
+            ));
+        }
+    }
+    Ok(m.keys().cloned().collect())
+}
+
+pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainError> {
+    if o.plugin {
+        return Err(ChainError::TierUnavailable(
+            "--plugin: the WebAssembly/WASI tier is not built yet in sbx; run the plugin as a program with --trust low or --trust zero"
+                .into(),
+        ));
+    }
+    let sections = match &o.layers {
+        Some(l) => layer_sections(l)?,
+        None => Vec::new(),
+    };
+    let with_layers = |v: &mut Vec<OsString>, tool: &str| {
+        if let Some(l) = &o.layers
+            && sections.iter().any(|s| s == tool)
+        {
+            v.push(os("--config"));
+            v.push(os(l));
+        }
+    };
+    let mut notes = Vec::new();
+    match o.trust {
+        Trust::Full => {
+            let join = |v: &[PathBuf]| std::env::join_paths(v).unwrap_or_default();
+            notes.push("no kernel isolation: the agent checks each path with sbx-path (library) against these lists".into());
+            Ok(Plan {
+                tier: "full trust: path allowlist only (sbx-path)",
+                layers: vec![cmd.to_vec()],
+                env: vec![
+                    (os("SBX_PATH_ALLOW_READ"), join(&p.ro)),
+                    (os("SBX_PATH_ALLOW_WRITE"), join(&p.rw)),
+                ],
+                notes,
+            })
+        }
+        Trust::Zero if o.latency_sensitive => {
+            let vm = need(
+                "sbx-vm",
+                "zero trust, latency-sensitive: the Firecracker microVM tier (sbx-vm)",
+                o,
+            )?;
+            let mut l = vec![os(vm), os("--backend"), os("firecracker")];
+            l.extend(vm_flags(p));
+            with_layers(&mut l, "sbx-vm");
+            Ok(Plan {
+                tier: "zero trust, latency-sensitive: sbx-vm with Firecracker",
+                layers: vec![l, cmd.to_vec()],
+                env: Vec::new(),
+                notes,
+            })
+        }
+        Trust::Zero => {
+            if let Some(runsc) = find_tool("runsc", None) {
+                let l = vec![
+                    os(runsc),
+                    os("--platform=ptrace"),
+                    os("--network=none"),
+                    os("do"),
+                    os(format!("--cwd={}", p.cwd.display())),
+                ];
+                notes.push(
+                    "gVisor: the host file system is seen through runsc's overlay; network none"
+                        .into(),
+                );
+                // runsc do takes the command directly (no "--").
+                let mut all = l;
+                all.extend(cmd.iter().cloned());
+                return Ok(Plan {
+                    tier: "zero trust: gVisor (runsc --platform=ptrace)",
+                    layers: vec![all],
+                    env: Vec::new(),
+                    notes,
+                });
+            }
+            let vm = need(
+                "sbx-vm",
+                "zero trust: gVisor (runsc) is not installed and the microVM tier (sbx-vm)",
+                o,
+            )?;
+            let mut l = vec![os(vm)];
+            l.extend(vm_flags(p));
+            with_layers(&mut l, "sbx-vm");
+            Ok(Plan {
+                tier: "zero trust: sbx-vm (gVisor not installed)",
+                layers: vec![l, cmd.to_vec()],
+                env: Vec::new(),
+                notes,
+            })
+        }
+        Trust::Low => low(p, o, cmd, &sections, notes),
+    }
+}
+
+fn vm_flags(p: &Policy) -> Vec<OsString> {
+    vec![
+        os("--mem"),
+        os(&p.limits.memory),
+        os("--timeout"),
+        os(&p.limits.timeout),
+        os("--tmpfs"),
+        os(&p.limits.tmp_size),
+        os("--copy-in"),
+        os(&p.cwd),
+    ]
+}
+
+fn low(
+    p: &Policy,
+    o: &Options,
+    cmd: &[OsString],
+    sections: &[String],
+    mut notes: Vec<String>,
+) -> Result<Plan, ChainError> {
+    let tool = |n: &str| need(n, "low trust: the namespace chain", o);
+    let cfg = |v: &mut Vec<OsString>, t: &str| {
+        if let Some(l) = &o.layers
+            && sections.iter().any(|s| s == t)
+        {
+            v.push(os("--config"));
+            v.push(os(l));
+        }
+    };
+    let mut layers: Vec<Vec<OsString>> = Vec::new();
+    if sections.iter().any(|s| s == "sbx-creds") {
+        let mut l = vec![os(tool("sbx-creds")?)];
+        cfg(&mut l, "sbx-creds");
+        layers.push(l);
+    }
+    if p.git_repo {
+        let mut l = vec![os(tool("sbx-gitguard")?), os("run")];
+        cfg(&mut l, "sbx-gitguard");
+        l.extend([os("--repo"), os(&p.cwd)]);
+        layers.push(l);
+    }
+    let cgroup = o.cgroup.unwrap_or_else(|| nix_euid() == 0);
+    if cgroup {
+        let mut l = vec![
+            os(tool("sbx-cgroup")?),
+            os("--memory"),
+            os(&p.limits.memory),
+            os("--pids"),
+            os(&p.limits.pids),
+            os("--cpus"),
+            os(&p.limits.cpus),
+            os("--timeout"),
+            os(&p.limits.timeout),
+            os("--rlimit"),
+            os(format!("fsize={}", p.limits.fsize)),
+        ];
+        cfg(&mut l, "sbx-cgroup");
+        layers.push(l);
+    } else {
+        notes.push("sbx-cgroup left out: not root (cgroup limits need root or a delegated cgroup here); --cgroup forces it".into());
+    }
+    let mut l = vec![os(tool("sbx-net")?)];
+    for a in &p.net_allow {
+        l.push(os("--allow"));
+        l.push(os(a));
+    }
+    cfg(&mut l, "sbx-net");
+    layers.push(l);
+    let seccomp = tool("sbx-seccomp")?;
+    let mut l = vec![os(tool("sbx-fs")?)];
+    for r in &p.rw {
+        l.push(os("--rw"));
+        l.push(os(r));
+    }
+    for r in &p.ro {
+        l.push(os("--ro"));
+        l.push(os(r));
+    }
+    for d in &p.deny {
+        l.push(os("--deny"));
+        l.push(os(d));
+    }
+    l.extend([
+        os("--chdir"),
+        os(&p.cwd),
+        os("--tmp-size"),
+        os(&p.limits.tmp_size),
+    ]);
+    let mut inner: Vec<Vec<OsString>> = Vec::new();
+    if let Some(allowed) = &p.exec_allow {
+        let me = tool("sbx-policy")?;
+        // landlock-exec and sbx-seccomp run inside: their directories must be
+        // visible there (read-only).
+        for d in [me.parent(), seccomp.parent()].into_iter().flatten() {
+            let d = d.to_path_buf();
+            if !p.rw.iter().chain(p.ro.iter()).any(|g| d.starts_with(g)) && !l.contains(&os(&d)) {
+                l.push(os("--ro"));
+                l.push(os(&d));
+            }
+        }
+        let mut ll = vec![os(me), os("landlock-exec")];
+        let mut extra: Vec<PathBuf> = allowed.clone();
+        extra.push(seccomp.clone());
+        // The command itself and the shells that run scripts.
+        if let Some(prog) = cmd.first() {
+            let s = prog.to_string_lossy();
+            extra.extend(crate::map::find_program(&s, &p.cwd));
+        }
+        for sh in ["sh", "bash", "env"] {
+            extra.extend(crate::map::find_program(sh, &p.cwd));
+        }
+        // Scripts: their interpreters (#!) too.
+        let interps: Vec<PathBuf> = extra.iter().flat_map(|x| interpreter(x, &p.cwd)).collect();
+        extra.extend(interps);
+        let mut seen = std::collections::BTreeSet::new();
+        for x in extra {
+            if seen.insert(x.clone()) {
+                ll.push(os("--allow-exec"));
+                ll.push(os(x));
+            }
+        }
+        inner.push(ll);
+    }
+    cfg(&mut l, "sbx-fs");
+    layers.push(l);
+    layers.extend(inner);
+    let mut l = vec![os(seccomp), os("--profile"), os("default")];
+    cfg(&mut l, "sbx-seccomp");
+    layers.push(l);
+    layers.push(cmd.to_vec());
+    Ok(Plan {
+        tier: "low trust: the namespace chain",
+        layers,
+        env: Vec::new(),
+        notes,
+    })
+}
+
+/// The interpreter a script names on its #! line (`env X` resolves X).
+fn interpreter(file: &Path, cwd: &Path) -> Vec<PathBuf> {
+    use std::io::Read;
+    let mut buf = [0u8; 256];
+    let Ok(mut f) = std::fs::File::open(file) else {
+        return Vec::new();
+    };
+    let n = f.read(&mut buf).unwrap_or(0);
+    let Some(rest) = buf[..n].strip_prefix(b"#!") else {
+        return Vec::new();
+    };
+    let line = String::from_utf8_lossy(rest.split(|&b| b == b'\n').next().unwrap_or(b""));
+    let mut words = line.split_whitespace();
+    let Some(first) = words.next() else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = Path::new(first).canonicalize().into_iter().collect();
+    if first.ends_with("/env")
+        && let Some(prog) = words.find(|w| !w.starts_with('-'))
+    {
+        out.extend(crate::map::find_program(prog, cwd));
+    }
+    out
+}
+
+fn nix_euid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}

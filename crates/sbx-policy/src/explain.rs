@@ -1,0 +1,183 @@
+//! `sbx-policy explain`: what the sandbox allows and denies, as a table a
+//! person reads, and which rules could not be enforced.
+
+use std::fmt::Write;
+
+use crate::map::{Policy, Status};
+
+/// The sbx-fs invariants, present whatever the rules say.
+pub const INVARIANTS: &[&str] = &[
+    "nothing of the host is visible unless granted; the system (/usr, /bin, /lib*, /etc) read-only",
+    "$HOME and /tmp are empty private tmpfs; /proc shows only the sandbox; minimal /dev",
+    "hidden: /etc/shadow, /etc/gshadow, .env and .env.* at any depth, ~/.aws, ~/.netrc, credentials* under a home",
+    "read-only in a writable project: .git/HEAD, .git/config, .git/objects, .git/refs, .git/hooks, .claude/settings*.json, .claude/skills, .claude/commands",
+    "no mount, unmount, chroot, pivot_root; no TIOCSTI (no controlling terminal)",
+];
+
+fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
+    let n = head.len();
+    let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate().take(n - 1) {
+            w[i] = w[i].max(c.chars().count()).min(48);
+        }
+    }
+    let line = |out: &mut String, cells: &[String]| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 < n {
+                let _ = write!(s, "{:<width$}  ", c, width = w[i]);
+            } else {
+                s.push_str(c);
+            }
+        }
+        out.push_str(s.trim_end());
+        out.push('\n');
+    };
+    line(out, &head.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    line(
+        out,
+        &w.iter()
+            .take(n - 1)
+            .map(|&x| "-".repeat(x))
+            .chain(["-".repeat(head[n - 1].len())])
+            .collect::<Vec<_>>(),
+    );
+    for r in rows {
+        line(out, r);
+    }
+}
+
+pub fn render(p: &Policy) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Settings read (lowest precedence first; managed > local > project > user, arrays merge, deny beats allow):"
+    );
+    if p.files.is_empty() {
+        let _ = writeln!(o, "  (none: only the defaults below)");
+    }
+    for f in &p.files {
+        let _ = writeln!(o, "  {f}");
+    }
+    o.push('\n');
+    let _ = writeln!(o, "What the sandbox (low trust chain) allows:");
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for d in &p.rw {
+        rows.push(vec!["write".into(), d.display().to_string()]);
+    }
+    for d in &p.ro {
+        rows.push(vec!["read".into(), d.display().to_string()]);
+    }
+    rows.push(vec![
+        "read".into(),
+        "the system: /usr /bin /sbin /lib* /etc (read-only)".into(),
+    ]);
+    for d in &p.net_allow {
+        rows.push(vec![
+            "connect".into(),
+            format!("{d} ports 80,443 (and its DNS lookups)"),
+        ]);
+    }
+    match &p.exec_allow {
+        None => rows.push(vec![
+            "execute".into(),
+            "any program visible in the sandbox".into(),
+        ]),
+        Some(v) => {
+            for x in v {
+                rows.push(vec!["execute".into(), x.display().to_string()]);
+            }
+            rows.push(vec![
+                "execute".into(),
+                "the command itself, the shell, the dynamic loader".into(),
+            ]);
+        }
+    }
+    table(&mut o, &["ACCESS", "WHAT"], &rows);
+    o.push('\n');
+    let _ = writeln!(o, "What it denies:");
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for d in &p.deny {
+        rows.push(vec!["hidden".into(), d.clone()]);
+    }
+    rows.push(vec![
+        "hidden".into(),
+        "every other host path not granted above".into(),
+    ]);
+    rows.push(vec![
+        "connect".into(),
+        "every other name, every raw IP, non-TCP traffic other than DNS; no inbound".into(),
+    ]);
+    if p.exec_allow.is_some() {
+        rows.push(vec![
+            "execute".into(),
+            "every program not listed above (Landlock)".into(),
+        ]);
+    }
+    rows.push(vec![
+        "syscalls".into(),
+        "the default seccomp profile (mount, unshare of namespaces, ptrace, bpf, kexec, ...)"
+            .into(),
+    ]);
+    for inv in INVARIANTS {
+        rows.push(vec!["always".into(), inv.to_string()]);
+    }
+    table(&mut o, &["DENY", "WHAT"], &rows);
+    o.push('\n');
+    let l = &p.limits;
+    let _ = writeln!(
+        o,
+        "Limits (low trust; override with chain --memory/--pids/--cpus/--timeout/--tmp-size/--fsize):"
+    );
+    table(
+        &mut o,
+        &["LIMIT", "VALUE"],
+        &[
+            vec!["memory".into(), l.memory.clone()],
+            vec!["processes+threads".into(), l.pids.clone()],
+            vec!["CPUs".into(), l.cpus.clone()],
+            vec!["wall clock".into(), l.timeout.clone()],
+            vec!["/tmp, /dev/shm, $HOME".into(), l.tmp_size.clone()],
+            vec!["largest file".into(), l.fsize.clone()],
+        ],
+    );
+    o.push('\n');
+    let _ = writeln!(o, "Rules:");
+    let rows: Vec<Vec<String>> = p
+        .rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.status.label().to_string(),
+                r.rule.clone(),
+                r.from.clone(),
+                r.effect.clone(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        let _ = writeln!(o, "  (no rules)");
+    } else {
+        table(&mut o, &["STATUS", "RULE", "FROM", "IN THE SANDBOX"], &rows);
+    }
+    let not: Vec<_> = p
+        .rows
+        .iter()
+        .filter(|r| r.status == Status::NotEnforced)
+        .collect();
+    o.push('\n');
+    if not.is_empty() {
+        let _ = writeln!(o, "Every rule is enforced by a kernel layer (or wider).");
+    } else {
+        let _ = writeln!(
+            o,
+            "NOT ENFORCED by any kernel layer ({}): the agent's own checks are all that stands behind these:",
+            not.len()
+        );
+        for r in not {
+            let _ = writeln!(o, "  {}  [{}]: {}", r.rule, r.from, r.effect);
+        }
+    }
+    o
+}

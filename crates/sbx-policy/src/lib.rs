@@ -1,0 +1,399 @@
+//! sbx-policy: Claude Code permission rules to the configuration of each
+//! sbx layer (`compile`), a readable account of it (`explain`), and the
+//! assembled chain for a trust level (`chain`).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+use sbx_core::Failure;
+use sbx_core::Severity;
+use sbx_core::cli::CommonArgs;
+use serde_json::json;
+
+pub mod chain;
+pub mod explain;
+pub mod landlock;
+pub mod map;
+pub mod rules;
+pub mod settings;
+
+pub const TOOL: &str = "sbx-policy";
+
+/// Where Claude Code reads managed settings on Linux.
+pub const MANAGED: &str = "/etc/claude-code/managed-settings.json";
+
+pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
+    about: "sbx-policy turns the permission rules of Claude Code settings files into the configuration of each \
+sbx layer and assembles the chain. It reads the user (~/.claude/settings.json), project (.claude/settings.json), \
+local (.claude/settings.local.json) and managed (/etc/claude-code/managed-settings.json) files, or the files given \
+with --settings (the managed file is always read when it exists), and merges them as Claude Code does: managed > \
+local > project > user for single values, arrays merged, and deny beats allow whatever file each rule is in. \
+Every mapping is a union of grants; nothing is granted beyond the project directory (writable, as Claude Code's \
+sandbox does), the system directories (read-only) and what the rules grant, and the hard-coded invariants of \
+sbx-fs are always there.\n\n\
+compile prints the configuration as one JSON object with a section per tool whose keys are the tools' long flag \
+names: the file every sbx tool takes with --config. explain prints the same as tables: what is allowed, what is \
+denied, the limits, and each rule with what became of it; rules no kernel layer can enforce are listed as NOT \
+ENFORCED, never dropped. chain execs (or with --print prints) the canonical chain for the trust level. The \
+settings are read once, when chain starts: a change made while the command runs applies to the next command \
+(turn), never to the running one.",
+    exit_status: "compile, explain: 0 when the configuration was printed. chain: the exit status of the chain (the \
+command's status, passed through unchanged by every layer; 128+N for a signal), or 0 with --print. 125 when \
+sbx-policy itself failed: a settings file that is not JSON, an unknown rule kind, a rule that does not parse, a path \
+prefix that does not resolve (one line naming the file, the line when known, and the rule; nothing runs), a tier \
+that is not available here (one line naming it), bad usage. 126/127 when the first program of the chain cannot be \
+executed or is not found.",
+    inherited_state: "chain replaces itself (execve) with the outermost layer: the chain inherits sbx-policy's \
+environment, with SBX_ID set (if it was not) and the audit log handed down as SBX_AUDIT_FD when --audit-log was \
+given; each layer then passes on what its own page says. In the full-trust tier the command itself is executed, \
+with SBX_PATH_ALLOW_READ and SBX_PATH_ALLOW_WRITE (colon-separated paths) for the agent's in-process sbx-path \
+resolver. landlock-exec leaves the command restricted by a Landlock ruleset (execute only the files listed) and \
+no_new_privs, both inherited by everything it starts.",
+    extra: &[
+        (
+            "MAPPING",
+            "- Read(P), Glob(P), Grep(P), LS(P) allow, permissions.additionalDirectories: read-only bind of P (sbx-fs --ro).\n\
+- Read(P) deny, sandbox.filesystem.denyRead: P hidden (--deny); a grant at or beneath P is removed.\n\
+- Edit(P), Write(P), MultiEdit(P), NotebookEdit(P) allow, sandbox.filesystem.allowWrite: writable bind (--rw).\n\
+- Edit(P) deny, sandbox.filesystem.denyWrite: a read-only bind over the writable binds (--ro P); when P does not exist, --deny P (it cannot be created); writable grants at or beneath P become read-only.\n\
+- Bash(prog), Bash(prog:*), Bash(prog *) allow: prog may be executed (a Landlock execute allowlist, applied by sbx-policy landlock-exec inside sbx-fs); with no such rule, or with Bash / Bash(*), execution is not restricted. Bash(prog ...) deny: prog (every copy on PATH) hidden with --deny. Argument patterns (Bash(git push:*)) are reported NOT ENFORCED: no kernel layer sees arguments.\n\
+- WebFetch(domain:D), sandbox.network.allowedDomains: sbx-net --allow D (D or *.D, ports 80,443; *.D covers subdomains, not D).\n\
+- WebSearch allow: the search domains (--search-domain, default api.anthropic.com).\n\
+- sandbox.network.deniedDomains, WebFetch(domain:D) deny: D removed from the allowlist whatever else says; a wildcard that covers a denied name is dropped whole (sbx-net cannot subtract).\n\
+- ask rules, agent-only kinds (Task, TodoWrite, mcp__*...): listed, nothing granted.",
+        ),
+        (
+            "PATHS",
+            "//abs: absolute. ~/p: the home directory (--home, else $HOME). /p: relative to the settings file (the directory holding its .claude directory). ./p or p: relative to the project (--cwd). gitignore patterns: * and ? within a component, ** across; a pattern without a slash matches at any depth (a deny becomes an sbx-fs name pattern; an allow of one grants nothing and is reported). dir/*glob* grants are expanded from one directory listing when the turn starts; the project tree is never walked.",
+        ),
+        (
+            "DECISION MATRIX",
+            "--plugin: WebAssembly/WASI is not built yet: an error saying so. --trust full: no kernel isolation, the path allowlist for sbx-path. --trust low (default): sbx-creds (when --layers has an sbx-creds section), sbx-gitguard run (when the project is a git repository), sbx-cgroup (as root), sbx-net, sbx-fs, sbx-policy landlock-exec (when Bash rules name programs), sbx-seccomp --profile default. --trust zero --latency-sensitive: sbx-vm --backend firecracker. --trust zero: gVisor (runsc --platform=ptrace) when installed, else sbx-vm. A tier whose binary is not installed is one line naming it, exit 125.",
+        ),
+        (
+            "DEFAULT LIMITS",
+            "Low trust: memory 4G (half the RAM when that is less; tmpfs files count), 2048 processes and threads, three quarters of the CPUs (at least 1), /tmp, /dev/shm and $HOME 1G each, 2h wall clock, no file larger than 8G. Builds, test suites and package installs fit; a fork bomb, a memory bomb, a /tmp fill or a runaway loop hit a limit instead of the host. Override with --memory, --pids, --cpus, --tmp-size, --timeout, --fsize.",
+        ),
+        (
+            "EXAMPLES",
+            "sbx-policy explain\n\n\
+sbx-policy compile > sbx.json; sbx-fs --config sbx.json -- make\n\n\
+sbx-policy chain -- claude\n\n\
+sbx-policy chain --print --trust zero -- make test\n\n\
+sbx-policy chain --settings team.json --memory 8G --timeout 30m -- npm test",
+        ),
+    ],
+};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sbx-policy",
+    version,
+    about = "Claude Code permission rules to sandbox configuration (compile, explain) and the assembled chain"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print the sandbox configuration as JSON: one section per tool, keys = long flag names (a --config file).
+    Compile(SourceArgs),
+    /// Print what the sandbox allows and denies, and which rules are not enforced, as tables.
+    Explain(SourceArgs),
+    /// Exec (or --print) the chain for a trust level around CMD.
+    Chain(ChainArgs),
+    /// Apply a Landlock execute allowlist, then exec CMD (a step of the chain).
+    #[command(hide = true)]
+    LandlockExec(LandlockArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SourceArgs {
+    /// Read FILE instead of the user, project and local settings (repeatable; later ones take precedence).
+    #[arg(long, value_name = "FILE")]
+    pub settings: Vec<PathBuf>,
+    /// The managed settings file (read when it exists; always highest).
+    #[arg(long, value_name = "FILE", default_value = MANAGED)]
+    pub managed: PathBuf,
+    /// The project directory (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// The home directory for ~/ (default: $HOME).
+    #[arg(long, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+    /// A domain a WebSearch allow rule opens (repeatable; default api.anthropic.com).
+    #[arg(long, value_name = "DOMAIN")]
+    pub search_domain: Vec<String>,
+    /// Memory limit of the low-trust chain (default 4G or half the RAM).
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// Process and thread limit (default 2048).
+    #[arg(long, value_name = "N")]
+    pub pids: Option<String>,
+    /// CPU quota in CPUs (default three quarters of the machine's).
+    #[arg(long, value_name = "N.N")]
+    pub cpus: Option<String>,
+    /// Size of /tmp, /dev/shm and $HOME (default 1G).
+    #[arg(long, value_name = "SIZE")]
+    pub tmp_size: Option<String>,
+    /// Wall-clock limit (default 2h).
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Largest file the command may write (default 8G).
+    #[arg(long, value_name = "SIZE")]
+    pub fsize: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ChainArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// How far the command is trusted: full (path allowlist only), low (namespace chain), zero (gVisor or a microVM).
+    #[arg(long, value_enum, default_value = "low")]
+    pub trust: chain::Trust,
+    /// With --trust zero: prefer the fastest-starting isolation (Firecracker).
+    #[arg(long)]
+    pub latency_sensitive: bool,
+    /// CMD is a plugin (WebAssembly/WASI tier: not built yet).
+    #[arg(long)]
+    pub plugin: bool,
+    /// Print the chain (one layer per line) instead of running it.
+    #[arg(long)]
+    pub print: bool,
+    /// A --config file whose sections are passed to each layer (sbx-creds is included when it has a section).
+    #[arg(long, value_name = "FILE")]
+    pub layers: Option<PathBuf>,
+    /// Where the sbx binaries are (default: $SBX_BIN, beside sbx-policy, PATH).
+    #[arg(long, value_name = "DIR")]
+    pub bin_dir: Option<PathBuf>,
+    /// Include sbx-cgroup (default: only as root).
+    #[arg(long, overrides_with = "no_cgroup")]
+    pub cgroup: bool,
+    /// Leave sbx-cgroup out.
+    #[arg(long)]
+    pub no_cgroup: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct LandlockArgs {
+    /// A file (or directory: everything beneath) that may be executed (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub allow_exec: Vec<PathBuf>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+/// Reads, merges and maps the settings.
+pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
+    let cwd = match &a.cwd {
+        Some(c) => c.clone(),
+        None => {
+            std::env::current_dir().map_err(|e| Failure::new(format!("current directory: {e}")))?
+        }
+    };
+    let cwd = cwd
+        .canonicalize()
+        .map_err(|e| Failure::new(format!("--cwd {}: {e}", cwd.display())))?;
+    let home = a.home.clone().or_else(|| {
+        std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from)
+    });
+    let mut files: Vec<(settings::Scope, PathBuf)> = if a.settings.is_empty() {
+        settings::default_files(&cwd, home.as_deref(), Path::new("/nonexistent"))
+    } else {
+        let mut v = Vec::new();
+        for (i, f) in a.settings.iter().enumerate() {
+            if !f.exists() {
+                return Err(Failure::new(format!(
+                    "--settings {}: no such file",
+                    f.display()
+                )));
+            }
+            v.push((settings::Scope::Given(i), f.clone()));
+        }
+        v
+    };
+    if a.managed.exists() {
+        files.push((settings::Scope::Managed, a.managed.clone()));
+    }
+    let merged = settings::load(&files)?;
+    let mut limits = map::Limits::defaults();
+    let units = sbx_core::units::parse_size;
+    for (flag, v, slot) in [
+        ("--memory", &a.memory, &mut limits.memory),
+        ("--tmp-size", &a.tmp_size, &mut limits.tmp_size),
+        ("--fsize", &a.fsize, &mut limits.fsize),
+    ] {
+        if let Some(v) = v {
+            units(v).map_err(|e| Failure::new(format!("{flag} {v}: {e}")))?;
+            *slot = v.clone();
+        }
+    }
+    if let Some(t) = &a.timeout {
+        sbx_core::units::parse_duration(t)
+            .map_err(|e| Failure::new(format!("--timeout {t}: {e}")))?;
+        limits.timeout = t.clone();
+    }
+    if let Some(n) = &a.pids {
+        match n.parse::<u64>() {
+            Ok(k) if k > 0 => limits.pids = n.clone(),
+            _ => {
+                return Err(Failure::new(format!(
+                    "--pids {n}: expected a positive integer"
+                )));
+            }
+        }
+    }
+    if let Some(c) = &a.cpus {
+        match c.parse::<f64>() {
+            Ok(x) if x > 0.0 && x.is_finite() => limits.cpus = c.clone(),
+            _ => {
+                return Err(Failure::new(format!(
+                    "--cpus {c}: expected a positive number"
+                )));
+            }
+        }
+    }
+    for d in &a.search_domain {
+        rules::check_domain(d).map_err(|e| Failure::new(format!("--search-domain: {e}")))?;
+    }
+    let search_domains = if a.search_domain.is_empty() {
+        vec!["api.anthropic.com".to_string()]
+    } else {
+        a.search_domain.clone()
+    };
+    Ok(map::build(map::Inputs {
+        merged: &merged,
+        ctx: rules::Ctx { cwd, home },
+        search_domains,
+        limits,
+    })?)
+}
+
+fn run_chain(c: ChainArgs) -> Result<i32, Failure> {
+    let p = policy(&c.source)?;
+    let opts = chain::Options {
+        trust: c.trust,
+        latency_sensitive: c.latency_sensitive,
+        plugin: c.plugin,
+        layers: c.layers.clone(),
+        bin_dir: c.bin_dir.clone(),
+        cgroup: if c.no_cgroup {
+            Some(false)
+        } else if c.cgroup {
+            Some(true)
+        } else {
+            None
+        },
+    };
+    let plan = chain::plan(&p, &opts, &c.cmd)?;
+    if c.print {
+        print!("{}", plan.render());
+        return Ok(0);
+    }
+    let not: Vec<String> = p
+        .rows
+        .iter()
+        .filter(|r| r.status == map::Status::NotEnforced)
+        .map(|r| format!("{} [{}]", r.rule, r.from))
+        .collect();
+    let argv = plan.argv();
+    sbx_core::audit::emit(
+        "chain",
+        Severity::Info,
+        json!({
+            "tier": plan.tier,
+            "settings": p.files,
+            "not_enforced": not,
+            "notes": plan.notes,
+            "argv": sbx_core::chain::show(&argv),
+        }),
+    );
+    for r in p
+        .rows
+        .iter()
+        .filter(|r| r.status == map::Status::NotEnforced)
+    {
+        sbx_core::audit::emit(
+            "rule_not_enforced",
+            Severity::Warn,
+            json!({ "rule": r.rule, "from": r.from, "reason": r.effect }),
+        );
+    }
+    let mut env = sbx_core::chain::current_env();
+    for (k, v) in &plan.env {
+        sbx_core::chain::set_env(&mut env, k.clone(), v.clone());
+    }
+    if let Some(a) = sbx_core::audit::get()
+        && let Some((k, v)) = a.handoff_exec(&argv[0])
+    {
+        sbx_core::chain::set_env(&mut env, k, v);
+    }
+    Err(sbx_core::chain::exec(&argv, &env))
+}
+
+fn run_landlock(a: LandlockArgs) -> Result<i32, Failure> {
+    for p in &a.allow_exec {
+        if !p.is_absolute() {
+            return Err(Failure::new(format!(
+                "--allow-exec {}: must be an absolute path",
+                p.display()
+            )));
+        }
+    }
+    let env0 = sbx_core::chain::current_env();
+    let path = env0
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone());
+    let next = sbx_core::chain::resolve(&a.cmd[0], path.as_deref())?;
+    let allowed = landlock::allowlist(&a.allow_exec, &next);
+    landlock::restrict_exec(&allowed)?;
+    sbx_core::audit::emit(
+        "exec_allowlist",
+        Severity::Info,
+        json!({ "allowed": allowed.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(), "abi": landlock::abi().ok() }),
+    );
+    let mut env = env0;
+    if let Some(au) = sbx_core::audit::get()
+        && let Some((k, v)) = au.handoff_exec(&a.cmd[0])
+    {
+        sbx_core::chain::set_env(&mut env, k, v);
+    }
+    Err(sbx_core::chain::exec(&a.cmd, &env))
+}
+
+pub fn main() -> ! {
+    sbx_core::cli::run_main(TOOL, || {
+        let cli: Cli = sbx_core::cli::parse(TOOL)?;
+        sbx_core::cli::init(TOOL, &cli.common)?;
+        match cli.command {
+            Command::Compile(a) => {
+                let p = policy(&a)?;
+                let v = p.to_config();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&v).map_err(|e| Failure::new(e.to_string()))?
+                );
+                Ok(0)
+            }
+            Command::Explain(a) => {
+                let p = policy(&a)?;
+                print!("{}", explain::render(&p));
+                Ok(0)
+            }
+            Command::Chain(c) => run_chain(c),
+            Command::LandlockExec(a) => run_landlock(a),
+        }
+    })
+}

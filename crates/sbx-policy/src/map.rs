@@ -1,0 +1,997 @@
+//! The mapping: merged settings to the configuration of each layer, plus a
+//! row per rule saying what became of it (for `explain`).
+//!
+//! Every grant is a union; deny beats allow: a read deny removes every grant
+//! at or beneath it, a write deny turns writable grants at or beneath it
+//! read-only and lays a read-only bind over a writable grant above it. The
+//! sbx-fs invariants are never removed (no `--no-default-deny` is ever
+//! emitted, and a writable grant inside a protected path is dropped).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use crate::rules::{self, Ctx, Shape};
+use crate::settings::{Entry, List, Merged, SettingsError};
+
+/// What became of a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Enforced by a kernel layer as written.
+    Enforced,
+    /// Enforced, but wider than written (a deny over-approximated) or as of
+    /// the start of the turn (a glob expanded then).
+    Approximated,
+    /// No kernel layer enforces it; listed, never silently "enforced".
+    NotEnforced,
+    /// An sbx-fs invariant wins over the rule.
+    Invariant,
+    /// Revoked by a deny rule (deny beats allow).
+    Revoked,
+}
+
+impl Status {
+    pub fn label(self) -> &'static str {
+        match self {
+            Status::Enforced => "enforced",
+            Status::Approximated => "approximated",
+            Status::NotEnforced => "NOT ENFORCED",
+            Status::Invariant => "invariant wins",
+            Status::Revoked => "revoked by deny",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub rule: String,
+    pub from: String,
+    pub status: Status,
+    pub effect: String,
+}
+
+/// Default limits of the low-trust chain (each overridable).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub memory: String,
+    pub pids: String,
+    pub cpus: String,
+    pub timeout: String,
+    pub tmp_size: String,
+    pub fsize: String,
+}
+
+impl Limits {
+    /// memory: 4G, or half the machine's RAM when that is less; pids 2048;
+    /// CPUs: three quarters of the machine's (at least 1); /tmp 1G (counted
+    /// in the memory limit: it is tmpfs); 2h wall clock; no single file
+    /// larger than 8G.
+    pub fn defaults() -> Limits {
+        let mem = meminfo_total()
+            .map(|t| (t / 2).min(4 << 30))
+            .unwrap_or(4 << 30);
+        let ncpu = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1) as f64;
+        let cpus = (ncpu * 0.75).max(1.0);
+        Limits {
+            memory: format!("{}M", mem >> 20),
+            pids: "2048".into(),
+            cpus: format!("{cpus}"),
+            timeout: "2h".into(),
+            tmp_size: "1G".into(),
+            fsize: "8G".into(),
+        }
+    }
+}
+
+fn meminfo_total() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let l = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = l.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The layers' configuration.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub cwd: PathBuf,
+    pub rw: Vec<PathBuf>,
+    pub ro: Vec<PathBuf>,
+    pub deny: Vec<String>,
+    pub net_allow: Vec<String>,
+    /// None: execution not restricted (no Bash allow rule names programs).
+    pub exec_allow: Option<Vec<PathBuf>>,
+    pub limits: Limits,
+    pub git_repo: bool,
+    pub rows: Vec<Row>,
+    pub files: Vec<String>,
+}
+
+pub struct Inputs<'a> {
+    pub merged: &'a Merged,
+    pub ctx: Ctx,
+    pub search_domains: Vec<String>,
+    pub limits: Limits,
+}
+
+fn row(
+    rows: &mut Vec<Row>,
+    rule: impl Into<String>,
+    e: &Entry,
+    status: Status,
+    effect: impl Into<String>,
+) {
+    rows.push(Row {
+        rule: rule.into(),
+        from: format!("{} ({})", e.origin.at(), e.origin.scope.name()),
+        status,
+        effect: effect.into(),
+    });
+}
+
+/// A path pattern granted (read-only or writable).
+fn grant_shape(
+    rows: &mut Vec<Row>,
+    grants: &mut Vec<(PathBuf, bool, String)>,
+    shape: &Shape,
+    writable: bool,
+    label: String,
+    e: &Entry,
+) {
+    let what = if writable {
+        "writable bind (--rw)"
+    } else {
+        "read-only bind (--ro)"
+    };
+    match shape {
+        Shape::Exact(p) | Shape::Tree(p) => {
+            if !p.exists() {
+                row(
+                    rows,
+                    label,
+                    e,
+                    Status::NotEnforced,
+                    format!(
+                        "{} does not exist: nothing to bind, nothing granted",
+                        p.display()
+                    ),
+                );
+                return;
+            }
+            // Its row is written after the deny and invariant checks.
+            grants.push((p.clone(), writable, label));
+        }
+        Shape::DirGlob(d, pat) => {
+            let mut n = 0;
+            if let Ok(rd) = std::fs::read_dir(d) {
+                for ent in rd.flatten() {
+                    let name = ent.file_name().to_string_lossy().into_owned();
+                    if rules::glob_match(pat, &name) {
+                        grants.push((d.join(&name), writable, label.clone()));
+                        n += 1;
+                    }
+                }
+            }
+            row(
+                rows,
+                label,
+                e,
+                Status::Approximated,
+                format!(
+                    "{what} of the {n} entries of {} matching '{pat}' when the turn starts",
+                    d.display()
+                ),
+            );
+        }
+        Shape::Name(d, pat) | Shape::Deep(d, pat) => {
+            row(
+                rows,
+                label,
+                e,
+                Status::NotEnforced,
+                format!(
+                    "a pattern at any depth ({}/**/{pat}) cannot be bound without walking the tree: nothing granted (write DIR/** instead)",
+                    d.display()
+                ),
+            );
+        }
+    }
+}
+
+fn under(p: &Path, dir: &Path) -> bool {
+    p.starts_with(dir)
+}
+
+/// Paths an sbx-fs invariant keeps read-only (or hidden) wherever they are.
+fn invariant_of(p: &Path, home: Option<&Path>) -> Option<&'static str> {
+    let comps: Vec<String> = p.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    for (i, c) in comps.iter().enumerate() {
+        let next = comps.get(i + 1).map(String::as_str);
+        if c == ".git" && matches!(next, Some("HEAD" | "config" | "objects" | "refs" | "hooks")) {
+            return Some(".git/HEAD, config, objects, refs and hooks stay read-only");
+        }
+        if c == ".claude" {
+            if next.is_some_and(|n| n.starts_with("settings") && n.ends_with(".json")) {
+                return Some(".claude/settings*.json stay read-only");
+            }
+            if matches!(next, Some("skills" | "commands")) {
+                return Some(".claude/skills and commands stay read-only");
+            }
+        }
+    }
+    if p == Path::new("/etc/shadow") || p == Path::new("/etc/gshadow") {
+        return Some("/etc/shadow and /etc/gshadow stay hidden");
+    }
+    if let Some(h) = home
+        && [".aws", ".netrc"].iter().any(|n| p.starts_with(h.join(n)))
+    {
+        return Some("~/.aws and ~/.netrc stay hidden");
+    }
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if name == ".env" || name.starts_with(".env.") {
+        return Some(".env and .env.* stay hidden");
+    }
+    None
+}
+
+fn spec_of(e: &Entry, rule: &rules::Rule, ctx: &Ctx) -> Result<Shape, SettingsError> {
+    let spec = rule.spec.as_deref().unwrap_or("");
+    rules::resolve(spec, &e.origin.base, ctx)
+        .map_err(|w| e.origin.err(format!("rule '{}': {w}", e.text)))
+}
+
+fn path_of(e: &Entry, key: &str, ctx: &Ctx) -> Result<Shape, SettingsError> {
+    rules::resolve(&e.text, &e.origin.base, ctx)
+        .map_err(|w| e.origin.err(format!("{key} '{}': {w}", e.text)))
+}
+
+/// One program named by a Bash rule: `prog`, `prog:*`, `prog *`, `prog args...`.
+struct BashSpec {
+    program: String,
+    args: Option<String>,
+}
+
+fn bash_spec(spec: &str) -> BashSpec {
+    let s = spec.trim();
+    let s = s.strip_suffix(":*").unwrap_or(s).trim();
+    let mut it = s.splitn(2, char::is_whitespace);
+    let program = it.next().unwrap_or("").to_string();
+    let args = it
+        .next()
+        .map(str::trim)
+        .filter(|a| !a.is_empty() && *a != "*")
+        .map(str::to_string);
+    BashSpec { program, args }
+}
+
+/// The canonical paths `program` names on PATH (the caller's PATH, then the
+/// default one), or itself when it has a slash.
+pub fn find_program(program: &str, cwd: &Path) -> Vec<PathBuf> {
+    let mut out = BTreeSet::new();
+    if program.contains('/') {
+        let p = cwd.join(program);
+        if let Ok(c) = p.canonicalize() {
+            out.insert(c);
+        }
+        return out.into_iter().collect();
+    }
+    let path = std::env::var("PATH").unwrap_or_default();
+    for d in path
+        .split(':')
+        .chain(sbx_core::chain::DEFAULT_PATH.split(':'))
+    {
+        if d.is_empty() || !d.starts_with('/') {
+            continue;
+        }
+        let p = Path::new(d).join(program);
+        if p.is_file()
+            && let Ok(c) = p.canonicalize()
+        {
+            out.insert(c);
+        }
+    }
+    out.into_iter().collect()
+}
+
+pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
+    let m = inp.merged;
+    let ctx = &inp.ctx;
+    let home = ctx.home.as_deref();
+    let mut rows = Vec::new();
+
+    // Parse everything first: any bad rule stops here, nothing runs.
+    let mut parsed = Vec::new();
+    for (list, e) in &m.rules {
+        let r =
+            rules::parse(&e.text).map_err(|w| e.origin.err(format!("rule '{}': {w}", e.text)))?;
+        let shape = if (rules::READ_KINDS.contains(&r.kind.as_str())
+            || rules::EDIT_KINDS.contains(&r.kind.as_str()))
+            && r.spec.is_some()
+        {
+            Some(spec_of(e, &r, ctx)?)
+        } else {
+            None
+        };
+        parsed.push((*list, e, r, shape));
+    }
+    let mut fs_lists = Vec::new();
+    for (key, list) in [
+        ("sandbox.filesystem.allowWrite", &m.allow_write),
+        ("sandbox.filesystem.denyRead", &m.deny_read),
+        ("sandbox.filesystem.denyWrite", &m.deny_write),
+        (
+            "permissions.additionalDirectories",
+            &m.additional_directories,
+        ),
+    ] {
+        for e in list {
+            fs_lists.push((key, e, path_of(e, key, ctx)?));
+        }
+    }
+    for (key, list) in [
+        ("sandbox.network.allowedDomains", &m.allowed_domains),
+        ("sandbox.network.deniedDomains", &m.denied_domains),
+    ] {
+        for e in list {
+            rules::check_domain(&e.text).map_err(|w| e.origin.err(format!("{key}: {w}")))?;
+        }
+    }
+
+    // --- Filesystem -------------------------------------------------------
+    // (path, writable, description, source entry)
+    let mut grants: Vec<(PathBuf, bool, String)> = vec![(
+        ctx.cwd.clone(),
+        true,
+        "the project (working directory)".into(),
+    )];
+    let mut read_denies: Vec<(Shape, String, &Entry)> = Vec::new();
+    let mut write_denies: Vec<(Shape, String, &Entry)> = Vec::new();
+
+    let mut bash_rules = Vec::new();
+    let mut web_rules = Vec::new();
+    for (list, e, r, shape) in &parsed {
+        let k = r.kind.as_str();
+        let is_read = rules::READ_KINDS.contains(&k);
+        let is_edit = rules::EDIT_KINDS.contains(&k);
+        if is_read || is_edit {
+            let Some(shape) = shape else {
+                match list {
+                    List::Allow => row(
+                        &mut rows,
+                        &e.text,
+                        e,
+                        Status::NotEnforced,
+                        format!(
+                            "{k} of anything: sbx grants no path without one named; the project stays {}",
+                            if is_edit { "writable" } else { "readable" }
+                        ),
+                    ),
+                    List::Deny => row(
+                        &mut rows,
+                        &e.text,
+                        e,
+                        Status::NotEnforced,
+                        format!(
+                            "{k} denied everywhere: a command needs files to run; not enforced by the sandbox (the agent's own check)"
+                        ),
+                    ),
+                    List::Ask => row(
+                        &mut rows,
+                        &e.text,
+                        e,
+                        Status::NotEnforced,
+                        "ask: the sandbox cannot prompt; grants nothing",
+                    ),
+                }
+                continue;
+            };
+            match (list, is_edit) {
+                (List::Allow, w) => {
+                    grant_shape(&mut rows, &mut grants, shape, w, e.text.clone(), e)
+                }
+                (List::Deny, false) => read_denies.push((shape.clone(), e.text.clone(), e)),
+                (List::Deny, true) => write_denies.push((shape.clone(), e.text.clone(), e)),
+                (List::Ask, _) => row(
+                    &mut rows,
+                    &e.text,
+                    e,
+                    Status::NotEnforced,
+                    "ask: the sandbox cannot prompt; grants nothing",
+                ),
+            }
+        } else if k == "Bash" {
+            bash_rules.push((*list, *e, r.clone()));
+        } else if k == "WebFetch" || k == "WebSearch" {
+            web_rules.push((*list, *e, r.clone()));
+        } else {
+            row(
+                &mut rows,
+                &e.text,
+                e,
+                Status::NotEnforced,
+                format!(
+                    "{}: a decision inside the agent, no kernel layer sees it",
+                    list.name()
+                ),
+            );
+        }
+    }
+    for (key, e, shape) in &fs_lists {
+        let label = format!("{key}: {}", e.text);
+        match *key {
+            "sandbox.filesystem.allowWrite" => {
+                grant_shape(&mut rows, &mut grants, shape, true, label, e)
+            }
+            "permissions.additionalDirectories" => {
+                grant_shape(&mut rows, &mut grants, shape, false, label, e)
+            }
+            "sandbox.filesystem.denyRead" => read_denies.push((shape.clone(), label, e)),
+            _ => write_denies.push((shape.clone(), label, e)),
+        }
+    }
+
+    let mut deny: Vec<String> = Vec::new();
+    let mut removed: Vec<(usize, String)> = Vec::new();
+    for (shape, label, e) in &read_denies {
+        match shape {
+            Shape::Exact(p) | Shape::Tree(p) => {
+                deny.push(p.display().to_string());
+                for (i, g) in grants.iter().enumerate() {
+                    if under(&g.0, p) {
+                        removed.push((i, label.clone()));
+                    }
+                }
+                row(
+                    &mut rows,
+                    label,
+                    e,
+                    Status::Enforced,
+                    format!("hidden (--deny {})", p.display()),
+                );
+            }
+            Shape::DirGlob(d, pat) => {
+                deny.push(format!("{}/{pat}", d.display()));
+                row(
+                    &mut rows,
+                    label,
+                    e,
+                    Status::Enforced,
+                    format!("hidden (--deny {}/{pat})", d.display()),
+                );
+            }
+            Shape::Name(d, pat) => {
+                deny.push(pat.clone());
+                let st = if *d == ctx.cwd {
+                    Status::Enforced
+                } else {
+                    Status::Approximated
+                };
+                row(
+                    &mut rows,
+                    label,
+                    e,
+                    st,
+                    format!(
+                        "name pattern hidden in every bind (--deny {pat}; searched 6 levels deep when the turn starts)"
+                    ),
+                );
+            }
+            Shape::Deep(d, rest) => {
+                let last = rest.rsplit('/').next().unwrap_or("");
+                if !last.is_empty() && last != "*" && last != "**" {
+                    deny.push(last.to_string());
+                    row(
+                        &mut rows,
+                        label,
+                        e,
+                        Status::Approximated,
+                        format!("wider: every name '{last}' hidden in every bind (--deny {last})"),
+                    );
+                } else {
+                    deny.push(d.display().to_string());
+                    row(
+                        &mut rows,
+                        label,
+                        e,
+                        Status::Approximated,
+                        format!("wider: all of {} hidden", d.display()),
+                    );
+                }
+            }
+        }
+    }
+    // Write denies.
+    let mut ro_over: Vec<PathBuf> = Vec::new();
+    for (shape, label, e) in &write_denies {
+        let rw_parents: Vec<PathBuf> = grants.iter().filter(|g| g.1).map(|g| g.0.clone()).collect();
+        match shape {
+            Shape::Exact(p) | Shape::Tree(p) => {
+                for g in grants.iter_mut() {
+                    if g.1 && under(&g.0, p) {
+                        g.1 = false;
+                    }
+                }
+                let inside = rw_parents.iter().any(|rp| under(p, rp) && rp != p);
+                if !inside {
+                    row(
+                        &mut rows,
+                        label,
+                        e,
+                        Status::Enforced,
+                        format!(
+                            "{} is not writable (no writable grant covers it)",
+                            p.display()
+                        ),
+                    );
+                } else if p.exists() {
+                    ro_over.push(p.clone());
+                    row(
+                        &mut rows,
+                        label,
+                        e,
+                        Status::Enforced,
+                        format!(
+                            "read-only bind over the writable grant (--ro {})",
+                            p.display()
+                        ),
+                    );
+                } else {
+                    deny.push(p.display().to_string());
+                    row(
+                        &mut rows,
+                        label,
+                        e,
+                        Status::Enforced,
+                        format!("does not exist: cannot be created (--deny {})", p.display()),
+                    );
+                }
+            }
+            Shape::DirGlob(d, pat) | Shape::Name(d, pat) | Shape::Deep(d, pat) => {
+                let inside = rw_parents.iter().any(|rp| under(d, rp) || under(rp, d));
+                if inside {
+                    row(
+                        &mut rows,
+                        label,
+                        e,
+                        Status::NotEnforced,
+                        format!(
+                            "a pattern ({pat} under {}) inside a writable grant: sbx-fs has no read-only name pattern",
+                            d.display()
+                        ),
+                    );
+                } else {
+                    row(
+                        &mut rows,
+                        label,
+                        e,
+                        Status::Enforced,
+                        format!(
+                            "{} is not writable (no writable grant covers it)",
+                            d.display()
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    let mut rw = Vec::new();
+    let mut ro = Vec::new();
+    for (i, (p, w, label)) in grants.iter().enumerate() {
+        let kind = if *w { "--rw" } else { "--ro" };
+        if let Some((_, by)) = removed.iter().find(|(j, _)| *j == i) {
+            rows.push(Row {
+                rule: label.clone(),
+                from: String::new(),
+                status: Status::Revoked,
+                effect: format!("{} not bound: denied by {by}", p.display()),
+            });
+            continue;
+        }
+        if let Some(inv) = invariant_of(p, home)
+            && (*w || !inv.contains("read-only"))
+        {
+            rows.push(Row {
+                rule: label.clone(),
+                from: String::new(),
+                status: Status::Invariant,
+                effect: format!("{kind} {} refused: {inv}", p.display()),
+            });
+            continue;
+        }
+        if *w {
+            rw.push(p.clone());
+        } else {
+            ro.push(p.clone());
+        }
+        if i > 0 && !rows.iter().any(|r| r.rule == *label) {
+            rows.push(Row {
+                rule: label.clone(),
+                from: String::new(),
+                status: Status::Enforced,
+                effect: format!("{kind} {}", p.display()),
+            });
+        }
+    }
+    // Fill in the "from" of grant rows written without one.
+    for r in rows.iter_mut().filter(|r| r.from.is_empty()) {
+        if let Some((_, e, _, _)) = parsed.iter().find(|(_, e, _, _)| e.text == r.rule) {
+            r.from = format!("{} ({})", e.origin.at(), e.origin.scope.name());
+        } else if let Some((_, e, _)) = fs_lists
+            .iter()
+            .find(|(k, e, _)| format!("{k}: {}", e.text) == r.rule)
+        {
+            r.from = format!("{} ({})", e.origin.at(), e.origin.scope.name());
+        }
+    }
+    ro.extend(ro_over);
+    dedup(&mut rw);
+    dedup(&mut ro);
+    // A path both read-only and writable: read-only wins only when a deny
+    // made it so (the ro list then holds it); a plain Read grant under a
+    // writable one is redundant.
+    ro.retain(|p| {
+        !rw.iter().any(|w| w == p)
+            || write_denies
+                .iter()
+                .any(|(s, _, _)| matches!(s, Shape::Exact(x) | Shape::Tree(x) if x == p))
+    });
+    rw.retain(|p| !ro.contains(p));
+    let mut seen = BTreeSet::new();
+    deny.retain(|d| seen.insert(d.clone()));
+
+    // --- Network ----------------------------------------------------------
+    let mut allow: Vec<(String, String, &Entry)> = Vec::new();
+    let mut denied: Vec<(String, String, &Entry)> = Vec::new();
+    let mut all_web_denied: Option<&Entry> = None;
+    for (list, e, r) in &web_rules {
+        let d = r
+            .spec
+            .as_deref()
+            .and_then(|s| s.strip_prefix("domain:"))
+            .map(str::to_string);
+        match (list, r.kind.as_str(), d) {
+            (List::Allow, "WebFetch", Some(d)) => allow.push((d, e.text.clone(), e)),
+            (List::Deny, "WebFetch", Some(d)) => denied.push((d, e.text.clone(), e)),
+            (List::Allow, "WebFetch", None) => row(
+                &mut rows,
+                &e.text,
+                e,
+                Status::NotEnforced,
+                "WebFetch of any domain: sbx-net has no allow-all; nothing granted (name the domains)",
+            ),
+            (List::Deny, "WebFetch", None) => {
+                all_web_denied = Some(e);
+                row(
+                    &mut rows,
+                    &e.text,
+                    e,
+                    Status::Enforced,
+                    "every WebFetch domain grant removed",
+                );
+            }
+            (List::Allow, _, _) => {
+                for sd in &inp.search_domains {
+                    allow.push((sd.clone(), e.text.clone(), e));
+                }
+                row(
+                    &mut rows,
+                    &e.text,
+                    e,
+                    Status::Enforced,
+                    format!("search domains allowed: {}", inp.search_domains.join(", ")),
+                );
+            }
+            (List::Deny, _, _) => row(
+                &mut rows,
+                &e.text,
+                e,
+                Status::Enforced,
+                "search domains not added",
+            ),
+            (List::Ask, _, _) => row(
+                &mut rows,
+                &e.text,
+                e,
+                Status::NotEnforced,
+                "ask: the sandbox cannot prompt; grants nothing",
+            ),
+        }
+    }
+    if let Some(by) = all_web_denied {
+        allow.retain(|(_, label, _)| !label.starts_with("WebFetch"));
+        let _ = by;
+    }
+    for e in &m.allowed_domains {
+        allow.push((
+            e.text.clone(),
+            format!("sandbox.network.allowedDomains: {}", e.text),
+            e,
+        ));
+    }
+    for e in &m.denied_domains {
+        denied.push((
+            e.text.clone(),
+            format!("sandbox.network.deniedDomains: {}", e.text),
+            e,
+        ));
+    }
+    let mut net_allow: Vec<String> = Vec::new();
+    for (d, label, e) in &allow {
+        if let Some((dd, dl, _)) = denied.iter().find(|(dd, _, _)| rules::domain_covers(dd, d)) {
+            row(
+                &mut rows,
+                label,
+                e,
+                Status::Revoked,
+                format!("{d} not allowed: denied by {dl} ({dd})"),
+            );
+            continue;
+        }
+        if let Some((dd, dl, _)) = denied.iter().find(|(dd, _, _)| rules::domain_covers(d, dd)) {
+            row(
+                &mut rows,
+                label,
+                e,
+                Status::Revoked,
+                format!(
+                    "{d} dropped entirely: it covers {dd}, denied by {dl}, and sbx-net cannot subtract a name from a wildcard"
+                ),
+            );
+            continue;
+        }
+        let flag = d.to_ascii_lowercase();
+        if !net_allow.contains(&flag) {
+            net_allow.push(flag);
+        }
+        if !label.starts_with("WebSearch") {
+            row(
+                &mut rows,
+                label,
+                e,
+                Status::Enforced,
+                format!("egress to {d} on ports 80,443 (sbx-net --allow {d})"),
+            );
+        }
+    }
+    for (d, label, e) in &denied {
+        row(
+            &mut rows,
+            label,
+            e,
+            Status::Enforced,
+            format!("{d} never allowed (egress is allowlist-only)"),
+        );
+    }
+
+    // --- Executables ------------------------------------------------------
+    let mut unrestricted = false;
+    let mut exec: Vec<PathBuf> = Vec::new();
+    let mut exec_denied: Vec<PathBuf> = Vec::new();
+    for (list, e, r) in &bash_rules {
+        let Some(spec) = r.spec.as_deref() else {
+            match list {
+                List::Allow => {
+                    unrestricted = true;
+                    row(
+                        &mut rows,
+                        &e.text,
+                        e,
+                        Status::Enforced,
+                        "any program may run (no execute allowlist)",
+                    );
+                }
+                _ => row(
+                    &mut rows,
+                    &e.text,
+                    e,
+                    Status::NotEnforced,
+                    format!(
+                        "Bash {}: the sandbox runs a command; not enforced by sbx",
+                        list.name()
+                    ),
+                ),
+            }
+            continue;
+        };
+        let b = bash_spec(spec);
+        if b.program == "*" && b.args.is_none() {
+            if *list == List::Allow {
+                unrestricted = true;
+                row(
+                    &mut rows,
+                    &e.text,
+                    e,
+                    Status::Enforced,
+                    "any program may run (no execute allowlist)",
+                );
+            } else {
+                row(
+                    &mut rows,
+                    &e.text,
+                    e,
+                    Status::NotEnforced,
+                    "every command denied: not enforced by sbx",
+                );
+            }
+            continue;
+        }
+        if *list == List::Ask {
+            row(
+                &mut rows,
+                &e.text,
+                e,
+                Status::NotEnforced,
+                "ask: the sandbox cannot prompt; grants nothing",
+            );
+            continue;
+        }
+        if rules::has_glob(&b.program) || b.program.is_empty() {
+            row(
+                &mut rows,
+                &e.text,
+                e,
+                Status::NotEnforced,
+                format!("program pattern '{}' names no executable", b.program),
+            );
+            continue;
+        }
+        let found = find_program(&b.program, &ctx.cwd);
+        if found.is_empty() {
+            row(
+                &mut rows,
+                &e.text,
+                e,
+                Status::NotEnforced,
+                format!(
+                    "'{}' is not on PATH: nothing {}",
+                    b.program,
+                    if *list == List::Allow {
+                        "granted"
+                    } else {
+                        "to hide"
+                    }
+                ),
+            );
+            continue;
+        }
+        let shown = found
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        match (list, &b.args) {
+            (List::Allow, None) => {
+                exec.extend(found);
+                row(
+                    &mut rows,
+                    &e.text,
+                    e,
+                    Status::Enforced,
+                    format!("may execute {shown} (Landlock execute allowlist)"),
+                );
+            }
+            (List::Allow, Some(a)) => {
+                exec.extend(found);
+                row(
+                    &mut rows,
+                    &e.text,
+                    e,
+                    Status::NotEnforced,
+                    format!(
+                        "argument pattern '{a}' not enforceable by any kernel layer: {shown} may run with any arguments"
+                    ),
+                );
+            }
+            (List::Deny, None) => {
+                for f in &found {
+                    deny.push(f.display().to_string());
+                }
+                exec_denied.extend(found);
+                row(
+                    &mut rows,
+                    &e.text,
+                    e,
+                    Status::Enforced,
+                    format!("{shown} hidden (--deny): cannot be read or executed"),
+                );
+            }
+            (List::Deny, Some(a)) => {
+                row(
+                    &mut rows,
+                    &e.text,
+                    e,
+                    Status::NotEnforced,
+                    format!(
+                        "argument pattern '{a}' not enforceable by any kernel layer: {} itself stays runnable",
+                        b.program
+                    ),
+                );
+            }
+            (List::Ask, _) => unreachable!(),
+        }
+    }
+    exec.retain(|p| !exec_denied.contains(p));
+    dedup(&mut exec);
+    let exec_allow = if unrestricted || exec.is_empty() {
+        None
+    } else {
+        Some(exec)
+    };
+
+    let git_repo = ctx.cwd.join(".git").exists();
+    Ok(Policy {
+        cwd: ctx.cwd.clone(),
+        rw,
+        ro,
+        deny,
+        net_allow,
+        exec_allow,
+        limits: inp.limits,
+        git_repo,
+        rows,
+        files: m
+            .files
+            .iter()
+            .map(|(s, p)| format!("{} ({})", p.display(), s.name()))
+            .collect(),
+    })
+}
+
+fn dedup(v: &mut Vec<PathBuf>) {
+    let mut seen = BTreeSet::new();
+    v.retain(|p| seen.insert(p.clone()));
+}
+
+fn strs(v: &[PathBuf]) -> Value {
+    Value::Array(
+        v.iter()
+            .map(|p| Value::String(p.display().to_string()))
+            .collect(),
+    )
+}
+
+impl Policy {
+    /// The `--config` sections of each tool (keys = long flag names).
+    pub fn to_config(&self) -> Value {
+        let mut top = Map::new();
+        let mut fs = Map::new();
+        fs.insert("rw".into(), strs(&self.rw));
+        fs.insert("ro".into(), strs(&self.ro));
+        fs.insert("deny".into(), json!(self.deny));
+        fs.insert("chdir".into(), json!(self.cwd.display().to_string()));
+        fs.insert("tmp-size".into(), json!(self.limits.tmp_size));
+        top.insert("sbx-fs".into(), Value::Object(fs));
+        top.insert("sbx-net".into(), json!({ "allow": self.net_allow }));
+        top.insert("sbx-seccomp".into(), json!({ "profile": "default" }));
+        top.insert(
+            "sbx-cgroup".into(),
+            json!({
+                "memory": self.limits.memory,
+                "pids": self.limits.pids,
+                "cpus": self.limits.cpus,
+                "timeout": self.limits.timeout,
+                "rlimit": [format!("fsize={}", self.limits.fsize)],
+            }),
+        );
+        if self.git_repo {
+            top.insert(
+                "sbx-gitguard".into(),
+                json!({ "repo": self.cwd.display().to_string() }),
+            );
+        }
+        top.insert(
+            "sbx-path".into(),
+            json!({ "allow-read": strs(&self.ro), "allow-write": strs(&self.rw) }),
+        );
+        if let Some(x) = &self.exec_allow {
+            top.insert("sbx-policy".into(), json!({ "allow-exec": strs(x) }));
+        }
+        Value::Object(top)
+    }
+}
