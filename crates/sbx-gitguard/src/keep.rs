@@ -68,6 +68,10 @@ impl Keep {
     /// file; returns the paths restored.
     pub fn restore(&self) -> Vec<PathBuf> {
         let mut out = Vec::new();
+        // Never link into a directory the command put in place of objects/.
+        if !crate::fsutil::is_real_dir(&self.objects) {
+            return out;
+        }
         let Ok(rd) = fs::read_dir(&self.dir) else {
             return out;
         };

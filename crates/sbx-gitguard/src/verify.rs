@@ -250,6 +250,21 @@ pub fn check_objects(
     snap_refs: Option<&BTreeMap<String, String>>,
 ) -> Verified {
     let objs = u.join("objects");
+    if !fsutil::is_real_dir(&objs) {
+        ctx.note(
+            "objects",
+            u,
+            Some(&objs),
+            "objects/ is not a directory (replaced by a symlink or file)".into(),
+            Severity::Alert,
+            "cannot be restored from a snapshot",
+            true,
+        );
+        return Verified {
+            packs: BTreeMap::new(),
+            loose: BTreeSet::new(),
+        };
+    }
     // A snapshot (no snapshot refs yet) does not rehash packs unless --full;
     // after a command, packs that changed are rehashed.
     let hash = if full {

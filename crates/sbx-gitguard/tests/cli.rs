@@ -500,3 +500,20 @@ fn root_repairs_keep_the_users_ownership() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     f.assert_fsck_clean();
 }
+
+#[test]
+fn objects_dir_swapped_for_a_symlink_is_refused_not_followed() {
+    let f = Fixture::new(user_first());
+    let out = f.run(&[], "mv .git/objects \"$D/moved-objects\" && mkdir \"$D/empty\" && ln -s \"$D/empty\" .git/objects");
+    assert_usage_error(&out, "could not be brought back");
+    assert!(
+        std::fs::read_dir(f.dir.join("empty"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "gitguard wrote through the symlink"
+    );
+    assert_event(&f.audit, "git_integrity", "alert", |e| {
+        e["check"] == "objects" && e["found"].as_str().unwrap().contains("not a directory")
+    });
+}
