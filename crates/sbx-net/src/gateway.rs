@@ -84,6 +84,9 @@ pub struct Gateway {
 /// blocking pool holds 512 threads).
 pub const THREADED_MAX: usize = 128;
 
+/// UDP DNS queries being answered at once (per socket).
+pub const DNS_INFLIGHT: usize = 512;
+
 /// A token bucket for alerts: `burst` at once, `per_sec` refill.
 #[derive(Debug)]
 pub struct AlertBudget {
@@ -403,6 +406,7 @@ impl Gateway {
             }
         };
         let mut buf = vec![0u8; 65535];
+        let inflight = Arc::new(tokio::sync::Semaphore::new(DNS_INFLIGHT));
         loop {
             let (n, peer) = match sock.recv_from(&mut buf).await {
                 Ok(x) => x,
@@ -416,10 +420,17 @@ impl Gateway {
                 self.stats.dns_unanswered.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
+            // Bounded work: a query flood beyond DNS_INFLIGHT is dropped
+            // (the client retries), not queued without limit.
+            let Ok(permit) = inflight.clone().try_acquire_owned() else {
+                self.stats.dns_unanswered.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
             let q = buf[..n].to_vec();
             let sock = sock.clone();
             let g = self.clone();
             tokio::spawn(async move {
+                let _permit = permit;
                 match dns.handle(&q, peer, true).await {
                     Some(ans) => {
                         let _ = sock.send_to(&ans, peer).await;
