@@ -126,7 +126,18 @@ fn nothing_can_connect_in_and_loopback_inside_works() {
     let w = world_or_skip!();
     for who in identities() {
         let (d, log) = common::World::audit_dir();
-        let port = 20000 + (std::process::id() % 20000) as u16;
+        // A port nothing on the host listens on (so a successful connect
+        // below could only have reached into the sandbox).
+        let port = (0..100u16)
+            .map(|i| 20000 + ((std::process::id() as u16).wrapping_add(i * 7)) % 20000)
+            .find(|p| {
+                std::net::TcpStream::connect_timeout(
+                    &std::net::SocketAddr::from(([127, 0, 0, 1], *p)),
+                    Duration::from_millis(200),
+                )
+                .is_err()
+            })
+            .expect("a free port");
         let done = d.path().join("done");
         let script = format!(
             "ip -o link | awk '{{print \"LINK=\" $2}}'; \
