@@ -762,13 +762,49 @@ fn raw_unit(ctx: &mut Ctx, us: &UnitSnap) {
 
 /// A git dir that appeared during the command (a new submodule or linked
 /// worktree): kept when clean, removed when it carries code or redirections.
-fn new_unit(ctx: &mut Ctx, u: &Unit) {
+/// A dangerous key that git itself writes: a submodule's git dir names its
+/// work tree (core.worktree) inside the superproject's work tree.
+fn expected_key(u: &Unit, main_wt: Option<&Path>, e: &gitconfig::Entry) -> bool {
+    u.kind == UnitKind::Submodule
+        && e.section == "core"
+        && e.sub.is_none()
+        && e.name == "worktree"
+        && e.value.as_deref().is_some_and(|v| {
+            let p = u.path.join(v);
+            match (fs::canonicalize(&p), main_wt) {
+                (Ok(c), Some(w)) => c.starts_with(w),
+                // Not checked out (yet): judge the path as written.
+                (Err(_), Some(w)) => {
+                    let norm = normalize(&p);
+                    norm.starts_with(w)
+                }
+                _ => false,
+            }
+        })
+}
+
+/// `a/b/../c` -> `a/c`, lexically.
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn new_unit(ctx: &mut Ctx, u: &Unit, main_wt: Option<&Path>) {
     let mut bad: Vec<String> = Vec::new();
     for (_, entries) in snapshot::config_entries(&u.path) {
         bad.extend(
             entries
                 .iter()
-                .filter(|e| e.is_dangerous())
+                .filter(|e| e.is_dangerous() && !expected_key(u, main_wt, e))
                 .map(|e| format!("{}={}", e.key(), e.value.as_deref().unwrap_or("true"))),
         );
     }
@@ -1197,7 +1233,7 @@ pub fn verify(
         if snap.unit(&u.path).is_none()
             && matches!(u.kind, UnitKind::Submodule | UnitKind::Worktree)
         {
-            new_unit(&mut ctx, u);
+            new_unit(&mut ctx, u, l.main_work_tree().as_deref());
         }
     }
     // Work trees.
@@ -1365,11 +1401,12 @@ pub fn check_alone(l: &Layout, full: bool) -> Report {
     let (scans, units) = snapshot::discover(l);
     let (mut report, _) = assess(l, &units, full);
     let mut ctx = Ctx::new(Mode::Check);
+    let main_wt = l.main_work_tree();
     for u in &units {
         for (file, entries) in snapshot::config_entries(&u.path) {
             let keys: Vec<String> = entries
                 .iter()
-                .filter(|e| e.is_dangerous())
+                .filter(|e| e.is_dangerous() && !expected_key(u, main_wt.as_deref(), e))
                 .map(|e| format!("{}={}", e.key(), e.value.as_deref().unwrap_or("true")))
                 .collect();
             if !keys.is_empty() {

@@ -517,3 +517,52 @@ fn objects_dir_swapped_for_a_symlink_is_refused_not_followed() {
         e["check"] == "objects" && e["found"].as_str().unwrap().contains("not a directory")
     });
 }
+
+#[test]
+fn config_file_settings_apply_to_the_subcommand() {
+    let f = Fixture::new(user_first());
+    let cfg = f.dir.join("gg.json");
+    std::fs::write(
+        &cfg,
+        format!(r#"{{"sbx-gitguard": {{"repo": "{}", "json": true, "full": true, "lock-wait": "100ms"}}}}"#, f.w.display()),
+    )
+    .unwrap();
+    sbx_testutil::chown_to_test_user(&cfg);
+    let out = f.guard(&["check", "--config", cfg.to_str().unwrap()]);
+    // The fixture's own (benign) post-checkout hook is the one finding.
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["full_check"], true);
+    let findings = v["findings"].as_array().unwrap();
+    assert!(
+        !findings.is_empty()
+            && findings
+                .iter()
+                .all(|f| f["check"] == "hooks" && f["severity"] == "warn"),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_new_submodule_is_kept() {
+    let f = Fixture::new(user_first());
+    let out = f.run(&[], "git -c protocol.file.allow=always submodule -q add \"$D/lib\" sub2 && git commit -qm 'add sub2'");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        f.w.join(".git/modules/sub2/HEAD").exists(),
+        "the new submodule's git dir was removed"
+    );
+    assert_event(&f.audit, "git_integrity", "warn", |e| {
+        e["found"]
+            .as_str()
+            .unwrap()
+            .contains("new submodule git dir")
+            && e["action"].as_str().unwrap().starts_with("kept")
+    });
+    f.git_ok(&f.w.join("sub2"), &["status"]);
+    assert!(
+        f.git_ok(&f.w, &["log", "--oneline", "-1"])
+            .contains("add sub2")
+    );
+    f.assert_fsck_clean();
+}
