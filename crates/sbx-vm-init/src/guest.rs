@@ -117,6 +117,7 @@ fn timestamp() -> String {
 struct Boot {
     vsock: bool,
     mmds: bool,
+    fw_cfg: bool,
     debug: bool,
 }
 
@@ -125,6 +126,7 @@ fn boot_settings() -> Boot {
     let mut b = Boot {
         vsock: false,
         mmds: false,
+        fw_cfg: false,
         debug: false,
     };
     for w in cmdline.split_whitespace() {
@@ -132,6 +134,7 @@ fn boot_settings() -> Boot {
             "sbx.chan=vsock" => b.vsock = true,
             "sbx.debug" => b.debug = true,
             "sbx.mmds" => b.mmds = true,
+            "sbx.fwcfg" => b.fw_cfg = true,
             _ => {}
         }
     }
@@ -191,8 +194,9 @@ fn early_mounts() -> io::Result<()> {
     Ok(())
 }
 
-fn load_modules(debug: bool) {
-    for m in crate::MODULES {
+fn load_modules(boot: &Boot) {
+    let debug = boot.debug;
+    for m in crate::modules_for(boot.vsock, boot.mmds, boot.fw_cfg) {
         let p = Path::new("/lib/modules").join(format!("{m}.ko"));
         if !p.exists() {
             continue;
@@ -425,7 +429,7 @@ fn copy_out(chan: &mut Chan) -> io::Result<()> {
 fn run(chan_slot: &mut Option<Chan>) -> io::Result<()> {
     early_mounts()?;
     let boot = boot_settings();
-    load_modules(boot.debug);
+    load_modules(&boot);
     let f = if boot.vsock {
         open_vsock()?
     } else {

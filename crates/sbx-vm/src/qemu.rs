@@ -55,8 +55,11 @@ pub fn command(
     ]);
     c.arg("-kernel").arg(&plan.files.kernel);
     c.arg("-initrd").arg(&plan.files.initrd);
-    c.arg("-append")
-        .arg(kernel_cmdline("sbx.chan=virtio-serial"));
+    c.arg("-append").arg(kernel_cmdline(if secrets.is_some() {
+        "sbx.chan=virtio-serial sbx.fwcfg"
+    } else {
+        "sbx.chan=virtio-serial"
+    }));
     c.arg("-serial").arg(format!("file:{}", console.display()));
     c.arg("-drive").arg(format!(
         "id=root,file={},format=raw,if=none,readonly=on",
