@@ -319,16 +319,19 @@ fn run_chain(c: ChainArgs) -> Result<i32, Failure> {
             "argv": sbx_core::chain::show(&argv),
         }),
     );
-    for r in p
-        .rows
-        .iter()
-        .filter(|r| r.status == map::Status::NotEnforced)
-    {
-        sbx_core::audit::emit(
-            "rule_not_enforced",
-            Severity::Warn,
-            json!({ "rule": r.rule, "from": r.from, "reason": r.effect }),
-        );
+    // To the log only: explain is where a person reads them.
+    if let Some(a) = sbx_core::audit::get() {
+        for r in p
+            .rows
+            .iter()
+            .filter(|r| r.status == map::Status::NotEnforced)
+        {
+            a.record(
+                "rule_not_enforced",
+                Severity::Warn,
+                json!({ "rule": r.rule, "from": r.from, "reason": r.effect }),
+            );
+        }
     }
     let mut env = sbx_core::chain::current_env();
     for (k, v) in &plan.env {
