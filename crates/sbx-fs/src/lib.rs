@@ -55,7 +55,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "WHAT EXISTS ON THE HOST WHILE IT RUNS",
-            "Mounts exist only in the sandbox's mount namespace; nothing propagates to the host, and the namespace dies with the sandbox. In the user's own tree, sbx-fs creates a mount point only where one is needed and missing: a destination nested inside a bind, or a denied/invariant path that does not exist inside a writable bind (for example an empty .git directory, .git/hooks, .claude, or a file named like the denied path). These placeholders are empty, mode 0700 (directories) or 0600 (files), and are removed when the sandbox ends: by sbx-fs, and, if sbx-fs is killed (SIGKILL), by a small reaper process that sbx-fs forks right after creating them, which watches sbx-fs through a pidfd and removes them at once when it dies. A placeholder is removed only while it is still the inode sbx-fs created, and a directory only while empty. Only a SIGKILL of both sbx-fs and the reaper (for example of the whole process group) can leave one behind.",
+            "Mounts exist only in the sandbox's mount namespace; nothing propagates to the host, and the namespace dies with the sandbox. In the user's own tree, sbx-fs creates a mount point only where one is needed and missing: a destination nested inside a bind, or a denied/invariant path that does not exist inside a writable bind (for example an empty .git directory, .git/hooks, .claude, or a file named like the denied path). These placeholders are empty, mode 0755 (directories) or 0644 (files), marked with the extended attribute user.sbx-fs.placeholder, and are removed when the sandbox ends: by sbx-fs, and, if sbx-fs is killed (SIGKILL), by a small reaper process that sbx-fs forks right after creating them, which watches sbx-fs through a pidfd and removes them at once when it dies. A placeholder is removed only while it is still the inode sbx-fs created, and a directory only while empty. Concurrent sandboxes of one tree share placeholders (marked with the extended attribute user.sbx-fs.placeholder, held with a shared flock): the last one to end removes them. Only a SIGKILL of both sbx-fs and the reaper (for example of the whole process group) can leave one behind.",
         ),
         (
             "THE NEXT PROGRAM",
@@ -317,7 +317,9 @@ pub fn host_placeholders(plan: &Plan) -> Result<placeholder::Placeholders, Failu
     let mut ph = placeholder::Placeholders::default();
     for i in 0..plan.ops.len() {
         let op = &plan.ops[i];
-        if op.optional || matches!(op.what, What::ReadOnly) {
+        // ReadOnly ops too: what they protect may be another sandbox's
+        // placeholder, which this one must hold while it runs.
+        if op.optional {
             continue;
         }
         let Some(j) = plan::enclosing(&plan.ops, i) else {
@@ -427,6 +429,10 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     };
     if pid == 0 {
         drop(sigfd);
+        for fd in ph.fds() {
+            unsafe { libc::close(fd) };
+        }
+        std::mem::forget(ph);
         init::run(init::InitArgs {
             plan,
             userns,

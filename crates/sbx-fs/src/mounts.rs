@@ -191,6 +191,7 @@ impl Root {
                     path: dst.to_path_buf(),
                 });
             }
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) && !create => return Ok(None),
             Err(_) => {}
         }
         let mut cur: Option<OwnedFd> = None;

@@ -32,12 +32,19 @@ pub enum PlaceholderError {
 
 #[derive(Debug)]
 pub struct Placeholder {
+    /// The bind source the placeholder lies in (its lock serialises
+    /// sandboxes creating, adopting and removing placeholders there).
+    root: OwnedFd,
     parent: OwnedFd,
     name: PathBuf,
     dir: bool,
     dev: u64,
     ino: u64,
     pub shown: PathBuf,
+    /// A shared flock held on the placeholder while this sandbox uses it
+    /// (concurrent sandboxes of one project share placeholders: the last
+    /// one to finish removes it).
+    lock: Option<OwnedFd>,
 }
 
 #[derive(Debug, Default)]
@@ -57,6 +64,9 @@ impl Placeholders {
                 _ => None,
             })
             .collect();
+        // One sandbox at a time creates, adopts or removes the placeholders
+        // of a bind source (best effort: see DirLock).
+        let _guard = DirLock::exclusive(s.fd.as_raw_fd());
         let mut cur: Option<OwnedFd> = None;
         let mut shown = s.path.clone();
         for (i, c) in comps.iter().enumerate() {
@@ -68,38 +78,60 @@ impl Placeholders {
                 path: shown.clone(),
                 source,
             };
-            match sys::lstatat(dirfd, name) {
+            let st = match sys::lstatat(dirfd, name) {
                 Ok(st) => {
                     if sys::is_symlink(&st) || (!last && !sys::is_dir(&st)) {
                         return Err(PlaceholderError::NotDir { path: shown });
+                    }
+                    if !is_marked(dirfd, name, sys::is_dir(&st)) {
+                        None
+                    } else {
+                        // Another sandbox's placeholder: use it too.
+                        Some((st, sys::is_dir(&st)))
                     }
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                     let dir = !last || kind == Kind::Dir;
                     if dir {
-                        sys::mkdirat(dirfd, name, 0o700).map_err(err)?;
+                        sys::mkdirat(dirfd, name, 0o755).map_err(err)?;
                     } else {
-                        sys::mkfileat(dirfd, name, 0o600).map_err(err)?;
+                        sys::mkfileat(dirfd, name, 0o644).map_err(err)?;
                     }
-                    let st = sys::lstatat(dirfd, name).map_err(err)?;
-                    let parent = sys::openat2(
-                        dirfd,
-                        Path::new("."),
-                        libc::O_PATH | libc::O_DIRECTORY,
-                        0,
-                        0,
-                    )
-                    .map_err(err)?;
-                    self.list.push(Placeholder {
-                        parent,
-                        name: name.to_path_buf(),
-                        dir,
-                        dev: st.st_dev,
-                        ino: st.st_ino,
-                        shown: shown.clone(),
-                    });
+                    mark(dirfd, name, dir);
+                    Some((sys::lstatat(dirfd, name).map_err(err)?, dir))
                 }
                 Err(e) => return Err(err(e)),
+            };
+            if let Some((st, dir)) = st {
+                let parent = sys::openat2(
+                    dirfd,
+                    Path::new("."),
+                    libc::O_PATH | libc::O_DIRECTORY,
+                    0,
+                    0,
+                )
+                .map_err(err)?;
+                let lock = open_real(dirfd, name, dir).ok().filter(|f| unsafe {
+                    libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) == 0
+                });
+                let root = sys::openat2(
+                    s.fd.as_raw_fd(),
+                    Path::new("."),
+                    libc::O_PATH | libc::O_DIRECTORY,
+                    0,
+                    0,
+                )
+                .map_err(err)?;
+                self.list.push(Placeholder {
+                    root,
+                    parent,
+                    name: name.to_path_buf(),
+                    dir,
+                    dev: st.st_dev,
+                    ino: st.st_ino,
+                    shown: shown.clone(),
+                    lock,
+                });
             }
             if !last {
                 cur = Some(
@@ -109,6 +141,21 @@ impl Placeholders {
             }
         }
         Ok(())
+    }
+
+    /// Every fd the placeholders hold (the sandbox's init closes its
+    /// copies at once, or a placeholder lock would outlive sbx-fs).
+    pub fn fds(&self) -> Vec<RawFd> {
+        let mut v = Vec::new();
+        for p in &self.list {
+            v.push(p.root.as_raw_fd());
+            v.push(p.parent.as_raw_fd());
+            if let Some(l) = &p.lock {
+                v.push(l.as_raw_fd());
+            }
+        }
+        v.extend(self.reaper_pipe.as_ref().map(|f| f.as_raw_fd()));
+        v
     }
 
     pub fn is_empty(&self) -> bool {
@@ -144,6 +191,14 @@ impl Placeholders {
     /// Removes the placeholders (deepest first) and releases the reaper.
     /// Returns the paths that could not be removed.
     pub fn cleanup(&mut self) -> Vec<PathBuf> {
+        // Our own shared locks go first, or they would block our removal.
+        // LOCK_UN, not just close: the reaper may still hold a copy of the
+        // same open file description.
+        for p in &mut self.list {
+            if let Some(l) = p.lock.take() {
+                unsafe { libc::flock(l.as_raw_fd(), libc::LOCK_UN) };
+            }
+        }
         let left = remove_all(&self.list);
         self.list.clear();
         if let Some(w) = self.reaper_pipe.take() {
@@ -153,22 +208,114 @@ impl Placeholders {
     }
 }
 
+/// Removes each placeholder that is still the inode created, still
+/// marked, and that no other sandbox holds (deepest first). Returns those
+/// that could not be removed (in use elsewhere is not a failure).
 fn remove_all(list: &[Placeholder]) -> Vec<PathBuf> {
     let mut left = Vec::new();
     for p in list.iter().rev() {
         let fd = p.parent.as_raw_fd();
+        let _guard = DirLock::exclusive(p.root.as_raw_fd());
         match sys::lstatat(fd, &p.name) {
-            Ok(st)
-                if st.st_dev == p.dev
-                    && st.st_ino == p.ino
-                    && sys::unlinkat(fd, &p.name, p.dir).is_err() =>
-            {
-                left.push(p.shown.clone());
+            Ok(st) if st.st_dev == p.dev && st.st_ino == p.ino => {
+                // Still used by another sandbox: it removes it.
+                let free = match open_real(fd, &p.name, p.dir) {
+                    Ok(f) => unsafe {
+                        libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0
+                    },
+                    Err(_) => true,
+                };
+                if free && sys::unlinkat(fd, &p.name, p.dir).is_err() {
+                    left.push(p.shown.clone());
+                }
             }
             _ => {}
         }
     }
     left
+}
+
+const MARK: &std::ffi::CStr = c"user.sbx-fs.placeholder";
+
+/// Opens a placeholder for flock/xattr (not O_PATH), without following a
+/// symlink.
+fn open_real(dir: RawFd, name: &Path, is_dir: bool) -> io::Result<OwnedFd> {
+    let mut flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+    if is_dir {
+        flags |= libc::O_DIRECTORY;
+    }
+    sys::openat2(
+        dir,
+        name,
+        flags,
+        0,
+        sys::RESOLVE_BENEATH | sys::RESOLVE_NO_SYMLINKS,
+    )
+}
+
+/// Marks a new placeholder (best effort: a filesystem without user
+/// xattrs leaves it unmarked, so another sandbox would not share it).
+fn mark(dir: RawFd, name: &Path, is_dir: bool) {
+    if let Ok(f) = open_real(dir, name, is_dir) {
+        unsafe { libc::fsetxattr(f.as_raw_fd(), MARK.as_ptr(), b"1".as_ptr().cast(), 1, 0) };
+    }
+}
+
+/// Whether `path` is a placeholder of some sandbox (for planning: a
+/// placeholder is treated as missing).
+pub fn is_placeholder(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut b = [0u8; 4];
+    let n = unsafe { libc::lgetxattr(c.as_ptr(), MARK.as_ptr(), b.as_mut_ptr().cast(), b.len()) };
+    n == 1 && b[0] == b'1'
+}
+
+fn is_marked(dir: RawFd, name: &Path, is_dir: bool) -> bool {
+    let Ok(f) = open_real(dir, name, is_dir) else {
+        return false;
+    };
+    let mut b = [0u8; 4];
+    let n =
+        unsafe { libc::fgetxattr(f.as_raw_fd(), MARK.as_ptr(), b.as_mut_ptr().cast(), b.len()) };
+    n == 1 && b[0] == b'1'
+}
+
+/// An exclusive flock on a bind source directory, released on drop. Best
+/// effort: a directory that cannot be opened, or that stays locked for a
+/// second (it is itself another sandbox's placeholder, held while that
+/// sandbox runs), is used unlocked rather than waited for.
+struct DirLock(Option<OwnedFd>);
+
+impl DirLock {
+    fn exclusive(dir: RawFd) -> DirLock {
+        let Ok(f) = sys::openat2(
+            dir,
+            Path::new("."),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+            0,
+        ) else {
+            return DirLock(None);
+        };
+        for _ in 0..1000 {
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return DirLock(Some(f));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        DirLock(None)
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        if let Some(f) = &self.0 {
+            unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+        }
+    }
 }
 
 /// The reaper: detached from the terminal, holding only what it needs,
@@ -187,7 +334,10 @@ fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder]) -> ! {
         }
         libc::chdir(c"/".as_ptr());
     }
-    let mut keep: Vec<RawFd> = list.iter().map(|p| p.parent.as_raw_fd()).collect();
+    let mut keep: Vec<RawFd> = list
+        .iter()
+        .flat_map(|p| [p.parent.as_raw_fd(), p.root.as_raw_fd()])
+        .collect();
     keep.push(done.as_raw_fd());
     close_others(&keep);
     let Ok(pidfd) = sys::pidfd_open(owner) else {

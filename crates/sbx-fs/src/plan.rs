@@ -270,7 +270,14 @@ pub fn invariants(s: &Source, dst: &Path) -> Vec<Op> {
     if s.kind != Kind::Dir {
         return ops;
     }
-    let look = |rel: &str| std::fs::symlink_metadata(s.path.join(rel)).ok();
+    // Another sandbox's placeholder counts as missing: this one then holds
+    // it as its own placeholder too.
+    let look = |rel: &str| {
+        let p = s.path.join(rel);
+        std::fs::symlink_metadata(&p)
+            .ok()
+            .filter(|_| !crate::placeholder::is_placeholder(&p))
+    };
     let mut protect = |rel: String, kind: Kind, exists: Option<std::fs::Metadata>| match exists {
         Some(m) if m.file_type().is_symlink() => {}
         Some(m) => ops.push(Op::new(

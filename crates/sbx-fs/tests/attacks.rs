@@ -544,3 +544,47 @@ fn claude_state_dir_bind() {
         s.assert_clean(&before);
     }
 }
+
+#[test]
+fn concurrent_sandboxes_share_placeholders() {
+    // Several agents on one project at once: each must see .claude and
+    // .git protected for its whole run, and the last one out removes the
+    // shared placeholders.
+    let whos = identities();
+    let s = Scratch::new(*whos.last().unwrap());
+    let before = s.snapshot();
+    let p = s.proj();
+    let pp = p.to_str().unwrap().to_string();
+    let script = "for i in 1 2 3 4 5 6 7 8 9 10; do \
+          test -d .claude || echo MISSING; \
+          touch .claude/x 2>/dev/null && echo ESCAPED claude; \
+          mkdir .git/hooks/x 2>/dev/null && echo ESCAPED hooks; done; true";
+    let mut children = Vec::new();
+    for i in 0..8 {
+        let who = whos[i % whos.len()];
+        let log = s.log();
+        let mut c = sbx_testutil::tool("sbx-fs");
+        run_as(&mut c, who);
+        c.env("HOME", s.home())
+            .args([
+                "--audit-log",
+                log.to_str().unwrap(),
+                "--rw",
+                &pp,
+                "--chdir",
+                &pp,
+                "--",
+            ])
+            .args(["/bin/sh", "-c", script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        children.push(c.spawn().unwrap());
+    }
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let so = stdout(&out);
+        assert!(!so.contains("ESCAPED") && !so.contains("MISSING"), "{so}");
+    }
+    s.assert_clean(&before);
+}
