@@ -113,6 +113,8 @@ pub fn exec(argv: &[OsString], env: &[(OsString, OsString)]) -> Failure {
     };
     let argv_p = ptrs(&cargv);
     let env_p = ptrs(&cenv);
+    // run_main blocked the forwarded signals; the next program starts clean.
+    let _ = crate::signals::unblock_all();
     unsafe { libc::execve(cpath.as_ptr(), argv_p.as_ptr(), env_p.as_ptr()) };
     exec_failure(&path)
 }
@@ -126,6 +128,7 @@ pub fn exec_fd(fd: BorrowedFd<'_>, argv: &[OsString], env: &[(OsString, OsString
     };
     let argv_p = ptrs(&cargv);
     let env_p = ptrs(&cenv);
+    let _ = crate::signals::unblock_all();
     unsafe {
         libc::syscall(
             libc::SYS_execveat,
@@ -136,7 +139,9 @@ pub fn exec_fd(fd: BorrowedFd<'_>, argv: &[OsString], env: &[(OsString, OsString
             libc::AT_EMPTY_PATH,
         )
     };
-    exec_failure(Path::new(argv.first().map(|s| s.as_os_str()).unwrap_or_default()))
+    exec_failure(Path::new(
+        argv.first().map(|s| s.as_os_str()).unwrap_or_default(),
+    ))
 }
 
 fn ptrs(v: &[CString]) -> Vec<*const libc::c_char> {
@@ -158,7 +163,11 @@ pub fn current_env() -> Vec<(OsString, OsString)> {
 }
 
 /// Sets (or replaces) `key` in an environment vector.
-pub fn set_env(env: &mut Vec<(OsString, OsString)>, key: impl Into<OsString>, val: impl Into<OsString>) {
+pub fn set_env(
+    env: &mut Vec<(OsString, OsString)>,
+    key: impl Into<OsString>,
+    val: impl Into<OsString>,
+) {
     let key = key.into();
     let val = val.into();
     match env.iter_mut().find(|(k, _)| *k == key) {

@@ -132,9 +132,7 @@ fn clap_failure(e: clap::Error) -> Failure {
                     first.push_str(l.trim());
                 }
             }
-            let hint = if e.kind() == ErrorKind::MissingRequiredArgument
-                && first.contains("CMD")
-            {
+            let hint = if e.kind() == ErrorKind::MissingRequiredArgument && first.contains("CMD") {
                 " (usage: ... -- CMD [ARGS...])"
             } else {
                 ""
@@ -146,7 +144,11 @@ fn clap_failure(e: clap::Error) -> Failure {
 
 /// Inserts the `--config` section's settings as flags after argv[0] (and
 /// after a leading subcommand name, for tools with subcommands).
-fn with_config(cmd: &clap::Command, tool: &str, argv: Vec<OsString>) -> Result<Vec<OsString>, Failure> {
+fn with_config(
+    cmd: &clap::Command,
+    tool: &str,
+    argv: Vec<OsString>,
+) -> Result<Vec<OsString>, Failure> {
     let Some(path) = find_config_flag(&argv)? else {
         return Ok(argv);
     };
@@ -156,7 +158,9 @@ fn with_config(cmd: &clap::Command, tool: &str, argv: Vec<OsString>) -> Result<V
     };
     // A tool with subcommands: the settings belong to the subcommand named.
     let (target, insert_at) = match argv.get(1).and_then(|a| a.to_str()) {
-        Some(name) if cmd.find_subcommand(name).is_some() => (cmd.find_subcommand(name).unwrap(), 2),
+        Some(name) if cmd.find_subcommand(name).is_some() => {
+            (cmd.find_subcommand(name).unwrap(), 2)
+        }
         _ => (cmd, 1),
     };
     let flags = section_to_flags(target, &path, tool, &section)?;
@@ -188,7 +192,10 @@ fn find_config_flag(argv: &[OsString]) -> Result<Option<PathBuf>, Failure> {
 
 /// Reads `path` and returns the object under `tool`, checking that every
 /// top-level key is a known tool.
-pub fn load_section(path: &Path, tool: &str) -> Result<Option<serde_json::Map<String, Value>>, Failure> {
+pub fn load_section(
+    path: &Path,
+    tool: &str,
+) -> Result<Option<serde_json::Map<String, Value>>, Failure> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::new(format!("--config {}: {e}", path.display())))?;
     let v: Value = serde_json::from_str(&text)
@@ -225,10 +232,7 @@ fn section_to_flags(
     section: &serde_json::Map<String, Value>,
 ) -> Result<Vec<OsString>, Failure> {
     let bad = |key: &str, what: &str| {
-        Failure::new(format!(
-            "--config {}: {tool}.{key}: {what}",
-            path.display()
-        ))
+        Failure::new(format!("--config {}: {tool}.{key}: {what}", path.display()))
     };
     let mut out = Vec::new();
     for (key, val) in section {
@@ -236,7 +240,10 @@ fn section_to_flags(
         if long == "config" {
             return Err(bad(key, "a config file cannot name another"));
         }
-        let Some(arg) = cmd.get_arguments().find(|a| a.get_long() == Some(long.as_str())) else {
+        let Some(arg) = cmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long.as_str()))
+        else {
             return Err(bad(key, "unknown key"));
         };
         let flag = OsString::from(format!("--{long}"));
@@ -322,7 +329,11 @@ mod tests {
 
     #[test]
     fn nothing_after_dashdash_is_parsed() {
-        let d: Demo = parse_from("sbx-demo", args(&["x", "--ro", "/a", "--", "cmd", "--ro", "--", "-v"])).unwrap();
+        let d: Demo = parse_from(
+            "sbx-demo",
+            args(&["x", "--ro", "/a", "--", "cmd", "--ro", "--", "-v"]),
+        )
+        .unwrap();
         assert_eq!(d.ro, vec!["/a"]);
         assert_eq!(d.cmd, args(&["cmd", "--ro", "--", "-v"]));
     }
@@ -355,7 +366,21 @@ mod tests {
         )
         .unwrap();
         let p = f.path().to_str().unwrap();
-        let d: Demo = parse_from("sbx-fs", args(&["x", "--config", p, "--ro", "/c", "--hostname", "cli", "--", "true"])).unwrap();
+        let d: Demo = parse_from(
+            "sbx-fs",
+            args(&[
+                "x",
+                "--config",
+                p,
+                "--ro",
+                "/c",
+                "--hostname",
+                "cli",
+                "--",
+                "true",
+            ]),
+        )
+        .unwrap();
         assert_eq!(d.ro, vec!["/a", "/b", "/c"]);
         assert_eq!(d.hostname.as_deref(), Some("cli"));
         assert!(d.clearenv);
@@ -374,11 +399,16 @@ mod tests {
             let mut f = tempfile::NamedTempFile::new().unwrap();
             f.write_all(text.as_bytes()).unwrap();
             let p = f.path().to_str().unwrap();
-            let e = parse_from::<Demo>("sbx-fs", args(&["x", "--config", p, "--", "true"])).unwrap_err();
+            let e = parse_from::<Demo>("sbx-fs", args(&["x", "--config", p, "--", "true"]))
+                .unwrap_err();
             assert_eq!(e.code, 125);
             assert!(e.message.contains(want), "{text}: {}", e.message);
         }
-        let e = parse_from::<Demo>("sbx-fs", args(&["x", "--config", "/nonexistent/c.json", "--", "true"])).unwrap_err();
+        let e = parse_from::<Demo>(
+            "sbx-fs",
+            args(&["x", "--config", "/nonexistent/c.json", "--", "true"]),
+        )
+        .unwrap_err();
         assert!(e.message.contains("/nonexistent/c.json"));
     }
 }

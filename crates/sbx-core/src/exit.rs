@@ -106,6 +106,10 @@ mod tests {
         struct Outer(#[source] std::io::Error);
         let f: Failure = Outer(inner).into();
         assert_eq!(f.code, 125);
-        assert!(f.message.starts_with("open /x: No such file"), "{}", f.message);
+        assert!(
+            f.message.starts_with("open /x: No such file"),
+            "{}",
+            f.message
+        );
     }
 }

@@ -40,7 +40,10 @@ pub enum Wake {
 /// Builds the `Command` for `argv`, resolved with the PATH of `env` (or of
 /// this process when `env` is None). Not-found and not-executable are
 /// reported here with 127/126, before anything is forked.
-pub fn command(argv: &[OsString], env: Option<&[(OsString, OsString)]>) -> Result<Command, Failure> {
+pub fn command(
+    argv: &[OsString],
+    env: Option<&[(OsString, OsString)]>,
+) -> Result<Command, Failure> {
     let Some(prog) = argv.first() else {
         return Err(Failure::new("no command given after --"));
     };

@@ -63,7 +63,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
         }
         let num: f64 = rest[..n_end].parse().map_err(|_| err())?;
         rest = &rest[n_end..];
-        let u_end = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let u_end = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let unit = &rest[..u_end];
         rest = &rest[u_end..];
         let secs = match unit {
