@@ -357,6 +357,8 @@ pub fn start(
     } else {
         None
     };
+    // Nothing of sbx-vm's environment (which may hold --secret-env values).
+    cmd.env_clear();
     cmd.stdin(Stdio::null())
         .stdout(Stdio::from(
             std::fs::File::create(console).map_err(|e| Failure::new(format!("console: {e}")))?,

@@ -210,6 +210,11 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub secrets_from: Option<PathBuf>,
 
+    /// Deliver the value of NAME in sbx-vm's own environment as a secret
+    /// (repeatable): `sbx-creds ... -- sbx-vm --secret-env DB_PASSWORD -- CMD`.
+    #[arg(long, value_name = "NAME")]
+    pub secret_env: Vec<String>,
+
     /// Copy DIR into the guest's /work before CMD starts.
     #[arg(long, value_name = "DIR")]
     pub copy_in: Option<PathBuf>,

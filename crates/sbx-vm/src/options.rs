@@ -148,13 +148,7 @@ pub fn plan(cli: &Cli) -> Result<Plan, Failure> {
         env.retain(|(ek, _)| ek != k);
         env.push((k.to_string(), v.to_string()));
     }
-    let (secrets, secret_names) = match &cli.secrets_from {
-        Some(p) => {
-            let (doc, names) = read_secrets(p)?;
-            (Some(doc), names)
-        }
-        None => (None, Vec::new()),
-    };
+    let (secrets, secret_names) = collect_secrets(cli)?;
     if let Some(d) = &cli.copy_in
         && !d.is_dir()
     {
@@ -347,4 +341,38 @@ pub fn read_secrets(p: &Path) -> Result<(String, Vec<String>), Failure> {
     }
     let doc = serde_json::json!({ "env": env }).to_string();
     Ok((doc, names))
+}
+
+/// The secrets document from --secrets-from and --secret-env (later wins).
+fn collect_secrets(cli: &Cli) -> Result<(Option<String>, Vec<String>), Failure> {
+    let mut env = serde_json::Map::new();
+    if let Some(p) = &cli.secrets_from {
+        let (doc, _) = read_secrets(p)?;
+        let v: serde_json::Value = serde_json::from_str(&doc).unwrap_or_default();
+        if let Some(m) = v.get("env").and_then(|e| e.as_object()) {
+            env.extend(m.clone());
+        }
+    }
+    for name in &cli.secret_env {
+        if name.is_empty() || name.contains('=') {
+            return Err(Failure::new(format!(
+                "--secret-env {name}: not a variable name"
+            )));
+        }
+        match std::env::var(name) {
+            Ok(v) => {
+                env.insert(name.clone(), serde_json::Value::String(v));
+            }
+            Err(_) => {
+                return Err(Failure::new(format!(
+                    "--secret-env {name}: not set in sbx-vm's environment (or not UTF-8)"
+                )));
+            }
+        }
+    }
+    if env.is_empty() && cli.secrets_from.is_none() {
+        return Ok((None, Vec::new()));
+    }
+    let names = env.keys().cloned().collect();
+    Ok((Some(serde_json::json!({ "env": env }).to_string()), names))
 }

@@ -37,6 +37,8 @@ pub fn command(
 ) -> std::io::Result<Command> {
     let kvm = matches!(plan.vmm, Vmm::Qemu { kvm: true });
     let mut c = Command::new(&plan.vmm_bin);
+    // Nothing of sbx-vm's environment (which may hold --secret-env values).
+    c.env_clear();
     c.args(["-M", "microvm,rtc=on,acpi=on"]);
     c.args(["-accel", if kvm { "kvm" } else { "tcg" }]);
     c.args(["-cpu", if kvm { "host" } else { "max" }]);

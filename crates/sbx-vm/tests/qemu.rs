@@ -136,7 +136,7 @@ fn secret_in_environment_only() {
     )
     .unwrap();
     let script = format!(
-        "echo \"env=$SBX_T_SECRET\"; \
+        "echo \"env=$SBX_T_SECRET\"; echo \"env2=$SBX_T_OTHER\"; \
          test -e /sys/firmware/qemu_fw_cfg && echo fw_cfg-still-there; \
          for d in /etc /root /tmp /run /work /var /mnt /dev/shm /sys/firmware; do \
            grep -rqs {value} $d && echo found-in-$d; done; \
@@ -147,16 +147,23 @@ fn secret_in_environment_only() {
         .cmd(&guest)
         .arg("--secrets-from")
         .arg(&doc)
+        .env("SBX_T_OTHER", "from-sbx-creds-in-front")
+        .args(["--secret-env", "SBX_T_OTHER"])
         .args(["--", "sh", "-c", &script])
         .output()
         .unwrap();
     assert_eq!(code(&out), 0, "stderr: {}", stderr(&out));
     let so = stdout(&out);
-    assert_eq!(so.trim(), format!("env={value}"), "leaked: {so}");
+    assert_eq!(
+        so.trim(),
+        format!("env={value}\nenv2=from-sbx-creds-in-front"),
+        "leaked: {so}"
+    );
     let log = std::fs::read_to_string(&vm.audit).unwrap();
     assert!(!log.contains(value), "secret value in the audit log");
     assert_event(&vm.audit, "vm_guest_ready", "info", |e| {
-        e["secrets"] == serde_json::json!(["SBX_T_SECRET"]) && e["secrets_source"] == "fw_cfg"
+        e["secrets"] == serde_json::json!(["SBX_T_OTHER", "SBX_T_SECRET"])
+            && e["secrets_source"] == "fw_cfg"
     });
     vm.assert_clean();
 }
