@@ -212,3 +212,41 @@ fn sigterm_is_forwarded_and_audit_exported() {
     });
     vm.assert_clean();
 }
+
+/// An sbx chain inside the guest (`sbx-vm -- sbx-seccomp -- CMD`): the tool
+/// runs under the guest kernel, gets the guest audit log's fd, and its
+/// events reach the host's audit log, marked as from the guest. Builds its
+/// own guest (with the sbx tools this workspace built) once.
+#[test]
+fn sbx_chain_inside_the_guest() {
+    let _ = need_guest!();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let built = ["release", "debug"]
+        .iter()
+        .any(|p| root.join("target").join(p).join("sbx-seccomp").exists());
+    if !built {
+        skip!("sbx-seccomp not built (cargo build -p sbx-seccomp)");
+    }
+    if !is_root() {
+        skip!("building a guest needs root (the kernel cache)");
+    }
+    let vm = Vm::new();
+    let gdir = vm.tmp.path().join("guest");
+    let st = std::process::Command::new(root.join("scripts/build-guest"))
+        .arg(&gdir)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "build-guest: {}", stderr(&st));
+    let out = vm
+        .cmd(&gdir)
+        .args(["--", "sbx-seccomp", "--", "sh", "-c", "echo inside; exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 3, "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out), "inside\n");
+    let e = assert_event(&vm.audit, "seccomp_applied", "info", |e| e["guest"] == true);
+    assert_eq!(e["tool"], "sbx-seccomp");
+    let host = assert_event(&vm.audit, "vm_started", "info", |_| true);
+    assert_eq!(e["sbx_id"], host["sbx_id"]);
+    vm.assert_clean();
+}
