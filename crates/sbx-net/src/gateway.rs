@@ -73,11 +73,32 @@ pub struct Gateway {
     /// Alerts per second cap (a flood of denied connections must not fill
     /// the disk); the rest are counted in `alerts_suppressed`.
     pub alert_budget: AlertBudget,
-    /// Relay on tokio's readiness (splice per wake-up) instead of two
-    /// blocking threads per connection (SBX_NET_RELAY=async; for benchmarks).
-    pub relay_async: bool,
+    /// How connections are relayed (SBX_NET_RELAY=hybrid|threads|async;
+    /// the default hybrid; the others for benchmarks).
+    pub relay: RelayMode,
     /// Relays currently counted against THREADED_MAX.
     pub threaded: std::sync::atomic::AtomicUsize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayMode {
+    /// Readiness-driven splicing; a connection that moves more than
+    /// [`crate::relay::ESCALATE_AFTER`] bytes one way goes to two threads.
+    Hybrid,
+    /// Two blocking threads per connection from the start.
+    Threads,
+    /// Readiness-driven splicing only.
+    Async,
+}
+
+impl RelayMode {
+    pub fn from_env() -> Self {
+        match std::env::var("SBX_NET_RELAY").as_deref() {
+            Ok("threads") => RelayMode::Threads,
+            Ok("async") => RelayMode::Async,
+            _ => RelayMode::Hybrid,
+        }
+    }
 }
 
 /// Concurrent connections relayed on threads of their own (two each; the
@@ -293,19 +314,18 @@ impl Gateway {
                 .bytes_out
                 .fetch_add(head.len() as u64, Ordering::Relaxed);
         }
-        // Two pooled threads per connection while there are few; past
-        // THREADED_MAX concurrent relays, readiness-driven splicing (no
-        // thread each), so thousands of idle connections cost no threads.
-        let threaded =
-            !self.relay_async && self.threaded.fetch_add(1, Ordering::Relaxed) < THREADED_MAX;
-        if threaded {
-            crate::relay::relay_threads(s, out, self.clone()).await;
-        } else {
-            crate::relay::relay(s, out, &self.stats.bytes_out, &self.stats.bytes_in).await;
+        // Threads (two per connection) only while few connections hold
+        // them: past THREADED_MAX concurrent relays, readiness-driven
+        // splicing only, so thousands of idle connections cost no threads.
+        let may_thread = self.threaded.fetch_add(1, Ordering::Relaxed) < THREADED_MAX;
+        match (self.relay, may_thread) {
+            (RelayMode::Threads, true) => crate::relay::relay_threads(s, out, self.clone()).await,
+            (RelayMode::Hybrid, _) => {
+                crate::relay::relay_hybrid(s, out, self.clone(), may_thread).await
+            }
+            _ => crate::relay::relay(s, out, &self.stats.bytes_out, &self.stats.bytes_in).await,
         }
-        if !self.relay_async {
-            self.threaded.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.threaded.fetch_sub(1, Ordering::Relaxed);
     }
 
     fn fail(&self, dst: SocketAddr, why: &str) {

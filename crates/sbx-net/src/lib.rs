@@ -248,7 +248,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         sniff_timeout: Duration::from_secs(10),
         stats: Stats::default(),
         alert_budget: AlertBudget::new(50, 20),
-        relay_async: std::env::var_os("SBX_NET_RELAY").is_some_and(|v| v == "async"),
+        relay: gateway::RelayMode::from_env(),
         threaded: Default::default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -97,34 +97,26 @@ pub async fn relay(inside: TcpStream, outside: TcpStream, out: &AtomicU64, inn: 
 }
 
 /// Blocking splice loop for one direction (a thread of its own): fewer
-/// wake-ups than readiness-driven splicing for bulk transfers.
-fn pump_blocking(src: RawFd, dst: RawFd, count: &AtomicU64) -> io::Result<()> {
-    let (pr, pw) = pipe()?;
-    loop {
-        let n = loop {
-            let n = unsafe {
-                libc::splice(
-                    src,
-                    std::ptr::null_mut(),
-                    pw.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    CHUNK,
-                    libc::SPLICE_F_MOVE,
-                )
-            };
-            if n >= 0 {
-                break n as usize;
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        };
-        if n == 0 {
-            unsafe { libc::shutdown(dst, libc::SHUT_WR) };
-            return Ok(());
+/// wake-ups than readiness-driven splicing for bulk transfers. `start` is a
+/// pipe already holding `left` bytes for `dst` (handed over by the async
+/// pump), or None.
+fn pump_blocking(
+    src: RawFd,
+    dst: RawFd,
+    count: &AtomicU64,
+    start: Option<Handoff>,
+) -> io::Result<()> {
+    let (pr, pw, mut left) = match start {
+        Some(h) => (h.pr, h.pw, h.left),
+        None => {
+            let (pr, pw) = pipe()?;
+            (pr, pw, 0)
         }
-        let mut left = n;
+    };
+    // The pipe is non-blocking; the sockets are blocking, so splice waits
+    // on them.
+    let mut n = left;
+    loop {
         while left > 0 {
             let m = unsafe {
                 libc::splice(
@@ -146,6 +138,185 @@ fn pump_blocking(src: RawFd, dst: RawFd, count: &AtomicU64) -> io::Result<()> {
             left -= m as usize;
         }
         count.fetch_add(n as u64, Ordering::Relaxed);
+        n = loop {
+            let r = unsafe {
+                libc::splice(
+                    src,
+                    std::ptr::null_mut(),
+                    pw.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    CHUNK,
+                    libc::SPLICE_F_MOVE,
+                )
+            };
+            if r >= 0 {
+                break r as usize;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        };
+        if n == 0 {
+            unsafe { libc::shutdown(dst, libc::SHUT_WR) };
+            return Ok(());
+        }
+        left = n;
+    }
+}
+
+/// A direction handed from the async pump to a thread: its pipe and the
+/// bytes in it not yet written.
+pub struct Handoff {
+    pr: OwnedFd,
+    pw: OwnedFd,
+    left: usize,
+}
+
+enum End {
+    Eof,
+    Escalate(Handoff),
+}
+
+/// Bytes one direction moves on tokio's readiness before the connection is
+/// handed to two threads (short exchanges never pay for the threads).
+pub const ESCALATE_AFTER: u64 = 256 * 1024;
+
+/// The async pump of [`relay_hybrid`]: returns at EOF, or when this
+/// direction moved `limit` bytes or the other one did (signalled through
+/// `tx`/`rx`), handing over its pipe.
+async fn pump_hybrid(
+    src: &TcpStream,
+    dst: &TcpStream,
+    count: &AtomicU64,
+    tx: &tokio::sync::watch::Sender<bool>,
+    mut rx: tokio::sync::watch::Receiver<bool>,
+    limit: u64,
+) -> io::Result<End> {
+    let (pr, pw) = pipe()?;
+    let mut moved = 0u64;
+    loop {
+        if *rx.borrow() {
+            return Ok(End::Escalate(Handoff { pr, pw, left: 0 }));
+        }
+        let n = loop {
+            tokio::select! {
+                r = src.readable() => r?,
+                _ = rx.changed() => return Ok(End::Escalate(Handoff { pr, pw, left: 0 })),
+            }
+            match src.try_io(Interest::READABLE, || {
+                splice(src.as_raw_fd(), pw.as_raw_fd(), CHUNK)
+            }) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        if n == 0 {
+            shutdown(dst, libc::SHUT_WR);
+            return Ok(End::Eof);
+        }
+        let mut left = n;
+        while left > 0 {
+            tokio::select! {
+                r = dst.writable() => r?,
+                _ = rx.changed() => {
+                    count.fetch_add((n - left) as u64, Ordering::Relaxed);
+                    return Ok(End::Escalate(Handoff { pr, pw, left }));
+                }
+            }
+            match dst.try_io(Interest::WRITABLE, || {
+                splice(pr.as_raw_fd(), dst.as_raw_fd(), left)
+            }) {
+                Ok(m) => left -= m,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        count.fetch_add(n as u64, Ordering::Relaxed);
+        moved += n as u64;
+        if moved >= limit {
+            let _ = tx.send(true);
+            return Ok(End::Escalate(Handoff { pr, pw, left: 0 }));
+        }
+    }
+}
+
+/// Relays both ways: on tokio's readiness first; once a direction moved
+/// [`ESCALATE_AFTER`] bytes (and `escalate` allows it), both directions
+/// still open go to two blocking threads with their pipes.
+pub async fn relay_hybrid(
+    inside: TcpStream,
+    outside: TcpStream,
+    g: std::sync::Arc<crate::gateway::Gateway>,
+    escalate: bool,
+) {
+    let limit = if escalate { ESCALATE_AFTER } else { u64::MAX };
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let fail = |e: &io::Error, what: &str| {
+        tracing::debug!("relay {what}: {e}");
+        shutdown(&inside, libc::SHUT_RDWR);
+        shutdown(&outside, libc::SHUT_RDWR);
+    };
+    let a = async {
+        let r = pump_hybrid(
+            &inside,
+            &outside,
+            &g.stats.bytes_out,
+            &tx,
+            rx.clone(),
+            limit,
+        )
+        .await;
+        if let Err(e) = &r {
+            fail(e, "out");
+        }
+        r
+    };
+    let b = async {
+        let r = pump_hybrid(&outside, &inside, &g.stats.bytes_in, &tx, rx.clone(), limit).await;
+        if let Err(e) = &r {
+            fail(e, "in");
+        }
+        r
+    };
+    let (ra, rb) = tokio::join!(a, b);
+    let (ha, hb) = match (ra, rb) {
+        (Ok(a), Ok(b)) => (a, b),
+        _ => return,
+    };
+    if matches!((&ha, &hb), (End::Eof, End::Eof)) {
+        return;
+    }
+    let (Ok(i), Ok(o)) = (inside.into_std(), outside.into_std()) else {
+        return;
+    };
+    if i.set_nonblocking(false).is_err() || o.set_nonblocking(false).is_err() {
+        return;
+    }
+    let i = std::sync::Arc::new(i);
+    let o = std::sync::Arc::new(o);
+    let mut tasks = Vec::new();
+    for (end, out_dir) in [(ha, true), (hb, false)] {
+        let End::Escalate(h) = end else { continue };
+        let (i2, o2, g2) = (i.clone(), o.clone(), g.clone());
+        tasks.push(tokio::task::spawn_blocking(move || {
+            let (src, dst, count) = if out_dir {
+                (i2.as_raw_fd(), o2.as_raw_fd(), &g2.stats.bytes_out)
+            } else {
+                (o2.as_raw_fd(), i2.as_raw_fd(), &g2.stats.bytes_in)
+            };
+            if let Err(e) = pump_blocking(src, dst, count, Some(h)) {
+                tracing::debug!("relay: {e}");
+                unsafe {
+                    libc::shutdown(i2.as_raw_fd(), libc::SHUT_RDWR);
+                    libc::shutdown(o2.as_raw_fd(), libc::SHUT_RDWR);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
     }
 }
 
@@ -166,7 +337,7 @@ pub async fn relay_threads(
     let o = std::sync::Arc::new(o);
     let (i2, o2, g2) = (i.clone(), o.clone(), out.clone());
     let a = tokio::task::spawn_blocking(move || {
-        if let Err(e) = pump_blocking(i2.as_raw_fd(), o2.as_raw_fd(), &g2.stats.bytes_out) {
+        if let Err(e) = pump_blocking(i2.as_raw_fd(), o2.as_raw_fd(), &g2.stats.bytes_out, None) {
             tracing::debug!("relay out: {e}");
             unsafe {
                 libc::shutdown(i2.as_raw_fd(), libc::SHUT_RDWR);
@@ -176,7 +347,7 @@ pub async fn relay_threads(
     });
     let (i3, o3, g3) = (i.clone(), o.clone(), out);
     let b = tokio::task::spawn_blocking(move || {
-        if let Err(e) = pump_blocking(o3.as_raw_fd(), i3.as_raw_fd(), &g3.stats.bytes_in) {
+        if let Err(e) = pump_blocking(o3.as_raw_fd(), i3.as_raw_fd(), &g3.stats.bytes_in, None) {
             tracing::debug!("relay in: {e}");
             unsafe {
                 libc::shutdown(i3.as_raw_fd(), libc::SHUT_RDWR);

@@ -327,3 +327,68 @@ fn hundreds_of_concurrent_connections_do_not_stall_the_gateway() {
         assert!(end["connections_allowed"].as_u64().unwrap() >= 301, "{end}");
     }
 }
+
+#[test]
+fn bulk_transfers_are_intact_both_ways() {
+    let w = world_or_skip!();
+    let a = w.a.ip;
+    let want = {
+        let o = std::process::Command::new("sha256sum")
+            .arg(w.dir.path().join("a/big.bin"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    for who in identities() {
+        let (d, log) = common::World::audit_dir();
+        // Full duplex: 8 MiB written while the echo comes back (a relay
+        // that stopped reading one way while blocked the other would hang).
+        let py = d.path().join("echo.py");
+        std::fs::write(
+            &py,
+            format!(
+                "import socket, threading, hashlib, os\n\
+                 data = os.urandom(8 << 20)\n\
+                 s = socket.create_connection(('{a}', 8082), timeout=30)\n\
+                 got = bytearray()\n\
+                 def rd():\n    \
+                     while len(got) < len(data):\n        \
+                         b = s.recv(1 << 16)\n        \
+                         if not b: break\n        \
+                         got.extend(b)\n\
+                 t = threading.Thread(target=rd); t.start()\n\
+                 s.sendall(data); t.join(60)\n\
+                 print('ECHO=' + str(hashlib.sha256(got).digest() == hashlib.sha256(data).digest()))\n"
+            ),
+        )
+        .unwrap();
+        sbx_testutil::chown_to_test_user(&py);
+        let script = format!(
+            "curl -sS -m30 http://{a}/big.bin | sha256sum | sed 's/ .*//; s/^/GET=/'; {} {}",
+            common::PY,
+            py.display()
+        );
+        let out = w.sbx_net(
+            who,
+            &log,
+            &[format!("--allow-cidr={a}/32:80,8082")],
+            &script,
+        );
+        let so = stdout(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{who:?}: {so}\n{}",
+            stderr(&out)
+        );
+        assert_eq!(marker_lines(&so, "GET"), [want.clone()], "{so}");
+        assert_eq!(marker_lines(&so, "ECHO"), ["True"], "{so}");
+        let end = assert_event(&log, "net_end", "info", |_| true);
+        assert!(end["bytes_in"].as_u64().unwrap() >= 12 << 20, "{end}");
+        assert!(end["bytes_out"].as_u64().unwrap() >= 8 << 20, "{end}");
+    }
+}

@@ -198,6 +198,17 @@ impl World {
         .unwrap();
         net.spawn(&a, "a8081", &[PY, pong.to_str().unwrap()])
             .unwrap();
+        // An echo server (full duplex, for relay integrity) and a 4 MiB file.
+        net.spawn(
+            &a,
+            "a8082",
+            &["socat", "TCP-LISTEN:8082,fork,reuseaddr", "EXEC:cat"],
+        )
+        .unwrap();
+        let big: Vec<u8> = (0..4u32 << 20)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        std::fs::write(d.join("a/big.bin"), &big).unwrap();
         // A UDP sink: anything that arrives is logged.
         let udp_log = d.join("udp.log");
         net.spawn(
