@@ -385,7 +385,7 @@ fn bulk_transfers_are_intact_both_ways() {
             "{who:?}: {so}\n{}",
             stderr(&out)
         );
-        assert_eq!(marker_lines(&so, "GET"), [want.clone()], "{so}");
+        assert_eq!(marker_lines(&so, "GET"), vec![want.as_str()], "{so}");
         assert_eq!(marker_lines(&so, "ECHO"), ["True"], "{so}");
         let end = assert_event(&log, "net_end", "info", |_| true);
         assert!(end["bytes_in"].as_u64().unwrap() >= 12 << 20, "{end}");
