@@ -69,8 +69,9 @@ the guest init unloads the fw_cfg driver after reading, so no file in the guest 
 control channel: the guest connects to host CID 2 port 1024, Firecracker forwards it to a Unix socket), \
 /mmds/config (V2, on the network interface eth0, whose host side is a tap device only when one is needed) and \
 /mmds (the secrets under sbx.secrets), then /actions InstanceStart. As root it runs under the jailer \
-(--jailer, chroot under --jail-base, uid/gid --jail-uid/--jail-gid, seccomp on, a new PID namespace); \
-jail directories are removed at the end and stale ones (whose sbx-vm is gone) at the next start. \
+(--jailer, chroot under --jail-base, uid/gid --jail-uid/--jail-gid, Firecracker's seccomp filters on); \
+jail directories and the tap device are removed at the end, and stale ones (whose sbx-vm is gone, including its \
+Firecracker, which loses the parent-death signal with the jailer's uid drop) at the next start. \
 It refuses to start when KVM cannot boot a guest, unless --no-kvm-check is given (which tests the \
 configuration path on such hosts; the guest then never reports back).",
         ),
@@ -85,7 +86,9 @@ symlinks pointing out apply. A run that fails or times out writes nothing to DIR
         (
             "SECRETS",
             "--secrets-from FILE takes a JSON document {\"env\": {\"NAME\": \"value\", ...}} (the document the \
-sbx-creds library yields, Session::to_json; other keys are ignored). The values reach CMD's environment only: \
+sbx-creds library yields, Session::to_json; other keys are ignored). --secret-env NAME takes NAME's value from \
+sbx-vm's own environment, for sbx-creds ... -- sbx-vm --secret-env NAME -- CMD (sbx-creds renews and revokes \
+around the VM); the VMM itself gets an empty environment. The values reach CMD's environment only: \
 on QEMU through fw_cfg (unloaded after reading), on Firecracker through MMDS v2 (read by the guest init with a \
 session token, after which the guest's network interface is taken down). The audit log records the names, \
 never the values. --env K=V sets plain settings.",
