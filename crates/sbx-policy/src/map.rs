@@ -200,10 +200,6 @@ fn grant_shape(
     }
 }
 
-fn under(p: &Path, dir: &Path) -> bool {
-    p.starts_with(dir)
-}
-
 /// Paths an sbx-fs invariant keeps read-only (or hidden) wherever they are.
 fn invariant_of(p: &Path, home: Option<&Path>) -> Option<&'static str> {
     let comps: Vec<String> = p.iter().map(|c| c.to_string_lossy().into_owned()).collect();
@@ -436,15 +432,29 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     }
 
     let mut deny: Vec<String> = Vec::new();
-    let mut removed: Vec<(usize, String)> = Vec::new();
+    let mut removed: std::collections::HashMap<usize, String> = Default::default();
+    // Grants sorted by path (component order keeps a subtree contiguous):
+    // "every grant at or beneath P" is a range, not a scan per rule.
+    let mut by_path: Vec<(PathBuf, usize)> = grants
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (g.0.clone(), i))
+        .collect();
+    by_path.sort();
+    let beneath = |p: &Path| -> Vec<usize> {
+        let start = by_path.partition_point(|(q, _)| q.as_path() < p);
+        by_path[start..]
+            .iter()
+            .take_while(|(q, _)| q.starts_with(p))
+            .map(|(_, i)| *i)
+            .collect()
+    };
     for (shape, label, e) in &read_denies {
         match shape {
             Shape::Exact(p) | Shape::Tree(p) => {
                 deny.push(p.display().to_string());
-                for (i, g) in grants.iter().enumerate() {
-                    if under(&g.0, p) {
-                        removed.push((i, label.clone()));
-                    }
+                for i in beneath(p) {
+                    removed.entry(i).or_insert_with(|| label.clone());
                 }
                 row(
                     &mut rows,
@@ -507,16 +517,18 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     }
     // Write denies.
     let mut ro_over: Vec<PathBuf> = Vec::new();
+    let mut rw_now: std::collections::HashSet<PathBuf> =
+        grants.iter().filter(|g| g.1).map(|g| g.0.clone()).collect();
     for (shape, label, e) in &write_denies {
-        let rw_parents: Vec<PathBuf> = grants.iter().filter(|g| g.1).map(|g| g.0.clone()).collect();
         match shape {
             Shape::Exact(p) | Shape::Tree(p) => {
-                for g in grants.iter_mut() {
-                    if g.1 && under(&g.0, p) {
-                        g.1 = false;
+                let inside = p.ancestors().skip(1).any(|a| rw_now.contains(a));
+                for i in beneath(p) {
+                    if grants[i].1 {
+                        grants[i].1 = false;
+                        rw_now.remove(&grants[i].0);
                     }
                 }
-                let inside = rw_parents.iter().any(|rp| under(p, rp) && rp != p);
                 if !inside {
                     row(
                         &mut rows,
@@ -552,7 +564,8 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
                 }
             }
             Shape::DirGlob(d, pat) | Shape::Name(d, pat) | Shape::Deep(d, pat) => {
-                let inside = rw_parents.iter().any(|rp| under(d, rp) || under(rp, d));
+                let inside = d.ancestors().any(|a| rw_now.contains(a))
+                    || beneath(d).iter().any(|&i| grants[i].1);
                 if inside {
                     row(
                         &mut rows,
@@ -582,9 +595,11 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
 
     let mut rw = Vec::new();
     let mut ro = Vec::new();
+    let mut has_row: std::collections::HashSet<String> =
+        rows.iter().map(|r| r.rule.clone()).collect();
     for (i, (p, w, label)) in grants.iter().enumerate() {
         let kind = if *w { "--rw" } else { "--ro" };
-        if let Some((_, by)) = removed.iter().find(|(j, _)| *j == i) {
+        if let Some(by) = removed.get(&i) {
             rows.push(Row {
                 rule: label.clone(),
                 from: String::new(),
@@ -609,7 +624,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
         } else {
             ro.push(p.clone());
         }
-        if i > 0 && !rows.iter().any(|r| r.rule == *label) {
+        if i > 0 && has_row.insert(label.clone()) {
             rows.push(Row {
                 rule: label.clone(),
                 from: String::new(),
@@ -619,14 +634,21 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
         }
     }
     // Fill in the "from" of grant rows written without one.
+    let mut from_of: std::collections::HashMap<String, String> = Default::default();
+    for (_, e, _, _) in parsed.iter().rev() {
+        from_of.insert(
+            e.text.clone(),
+            format!("{} ({})", e.origin.at(), e.origin.scope.name()),
+        );
+    }
+    for (k, e, _) in &fs_lists {
+        from_of
+            .entry(format!("{k}: {}", e.text))
+            .or_insert_with(|| format!("{} ({})", e.origin.at(), e.origin.scope.name()));
+    }
     for r in rows.iter_mut().filter(|r| r.from.is_empty()) {
-        if let Some((_, e, _, _)) = parsed.iter().find(|(_, e, _, _)| e.text == r.rule) {
-            r.from = format!("{} ({})", e.origin.at(), e.origin.scope.name());
-        } else if let Some((_, e, _)) = fs_lists
-            .iter()
-            .find(|(k, e, _)| format!("{k}: {}", e.text) == r.rule)
-        {
-            r.from = format!("{} ({})", e.origin.at(), e.origin.scope.name());
+        if let Some(f) = from_of.get(&r.rule) {
+            r.from = f.clone();
         }
     }
     ro.extend(ro_over);
@@ -635,13 +657,17 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     // A path both read-only and writable: read-only wins only when a deny
     // made it so (the ro list then holds it); a plain Read grant under a
     // writable one is redundant.
-    ro.retain(|p| {
-        !rw.iter().any(|w| w == p)
-            || write_denies
-                .iter()
-                .any(|(s, _, _)| matches!(s, Shape::Exact(x) | Shape::Tree(x) if x == p))
-    });
-    rw.retain(|p| !ro.contains(p));
+    let rw_set: std::collections::HashSet<PathBuf> = rw.iter().cloned().collect();
+    let denied_w: std::collections::HashSet<&PathBuf> = write_denies
+        .iter()
+        .filter_map(|(s, _, _)| match s {
+            Shape::Exact(x) | Shape::Tree(x) => Some(x),
+            _ => None,
+        })
+        .collect();
+    ro.retain(|p| !rw_set.contains(p) || denied_w.contains(p));
+    let ro_set: std::collections::HashSet<PathBuf> = ro.iter().cloned().collect();
+    rw.retain(|p| !ro_set.contains(p));
     let mut seen = BTreeSet::new();
     deny.retain(|d| seen.insert(d.clone()));
 
