@@ -197,10 +197,12 @@ fn udp_thread(
         return;
     }
     let sock = Arc::new(sock);
-    let mut buf = vec![0u8; 65535];
+    let mut batch = mmsg::Batch::new();
+    let mut replies: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(mmsg::BATCH);
     while !halt.load(Ordering::Relaxed) {
-        let (n, peer) = match sock.recv_from(&mut buf) {
-            Ok(x) => x,
+        // Every datagram waiting (up to BATCH) in one system call.
+        let n = match batch.recv(&sock) {
+            Ok(n) => n,
             Err(e) => {
                 if !matches!(
                     e.kind(),
@@ -212,33 +214,42 @@ fn udp_thread(
                 continue;
             }
         };
-        let query = buf[..n].to_vec();
-        let p = proxy.clone();
-        let mut fut = Box::pin(async move { p.handle_udp(&query, peer).await });
-        match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(reply) => {
-                if let Some(reply) = reply {
-                    send(&sock, &reply, peer);
+        for i in 0..n {
+            let Some((query, peer)) = batch.get(i) else {
+                continue;
+            };
+            let query = query.to_vec();
+            let p = proxy.clone();
+            let mut fut = Box::pin(async move { p.handle_udp(&query, peer).await });
+            match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                Poll::Ready(Some(reply)) => replies.push((reply, peer)),
+                Poll::Ready(None) => {}
+                Poll::Pending => {
+                    // Bounded: beyond UDP_MAX_INFLIGHT waiting queries, new
+                    // ones that must wait are dropped (the client retries).
+                    let Ok(permit) = slots.clone().try_acquire_owned() else {
+                        tracing::debug!(
+                            "udp: too many queries in flight, dropping one from {peer}"
+                        );
+                        continue;
+                    };
+                    let sock = sock.clone();
+                    tracker.spawn_on(
+                        async move {
+                            let _permit = permit;
+                            if let Some(reply) = fut.await {
+                                send(&sock, &reply, peer);
+                            }
+                        },
+                        &rt,
+                    );
                 }
             }
-            Poll::Pending => {
-                // Bounded: beyond UDP_MAX_INFLIGHT waiting queries, new
-                // ones that must wait are dropped (the client retries).
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    tracing::debug!("udp: too many queries in flight, dropping one from {peer}");
-                    continue;
-                };
-                let sock = sock.clone();
-                tracker.spawn_on(
-                    async move {
-                        let _permit = permit;
-                        if let Some(reply) = fut.await {
-                            send(&sock, &reply, peer);
-                        }
-                    },
-                    &rt,
-                );
-            }
+        }
+        // All the answers ready now in one system call.
+        if !replies.is_empty() {
+            mmsg::send_all(&sock, &replies);
+            replies.clear();
         }
     }
 }
@@ -320,6 +331,137 @@ async fn tcp_conn(
         out.extend_from_slice(&reply);
         if s.write_all(&out).await.is_err() {
             return;
+        }
+    }
+}
+
+/// recvmmsg/sendmmsg: a batch of datagrams per system call.
+mod mmsg {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    use std::os::fd::AsRawFd;
+
+    pub const BATCH: usize = 32;
+    /// Queries longer than this arrive cut (MSG_TRUNC) and are treated as
+    /// malformed; real queries are a few hundred bytes.
+    const SLOT: usize = 4096;
+
+    pub struct Batch {
+        bufs: Vec<u8>,
+        addrs: Vec<libc::sockaddr_storage>,
+        iovs: Vec<libc::iovec>,
+        hdrs: Vec<libc::mmsghdr>,
+    }
+
+    // SAFETY: the raw pointers point into the Batch's own buffers.
+    unsafe impl Send for Batch {}
+
+    impl Batch {
+        pub fn new() -> Batch {
+            Batch {
+                bufs: vec![0u8; SLOT * BATCH],
+                addrs: vec![unsafe { std::mem::zeroed() }; BATCH],
+                iovs: Vec::with_capacity(BATCH),
+                hdrs: Vec::with_capacity(BATCH),
+            }
+        }
+
+        /// Waits for at least one datagram (or the socket's timeout), then
+        /// takes every one waiting, up to BATCH.
+        pub fn recv(&mut self, sock: &std::net::UdpSocket) -> std::io::Result<usize> {
+            self.iovs.clear();
+            self.hdrs.clear();
+            let base = self.bufs.as_mut_ptr();
+            for i in 0..BATCH {
+                self.iovs.push(libc::iovec {
+                    iov_base: unsafe { base.add(i * SLOT) }.cast(),
+                    iov_len: SLOT,
+                });
+            }
+            for i in 0..BATCH {
+                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                h.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+                h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+                h.msg_hdr.msg_iov = &mut self.iovs[i];
+                h.msg_hdr.msg_iovlen = 1;
+                self.hdrs.push(h);
+            }
+            let n = unsafe {
+                libc::recvmmsg(
+                    sock.as_raw_fd(),
+                    self.hdrs.as_mut_ptr(),
+                    BATCH as u32,
+                    libc::MSG_WAITFORONE,
+                    std::ptr::null_mut(),
+                )
+            };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(n as usize)
+        }
+
+        /// Datagram `i` of the last receive and its sender.
+        pub fn get(&self, i: usize) -> Option<(&[u8], SocketAddr)> {
+            let h = self.hdrs.get(i)?;
+            let len = (h.msg_len as usize).min(SLOT);
+            let peer = sockaddr(&self.addrs[i])?;
+            Some((&self.bufs[i * SLOT..i * SLOT + len], peer))
+        }
+    }
+
+    fn sockaddr(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+        match i32::from(s.ss_family) {
+            libc::AF_INET => {
+                let a: &libc::sockaddr_in =
+                    unsafe { &*(s as *const libc::sockaddr_storage).cast() };
+                Some(SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))),
+                    u16::from_be(a.sin_port),
+                ))
+            }
+            libc::AF_INET6 => {
+                let a: &libc::sockaddr_in6 =
+                    unsafe { &*(s as *const libc::sockaddr_storage).cast() };
+                Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                    Ipv6Addr::from(a.sin6_addr.s6_addr),
+                    u16::from_be(a.sin6_port),
+                    a.sin6_flowinfo,
+                    a.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+
+    /// Sends every reply; what the kernel does not take is dropped (as on
+    /// the wire), after one retry of the rest one by one.
+    pub fn send_all(sock: &std::net::UdpSocket, replies: &[(Vec<u8>, SocketAddr)]) {
+        let addrs: Vec<socket2::SockAddr> = replies
+            .iter()
+            .map(|(_, a)| socket2::SockAddr::from(*a))
+            .collect();
+        let mut iovs: Vec<libc::iovec> = replies
+            .iter()
+            .map(|(r, _)| libc::iovec {
+                iov_base: r.as_ptr() as *mut libc::c_void,
+                iov_len: r.len(),
+            })
+            .collect();
+        let mut hdrs: Vec<libc::mmsghdr> = (0..replies.len())
+            .map(|i| {
+                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                h.msg_hdr.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
+                h.msg_hdr.msg_namelen = addrs[i].len();
+                h.msg_hdr.msg_iov = &mut iovs[i];
+                h.msg_hdr.msg_iovlen = 1;
+                h
+            })
+            .collect();
+        let n =
+            unsafe { libc::sendmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), hdrs.len() as u32, 0) };
+        let sent = if n < 0 { 0 } else { n as usize };
+        for (r, a) in &replies[sent..] {
+            super::send(sock, r, *a);
         }
     }
 }
