@@ -392,3 +392,39 @@ fn bulk_transfers_are_intact_both_ways() {
         assert!(end["bytes_out"].as_u64().unwrap() >= 8 << 20, "{end}");
     }
 }
+
+#[test]
+fn the_rules_cannot_be_changed_unprivileged_and_flushing_them_as_root_gains_nothing() {
+    let w = world_or_skip!();
+    let (a, b) = (w.a.ip, w.b.ip);
+    for who in identities() {
+        let (_d, log) = common::World::audit_dir();
+        let script = format!(
+            "nft flush ruleset 2>/dev/null; echo FLUSH=$?; \
+             ip route add {b}/32 dev lo 2>/dev/null; echo ROUTE=$?; \
+             ip link add x0 type dummy 2>/dev/null; echo LINK=$?; \
+             curl -sS -m3 -o /dev/null http://{b}/ 2>/dev/null; echo B=$?; \
+             curl -sS -m3 -o /dev/null http://{a}/ 2>/dev/null; echo A=$?; \
+             ping -c1 -W1 {b} >/dev/null 2>&1; echo PING=$?"
+        );
+        let out = w.sbx_net(who, &log, &[format!("--allow-cidr={a}/32:80")], &script);
+        let so = stdout(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{who:?}: {so}\n{}",
+            stderr(&out)
+        );
+        if who == sbx_testutil::As::User {
+            // No capability in the sandbox's namespaces: the rules stand.
+            for k in ["FLUSH", "ROUTE", "LINK"] {
+                assert_ne!(marker_lines(&so, k), ["0"], "{k}: {so}");
+            }
+            assert_eq!(marker_lines(&so, "A"), ["0"], "{so}");
+        }
+        // Whatever was changed inside, nothing leads out: B stays unreachable
+        // (as root the rules are gone, so even the allowed A is cut off).
+        assert_ne!(marker_lines(&so, "B"), ["0"], "{who:?}: {so}");
+        assert_ne!(marker_lines(&so, "PING"), ["0"], "{who:?}: {so}");
+    }
+}
