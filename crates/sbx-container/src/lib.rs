@@ -20,6 +20,7 @@ use sbx_core::Failure;
 use sbx_core::cli::CommonArgs;
 
 pub mod engine;
+pub mod hide;
 pub mod image;
 pub mod mounts;
 pub mod netguard;
@@ -205,9 +206,9 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION")]
     pub kill_grace: Option<String>,
 
-    /// Do not run the engine's init as PID 1 (signals then reach only a command that handles them).
+    /// Run the engine's init (docker-init, catatonit) as PID 1, so that forwarded signals reach a command that does not handle them.
     #[arg(long)]
-    pub no_init: bool,
+    pub init: bool,
 
     /// The command to run.
     #[arg(last = true, required = true, value_name = "CMD")]

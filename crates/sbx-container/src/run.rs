@@ -35,6 +35,8 @@ pub enum RunError {
     Engine(#[from] bollard::errors::Error),
     #[error("{0}")]
     Net(#[from] netguard::NetError),
+    #[error("hidden-file placeholder: {0}")]
+    Hide(#[from] std::io::Error),
     #[error("container {0}: the engine reported no exit status")]
     NoStatus(String),
 }
@@ -45,6 +47,8 @@ pub struct Created {
     pub container: Option<String>,
     pub network: Option<String>,
     pub guard: Option<netguard::Guard>,
+    /// The host directory holding the empty file bound over hidden files.
+    pub hide_dir: Option<std::path::PathBuf>,
 }
 
 /// Removes stale sbx-container objects of dead owners on this machine.
@@ -92,6 +96,9 @@ pub async fn reap(docker: &Docker, me: &Owner) -> Result<(), bollard::errors::Er
             netguard::remove_guard_for(id, &labels);
         }
         let r = docker.remove_network(&name).await;
+        if gone(&r) {
+            continue;
+        }
         emit(
             "stale_network_reaped",
             Severity::Warn,
@@ -101,7 +108,37 @@ pub async fn reap(docker: &Docker, me: &Owner) -> Result<(), bollard::errors::Er
     Ok(())
 }
 
-fn engine_mounts(spec: &RunSpec) -> Vec<EMount> {
+fn gone<T>(r: &Result<T, bollard::errors::Error>) -> bool {
+    matches!(
+        r,
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        })
+    )
+}
+
+/// The exit status for a container the runtime could not start: 127 when
+/// the command does not exist, 126 when it cannot be executed (as `docker
+/// run` reports them), None for other failures.
+pub fn start_failure_code(e: &bollard::errors::Error) -> Option<i32> {
+    let bollard::errors::Error::DockerResponseServerError { message, .. } = e else {
+        return None;
+    };
+    let m = message.to_lowercase();
+    if m.contains("not found") || m.contains("no such file or directory") {
+        Some(sbx_core::exit::NOT_FOUND)
+    } else if m.contains("permission denied")
+        || m.contains("exec format error")
+        || m.contains("is a directory")
+    {
+        Some(sbx_core::exit::NOT_EXECUTABLE)
+    } else {
+        None
+    }
+}
+
+fn engine_mounts(spec: &RunSpec, empty: Option<&std::path::Path>) -> Vec<EMount> {
     let mut v = Vec::new();
     for m in &spec.mounts.mounts {
         v.push(match m {
@@ -114,7 +151,7 @@ fn engine_mounts(spec: &RunSpec) -> Vec<EMount> {
             },
             Mount::HideFile { dst } => EMount {
                 target: Some(dst.to_string_lossy().into_owned()),
-                source: Some("/dev/null".into()),
+                source: Some(empty.expect("hide file").to_string_lossy().into_owned()),
                 typ: Some(MountType::BIND),
                 read_only: Some(true),
                 ..Default::default()
@@ -141,6 +178,7 @@ pub fn create_body(
     labels: HashMap<String, String>,
     network: &str,
     main_cmd: Vec<String>,
+    empty: Option<&std::path::Path>,
 ) -> ContainerCreateBody {
     let tmpfs = HashMap::from([(
         "/tmp".to_string(),
@@ -157,7 +195,7 @@ pub fn create_body(
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(spec.security_opt()),
         network_mode: Some(network.to_string()),
-        mounts: Some(engine_mounts(spec)),
+        mounts: Some(engine_mounts(spec, empty)),
         init: Some(spec.init),
         privileged: Some(false),
         auto_remove: Some(false),
@@ -341,6 +379,10 @@ async fn exit_code(docker: &Docker, id: &str) -> Result<(i64, bool), RunError> {
     Ok((code, oom))
 }
 
+fn one_line(e: &bollard::errors::Error) -> String {
+    e.to_string().replace('\n', " ")
+}
+
 /// Removes what the run created; every step is tried, each result logged.
 pub async fn cleanup(docker: &Docker, created: &mut Created) {
     let mut fields = serde_json::Map::new();
@@ -355,6 +397,12 @@ pub async fn cleanup(docker: &Docker, created: &mut Created) {
         if let Err(e) = r {
             fields.insert("container_error".into(), json!(e.to_string()));
         }
+    }
+    if let Some(d) = created.hide_dir.take() {
+        fields.insert(
+            "hide_dir_removed".into(),
+            json!(std::fs::remove_dir_all(&d).is_ok()),
+        );
     }
     if let Some(g) = created.guard.take() {
         fields.insert("firewall_removed".into(), json!(g.remove().is_ok()));
@@ -402,7 +450,19 @@ pub async fn run(docker: &Docker, spec: &RunSpec, created: &mut Created) -> Resu
     } else {
         spec.cmd.clone()
     };
-    let body = create_body(spec, labels, &network, main_cmd);
+    let empty = if spec
+        .mounts
+        .mounts
+        .iter()
+        .any(|m| matches!(m, Mount::HideFile { .. }))
+    {
+        let (dir, file) = crate::hide::create(&name)?;
+        created.hide_dir = Some(dir);
+        Some(file)
+    } else {
+        None
+    };
+    let body = create_body(spec, labels, &network, main_cmd, empty.as_deref());
     let opts = qp::CreateContainerOptionsBuilder::default()
         .name(&name)
         .build();
@@ -501,10 +561,34 @@ pub async fn run(docker: &Docker, spec: &RunSpec, created: &mut Created) -> Resu
             .stdout(true)
             .stderr(true)
             .build();
-        let att = docker.attach_container(&id, Some(aopts)).await?;
-        docker
-            .start_container(&id, None::<qp::StartContainerOptions>)
-            .await?;
+        // Podman prepares the runtime container at attach, Docker at start:
+        // a command that cannot run fails at either.
+        let started = match docker.attach_container(&id, Some(aopts)).await {
+            Ok(att) => docker
+                .start_container(&id, None::<qp::StartContainerOptions>)
+                .await
+                .map(|()| att),
+            Err(e) => Err(e),
+        };
+        let att = match started {
+            Ok(att) => att,
+            Err(e) => {
+                if let Some(code) = start_failure_code(&e) {
+                    eprintln!(
+                        "sbx-container: {}: {}",
+                        spec.cmd.first().map(String::as_str).unwrap_or(""),
+                        one_line(&e)
+                    );
+                    emit(
+                        "container_exit",
+                        Severity::Info,
+                        json!({"container": name, "exit_code": code, "start_failed": one_line(&e)}),
+                    );
+                    return Ok(code);
+                }
+                return Err(e.into());
+            }
+        };
         emit(
             "container_start",
             Severity::Info,

@@ -248,7 +248,7 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
         workdir,
         timeout,
         kill_grace,
-        init: !cli.no_init,
+        init: cli.init,
         ulimits,
         mounts,
     })

@@ -2,6 +2,7 @@
 //! user would, as root and as the unprivileged test user.
 #![allow(dead_code)]
 
+pub mod container;
 pub mod testnet;
 
 use std::ffi::OsStr;
