@@ -411,3 +411,56 @@ fn decision_matrix() {
         assert!(stderr(&out).contains("not installed"), "{}", stderr(&out));
     }
 }
+
+#[test]
+fn network_and_bash_mapping() {
+    let p = proj();
+    write(
+        &p.root.join(".claude/settings.json"),
+        r#"{"permissions": {"allow": ["WebFetch(domain:*.github.com)", "WebFetch(domain:api.example.com)",
+                                      "WebFetch(domain:docs.example.com)", "WebSearch", "Bash(sh)"],
+                            "deny": ["WebFetch(domain:docs.example.com)", "Bash(curl:*)"]},
+            "sandbox": {"network": {"allowedDomains": ["pypi.org", "*.example.com"],
+                                    "deniedDomains": ["evil.github.com"]}}}"#,
+    );
+    let out = policy(&p, &["compile", "--search-domain", "search.example.net"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let allow = strs(&v["sbx-net"]["allow"]);
+    // The wildcard covering a denied name is dropped whole; a denied name is
+    // removed; a wildcard that covers a denied name is dropped too.
+    assert!(!allow.iter().any(|a| a.contains("github")), "{allow:?}");
+    assert!(
+        !allow.contains(&"docs.example.com".to_string()),
+        "{allow:?}"
+    );
+    assert!(!allow.contains(&"*.example.com".to_string()), "{allow:?}");
+    assert!(
+        allow.contains(&"api.example.com".to_string()) && allow.contains(&"pypi.org".to_string()),
+        "{allow:?}"
+    );
+    assert!(
+        allow.contains(&"search.example.net".to_string()),
+        "WebSearch opens the search domains: {allow:?}"
+    );
+    // Bash deny hides the program; the allowlist holds sh.
+    assert!(
+        strs(&v["sbx-fs"]["deny"])
+            .iter()
+            .any(|d| d.ends_with("/curl"))
+    );
+    let exec = strs(&v["sbx-policy"]["allow-exec"]);
+    assert!(
+        exec.iter()
+            .any(|d| d.ends_with("sh") || d.ends_with("dash")),
+        "{exec:?}"
+    );
+    // `Bash` alone lifts the allowlist.
+    write(
+        &p.root.join(".claude/settings.json"),
+        r#"{"permissions": {"allow": ["Bash", "Bash(sh)"]}}"#,
+    );
+    assert!(compile(&p).get("sbx-policy").is_none());
+}
