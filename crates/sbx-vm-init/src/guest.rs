@@ -118,6 +118,7 @@ struct Boot {
     vsock: bool,
     mmds: bool,
     fw_cfg: bool,
+    net: bool,
     debug: bool,
 }
 
@@ -127,6 +128,7 @@ fn boot_settings() -> Boot {
         vsock: false,
         mmds: false,
         fw_cfg: false,
+        net: false,
         debug: false,
     };
     for w in cmdline.split_whitespace() {
@@ -135,6 +137,7 @@ fn boot_settings() -> Boot {
             "sbx.debug" => b.debug = true,
             "sbx.mmds" => b.mmds = true,
             "sbx.fwcfg" => b.fw_cfg = true,
+            "sbx.net=slirp" => b.net = true,
             _ => {}
         }
     }
@@ -196,7 +199,7 @@ fn early_mounts() -> io::Result<()> {
 
 fn load_modules(boot: &Boot) {
     let debug = boot.debug;
-    for m in crate::modules_for(boot.vsock, boot.mmds, boot.fw_cfg) {
+    for m in crate::modules_with_net(boot.vsock, boot.mmds, boot.fw_cfg, boot.net) {
         let p = Path::new("/lib/modules").join(format!("{m}.ko"));
         if !p.exists() {
             continue;
@@ -372,6 +375,31 @@ fn mount_root(tmpfs_bytes: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// QEMU user-mode networking (under sbx-net): the fixed slirp addresses.
+fn setup_net() -> io::Result<()> {
+    use std::net::Ipv4Addr;
+    crate::mmds::configure_addr(
+        "lo",
+        Ipv4Addr::new(127, 0, 0, 1),
+        Ipv4Addr::new(255, 0, 0, 0),
+        true,
+    )
+    .map_err(|e| io::Error::other(format!("lo: {e}")))?;
+    wait_for("eth0", Duration::from_secs(10), || {
+        Path::new("/sys/class/net/eth0").exists().then_some(())
+    })?;
+    crate::mmds::configure_addr(
+        "eth0",
+        Ipv4Addr::new(10, 0, 2, 15),
+        Ipv4Addr::new(255, 255, 255, 0),
+        true,
+    )
+    .map_err(|e| io::Error::other(format!("eth0: {e}")))?;
+    crate::mmds::default_route(Ipv4Addr::new(10, 0, 2, 2))
+        .map_err(|e| io::Error::other(format!("default route: {e}")))?;
+    std::fs::write("/etc/resolv.conf", "nameserver 10.0.2.3\n")
+}
+
 /// Feeds COPY_IN frames to `tar -x` in /work.
 fn copy_in(chan: &mut Chan) -> io::Result<()> {
     std::fs::create_dir_all("/work")?;
@@ -469,6 +497,14 @@ fn run(chan_slot: &mut Option<Chan>) -> io::Result<()> {
         json!({"uptime_ms": ready.uptime_ms}),
     );
     mount_root(spec.tmpfs_bytes)?;
+    if boot.net {
+        setup_net()?;
+        audit.emit(
+            "guest_net_configured",
+            "info",
+            json!({"dev": "eth0", "addr": "10.0.2.15/24", "gateway": "10.0.2.2", "dns": "10.0.2.3"}),
+        );
+    }
     audit.emit(
         "guest_root_mounted",
         "info",

@@ -36,12 +36,18 @@ pub const MODULES: &[&str] = &[
 /// virtio-serial port on QEMU, fw_cfg when secrets come that way; the
 /// network (MMDS) and vsock on Firecracker.
 pub fn modules_for(vsock: bool, mmds: bool, fw_cfg: bool) -> Vec<&'static str> {
+    modules_with_net(vsock, mmds, fw_cfg, false)
+}
+
+/// [`modules_for`], plus the network driver when the VM has a network
+/// (`--net sbx-net`).
+pub fn modules_with_net(vsock: bool, mmds: bool, fw_cfg: bool, net: bool) -> Vec<&'static str> {
     MODULES
         .iter()
         .copied()
         .filter(|m| match *m {
             "virtio_console" => !vsock,
-            "failover" | "net_failover" | "virtio_net" => vsock && mmds,
+            "failover" | "net_failover" | "virtio_net" => (vsock && mmds) || net,
             "vsock" | "vmw_vsock_virtio_transport_common" | "vmw_vsock_virtio_transport" => vsock,
             "qemu_fw_cfg" => fw_cfg,
             _ => true,

@@ -44,8 +44,13 @@ fn sin(a: Ipv4Addr) -> libc::sockaddr_in {
     }
 }
 
-/// Sets `dev` up (or down) with `addr`/16.
+/// Sets `dev` up (or down) with the MMDS link address.
 pub fn configure(dev: &str, up: bool) -> io::Result<()> {
+    configure_addr(dev, GUEST_ADDR, Ipv4Addr::new(255, 255, 0, 0), up)
+}
+
+/// Sets `dev` up with `addr`/`mask`, or down.
+pub fn configure_addr(dev: &str, addr: Ipv4Addr, mask: Ipv4Addr, up: bool) -> io::Result<()> {
     let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if s < 0 {
         return Err(io::Error::last_os_error());
@@ -54,7 +59,7 @@ pub fn configure(dev: &str, up: bool) -> io::Result<()> {
         if up {
             let mut r = IfReqAddr {
                 name: ifname(dev),
-                addr: sin(GUEST_ADDR),
+                addr: sin(addr),
                 _pad: [0; 8],
             };
             if unsafe { libc::ioctl(s, libc::SIOCSIFADDR, &mut r) } < 0 {
@@ -62,7 +67,7 @@ pub fn configure(dev: &str, up: bool) -> io::Result<()> {
             }
             let mut m = IfReqAddr {
                 name: ifname(dev),
-                addr: sin(Ipv4Addr::new(255, 255, 0, 0)),
+                addr: sin(mask),
                 _pad: [0; 8],
             };
             if unsafe { libc::ioctl(s, libc::SIOCSIFNETMASK, &mut m) } < 0 {
@@ -145,5 +150,45 @@ pub fn fetch(dev: &str) -> io::Result<serde_json::Value> {
         serde_json::from_slice(&body).map_err(|e| io::Error::other(format!("MMDS /sbx: {e}")))
     })();
     let _ = configure(dev, false);
+    res
+}
+
+#[repr(C)]
+struct RtEntry {
+    rt_pad1: libc::c_ulong,
+    rt_dst: libc::sockaddr_in,
+    rt_gateway: libc::sockaddr_in,
+    rt_genmask: libc::sockaddr_in,
+    rt_flags: libc::c_ushort,
+    rt_pad2: libc::c_short,
+    rt_pad3: libc::c_ulong,
+    rt_tos: libc::c_uchar,
+    rt_class: libc::c_uchar,
+    rt_pad4: [libc::c_short; 3],
+    rt_metric: libc::c_short,
+    rt_dev: *mut libc::c_char,
+    rt_mtu: libc::c_ulong,
+    rt_window: libc::c_ulong,
+    rt_irtt: libc::c_ushort,
+}
+
+/// Adds the default route via `gw`.
+pub fn default_route(gw: Ipv4Addr) -> io::Result<()> {
+    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if s < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut rt: RtEntry = unsafe { std::mem::zeroed() };
+    rt.rt_dst = sin(Ipv4Addr::UNSPECIFIED);
+    rt.rt_genmask = sin(Ipv4Addr::UNSPECIFIED);
+    rt.rt_gateway = sin(gw);
+    rt.rt_flags = (libc::RTF_UP | libc::RTF_GATEWAY) as libc::c_ushort;
+    let r = unsafe { libc::ioctl(s, libc::SIOCADDRT, &mut rt) };
+    let res = if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    };
+    unsafe { libc::close(s) };
     res
 }

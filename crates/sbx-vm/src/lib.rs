@@ -47,7 +47,9 @@ below what the guest needs, a guest that panicked or never reported back within 
 --copy-in was given, else in /. Its environment is only PATH, HOME=/root, TERM (from the caller), SBX_ID, \
 the --env settings and the secrets; nothing else of the host's environment crosses. No fd of the host \
 crosses: its stdin, stdout and stderr are pipes in the guest relayed through the control channel. It sees \
-no host filesystem (only what --copy-in copied) and no network (--net none: the VM has no network device). \
+no host filesystem (only what --copy-in copied) and no network (--net none: the VM has no network device; \
+--net sbx-net: QEMU user-mode networking inside sbx-net's namespace, so every connection and DNS query goes \
+through sbx-net's allowlisting gateway; sbx-vm refuses it when not run under sbx-net). \
 When CMD is an sbx tool (an sbx chain inside the guest) it receives the guest audit log's fd, which the \
 guest init exports to the host at the end; a plain CMD gets no handle to any log or control channel.",
     extra: &[
@@ -201,7 +203,7 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", default_value = "60s")]
     pub boot_timeout: String,
 
-    /// Network of the VM: none (no network device). sbx-net is not implemented yet.
+    /// Network of the VM: none (no network device), or sbx-net (QEMU user-mode networking; sbx-vm must run under sbx-net).
     #[arg(long, value_enum, default_value = "none")]
     pub net: Net,
 

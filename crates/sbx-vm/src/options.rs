@@ -44,6 +44,8 @@ pub struct Plan {
     pub jail_base: PathBuf,
     pub jail_uid: u32,
     pub jail_gid: u32,
+    /// The VM has a network (QEMU user-mode networking inside sbx-net's namespace).
+    pub net: bool,
 }
 
 fn size(flag: &str, s: &str) -> Result<u64, Failure> {
@@ -123,9 +125,9 @@ pub fn plan(cli: &Cli) -> Result<Plan, Failure> {
         .map(|s| duration("timeout", s))
         .transpose()?;
     let boot_timeout = duration("boot-timeout", &cli.boot_timeout)?;
-    if cli.net == Net::SbxNet {
+    if cli.net == Net::SbxNet && !in_sbx_net_namespace() {
         return Err(Failure::new(
-            "--net sbx-net: not implemented yet (the VM has no network with --net none; run sbx-vm under sbx-net for a host-side gateway)",
+            "--net sbx-net: not inside sbx-net's network namespace (run sbx-net ... -- sbx-vm --net sbx-net ...)",
         ));
     }
     let mut env = vec![
@@ -275,6 +277,11 @@ pub fn plan(cli: &Cli) -> Result<Plan, Failure> {
             } else {
                 None
             };
+            if cli.net == Net::SbxNet {
+                return Err(Failure::new(
+                    "--net sbx-net: only with --backend qemu (the Firecracker tap path is not implemented)",
+                ));
+            }
             (Vmm::Firecracker, bin, jailer)
         }
     };
@@ -305,6 +312,7 @@ pub fn plan(cli: &Cli) -> Result<Plan, Failure> {
         jail_base: cli.jail_base.clone(),
         jail_uid: cli.jail_uid,
         jail_gid: cli.jail_gid,
+        net: cli.net == Net::SbxNet,
     })
 }
 
@@ -375,4 +383,39 @@ fn collect_secrets(cli: &Cli) -> Result<(Option<String>, Vec<String>), Failure> 
     }
     let names = env.keys().cloned().collect();
     Ok((Some(serde_json::json!({ "env": env }).to_string()), names))
+}
+
+/// Whether this process is in a network namespace made by sbx-net: its only
+/// routes lead to `lo` (a default route on lo, which sbx-net's NAT rules
+/// turn into its gateway), no other interface carries a route.
+pub fn in_sbx_net_namespace() -> bool {
+    routes_only_lo(&std::fs::read_to_string("/proc/net/route").unwrap_or_default())
+}
+
+pub fn routes_only_lo(table: &str) -> bool {
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let has_default = rows
+        .iter()
+        .any(|r| r.get(1) == Some(&"00000000") && r.first() == Some(&"lo"));
+    has_default && rows.iter().all(|r| r.first() == Some(&"lo"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sbx_net_namespace_is_recognised_by_its_routes() {
+        let head =
+            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n";
+        assert!(super::routes_only_lo(&format!(
+            "{head}lo\t00000000\t00000000\t0001\t0\t0\t0\t00000000\t0\t0\t0\n"
+        )));
+        assert!(!super::routes_only_lo(&format!(
+            "{head}eth0\t00000000\t0100A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
+        )));
+        assert!(!super::routes_only_lo(head));
+    }
 }

@@ -57,11 +57,11 @@ pub fn command(
     ]);
     c.arg("-kernel").arg(&plan.files.kernel);
     c.arg("-initrd").arg(&plan.files.initrd);
-    c.arg("-append").arg(kernel_cmdline(if secrets.is_some() {
-        "sbx.chan=virtio-serial sbx.fwcfg"
-    } else {
-        "sbx.chan=virtio-serial"
-    }));
+    c.arg("-append").arg(kernel_cmdline(&format!(
+        "sbx.chan=virtio-serial{}{}",
+        if secrets.is_some() { " sbx.fwcfg" } else { "" },
+        if plan.net { " sbx.net=slirp" } else { "" }
+    )));
     c.arg("-serial").arg(format!("file:{}", console.display()));
     c.arg("-drive").arg(format!(
         "id=root,file={},format=raw,if=none,readonly=on",
@@ -78,6 +78,17 @@ pub fn command(
             sbx_vm_init::proto::PORT_NAME
         ),
     ]);
+    if plan.net {
+        // User-mode networking: the guest's connections become sockets of
+        // this QEMU process, in sbx-net's namespace, where its NAT rules send
+        // every one of them to the allowlisting gateway.
+        c.args([
+            "-netdev",
+            "user,id=n0,ipv6=off",
+            "-device",
+            "virtio-net-device,netdev=n0",
+        ]);
+    }
     if let Some(s) = secrets {
         c.arg("-fw_cfg")
             .arg(format!("name=opt/sbx/secrets,file={}", s.display()));

@@ -96,7 +96,7 @@ pub fn run(plan: Plan) -> Result<i32, Failure> {
         Severity::Info,
         json!({"backend": backend, "vmm_pid": running.sup.pid(), "mem_mib": plan.mem >> 20, "vcpus": plan.vcpus,
                "tmpfs_mib": plan.tmpfs >> 20, "kernel": plan.files.kernel.display().to_string(),
-               "rootfs": plan.files.rootfs.display().to_string(), "net": "none"}),
+               "rootfs": plan.files.rootfs.display().to_string(), "net": if plan.net { "sbx-net" } else { "none" }}),
     );
     let pidfd = session::pidfd_open(running.sup.pid())
         .map_err(|e| Failure::new(format!("pidfd_open: {e}")))?;

@@ -66,7 +66,7 @@ fn bad_flags_and_files() {
         ),
         (
             vec!["--net".into(), "sbx-net".into()],
-            "--net sbx-net: not implemented",
+            "--net sbx-net: not inside sbx-net's network namespace",
         ),
         (vec!["--net".into(), "host".into()], "--net"),
         (

@@ -250,3 +250,60 @@ fn sbx_chain_inside_the_guest() {
     assert_eq!(e["sbx_id"], host["sbx_id"]);
     vm.assert_clean();
 }
+
+/// `sbx-net ... -- sbx-vm --net sbx-net -- CMD`: the VM's only way out is
+/// QEMU's user-mode network inside sbx-net's namespace, so a connection
+/// from the guest to an address not on the allowlist is denied by sbx-net's
+/// gateway (alert), and so is a DNS name not on it; outside sbx-net the flag
+/// is refused.
+#[test]
+fn net_through_sbx_net_gateway() {
+    let guest = need_guest!();
+    let net = bin("sbx-vm").with_file_name("sbx-net");
+    if !net.exists() {
+        skip!("sbx-net not built (cargo build -p sbx-net)");
+    }
+    let vm = Vm::new();
+    let mut c = std::process::Command::new(&net);
+    c.env("TMPDIR", vm.tmp.path().join("t"))
+        .env("SBX_VM_GUEST_DIR", &guest)
+        .env_remove("SBX_ID")
+        .env_remove("SBX_AUDIT_FD")
+        .env_remove("SBX_AUDIT_LOG")
+        .arg("--audit-log")
+        .arg(&vm.audit)
+        .arg("--")
+        .arg(bin("sbx-vm"))
+        .args(["--backend", "qemu", "--mem", "256M", "--net", "sbx-net", "--", "sh", "-c"])
+        .arg(
+            "cat /etc/resolv.conf; \\
+             echo \"bytes=$(printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 192.0.2.1 80 2>/dev/null | wc -c)\"; \\
+             nslookup blocked.example 2>/dev/null | grep -q '^Name:' && echo resolved; exit 0",
+        );
+    let _ = std::fs::create_dir_all(vm.tmp.path().join("t"));
+    let out = c.output().unwrap();
+    assert_eq!(code(&out), 0, "stderr: {}", stderr(&out));
+    let so = stdout(&out);
+    assert!(so.contains("nameserver 10.0.2.3"), "{so}");
+    // The gateway closes a denied connection: not a byte comes back.
+    assert!(so.contains("bytes=0"), "{so}");
+    assert!(!so.contains("resolved"), "{so}");
+    assert_event(&vm.audit, "net_denied", "alert", |e| {
+        e["dst"] == "192.0.2.1" && e["port"] == 80
+    });
+    assert_event(&vm.audit, "dns_refused", "alert", |e| {
+        e["name"] == "blocked.example"
+    });
+    assert_event(&vm.audit, "guest_net_configured", "info", |e| {
+        e["guest"] == true
+    });
+    vm.assert_clean();
+
+    // Outside sbx-net: refused, nothing started.
+    let out = vm
+        .cmd(&guest)
+        .args(["--net", "sbx-net", "--", "true"])
+        .output()
+        .unwrap();
+    assert_usage_error(&out, "not inside sbx-net's network namespace");
+}
