@@ -314,6 +314,10 @@ fn low(
         ];
         cfg(&mut l, "sbx-cgroup");
         layers.push(l);
+    } else if o.cgroup == Some(false) {
+        notes.push(
+            "sbx-cgroup left out (--no-cgroup): no memory, pids, CPU or wall-clock limit".into(),
+        );
     } else {
         notes.push("sbx-cgroup left out: not root (cgroup limits need root or a delegated cgroup here); --cgroup forces it".into());
     }

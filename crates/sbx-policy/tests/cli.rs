@@ -364,6 +364,29 @@ fn decision_matrix() {
     ]);
     let s = stdout(&out);
     assert!(s.contains("--memory 1G") && s.contains("--pids 99"), "{s}");
+    // --layers: each tool gets its section; an sbx-creds section brings sbx-creds in, outermost.
+    let layers = p.root.join("layers.json");
+    std::fs::write(
+        &layers,
+        r#"{"sbx-creds": {"vault-addr": "http://127.0.0.1:8200"}, "sbx-net": {"dns-upstream": ["10.0.0.53"]}}"#,
+    )
+    .unwrap();
+    let out = print(&["--layers", layers.to_str().unwrap(), "--no-cgroup"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let s = stdout(&out);
+    let creds = s
+        .find("sbx-creds --config")
+        .unwrap_or_else(|| panic!("{s}"));
+    let net = s.find("sbx-net --config").unwrap_or_else(|| panic!("{s}"));
+    assert!(
+        creds < net && !s.contains("sbx-fs --config") && !s.contains("sbx-cgroup --"),
+        "{s}"
+    );
+    std::fs::write(&layers, r#"{"sbx-bogus": {}}"#).unwrap();
+    assert_usage_error(
+        &print(&["--layers", layers.to_str().unwrap()]),
+        "unknown section",
+    );
     let out = print(&["--trust", "full"]);
     let s = stdout(&out);
     assert!(
