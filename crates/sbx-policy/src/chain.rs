@@ -342,12 +342,10 @@ fn low(
         l.push(os("--deny"));
         l.push(os(d));
     }
-    l.extend([
-        os("--chdir"),
-        os(&p.cwd),
-        os("--tmp-size"),
-        os(&p.limits.tmp_size),
-    ]);
+    if p.project_visible() {
+        l.extend([os("--chdir"), os(&p.cwd)]);
+    }
+    l.extend([os("--tmp-size"), os(&p.limits.tmp_size)]);
     let mut inner: Vec<Vec<OsString>> = Vec::new();
     if let Some(allowed) = &p.exec_allow {
         let me = tool("sbx-policy")?;

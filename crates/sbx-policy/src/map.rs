@@ -668,6 +668,22 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     ro.retain(|p| !rw_set.contains(p) || denied_w.contains(p));
     let ro_set: std::collections::HashSet<PathBuf> = ro.iter().cloned().collect();
     rw.retain(|p| !ro_set.contains(p));
+    // Fewer mounts: a grant beneath a writable one adds nothing unless a
+    // read-only bind lies between them.
+    let rw_set: std::collections::HashSet<PathBuf> = rw.iter().cloned().collect();
+    let covered = |p: &PathBuf| {
+        for a in p.ancestors().skip(1) {
+            if ro_set.contains(a) {
+                return false;
+            }
+            if rw_set.contains(a) {
+                return true;
+            }
+        }
+        false
+    };
+    rw.retain(|p| !covered(p));
+    ro.retain(|p| denied_w.contains(p) || !covered(p));
     let mut seen = BTreeSet::new();
     deny.retain(|d| seen.insert(d.clone()));
 
@@ -983,6 +999,13 @@ fn strs(v: &[PathBuf]) -> Value {
 }
 
 impl Policy {
+    /// Whether the project is inside the sandbox (a deny may remove it).
+    pub fn project_visible(&self) -> bool {
+        self.cwd
+            .ancestors()
+            .any(|a| self.rw.iter().chain(self.ro.iter()).any(|g| g == a))
+    }
+
     /// The `--config` sections of each tool (keys = long flag names).
     pub fn to_config(&self) -> Value {
         let mut top = Map::new();
@@ -990,7 +1013,9 @@ impl Policy {
         fs.insert("rw".into(), strs(&self.rw));
         fs.insert("ro".into(), strs(&self.ro));
         fs.insert("deny".into(), json!(self.deny));
-        fs.insert("chdir".into(), json!(self.cwd.display().to_string()));
+        if self.project_visible() {
+            fs.insert("chdir".into(), json!(self.cwd.display().to_string()));
+        }
         fs.insert("tmp-size".into(), json!(self.limits.tmp_size));
         top.insert("sbx-fs".into(), Value::Object(fs));
         top.insert("sbx-net".into(), json!({ "allow": self.net_allow }));

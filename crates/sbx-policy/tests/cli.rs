@@ -241,9 +241,17 @@ fn files_merge_as_claude_code_merges_them() {
     let rw = strs(&v["sbx-fs"]["rw"]);
     let ro = strs(&v["sbx-fs"]["ro"]);
     let d = |s: &str| p.root.join(s).display().to_string();
+    // `/data` is relative to the project's settings file (and, inside the
+    // writable project, needs no mount of its own).
+    assert_eq!(rw, [p.root.display().to_string()], "{rw:?}");
+    let ex = policy(&p, &["explain", "--managed"])
+        .arg(&managed)
+        .output()
+        .unwrap();
     assert!(
-        rw.contains(&d("data")),
-        "'/data' is relative to the project's settings file: {rw:?}"
+        stdout(&ex).contains(&format!("--rw {}", d("data"))),
+        "{}",
+        stdout(&ex)
     );
     assert!(
         !rw.contains(&d("docs")),
