@@ -60,6 +60,12 @@ pub fn render(p: &Policy) -> String {
     for f in &p.files {
         let _ = writeln!(o, "  {f}");
     }
+    if p.sandbox_enabled == Some(false) {
+        let _ = writeln!(
+            o,
+            "  note: sandbox.enabled is false in these settings; sbx-policy chain sandboxes anyway (the last line of defence)"
+        );
+    }
     o.push('\n');
     let _ = writeln!(o, "What the sandbox (low trust chain) allows:");
     let mut rows: Vec<Vec<String>> = Vec::new();

@@ -107,6 +107,8 @@ pub struct Policy {
     pub git_repo: bool,
     pub rows: Vec<Row>,
     pub files: Vec<String>,
+    /// `sandbox.enabled` as the settings say (sbx applies the chain anyway).
+    pub sandbox_enabled: Option<bool>,
 }
 
 pub struct Inputs<'a> {
@@ -982,6 +984,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             .iter()
             .map(|(s, p)| format!("{} ({})", p.display(), s.name()))
             .collect(),
+        sandbox_enabled: m.sandbox_enabled,
     })
 }
 
