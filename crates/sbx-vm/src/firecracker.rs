@@ -232,6 +232,9 @@ pub fn reap_stale_jails(base: &Path) {
         }
         kill_jailed(&name);
         let _ = tap(&tap_name(pid), false, 0, 0);
+        for parent in crate::jailcg::all_parents() {
+            crate::jailcg::remove(&parent, &name);
+        }
         if std::fs::remove_dir_all(e.path()).is_ok() {
             audit::emit(
                 "vm_stale_reaped",
@@ -313,14 +316,26 @@ pub fn start(
             .arg("--gid")
             .arg(plan.jail_gid.to_string())
             .arg("--chroot-base-dir")
-            .arg(&plan.jail_base)
-            .args([
-                "--resource-limit",
-                "no-file=1024",
-                "--",
-                "--api-sock",
-                "/run/firecracker.socket",
-            ]);
+            .arg(&plan.jail_base);
+        if let Some(cg) = &plan.jail_cgroups {
+            cmd.arg("--cgroup-version")
+                .arg(cg.version.to_string())
+                .arg("--parent-cgroup")
+                .arg(&cg.parent);
+            for s in &cg.settings {
+                cmd.arg("--cgroup").arg(s);
+            }
+            let (p2, id3) = (cg.parent.clone(), id.clone());
+            // Runs after the jail's processes are killed (cleanups run in reverse).
+            cleanup.insert(0, Box::new(move || crate::jailcg::remove(&p2, &id3)));
+        }
+        cmd.args([
+            "--resource-limit",
+            "no-file=1024",
+            "--",
+            "--api-sock",
+            "/run/firecracker.socket",
+        ]);
     } else {
         root = rd.path.clone();
         api_sock = rd.join("firecracker.socket");

@@ -16,6 +16,7 @@ use sbx_core::cli::CommonArgs;
 
 pub mod firecracker;
 pub mod guestfiles;
+pub mod jailcg;
 pub mod kvm;
 pub mod options;
 pub mod qemu;
@@ -71,7 +72,8 @@ the guest init unloads the fw_cfg driver after reading, so no file in the guest 
 control channel: the guest connects to host CID 2 port 1024, Firecracker forwards it to a Unix socket), \
 /mmds/config (V2, on the network interface eth0, whose host side is a tap device only when one is needed) and \
 /mmds (the secrets under sbx.secrets), then /actions InstanceStart. As root it runs under the jailer \
-(--jailer, chroot under --jail-base, uid/gid --jail-uid/--jail-gid, Firecracker's seccomp filters on); \
+(--jailer, chroot under --jail-base, uid/gid --jail-uid/--jail-gid, Firecracker's seccomp filters on, \
+cgroup settings from --jail-cgroup in a group nested under sbx-vm's own cgroup); \
 jail directories and the tap device are removed at the end, and stale ones (whose sbx-vm is gone, including its \
 Firecracker, which loses the parent-death signal with the jailer's uid drop) at the next start. \
 It refuses to start when KVM cannot boot a guest, unless --no-kvm-check is given (which tests the \
@@ -178,6 +180,10 @@ pub struct Cli {
     /// gid the jailer drops to.
     #[arg(long, value_name = "GID", default_value_t = 65534)]
     pub jail_gid: u32,
+
+    /// A cgroup setting for the jailed Firecracker, FILE=VALUE (repeatable, e.g. pids.max=256); the group is created under sbx-vm's own cgroup.
+    #[arg(long, value_name = "FILE=VALUE")]
+    pub jail_cgroup: Vec<String>,
 
     /// Start Firecracker even when KVM cannot boot a guest here (tests the API path; the guest never reports back).
     #[arg(long)]

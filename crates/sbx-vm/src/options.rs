@@ -44,6 +44,7 @@ pub struct Plan {
     pub jail_base: PathBuf,
     pub jail_uid: u32,
     pub jail_gid: u32,
+    pub jail_cgroups: Option<crate::jailcg::JailCgroups>,
     /// The VM has a network (QEMU user-mode networking inside sbx-net's namespace).
     pub net: bool,
 }
@@ -312,6 +313,7 @@ pub fn plan(cli: &Cli) -> Result<Plan, Failure> {
         jail_base: cli.jail_base.clone(),
         jail_uid: cli.jail_uid,
         jail_gid: cli.jail_gid,
+        jail_cgroups: crate::jailcg::plan(&cli.jail_cgroup)?,
         net: cli.net == Net::SbxNet,
     })
 }

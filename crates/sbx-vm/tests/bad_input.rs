@@ -25,6 +25,14 @@ fn bad_flags_and_files() {
     std::fs::write(&bad_json, "{\"env\": {\"K\": \"do-not-print-me\"").unwrap();
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
+            vec!["--jail-cgroup".into(), "nope".into()],
+            "--jail-cgroup nope: expected FILE=VALUE",
+        ),
+        (
+            vec!["--jail-cgroup".into(), "bogusctl.max=1".into()],
+            "--jail-cgroup bogusctl.max=1",
+        ),
+        (
             vec!["--kernel".into(), "/nonexistent/vmlinuz".into()],
             "--kernel /nonexistent/vmlinuz: does not exist",
         ),

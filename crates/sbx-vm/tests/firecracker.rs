@@ -63,6 +63,7 @@ fn api_configuration_jail_and_mmds() {
     .arg(&jail_base)
     .arg("--secrets-from")
     .arg(&secrets)
+    .args(["--jail-cgroup", "pids.max=100"])
     .args(["--boot-timeout", "120s", "--", "echo", "hi"])
     .stdout(Stdio::null())
     .stderr(Stdio::piped());
@@ -157,6 +158,30 @@ fn api_configuration_jail_and_mmds() {
     );
     assert_eq!(status_field(vmm, "Seccomp:"), "2");
     assert!(Path::new(&format!("/sys/class/net/{tap}")).exists());
+    // The jailer's cgroup, nested under ours, with the limit, holding Firecracker.
+    let id = root
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    let cg = sbx_vm::jailcg::plan(&["pids.max=100".to_string()])
+        .unwrap()
+        .unwrap();
+    let dirs = sbx_vm::jailcg::dirs(&cg.parent, &id);
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    assert_eq!(
+        std::fs::read_to_string(dirs[0].join("pids.max"))
+            .unwrap()
+            .trim(),
+        "100"
+    );
+    let procs = std::fs::read_to_string(dirs[0].join("cgroup.procs")).unwrap();
+    assert!(
+        procs.lines().any(|l| l.trim() == vmm.to_string()),
+        "{procs}"
+    );
 
     // Stop it: everything goes (jail, tap, process).
     std::mem::forget(guard);
@@ -167,6 +192,7 @@ fn api_configuration_jail_and_mmds() {
         !Path::new(&format!("/sys/class/net/{tap}")).exists(),
         "tap left"
     );
+    assert!(!dirs[0].exists(), "jail cgroup left: {}", dirs[0].display());
     let left: Vec<_> = std::fs::read_dir(jail_base.join("firecracker"))
         .unwrap()
         .flatten()
