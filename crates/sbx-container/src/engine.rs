@@ -81,20 +81,26 @@ pub async fn connect(url: &str) -> Result<Engine, EngineError> {
         Docker::connect_with_http(&http, TIMEOUT_S, &version).map_err(unreachable)?
     };
     let _ = API_DEFAULT_VERSION;
-    let v = docker.version().await.map_err(unreachable)?;
-    let api = v.api_version.clone().unwrap_or_default();
-    let kind = v
-        .components
-        .as_ref()
-        .and_then(|c| c.first())
-        .map(|c| c.name.to_lowercase())
-        .unwrap_or_default();
-    let kind = if kind.contains("podman") {
-        "podman"
-    } else {
-        "docker"
-    }
-    .to_string();
+    // /_ping's headers carry the API version (Podman's /version runs conmon
+    // and the runtime to report theirs: a third of a second per call).
+    let (api, kind) = match ping_headers(url).await {
+        Some((api, kind)) if !api.is_empty() => (api, kind),
+        _ => {
+            let v = docker.version().await.map_err(unreachable)?;
+            let kind = v
+                .components
+                .as_ref()
+                .and_then(|c| c.first())
+                .map(|c| c.name.to_lowercase())
+                .unwrap_or_default();
+            let kind = if kind.contains("podman") {
+                "podman"
+            } else {
+                "docker"
+            };
+            (v.api_version.clone().unwrap_or_default(), kind.to_string())
+        }
+    };
     // Podman reports its own version as ApiVersion on the native API and the
     // Docker-compatible one on the compat endpoint; either way it must reach
     // the minimum.
@@ -117,6 +123,56 @@ pub async fn connect(url: &str) -> Result<Engine, EngineError> {
         kind,
         api,
     })
+}
+
+/// GET /_ping over a plain HTTP/1.0 connection: (Api-Version, engine kind).
+/// None when the engine cannot be reached that way (then the caller asks
+/// bollard, whose error says why).
+async fn ping_headers(url: &str) -> Option<(String, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let req = b"GET /_ping HTTP/1.0\r\nHost: engine\r\n\r\n";
+    let mut buf = Vec::new();
+    let io = async {
+        if let Some(p) = url.strip_prefix("unix://") {
+            let mut s = tokio::net::UnixStream::connect(p).await?;
+            s.write_all(req).await?;
+            s.read_to_end(&mut buf).await?;
+        } else {
+            let host = url
+                .trim_start_matches("tcp://")
+                .trim_start_matches("http://");
+            let host = host.split('/').next().unwrap_or(host);
+            let mut s = tokio::net::TcpStream::connect(host).await?;
+            s.write_all(req).await?;
+            s.read_to_end(&mut buf).await?;
+        }
+        Ok::<(), std::io::Error>(())
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), io)
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let head = text.split("\r\n\r\n").next()?;
+    if !head.starts_with("HTTP/1.") || !head.split_whitespace().nth(1).is_some_and(|c| c == "200") {
+        return None;
+    }
+    let mut api = String::new();
+    let mut kind = "docker".to_string();
+    for l in head.lines() {
+        let Some((k, v)) = l.split_once(':') else {
+            continue;
+        };
+        let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
+        if k == "api-version" {
+            api = v.to_string();
+        }
+        if k == "libpod-api-version" || (k == "server" && v.to_ascii_lowercase().contains("libpod"))
+        {
+            kind = "podman".into();
+        }
+    }
+    Some((api, kind))
 }
 
 #[cfg(test)]

@@ -663,13 +663,16 @@ fn bad_input_is_one_line_125_and_creates_nothing() {
     let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     let th = std::thread::spawn(move || {
         use std::io::{Read, Write};
-        if let Ok((mut s, _)) = l.accept() {
+        // /_ping (headers) and, where a client asks, /version (body).
+        l.set_nonblocking(false).unwrap();
+        for _ in 0..2 {
+            let Ok((mut s, _)) = l.accept() else { return };
             let mut buf = [0u8; 4096];
             let _ = s.read(&mut buf);
             let body = r#"{"Version":"17.03.0","ApiVersion":"1.26","MinAPIVersion":"1.12","Components":[]}"#;
             let _ = write!(
                 s,
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                "HTTP/1.1 200 OK\r\nApi-Version: 1.26\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             );
         }
@@ -684,8 +687,8 @@ fn bad_input_is_one_line_125_and_creates_nothing() {
         ])
         .output()
         .unwrap();
-    th.join().unwrap();
     assert_usage_error(&out, "older than");
+    drop(th);
     c.assert_nothing_left(&id);
     assert_eq!(c.pod.volume_count(), before);
     assert!(
