@@ -24,7 +24,7 @@ pub mod sys;
 
 use std::ffi::OsString;
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Parser;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -214,7 +214,6 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
     plan::skeleton(&mut plan, spec)?;
 
     // User binds, then tmpfs.
-    let first_user = plan.sources.len();
     let mut user_binds: Vec<(usize, PathBuf)> = Vec::new();
     for b in &spec.binds {
         let src = plan::open_source(b.flag, &b.src, b.rw, false)?;
@@ -306,7 +305,6 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
             extra.extend(plan::invariants(&plan.sources[*i], dst));
         }
     }
-    let _ = first_user;
     plan.ops.extend(extra);
     plan::order(&mut plan.ops);
     Ok(plan)
@@ -525,6 +523,3 @@ fn wait_blocking(pid: libc::pid_t) -> i32 {
         }
     }
 }
-
-#[allow(dead_code)]
-fn _assert_path(_: &Path) {}

@@ -440,3 +440,31 @@ impl Root {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The check between the host open and the mount: a source swapped for
+    /// another directory, or for a symlink, is refused.
+    #[test]
+    fn swapped_sources_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        let mut sources = vec![crate::plan::open_source("--ro", &src, false, false).unwrap()];
+        reopen_sources(&mut sources).unwrap();
+
+        // Swapped for another directory at the same path.
+        std::fs::rename(&src, d.path().join("old")).unwrap();
+        std::fs::create_dir(&src).unwrap();
+        let err = reopen_sources(&mut sources).unwrap_err();
+        assert!(matches!(err, MountError::SourceChanged { .. }), "{err}");
+
+        // Swapped for a symlink to the original.
+        std::fs::remove_dir(&src).unwrap();
+        std::os::unix::fs::symlink(d.path().join("old"), &src).unwrap();
+        let err = reopen_sources(&mut sources).unwrap_err();
+        assert!(matches!(err, MountError::SourceChanged { .. }), "{err}");
+    }
+}
