@@ -5,6 +5,7 @@
 //! | any | any | yes | WebAssembly/WASI: not built (error) |
 //! | full | - | no | path allowlist only (sbx-path rules handed to the agent) |
 //! | low | - | no | creds?, gitguard, cgroup, net, fs, (landlock), seccomp |
+//! | low, --container | - | no | sbx-container (one container per run) |
 //! | zero | yes | no | sbx-vm --backend firecracker |
 //! | zero | no | no | gVisor (runsc --platform=ptrace) when installed, else sbx-vm |
 
@@ -40,6 +41,9 @@ pub struct Options {
     pub bin_dir: Option<PathBuf>,
     /// Include sbx-cgroup: None = when root.
     pub cgroup: Option<bool>,
+    /// Low trust as one container per run (sbx-container) instead of the
+    /// namespace chain.
+    pub container: bool,
 }
 
 /// What `chain` decided.
@@ -247,6 +251,54 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
             with_layers(&mut l, "sbx-vm");
             Ok(Plan {
                 tier: "zero trust: sbx-vm (gVisor not installed)",
+                layers: vec![l, cmd.to_vec()],
+                env: Vec::new(),
+                notes,
+            })
+        }
+        Trust::Low if o.container => {
+            let bin = need(
+                "sbx-container",
+                "low trust, container: the container tier (sbx-container)",
+                o,
+            )?;
+            let mut l = vec![os(bin)];
+            for r in &p.rw {
+                l.push(os("--rw"));
+                l.push(os(format!("{0}:{0}", r.display())));
+            }
+            for r in &p.ro {
+                l.push(os("--ro"));
+                l.push(os(format!("{0}:{0}", r.display())));
+            }
+            l.extend([
+                os("--memory"),
+                os(&p.limits.memory),
+                os("--cpus"),
+                os(&p.limits.cpus),
+                os("--pids"),
+                os(&p.limits.pids),
+                os("--tmp-size"),
+                os(&p.limits.tmp_size),
+                os("--timeout"),
+                os(&p.limits.timeout),
+                os("--net"),
+                os("none"),
+                os("--workdir"),
+                os(&p.cwd),
+            ]);
+            with_layers(&mut l, "sbx-container");
+            if !p.deny.is_empty() {
+                notes.push(format!(
+                    "container tier: the rules' own denies ({}) are not applied inside the binds (sbx-container applies the sbx-fs default deny list and invariants)",
+                    p.deny.join(", ")
+                ));
+            }
+            if !p.net_allow.is_empty() {
+                notes.push("container tier: no network (--net none); the domain allowlist needs the namespace chain".into());
+            }
+            Ok(Plan {
+                tier: "low trust: one container per run (sbx-container)",
                 layers: vec![l, cmd.to_vec()],
                 env: Vec::new(),
                 notes,

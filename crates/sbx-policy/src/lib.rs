@@ -69,7 +69,8 @@ no_new_privs, both inherited by everything it starts.",
         ),
         (
             "DECISION MATRIX",
-            "--plugin: WebAssembly/WASI is not built yet: an error saying so. --trust full: no kernel isolation, the path allowlist for sbx-path. --trust low (default): sbx-creds (when --layers has an sbx-creds section), sbx-gitguard run (when the project is a git repository), sbx-cgroup (as root), sbx-net, sbx-fs, sbx-policy landlock-exec (when Bash rules name programs), sbx-seccomp --profile default. --trust zero --latency-sensitive: sbx-vm --backend firecracker. --trust zero: gVisor (runsc --platform=ptrace) when installed, else sbx-vm. A tier whose binary is not installed is one line naming it, exit 125.",
+            "--plugin: WebAssembly/WASI is not built yet: an error saying so. --trust full: no kernel isolation, the path allowlist for sbx-path. --trust low (default): sbx-creds (when --layers has an sbx-creds section), sbx-gitguard run (when the project is a git repository), sbx-cgroup (as root), sbx-net, sbx-fs, sbx-policy landlock-exec (when Bash rules name programs), sbx-seccomp --profile default. --trust low --container: one \
+container per run (sbx-container; the rules' own denies and the domain allowlist are not carried: no network). --trust zero --latency-sensitive: sbx-vm --backend firecracker. --trust zero: gVisor (runsc --platform=ptrace) when installed, else sbx-vm. A tier whose binary is not installed is one line naming it, exit 125.",
         ),
         (
             "DEFAULT LIMITS",
@@ -177,6 +178,9 @@ pub struct ChainArgs {
     /// Leave sbx-cgroup out.
     #[arg(long)]
     pub no_cgroup: bool,
+    /// With --trust low: one container per run (sbx-container, Docker/Podman) instead of the namespace chain.
+    #[arg(long)]
+    pub container: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
@@ -288,6 +292,7 @@ fn run_chain(c: ChainArgs) -> Result<i32, Failure> {
         plugin: c.plugin,
         layers: c.layers.clone(),
         bin_dir: c.bin_dir.clone(),
+        container: c.container,
         cgroup: if c.no_cgroup {
             Some(false)
         } else if c.cgroup {

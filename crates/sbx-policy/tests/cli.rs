@@ -401,6 +401,18 @@ fn decision_matrix() {
         s.contains("sbx-path") && s.contains("SBX_PATH_ALLOW_WRITE=") && !s.contains("sbx-fs"),
         "{s}"
     );
+    if sbx_testutil::bin("sbx-policy")
+        .with_file_name("sbx-container")
+        .exists()
+    {
+        let out = print(&["--container"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let s = stdout(&out);
+        assert!(
+            s.contains("sbx-container --rw") && s.contains("--net none") && !s.contains("sbx-fs"),
+            "{s}"
+        );
+    }
     let out = print(&["--plugin"]);
     assert_usage_error(&out, "WebAssembly/WASI");
     assert!(stderr(&out).contains("not built"));
@@ -427,6 +439,7 @@ fn decision_matrix() {
         ),
         (&["--trust", "zero"][..], "sbx-vm"),
         (&["--trust", "low"][..], "low trust"),
+        (&["--container"][..], "container tier (sbx-container)"),
     ] {
         let mut c = Command::new(&lone);
         c.args(["chain", "--print", "--cwd"])
