@@ -266,14 +266,70 @@ pub fn is_claude_settings(name: &str) -> bool {
 
 /// The invariant ops for one writable bind (source `s` at `dst`).
 pub fn invariants(s: &Source, dst: &Path) -> Vec<Op> {
-    let mut ops = Vec::new();
     if s.kind != Kind::Dir {
-        return ops;
+        return Vec::new();
     }
+    let mut ops = invariants_in(s, Path::new(""), dst, true);
+    for rel in nested_projects(&s.path) {
+        ops.extend(invariants_in(s, &rel, &dst.join(&rel), false));
+    }
+    ops
+}
+
+/// How deep nested repositories (`.git`) and `.claude` directories are
+/// looked for inside a writable bind, and how many entries at most.
+pub const NESTED_DEPTH: usize = 4;
+pub const NESTED_BUDGET: usize = 20_000;
+
+/// Directories below a bind's root (relative) that hold a `.git` or a
+/// `.claude` directory: their control entries are protected too.
+pub fn nested_projects(root: &Path) -> Vec<PathBuf> {
+    fn walk(root: &Path, rel: &Path, depth: usize, budget: &mut usize, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(root.join(rel)) else {
+            return;
+        };
+        let mut subdirs = Vec::new();
+        let mut found = false;
+        for e in rd.flatten() {
+            if *budget == 0 {
+                return;
+            }
+            *budget -= 1;
+            let Ok(ft) = e.file_type() else { continue };
+            let n = e.file_name();
+            if n == ".git" || n == ".claude" {
+                found = true;
+                continue;
+            }
+            if ft.is_dir() && n != "node_modules" {
+                subdirs.push(rel.join(&n));
+            }
+        }
+        if found && !rel.as_os_str().is_empty() {
+            out.push(rel.to_path_buf());
+        }
+        if depth > 1 {
+            for d in subdirs {
+                walk(root, &d, depth - 1, budget, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut budget = NESTED_BUDGET;
+    walk(root, Path::new(""), NESTED_DEPTH, &mut budget, &mut out);
+    out
+}
+
+/// The invariant ops for the directory `rel` of a writable bind, mounted at
+/// `dst`. At the bind's root (`top`), a missing `.git` or `.claude` becomes
+/// a placeholder; deeper, only what exists is protected.
+fn invariants_in(s: &Source, rel_dir: &Path, dst: &Path, top: bool) -> Vec<Op> {
+    let mut ops = Vec::new();
+    let base = s.path.join(rel_dir);
     // Another sandbox's placeholder counts as missing: this one then holds
     // it as its own placeholder too.
     let look = |rel: &str| {
-        let p = s.path.join(rel);
+        let p = base.join(rel);
         std::fs::symlink_metadata(&p)
             .ok()
             .filter(|_| !crate::placeholder::is_placeholder(&p))
@@ -291,6 +347,7 @@ pub fn invariants(s: &Source, dst: &Path) -> Vec<Op> {
     // .git: each control entry read-only (git still writes the index,
     // logs, ORIG_HEAD ... beside them); a missing entry is a placeholder.
     match look(".git") {
+        None if !top => {}
         None => protect(".git".to_string(), Kind::Dir, None),
         Some(m) if m.is_dir() => {
             for (name, kind) in INVARIANT_GIT {
@@ -303,8 +360,8 @@ pub fn invariants(s: &Source, dst: &Path) -> Vec<Op> {
     // .claude: read-only as a whole. That covers settings*.json for every
     // name, existing or not, and skills/ and commands/, without creating
     // anything in the user's tree; a missing .claude is a placeholder.
-    let is_claude_dir = s.path.file_name().is_some_and(|n| n == ".claude");
-    if !is_claude_dir {
+    let is_claude_dir = top && s.path.file_name().is_some_and(|n| n == ".claude");
+    if !is_claude_dir && (top || look(".claude").is_some()) {
         protect(".claude".to_string(), Kind::Dir, look(".claude"));
     }
     // A bind of a .claude directory itself (~/.claude, the agent's own state
@@ -318,7 +375,7 @@ pub fn invariants(s: &Source, dst: &Path) -> Vec<Op> {
         ] {
             protect(name.to_string(), kind, look(name));
         }
-        if let Ok(rd) = std::fs::read_dir(&s.path) {
+        if let Ok(rd) = std::fs::read_dir(&base) {
             for e in rd.flatten() {
                 let n = e.file_name();
                 let Some(n) = n.to_str() else { continue };

@@ -588,3 +588,29 @@ fn concurrent_sandboxes_share_placeholders() {
     }
     s.assert_clean(&before);
 }
+
+#[test]
+fn nested_repositories_are_protected() {
+    for who in identities() {
+        // A writable parent directory holding several projects.
+        let s = Scratch::new(who);
+        for p in [".git/HEAD", ".git/config", ".git/hooks/pre-commit"] {
+            s.write(&format!("proj/apps/web/{p}"), "ORIGINAL\n");
+        }
+        s.mkdir("proj/apps/web/.git/objects");
+        s.mkdir("proj/apps/web/.git/refs");
+        s.write("proj/tools/.claude/settings.json", "ORIGINAL\n");
+        let before = s.snapshot();
+        let script = "for p in apps/web/.git/HEAD apps/web/.git/config apps/web/.git/hooks/pre-commit \
+                        apps/web/.git/hooks/post-checkout apps/web/.git/objects/x apps/web/.git/refs/x \
+                        tools/.claude/settings.json tools/.claude/settings.local.json tools/.claude/commands/x.md; do \
+               if mkdir -p $(dirname $p) 2>/dev/null && echo EVIL > $p 2>/dev/null; then echo ESCAPED $p; else echo refused $p; fi; done; \
+             echo ok > apps/web/notes && echo wrote-notes && rm apps/web/notes";
+        let (out, log) = s.run_rw(&[], script);
+        assert_ran(&out, &log);
+        let so = ok_lines(&out);
+        assert_eq!(so.matches("refused").count(), 9, "{so}");
+        assert!(so.contains("wrote-notes"), "{so}");
+        s.assert_clean(&before);
+    }
+}
