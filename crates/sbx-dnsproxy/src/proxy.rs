@@ -1,6 +1,6 @@
 //! The request path: one DNS message in, the reply (or nothing) out.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,7 +50,14 @@ pub struct DnsProxy {
     limiter: RefusalLimiter,
     stats: Stats,
     nft: Option<NftSets>,
+    inflight: std::sync::Mutex<HashMap<InflightKey, Arc<Inflight>>>,
 }
+
+/// (name, type) of an exchange in flight.
+type InflightKey = (Box<str>, u16);
+
+/// The shared result of one upstream exchange.
+type Inflight = tokio::sync::OnceCell<Result<Arc<Outcome>, String>>;
 
 /// Why a query is refused (before any upstream traffic).
 struct Refusal {
@@ -107,6 +114,7 @@ impl DnsProxy {
             limiter: RefusalLimiter::new(cfg.refused_rate, cfg.refused_burst),
             stats: Stats::default(),
             nft,
+            inflight: std::sync::Mutex::new(HashMap::new()),
             cfg,
         }))
     }
@@ -267,13 +275,47 @@ impl DnsProxy {
             return Ok(hit);
         }
         Stats::inc(&self.stats.cache_misses);
-        let deadline = Instant::now() + self.cfg.query_timeout;
-        match self.fetch(name, qtype, client, deadline).await {
-            Ok(o) => {
-                let o = Arc::new(o);
-                self.cache.put(name, u16::from(qtype), o.clone());
-                Ok((o, 0))
+        // Identical questions in flight share one upstream exchange.
+        let key = (Box::<str>::from(name), u16::from(qtype));
+        let (cell, _leader) = {
+            let mut m = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            match m.get(&key) {
+                Some(c) => (c.clone(), false),
+                None => {
+                    let c = Arc::new(tokio::sync::OnceCell::new());
+                    m.insert(key.clone(), c.clone());
+                    (c, true)
+                }
             }
+        };
+        // Whoever finishes (or gives up: a dropped query) takes the entry
+        // out, so a finished exchange is never served again from here.
+        struct Done<'a>(&'a DnsProxy, &'a InflightKey, &'a Arc<Inflight>);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                let mut m = self.0.inflight.lock().unwrap_or_else(|p| p.into_inner());
+                if m.get(self.1).is_some_and(|c| Arc::ptr_eq(c, self.2)) {
+                    m.remove(self.1);
+                }
+            }
+        }
+        let _done = Done(self, &key, &cell);
+        let res = cell
+            .get_or_init(|| async {
+                let deadline = Instant::now() + self.cfg.query_timeout;
+                match self.fetch(name, qtype, client, deadline).await {
+                    Ok(o) => {
+                        let o = Arc::new(o);
+                        self.cache.put(name, u16::from(qtype), o.clone());
+                        Ok(o)
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            })
+            .await
+            .clone();
+        match res {
+            Ok(o) => Ok((o, 0)),
             Err(e) => {
                 Stats::inc(&self.stats.servfail);
                 tracing::warn!(%name, ?qtype, %client, "SERVFAIL: {e}");

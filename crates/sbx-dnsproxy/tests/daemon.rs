@@ -518,3 +518,42 @@ fn stats_on_sigusr1() {
     assert_eq!(s["refused_not_allowlisted"], 1);
     assert_eq!(s["upstream_queries"], 1);
 }
+
+#[test]
+fn settings_from_a_config_file() {
+    let up = upstream!();
+    let dir = sbx_testutil::shared_tempdir();
+    let cfg = dir.path().join("sbx.json");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"{{"sbx-dnsproxy": {{"listen": ["127.0.0.1:0"], "upstream": ["{}"],
+                "allow": ["*.allowed.test"], "nxdomain": true, "max-subdomains": 50}}}}"#,
+            up.addr
+        ),
+    )
+    .unwrap();
+    sbx_testutil::chown_to_test_user(&cfg);
+    for who in identities() {
+        let p = Proxy::start_raw(
+            &["--config".to_string(), cfg.to_str().unwrap().to_string()],
+            who,
+        );
+        assert_eq!(ips(&p.ask("a.allowed.test", RecordType::A)), ["192.0.2.10"]);
+        assert_eq!(
+            rcode(&p.ask("evil.test", RecordType::A)),
+            ResponseCode::NXDomain
+        );
+        p.stop();
+    }
+    // An unknown key is one line, 125.
+    std::fs::write(
+        &cfg,
+        r#"{"sbx-dnsproxy": {"listen": ["127.0.0.1:0"], "bogus": 1}}"#,
+    )
+    .unwrap();
+    let mut c = sbx_testutil::tool("sbx-dnsproxy");
+    c.arg("--config").arg(&cfg);
+    let out = sbx_testutil::output(&mut c);
+    assert_usage_error(&out, "bogus");
+}

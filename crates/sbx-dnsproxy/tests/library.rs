@@ -277,3 +277,31 @@ fn fast_and_slow_paths_agree() {
     });
     assert!(fast.stats().to_json()["cache_hits"].as_u64().unwrap() > 0);
 }
+
+/// Identical questions in flight at once cause one upstream query.
+#[test]
+fn concurrent_identical_questions_share_one_upstream_query() {
+    let up = upstream!();
+    let proxy = DnsProxy::new(ProxyConfig {
+        allow: vec!["*.allowed.test".into()],
+        upstreams: vec![up.addr],
+        ..Default::default()
+    })
+    .unwrap();
+    rt().block_on(async {
+        let q = query_bytes("same.allowed.test", RecordType::A, true);
+        let (a, b, c, d) = tokio::join!(
+            proxy.handle(&q, client()),
+            proxy.handle(&q, client()),
+            proxy.handle_udp(&q, client()),
+            proxy.handle(&q, client()),
+        );
+        for r in [a, b, c, d] {
+            assert_eq!(
+                ips(&Message::from_vec(&r.unwrap()).unwrap()),
+                ["192.0.2.10"]
+            );
+        }
+    });
+    assert_eq!(up.times_asked("same.allowed.test"), 1);
+}
