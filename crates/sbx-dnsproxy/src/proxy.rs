@@ -624,6 +624,22 @@ impl DnsProxy {
                 .filter(|r| r.record_type() == qtype && lc(&r.name) == current)
                 .cloned()
                 .collect();
+            // Asked for the CNAME itself: its target must be allowlisted too.
+            for r in &finals {
+                if let RData::CNAME(target) = &r.data {
+                    let t = lc(&target.0);
+                    if !self.allow.load().contains_name(&t) {
+                        Stats::inc(&self.stats.refused_cname);
+                        return Ok(Outcome::Refused {
+                            reason: "cname_not_allowlisted",
+                            detail: format!(
+                                "{current} is an alias of {t}, which is not allowlisted"
+                            ),
+                            ttl: r.ttl.min(self.cfg.max_negative_ttl.as_secs() as u32),
+                        });
+                    }
+                }
+            }
             let rcode = resp.metadata.response_code;
             if finals.is_empty() && followed && rcode == ResponseCode::NoError {
                 // The upstream gave the alias but not the target's data:

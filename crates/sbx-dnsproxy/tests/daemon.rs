@@ -163,6 +163,13 @@ fn cname_chains_only_through_allowlisted_names() {
     assert_eq!(rcode(&m), ResponseCode::Refused);
     assert!(m.answers.is_empty());
     assert!(!up.was_asked("www.evil.test"));
+    // Asking for the CNAME record itself: the same rule.
+    assert_eq!(
+        rcode(&p.ask("bad.allowed.test", RecordType::CNAME)),
+        ResponseCode::Refused
+    );
+    let m = p.ask("alias.allowed.test", RecordType::CNAME);
+    assert_eq!(m.answers.len(), 1);
     assert_event(&p.audit, "dns_refused", "alert", |e| {
         e["name"] == "bad.allowed.test"
             && e["reason"] == "cname_not_allowlisted"
