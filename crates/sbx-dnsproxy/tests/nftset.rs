@@ -36,6 +36,9 @@ remote-control:
 EOC
 "$UNBOUND" -d -c "$DIR/unbound.conf" &
 up=$!
+px=
+# Whatever happens, nothing started here outlives the script.
+trap 'kill $up $px 2>/dev/null || true' EXIT
 "$PROXY" --listen 127.0.0.1:5301 --upstream 127.0.0.1:5300 --allow '*.allowed.test' \
     --answer-grace 30s --nftset inet:sbxt:ok4 --nftset inet:sbxt:ok6 >"$OUT" 2>&1 &
 px=$!
