@@ -1,5 +1,19 @@
 complete -c sbx-fs -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-fs -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-fs -l ro -d 'Bind SRC read-only at DST (default: the same path)' -r
+complete -c sbx-fs -l rw -d 'Bind SRC writable at DST (default: the same path)' -r
+complete -c sbx-fs -l tmpfs -d 'A fresh tmpfs at DST, SIZE bytes at most (default --tmp-size)' -r
+complete -c sbx-fs -l deny -d 'Hide PATH (a host path, ~/path, or a name pattern such as .env.*)' -r
+complete -c sbx-fs -l chdir -d 'Working directory of the command inside the sandbox' -r -F
+complete -c sbx-fs -l hostname -d 'Hostname inside the sandbox (new UTS namespace)' -r
+complete -c sbx-fs -l setenv -d 'Set K to V in the command\'s environment' -r
+complete -c sbx-fs -l unsetenv -d 'Remove K from the command\'s environment' -r
+complete -c sbx-fs -l uid -d 'User id inside the sandbox (default: the caller\'s)' -r
+complete -c sbx-fs -l gid -d 'Group id inside the sandbox (default: the caller\'s)' -r
+complete -c sbx-fs -l tmp-size -d 'Size limit of /tmp, /dev/shm and the $HOME tmpfs' -r
 complete -c sbx-fs -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-fs -l clearenv -d 'Start the command with an empty environment (before --setenv)'
+complete -c sbx-fs -l no-system -d 'Do not bind /usr, /bin, /sbin, /lib*, /etc'
+complete -c sbx-fs -l no-default-deny -d 'Drop the default deny list (the --deny entries still apply)'
 complete -c sbx-fs -s h -l help -d 'Print help'
 complete -c sbx-fs -s V -l version -d 'Print version'

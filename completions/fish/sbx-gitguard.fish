@@ -1,5 +1,75 @@
-complete -c sbx-gitguard -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
-complete -c sbx-gitguard -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
-complete -c sbx-gitguard -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
-complete -c sbx-gitguard -s h -l help -d 'Print help'
-complete -c sbx-gitguard -s V -l version -d 'Print version'
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_sbx_gitguard_global_optspecs
+    string join \n audit-log= config= v/verbose h/help V/version
+end
+
+function __fish_sbx_gitguard_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_sbx_gitguard_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_sbx_gitguard_using_subcommand
+    set -l cmd (__fish_sbx_gitguard_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -s h -l help -d 'Print help'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -s V -l version -d 'Print version'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "run" -d 'Snapshot the repository, run CMD under supervision, verify, repair, report'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "snapshot" -d 'Write a snapshot of the repository to FILE'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "check" -d 'Check the repository (against a snapshot, when given); change nothing'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "repair" -d 'Compare the repository with a snapshot and repair it'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l repo -d 'The repository: the top of a work tree (main or linked) or a bare git dir' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l lock-wait -d 'How long to wait for a concurrent git process\'s lock files to go' -r
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l alert-only -d 'Report and alert only; repair nothing'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l full -d 'Run the full connectivity check before and after the command (not only on signs of damage)'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -s h -l help -d 'Print help'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand snapshot" -l repo -d 'The repository: the top of a work tree (main or linked) or a bare git dir' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand snapshot" -l lock-wait -d 'How long to wait for a concurrent git process\'s lock files to go' -r
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand snapshot" -s o -l output -d 'Where to write the snapshot (created 0600, atomically)' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand snapshot" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand snapshot" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand snapshot" -l full -d 'Check the repository in full (the equivalent of git fsck) before taking the snapshot, not only structurally'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand snapshot" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand snapshot" -s h -l help -d 'Print help'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand check" -l repo -d 'The repository: the top of a work tree (main or linked) or a bare git dir' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand check" -l lock-wait -d 'How long to wait for a concurrent git process\'s lock files to go' -r
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand check" -l against -d 'Compare with this snapshot' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand check" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand check" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand check" -l full -d 'Run the full connectivity check (the equivalent of git fsck)'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand check" -l json -d 'Print the report as JSON'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand check" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand check" -s h -l help -d 'Print help'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand repair" -l repo -d 'The repository: the top of a work tree (main or linked) or a bare git dir' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand repair" -l lock-wait -d 'How long to wait for a concurrent git process\'s lock files to go' -r
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand repair" -l against -d 'The snapshot to bring the repository back to' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand repair" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand repair" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand repair" -l full -d 'Run the full connectivity check'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand repair" -l json -d 'Print the report as JSON'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand repair" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand repair" -s h -l help -d 'Print help'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair help" -f -a "run" -d 'Snapshot the repository, run CMD under supervision, verify, repair, report'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair help" -f -a "snapshot" -d 'Write a snapshot of the repository to FILE'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair help" -f -a "check" -d 'Check the repository (against a snapshot, when given); change nothing'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair help" -f -a "repair" -d 'Compare the repository with a snapshot and repair it'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -30,7 +30,24 @@ pub fn render_all() -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
     for (cmd, info) in tools() {
         let name = cmd.get_name().to_string();
-        out.push((PathBuf::from(format!("man/{name}.1")), man_page(cmd.clone(), info)));
+        out.push((
+            PathBuf::from(format!("man/{name}.1")),
+            man_page(cmd.clone(), info),
+        ));
+        // git-style pages for subcommands (the SUBCOMMANDS section names them).
+        for sub in cmd
+            .get_subcommands()
+            .filter(|s| s.get_name() != "help" && !s.is_hide_set())
+        {
+            // clap names are 'static; xtask is a short-lived generator.
+            let full: &'static str =
+                Box::leak(format!("{name}-{}", sub.get_name()).into_boxed_str());
+            let page = sub
+                .clone()
+                .name(full)
+                .bin_name(format!("{name} {}", sub.get_name()));
+            out.push((PathBuf::from(format!("man/{full}.1")), man_page(page, info)));
+        }
         for (shell, file) in [
             (Shell::Bash, format!("completions/bash/{name}")),
             (Shell::Zsh, format!("completions/zsh/_{name}")),
@@ -46,7 +63,12 @@ pub fn render_all() -> Vec<(PathBuf, Vec<u8>)> {
 }
 
 fn man_page(cmd: clap::Command, info: &ManInfo) -> Vec<u8> {
-    let cmd = cmd.long_about(info.about);
+    // A subcommand's page keeps its own description.
+    let cmd = if cmd.get_bin_name().is_some_and(|b| b.contains(' ')) {
+        cmd
+    } else {
+        cmd.long_about(info.about)
+    };
     let man = clap_mangen::Man::new(cmd.clone()).date("");
     let mut buf = Vec::new();
     let _ = man.render_title(&mut buf);
@@ -62,7 +84,9 @@ fn man_page(cmd: clap::Command, info: &ManInfo) -> Vec<u8> {
     for (title, text) in info.extra {
         section(&mut buf, title, text);
     }
-    let _ = man.render_version_section(&mut buf);
+    if cmd.get_version().is_some() {
+        let _ = man.render_version_section(&mut buf);
+    }
     buf
 }
 

@@ -1,0 +1,102 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_sbx_policy_global_optspecs
+    string join \n audit-log= config= v/verbose h/help V/version
+end
+
+function __fish_sbx_policy_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_sbx_policy_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_sbx_policy_using_subcommand
+    set -l cmd (__fish_sbx_policy_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -s h -l help -d 'Print help'
+complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -s V -l version -d 'Print version'
+complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "compile" -d 'Print the sandbox configuration as JSON: one section per tool, keys = long flag names (a --config file)'
+complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "explain" -d 'Print what the sandbox allows and denies, and which rules are not enforced, as tables'
+complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "chain" -d 'Exec (or --print) the chain for a trust level around CMD'
+complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "landlock-exec" -d 'Apply a Landlock execute allowlist, then exec CMD (a step of the chain)'
+complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l settings -d 'Read FILE instead of the user, project and local settings (repeatable; later ones take precedence)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l managed -d 'The managed settings file (read when it exists; always highest)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l cwd -d 'The project directory (default: the current directory)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l home -d 'The home directory for ~/ (default: $HOME)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l search-domain -d 'A domain a WebSearch allow rule opens (repeatable; default api.anthropic.com)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l memory -d 'Memory limit of the low-trust chain (default 4G or half the RAM)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l pids -d 'Process and thread limit (default 2048)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l cpus -d 'CPU quota in CPUs (default three quarters of the machine\'s)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l tmp-size -d 'Size of /tmp, /dev/shm and $HOME (default 1G)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l timeout -d 'Wall-clock limit (default 2h)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l fsize -d 'Largest file the command may write (default 8G)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -s h -l help -d 'Print help'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l settings -d 'Read FILE instead of the user, project and local settings (repeatable; later ones take precedence)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l managed -d 'The managed settings file (read when it exists; always highest)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l cwd -d 'The project directory (default: the current directory)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l home -d 'The home directory for ~/ (default: $HOME)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l search-domain -d 'A domain a WebSearch allow rule opens (repeatable; default api.anthropic.com)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l memory -d 'Memory limit of the low-trust chain (default 4G or half the RAM)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l pids -d 'Process and thread limit (default 2048)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l cpus -d 'CPU quota in CPUs (default three quarters of the machine\'s)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l tmp-size -d 'Size of /tmp, /dev/shm and $HOME (default 1G)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l timeout -d 'Wall-clock limit (default 2h)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l fsize -d 'Largest file the command may write (default 8G)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s h -l help -d 'Print help'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l settings -d 'Read FILE instead of the user, project and local settings (repeatable; later ones take precedence)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l managed -d 'The managed settings file (read when it exists; always highest)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l cwd -d 'The project directory (default: the current directory)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l home -d 'The home directory for ~/ (default: $HOME)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l search-domain -d 'A domain a WebSearch allow rule opens (repeatable; default api.anthropic.com)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l memory -d 'Memory limit of the low-trust chain (default 4G or half the RAM)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l pids -d 'Process and thread limit (default 2048)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l cpus -d 'CPU quota in CPUs (default three quarters of the machine\'s)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l tmp-size -d 'Size of /tmp, /dev/shm and $HOME (default 1G)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l timeout -d 'Wall-clock limit (default 2h)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l fsize -d 'Largest file the command may write (default 8G)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l trust -d 'How far the command is trusted: full (path allowlist only), low (namespace chain), zero (gVisor or a microVM)' -r -f -a "full\t'Path allowlist only (sbx-path): for agents you trust'
+low\t'The Linux namespace chain'
+zero\t'A separate kernel: gVisor or a microVM'"
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l layers -d 'A --config file whose sections are passed to each layer (sbx-creds is included when it has a section)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l bin-dir -d 'Where the sbx binaries are (default: $SBX_BIN, beside sbx-policy, PATH)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l latency-sensitive -d 'With --trust zero: prefer the fastest-starting isolation (Firecracker)'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l plugin -d 'CMD is a plugin (WebAssembly/WASI tier: not built yet)'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l print -d 'Print the chain (one layer per line) instead of running it'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l cgroup -d 'Include sbx-cgroup (default: only as root)'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l no-cgroup -d 'Leave sbx-cgroup out'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l container -d 'With --trust low: one container per run (sbx-container, Docker/Podman) instead of the namespace chain'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand landlock-exec" -l allow-exec -d 'A file (or directory: everything beneath) that may be executed (repeatable)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand landlock-exec" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand landlock-exec" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand landlock-exec" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand landlock-exec" -s h -l help -d 'Print help'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain landlock-exec help" -f -a "compile" -d 'Print the sandbox configuration as JSON: one section per tool, keys = long flag names (a --config file)'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain landlock-exec help" -f -a "explain" -d 'Print what the sandbox allows and denies, and which rules are not enforced, as tables'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain landlock-exec help" -f -a "chain" -d 'Exec (or --print) the chain for a trust level around CMD'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain landlock-exec help" -f -a "landlock-exec" -d 'Apply a Landlock execute allowlist, then exec CMD (a step of the chain)'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain landlock-exec help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
