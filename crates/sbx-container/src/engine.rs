@@ -117,6 +117,7 @@ pub async fn connect(url: &str) -> Result<Engine, EngineError> {
             });
         }
     }
+    let _ = URL.set(url.to_string());
     Ok(Engine {
         docker,
         url: url.to_string(),
@@ -125,17 +126,35 @@ pub async fn connect(url: &str) -> Result<Engine, EngineError> {
     })
 }
 
-/// GET /_ping over a plain HTTP/1.0 connection: (Api-Version, engine kind).
-/// None when the engine cannot be reached that way (then the caller asks
-/// bollard, whose error says why).
-async fn ping_headers(url: &str) -> Option<(String, String)> {
+static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// A GET over a plain HTTP/1.0 connection to the engine connected last:
+/// (status, body). For the few answers whose typed form is stricter than
+/// what engines send (Podman reports a transient container state
+/// "stopped" that the typed model rejects).
+pub async fn raw_get(path: &str) -> Option<(u16, String)> {
+    let url = URL.get()?;
+    let buf = http10(
+        url,
+        &format!(
+            "GET /v{}.{}{path} HTTP/1.0\r\nHost: engine\r\n\r\n",
+            MIN_API.0, MIN_API.1
+        ),
+    )
+    .await?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+async fn http10(url: &str, req: &str) -> Option<Vec<u8>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let req = b"GET /_ping HTTP/1.0\r\nHost: engine\r\n\r\n";
     let mut buf = Vec::new();
     let io = async {
         if let Some(p) = url.strip_prefix("unix://") {
             let mut s = tokio::net::UnixStream::connect(p).await?;
-            s.write_all(req).await?;
+            s.write_all(req.as_bytes()).await?;
             s.read_to_end(&mut buf).await?;
         } else {
             let host = url
@@ -143,18 +162,26 @@ async fn ping_headers(url: &str) -> Option<(String, String)> {
                 .trim_start_matches("http://");
             let host = host.split('/').next().unwrap_or(host);
             let mut s = tokio::net::TcpStream::connect(host).await?;
-            s.write_all(req).await?;
+            s.write_all(req.as_bytes()).await?;
             s.read_to_end(&mut buf).await?;
         }
         Ok::<(), std::io::Error>(())
     };
-    tokio::time::timeout(std::time::Duration::from_secs(10), io)
+    tokio::time::timeout(std::time::Duration::from_secs(30), io)
         .await
         .ok()?
         .ok()?;
+    Some(buf)
+}
+
+/// GET /_ping over a plain HTTP/1.0 connection: (Api-Version, engine kind).
+/// None when the engine cannot be reached that way (then the caller asks
+/// bollard, whose error says why).
+async fn ping_headers(url: &str) -> Option<(String, String)> {
+    let buf = http10(url, "GET /_ping HTTP/1.0\r\nHost: engine\r\n\r\n").await?;
     let text = String::from_utf8_lossy(&buf);
     let head = text.split("\r\n\r\n").next()?;
-    if !head.starts_with("HTTP/1.") || !head.split_whitespace().nth(1).is_some_and(|c| c == "200") {
+    if !head.starts_with("HTTP/1.") || head.split_whitespace().nth(1).is_none_or(|c| c != "200") {
         return None;
     }
     let mut api = String::new();

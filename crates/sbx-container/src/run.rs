@@ -356,8 +356,36 @@ async fn pump(
     }
 }
 
+/// The container's state from a raw inspect: (running, exit code, OOM killed).
+async fn state(id: &str) -> Option<(bool, Option<i64>, bool)> {
+    let (code, body) = crate::engine::raw_get(&format!("/containers/{id}/json")).await?;
+    if code != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let st = &v["State"];
+    Some((
+        st["Running"].as_bool().unwrap_or(false),
+        st["ExitCode"].as_i64(),
+        st["OOMKilled"].as_bool().unwrap_or(false),
+    ))
+}
+
 async fn exit_code(docker: &Docker, id: &str) -> Result<(i64, bool), RunError> {
-    // Wait until it is no longer running (returns at once when it exited).
+    // The output ended: the process has exited or is about to. Quick
+    // inspects first (Podman's wait polls every 250 ms), then the engine's
+    // wait for a command that closed its output but runs on.
+    let mut delay = Duration::from_millis(2);
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(1) {
+        match state(id).await {
+            Some((false, Some(code), oom)) => return Ok((code, oom)),
+            Some(_) => {}
+            None => break,
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(100));
+    }
     let opts = qp::WaitContainerOptionsBuilder::default()
         .condition("not-running")
         .build();
@@ -367,14 +395,12 @@ async fn exit_code(docker: &Docker, id: &str) -> Result<(i64, bool), RunError> {
         Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Some(code),
         _ => None,
     };
-    let st = docker
-        .inspect_container(id, None::<qp::InspectContainerOptions>)
-        .await?;
-    let state = st.state.unwrap_or_default();
-    let oom = state.oom_killed.unwrap_or(false);
-    let code = state
-        .exit_code
-        .or(waited)
+    let (code, oom) = match state(id).await {
+        Some((_, Some(c), oom)) => (Some(c), oom),
+        _ => (None, false),
+    };
+    let code = waited
+        .or(code)
         .ok_or_else(|| RunError::NoStatus(id.to_string()))?;
     Ok((code, oom))
 }
@@ -548,10 +574,7 @@ pub async fn run(docker: &Docker, spec: &RunSpec, created: &mut Created) -> Resu
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            let st = docker
-                .inspect_container(&id, None::<qp::InspectContainerOptions>)
-                .await?;
-            let oom = st.state.and_then(|s| s.oom_killed).unwrap_or(false);
+            let oom = state(&id).await.map(|s| s.2).unwrap_or(false);
             (code.ok_or_else(|| RunError::NoStatus(id.clone()))?, oom)
         }
     } else {
