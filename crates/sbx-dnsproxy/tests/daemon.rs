@@ -564,3 +564,41 @@ fn settings_from_a_config_file() {
     let out = sbx_testutil::output(&mut c);
     assert_usage_error(&out, "bogus");
 }
+
+#[test]
+fn several_queries_on_one_tcp_connection() {
+    use std::io::{Read, Write};
+    let up = upstream!();
+    let p = Proxy::start(&up, ALLOW, identities()[0]);
+    let mut s = std::net::TcpStream::connect(p.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    // Three queries written at once (pipelined), three answers in order.
+    let mut out = Vec::new();
+    for (i, n) in ["a.allowed.test", "exact.test", "evil.test"]
+        .iter()
+        .enumerate()
+    {
+        let q = query_bytes_id(n, RecordType::A, false, 100 + i as u16);
+        out.extend_from_slice(&(q.len() as u16).to_be_bytes());
+        out.extend_from_slice(&q);
+    }
+    s.write_all(&out).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let mut len = [0u8; 2];
+        s.read_exact(&mut len).unwrap();
+        let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
+        s.read_exact(&mut buf).unwrap();
+        let m = hickory_proto::op::Message::from_vec(&buf).unwrap();
+        got.push((m.metadata.id, rcode(&m), ips(&m)));
+    }
+    assert_eq!(
+        got[0],
+        (100, ResponseCode::NoError, vec!["192.0.2.10".to_string()])
+    );
+    assert_eq!(
+        got[1],
+        (101, ResponseCode::NoError, vec!["192.0.2.20".to_string()])
+    );
+    assert_eq!(got[2], (102, ResponseCode::Refused, vec![]));
+}
