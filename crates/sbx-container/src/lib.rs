@@ -89,7 +89,10 @@ sbx-sandbox:latest unless --image names another; a missing image is an error (no
             "LIMITATIONS",
             "sbx-fs also keeps a protected name from being created when it does not exist yet (a placeholder); an \
 engine would create that mount point in the host directory, so sbx-container protects existing entries only. Hidden \
-files read as empty (/dev/null is bound over them); hidden directories are empty read-only tmpfs. The engine's default \
+files are covered by an empty host file of mode 000 (in <tmp>/sbx-container-<name>/, removed at clean-up), bound \
+read-only; hidden directories by an empty read-only tmpfs of mode 000. Without --init the command is PID 1 and, as \
+in any container, ignores forwarded signals it has no handler for (SIGKILL follows after --kill-grace). --net sbx and \
+sbx-seccomp's own profile are not implemented. The engine's default \
 seccomp profile is used (sbx-seccomp's profile is not translated). The memory limit covers the container's cgroup, \
 with swap equal to it.",
         ),

@@ -4,7 +4,8 @@
 //! The rules come from the sbx-fs library itself ([`sbx_fs::deny::defaults`],
 //! [`sbx_fs::deny::apply`], [`sbx_fs::plan::invariants`]), so both tiers hide
 //! and protect the same paths. A rule becomes, in the container:
-//! - a hidden file: the host's `/dev/null` bound read-only over it;
+//! - a hidden file: an empty host file of mode 000 bound read-only over it
+//!   (see [`crate::hide`]);
 //! - a hidden directory: an empty read-only tmpfs (mode 000) over it;
 //! - a write-protected entry (`.git/HEAD`, `.git/hooks`, `.claude`, ...): the
 //!   same host path bound again, read-only, over the writable bind.
@@ -52,7 +53,7 @@ pub enum Mount {
     },
     /// An empty read-only tmpfs (hides a directory).
     HideDir { dst: PathBuf },
-    /// `/dev/null` over a file (hides its content).
+    /// An empty mode-000 file over a file (hides its content).
     HideFile { dst: PathBuf },
 }
 
