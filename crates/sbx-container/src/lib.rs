@@ -281,3 +281,39 @@ pub fn main() -> ! {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn build_subcommand_and_run_form_parse() {
+        let b: Cli = sbx_core::cli::parse_from(
+            TOOL,
+            ["x", "build", "--tools", "/t"].map(OsString::from).to_vec(),
+        )
+        .unwrap();
+        assert!(matches!(b.sub, Some(Sub::Build(ref a)) if a.tools == std::path::Path::new("/t")));
+        let r: Cli = sbx_core::cli::parse_from(
+            TOOL,
+            ["x", "--memory", "1G", "--ro", "/a:/b", "--", "build", "--x"]
+                .map(OsString::from)
+                .to_vec(),
+        )
+        .unwrap();
+        assert!(r.sub.is_none());
+        assert_eq!(r.cmd, ["build", "--x"].map(OsString::from).to_vec());
+        let e = sbx_core::cli::parse_from::<Cli>(
+            TOOL,
+            ["x", "--memory", "1G"].map(OsString::from).to_vec(),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, 125);
+    }
+}
