@@ -110,15 +110,20 @@ pub fn get() -> Option<&'static Audit> {
 pub fn emit(event: &str, severity: Severity, fields: Value) {
     match GLOBAL.get() {
         Some(a) => a.emit(event, severity, fields),
-        None => trace_event("sbx", event, severity, &fields),
+        None => trace_event("sbx", event, severity, &fields, false),
     }
 }
 
-fn trace_event(tool: &str, event: &str, severity: Severity, fields: &Value) {
-    match severity {
-        Severity::Alert => tracing::warn!(tool, event, %fields, "ALERT"),
-        Severity::Warn => tracing::warn!(tool, event, %fields),
-        Severity::Info => tracing::info!(tool, event, %fields),
+/// Mirrors an event to the diagnostics. When a log file receives it, the
+/// copy is at info level (`-v`): a second line per event on stderr would
+/// break "bad input is one line" and cost a hot path (a DNS flood) dearly.
+/// Without a log, warnings and alerts still reach stderr.
+fn trace_event(tool: &str, event: &str, severity: Severity, fields: &Value, logged: bool) {
+    match (severity, logged) {
+        (Severity::Alert, false) => tracing::warn!(tool, event, %fields, "ALERT"),
+        (Severity::Warn, false) => tracing::warn!(tool, event, %fields),
+        (Severity::Alert, true) => tracing::info!(tool, event, %fields, "ALERT"),
+        _ => tracing::info!(tool, event, %fields),
     }
 }
 
@@ -133,7 +138,7 @@ impl Audit {
     }
 
     pub fn emit(&self, event: &str, severity: Severity, fields: Value) {
-        trace_event(self.tool, event, severity, &fields);
+        trace_event(self.tool, event, severity, &fields, self.fd.is_some());
         self.record(event, severity, fields);
     }
 
