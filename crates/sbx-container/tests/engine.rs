@@ -622,7 +622,6 @@ fn stdio_is_attached() {
 fn bad_input_is_one_line_125_and_creates_nothing() {
     let c = need_engine!();
     let id = unique("bad");
-    let before = c.pod.volume_count();
     let d = c.dir.path();
     let cases: Vec<(Vec<String>, &str)> = vec![
         (vec!["--memory".into(), "12x".into()], "--memory"),
@@ -690,7 +689,6 @@ fn bad_input_is_one_line_125_and_creates_nothing() {
     assert_usage_error(&out, "older than");
     drop(th);
     c.assert_nothing_left(&id);
-    assert_eq!(c.pod.volume_count(), before);
     assert!(
         c.events(&id)
             .iter()
@@ -762,4 +760,91 @@ fn docker_engine_when_configured() {
     assert_eq!(code(&out), 137, "{}", stderr(&out));
     assert!(stdout(&out).contains("ro"));
     let _ = Path::new("/");
+}
+
+#[test]
+fn anonymous_volumes_are_removed_with_the_container() {
+    let c = need_engine!();
+    let id = unique("vol");
+    // An image that declares a VOLUME: each container gets an anonymous one.
+    let ctx = c.dir.path().join("volctx");
+    std::fs::create_dir_all(&ctx).unwrap();
+    std::fs::write(
+        ctx.join("Containerfile"),
+        format!("FROM {}\nVOLUME /data\n", c.image),
+    )
+    .unwrap();
+    let tar = c.dir.path().join("volctx.tar");
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(&ctx)
+        .arg("-cf")
+        .arg(&tar)
+        .arg("Containerfile")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let tag = format!("sbx-voltest:{}", id.to_lowercase());
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/x-tar",
+            "--data-binary",
+        ])
+        .arg(format!("@{}", tar.display()))
+        .arg("--unix-socket")
+        .arg(&c.pod.sock)
+        .arg(format!(
+            "http://d/v1.41/build?dockerfile=Containerfile&t={tag}"
+        ))
+        .output()
+        .unwrap();
+    assert!(stdout(&out).contains("Successfully"), "{}", stdout(&out));
+    let mut child = sbx_testutil::tool("sbx-container")
+        .env("SBX_ID", &id)
+        .env("SBX_AUDIT_LOG", c.log())
+        .args([
+            "--engine",
+            &c.pod.url,
+            "--image",
+            &tag,
+            "--init",
+            "--",
+            "sh",
+            "-c",
+            "echo ready; exec sleep 60",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_ready(&mut child);
+    let cont = wait_for_container(&c.pod, &id);
+    let ins = c.pod.json(&format!(
+        "/containers/{}/json",
+        cont["Id"].as_str().unwrap()
+    ));
+    let vol = ins["Mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["Destination"] == "/data" && m["Type"] == "volume")
+        .unwrap_or_else(|| panic!("no anonymous volume on /data: {}", ins["Mounts"]))["Name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(c.pod.get(&format!("/volumes/{vol}")).0, 200);
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(sbx_core_code(child.wait().unwrap()), 143);
+    assert_eq!(
+        c.pod.get(&format!("/volumes/{vol}")).0,
+        404,
+        "anonymous volume {vol} left behind"
+    );
+    c.assert_nothing_left(&id);
+    let (code, body) = c.pod.request("DELETE", &format!("/images/{tag}"));
+    assert_eq!(code, 200, "{body}");
 }
