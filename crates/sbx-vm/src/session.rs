@@ -246,8 +246,7 @@ fn read_frame(
             }
             Wake::Vmm => {
                 // Take what the guest wrote before it went.
-                c.set_nonblocking(true).ok();
-                match c.read(&mut buf) {
+                match recv_nb(c, &mut buf) {
                     Ok(n) if n > 0 => {
                         dec.push(&buf[..n]);
                         continue;
@@ -408,7 +407,6 @@ pub fn run(mut s: Session) -> Result<Outcome, SessionError> {
     let mut copy_out: Option<CopyOut> = None;
     let mut stdout = io::stdout().lock();
     let mut stderr = io::stderr();
-    c.set_nonblocking(true).ok();
     let mut buf = vec![0u8; 65536];
     let report: Option<ExitReport> = 'outer: loop {
         let dl = deadline.unwrap_or(Instant::now() + Duration::from_secs(3600));
@@ -446,7 +444,7 @@ pub fn run(mut s: Session) -> Result<Outcome, SessionError> {
         // Read all that is there.
         let mut eof = false;
         loop {
-            match c.read(&mut buf) {
+            match recv_nb(&c, &mut buf) {
                 Ok(0) => {
                     eof = true;
                     break;
@@ -539,4 +537,22 @@ pub fn run(mut s: Session) -> Result<Outcome, SessionError> {
 
 fn wake_is_vmm(w: &Wake) -> bool {
     matches!(w, Wake::Vmm)
+}
+
+/// A non-blocking read of the control socket that leaves the socket itself
+/// blocking (the writer thread shares it: O_NONBLOCK on the shared file
+/// would make its writes fail with EAGAIN).
+fn recv_nb(c: &UnixStream, buf: &mut [u8]) -> io::Result<usize> {
+    let n = unsafe {
+        libc::recv(
+            c.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
 }

@@ -108,16 +108,37 @@ fn readonly_root_and_fresh_writable_layer() {
     assert_event(&vm.audit, "guest_command_exited", "warn", |e| {
         e["signal"] == 9
     });
-    let second = vm
+    // Also: megabytes through stdin and back through stdout, intact (the
+    // relay's back-pressure in both directions).
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let mut child = vm
         .cmd(&guest)
         .args([
             "--",
             "sh",
             "-c",
-            "test -e /written && exit 10; test -e /tmp/written && exit 11; exit 1",
+            "test -e /written && exit 10; test -e /tmp/written && exit 11; cat; exit 1",
         ])
-        .output()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let feed = big.clone();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&feed);
+    });
+    let second = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert!(
+        second.stdout == big,
+        "stdout differs from stdin ({} vs {} bytes)",
+        second.stdout.len(),
+        big.len()
+    );
     assert_eq!(code(&second), 1, "stderr: {}", stderr(&second));
     vm.assert_clean();
 }
