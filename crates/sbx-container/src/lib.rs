@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 use sbx_core::Failure;
 use sbx_core::cli::CommonArgs;
 
+pub mod creds;
 pub mod engine;
 pub mod hide;
 pub mod image;
@@ -74,7 +75,10 @@ inside the container) is not implemented yet and is refused.",
             "--secret-env NAME passes the variable NAME of sbx-container's own environment (as put there by sbx-creds \
 in a chain: sbx-creds ... -- sbx-container --secret-env DB_PASSWORD -- CMD) to the command only: the container is \
 created with a process that only waits, and CMD runs as an exec whose environment is given at exec time. The value is \
-never in the container's configuration, labels, image or a file, so `inspect` of the container does not show it.",
+never in the container's configuration, labels, image or a file, so `inspect` of the container does not show it. \
+--creds-config FILE does the same with secrets fetched by the sbx-creds library: FILE holds an \"sbx-creds\" section \
+(sbx-creds' flags as keys: vault-addr, secret, secret-all, lease, auth, ...); VAULT_TOKEN is taken out of the \
+environment at start-up, leases are renewed while the command runs and everything is revoked at the end.",
         ),
         (
             "IMAGE",
@@ -197,6 +201,10 @@ pub struct Cli {
     #[arg(long, value_name = "NAME")]
     pub secret_env: Vec<String>,
 
+    /// Fetch secrets with the sbx-creds library: FILE holds an "sbx-creds" section (sbx-creds' flags as keys); they reach the command at exec time only and are revoked at the end. VAULT_TOKEN is taken from the environment.
+    #[arg(long, value_name = "FILE")]
+    pub creds_config: Option<PathBuf>,
+
     /// A resource limit NAME=SOFT[:HARD] (repeatable), e.g. nofile=1024.
     #[arg(long, value_name = "NAME=SOFT[:HARD]")]
     pub ulimit: Vec<String>,
@@ -252,10 +260,20 @@ fn build(b: &BuildArgs) -> Result<i32, Failure> {
 fn run_cmd(cli: &Cli) -> Result<i32, Failure> {
     let url = engine::address(cli.engine.as_deref());
     engine::check_address(&url)?;
-    let spec = spec::from_cli(cli, &cli.cmd)?;
+    let mut spec = spec::from_cli(cli, &cli.cmd)?;
     if spec.net == spec::Net::Internal {
         netguard::check_possible(&url)?;
     }
+    let creds_req = match &cli.creds_config {
+        Some(p) => Some(creds::request(p)?),
+        None => None,
+    };
+    // Before any thread exists: the token leaves our environment.
+    let token = if creds_req.is_some() {
+        sbx_creds::take_env_token()
+    } else {
+        None
+    };
     let rt = runtime()?;
     rt.block_on(async {
         let eng = engine::connect(&url).await?;
@@ -264,9 +282,24 @@ fn run_cmd(cli: &Cli) -> Result<i32, Failure> {
             tracing::warn!("reaping stale containers: {e}");
         }
         image::ensure(&eng.docker, &spec.image).await?;
+        let creds = match &creds_req {
+            Some(req) => {
+                let c = creds::open(req, token).await?;
+                spec.secret_env.extend(c.env());
+                Some(c)
+            }
+            None => None,
+        };
         let mut created = run::Created::default();
         let r = run::run(&eng.docker, &spec, &mut created).await;
         run::cleanup(&eng.docker, &mut created).await;
+        for (_, v) in spec.secret_env.iter_mut() {
+            // Overwrite the copies this process made.
+            unsafe { v.as_bytes_mut().fill(0) };
+        }
+        if let Some(c) = creds {
+            c.close().await;
+        }
         Ok(r?)
     })
 }

