@@ -56,7 +56,7 @@ holds it nor the engine's socket.",
             "One container per run, named sbx-<SBX_ID>-<pid>, labelled io.sbx.id (SBX_ID), io.sbx.owner.pid, \
 io.sbx.owner.start (the owner's start time in clock ticks since boot), io.sbx.owner.boot (the boot id) and \
 io.sbx.owner.host (the machine id). After the command exits, after SIGINT, SIGTERM, SIGHUP or SIGQUIT (forwarded to the \
-container; SIGKILL after --kill-grace, default 5s), and after --timeout, the container is removed with its anonymous \
+container; SIGKILL after --kill-grace, default 5s), after --timeout, and when the sbx tool supervising sbx-container dies (SBX_SUPERVISOR), the container is removed with its anonymous \
 volumes, and the network and firewall table it created are removed too. If sbx-container itself is killed (SIGKILL), \
 the next sbx-container run against the same engine from the same machine removes every sbx-container object whose \
 owner no longer runs (the pid with that start time, in this boot): stale_container_reaped, stale_network_reaped.",

@@ -293,6 +293,38 @@ enum End {
     /// The output stream ended: the process exited.
     Done,
     Timeout,
+    /// The sbx tool supervising sbx-container (SBX_SUPERVISOR) died.
+    ParentDied,
+}
+
+/// Fires when the supervising sbx tool's process ends (its pidfd becomes
+/// readable); never when there is none.
+fn parent_thread() -> mpsc::Receiver<()> {
+    let (tx, rx) = mpsc::channel(1);
+    if let Some(fd) = sbx_core::supervise::parent_pidfd() {
+        std::thread::spawn(move || {
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            loop {
+                let n = unsafe { libc::poll(&mut p, 1, -1) };
+                if n > 0 {
+                    let _ = tx.blocking_send(());
+                    return;
+                }
+                if n < 0
+                    && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+                {
+                    return;
+                }
+            }
+        });
+    } else {
+        std::mem::forget(tx);
+    }
+    rx
 }
 
 /// Pumps stdio until the output ends, forwarding signals and honouring the
@@ -309,6 +341,7 @@ async fn pump(
 ) -> End {
     let mut sigs = signal_thread();
     let mut stdin = stdin_thread();
+    let mut parent = parent_thread();
     let mut stdin_open = true;
     let sleep = tokio::time::sleep(timeout.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(sleep);
@@ -351,6 +384,9 @@ async fn pump(
             },
             _ = &mut sleep, if timeout.is_some() => {
                 return End::Timeout;
+            },
+            Some(()) = parent.recv() => {
+                return End::ParentDied;
             },
         }
     }
@@ -561,7 +597,7 @@ pub async fn run(docker: &Docker, spec: &RunSpec, created: &mut Created) -> Resu
             }
             bollard::exec::StartExecResults::Detached => End::Done,
         };
-        if let End::Timeout = end {
+        if matches!(end, End::Timeout | End::ParentDied) {
             (0, false)
         } else {
             // The exec's own status; the container's OOM flag covers it too.
@@ -626,13 +662,25 @@ pub async fn run(docker: &Docker, spec: &RunSpec, created: &mut Created) -> Resu
             spec.kill_grace,
         )
         .await;
-        if let End::Timeout = end {
+        if matches!(end, End::Timeout | End::ParentDied) {
             (0, false)
         } else {
             exit_code(docker, &id).await?
         }
     };
 
+    if let End::ParentDied = end {
+        let opts = qp::KillContainerOptionsBuilder::default()
+            .signal("SIGKILL")
+            .build();
+        let _ = docker.kill_container(&id, Some(opts)).await;
+        emit(
+            "supervisor_died",
+            Severity::Warn,
+            json!({"container": name, "note": "the supervising sbx tool died: container killed"}),
+        );
+        return Ok(128 + libc::SIGKILL);
+    }
     if let End::Timeout = end {
         let opts = qp::KillContainerOptionsBuilder::default()
             .signal("SIGKILL")

@@ -987,3 +987,50 @@ fn sbx_creds_library_secrets_reach_the_command_only_and_are_revoked() {
     assert_event(&c.log(), "login", "info", |e| e["sbx_id"] == id.as_str());
     c.assert_nothing_left(&id);
 }
+
+#[test]
+fn death_of_the_supervising_sbx_tool_kills_and_removes_the_container() {
+    let c = need_engine!();
+    let id = unique("sup");
+    let bin = sbx_testutil::bin("sbx-container");
+    // A shell stands in for the supervising sbx tool: it names itself in
+    // SBX_SUPERVISOR and forks sbx-container.
+    let script = format!(
+        "SBX_SUPERVISOR=$$ '{}' --engine '{}' --image '{}' --init -- sh -c 'echo ready; exec sleep 120'; echo after",
+        bin.display(),
+        c.pod.url,
+        c.image
+    );
+    let mut sup = Command::new("sh")
+        .args(["-c", &script])
+        .env("SBX_ID", &id)
+        .env("SBX_AUDIT_LOG", c.log())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_ready(&mut sup);
+    wait_for_container(&c.pod, &id);
+    sup.kill().unwrap();
+    sup.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline && !c.pod.containers_of(&id).is_empty() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.assert_nothing_left(&id);
+    // The cleanup event follows the removal: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline
+        && !audit_events(&c.log())
+            .iter()
+            .any(|e| e["event"] == "container_cleanup" && e["sbx_id"] == id.as_str())
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_event(&c.log(), "supervisor_died", "warn", |e| {
+        e["sbx_id"] == id.as_str()
+    });
+    assert_event(&c.log(), "container_cleanup", "info", |e| {
+        e["sbx_id"] == id.as_str()
+    });
+}
