@@ -284,11 +284,17 @@ fn section_to_flags(
 
 /// tracing to stderr: SBX_LOG (a filter) wins, else the -v count.
 pub fn init_tracing(verbose: u8) {
+    init_tracing_quiet_level(verbose, "warn")
+}
+
+/// [`init_tracing`] with another level for no `-v` (a tool whose every
+/// refusal already has its own stderr line says "error").
+pub fn init_tracing_quiet_level(verbose: u8, quiet: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("SBX_LOG") {
         Ok(f) if !f.is_empty() => EnvFilter::new(f),
         _ => EnvFilter::new(match verbose {
-            0 => "warn",
+            0 => quiet,
             1 => "info",
             2 => "debug",
             _ => "trace",

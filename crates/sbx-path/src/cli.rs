@@ -163,7 +163,8 @@ fn parse_resolution(s: &str) -> Result<Resolution, String> {
 pub fn main() -> ! {
     sbx_core::cli::run_main(TOOL, || {
         let cli: Cli = sbx_core::cli::parse(TOOL)?;
-        init_tracing(cli.common.verbose);
+        // Every refusal has check's own line on stderr: no second one.
+        sbx_core::cli::init_tracing_quiet_level(cli.common.verbose, "error");
         sbx_core::cli::init(TOOL, &cli.common)?;
         match cli.command {
             Command::Check(a) => check(a),
@@ -282,28 +283,6 @@ fn normalise(a: NormaliseArgs) -> Result<i32, sbx_core::Failure> {
         }
     }
     Ok(code)
-}
-
-/// Diagnostics as every sbx tool has them, except that the default level is
-/// `error`: a refusal is said once, by check's own line on stderr (and in
-/// the audit log), not a second time by the audit event's trace line.
-fn init_tracing(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
-    let filter = match std::env::var("SBX_LOG") {
-        Ok(f) if !f.is_empty() => EnvFilter::new(f),
-        _ => EnvFilter::new(match verbose {
-            0 => "error",
-            1 => "info",
-            2 => "debug",
-            _ => "trace",
-        }),
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(false)
-        .try_init();
 }
 
 fn merge(into: &mut Value, from: Value) {
