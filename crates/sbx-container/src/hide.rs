@@ -10,11 +10,20 @@ fn dir_for(container_name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("sbx-container-{container_name}"))
 }
 
+/// The run's directory (created when missing).
+pub fn run_dir(container_name: &str) -> io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let d = dir_for(container_name);
+    match std::fs::DirBuilder::new().mode(0o711).create(&d) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(d),
+    }
+}
+
 /// Creates the directory and the empty file; returns both.
 pub fn create(container_name: &str) -> io::Result<(PathBuf, PathBuf)> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let d = dir_for(container_name);
-    std::fs::DirBuilder::new().mode(0o711).create(&d)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let d = run_dir(container_name)?;
     let f = d.join("hidden");
     std::fs::OpenOptions::new()
         .write(true)

@@ -27,6 +27,7 @@ pub mod mounts;
 pub mod netguard;
 pub mod owner;
 pub mod run;
+pub mod seccomp;
 pub mod spec;
 
 pub const TOOL: &str = "sbx-container";
@@ -38,7 +39,8 @@ Docker-compatible service), and removes it whatever happens. The container is ma
 root filesystem; the --ro and --rw binds only, where sbx-fs's deny list hides secrets (.env, .env.*, ~/.ssh, ...) and its \
 invariants keep .git/HEAD, .git/config, .git/hooks, .git/objects, .git/refs and .claude read-only inside writable binds; \
 a size-limited tmpfs on /tmp; memory (default 512 MiB, no swap), CPU (default 1) and process (default 512) limits; every \
-capability dropped, no-new-privileges, the engine's default seccomp profile; a non-root user (65534:65534); no network \
+capability dropped, no-new-privileges, the engine's default seccomp profile (or sbx-seccomp's default profile with \
+--seccomp sbx); a non-root user (65534:65534); no network \
 (--net none, the default) or an internal network from which the host is blocked too (--net internal). stdin, stdout and \
 stderr are attached; the exit status is the command's.",
     exit_status: "The command's exit status, unchanged; 128+N when it was killed by signal N, 137 after an OOM kill \
@@ -95,9 +97,9 @@ sbx-sandbox:latest unless --image names another; a missing image is an error (no
 engine would create that mount point in the host directory, so sbx-container protects existing entries only. Hidden \
 files are covered by an empty host file of mode 000 (in <tmp>/sbx-container-<name>/, removed at clean-up), bound \
 read-only; hidden directories by an empty read-only tmpfs of mode 000. Without --init the command is PID 1 and, as \
-in any container, ignores forwarded signals it has no handler for (SIGKILL follows after --kill-grace). --net sbx and \
-sbx-seccomp's own profile are not implemented. The engine's default \
-seccomp profile is used (sbx-seccomp's profile is not translated). The memory limit covers the container's cgroup, \
+in any container, ignores forwarded signals it has no handler for (SIGKILL follows after --kill-grace). --net sbx is not \
+implemented. With --seccomp sbx, Podman needs the \
+profile as a file on its host: it is written to <tmp>/sbx-container-<name>/seccomp.json for the run. The memory limit covers the container's cgroup, \
 with swap equal to it.",
         ),
     ],
@@ -184,6 +186,10 @@ pub struct Cli {
     /// Network: none (default) or internal (own network; the host blocked).
     #[arg(long, value_name = "MODE")]
     pub net: Option<String>,
+
+    /// Seccomp profile: engine (the engine's default, the default) or sbx (sbx-seccomp's default profile, translated).
+    #[arg(long, value_name = "PROFILE")]
+    pub seccomp: Option<String>,
 
     /// UID[:GID] inside the container (default 65534:65534; never 0).
     #[arg(long, value_name = "UID[:GID]")]
@@ -291,7 +297,7 @@ fn run_cmd(cli: &Cli) -> Result<i32, Failure> {
             None => None,
         };
         let mut created = run::Created::default();
-        let r = run::run(&eng.docker, &spec, &mut created).await;
+        let r = run::run(&eng.docker, &eng.kind, &spec, &mut created).await;
         run::cleanup(&eng.docker, &mut created).await;
         for (_, v) in spec.secret_env.iter_mut() {
             // Overwrite the copies this process made.

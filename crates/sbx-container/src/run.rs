@@ -179,6 +179,7 @@ pub fn create_body(
     network: &str,
     main_cmd: Vec<String>,
     empty: Option<&std::path::Path>,
+    seccomp: Option<&str>,
 ) -> ContainerCreateBody {
     let tmpfs = HashMap::from([(
         "/tmp".to_string(),
@@ -193,7 +194,7 @@ pub fn create_body(
         readonly_rootfs: Some(true),
         tmpfs: Some(tmpfs),
         cap_drop: Some(vec!["ALL".into()]),
-        security_opt: Some(spec.security_opt()),
+        security_opt: Some(spec.security_opt(seccomp)),
         network_mode: Some(network.to_string()),
         mounts: Some(engine_mounts(spec, empty)),
         init: Some(spec.init),
@@ -487,7 +488,12 @@ pub async fn cleanup(docker: &Docker, created: &mut Created) {
 
 /// The whole run; returns the exit status. `created` is filled as objects
 /// are made, so the caller cleans up even when this fails half-way.
-pub async fn run(docker: &Docker, spec: &RunSpec, created: &mut Created) -> Result<i32, RunError> {
+pub async fn run(
+    docker: &Docker,
+    kind: &str,
+    spec: &RunSpec,
+    created: &mut Created,
+) -> Result<i32, RunError> {
     let me = Owner::me();
     let sbx_id = sbx_core::id::get().unwrap_or("-").to_string();
     let labels = me.labels(&sbx_id);
@@ -524,7 +530,26 @@ pub async fn run(docker: &Docker, spec: &RunSpec, created: &mut Created) -> Resu
     } else {
         None
     };
-    let body = create_body(spec, labels, &network, main_cmd, empty.as_deref());
+    // Docker takes a custom profile inline; Podman a path on its host.
+    let seccomp = match &spec.seccomp_profile {
+        None => None,
+        Some(p) if kind == "podman" => {
+            let d = crate::hide::run_dir(&name)?;
+            created.hide_dir = Some(d.clone());
+            let f = d.join("seccomp.json");
+            std::fs::write(&f, p)?;
+            Some(f.to_string_lossy().into_owned())
+        }
+        Some(p) => Some(p.clone()),
+    };
+    let body = create_body(
+        spec,
+        labels,
+        &network,
+        main_cmd,
+        empty.as_deref(),
+        seccomp.as_deref(),
+    );
     let opts = qp::CreateContainerOptionsBuilder::default()
         .name(&name)
         .build();

@@ -63,6 +63,8 @@ pub struct RunSpec {
     pub init: bool,
     pub ulimits: Vec<(String, u64, u64)>,
     pub mounts: Plan,
+    /// sbx-seccomp's profile in the engine's format; None: the engine's default.
+    pub seccomp_profile: Option<String>,
 }
 
 fn bad(flag: &'static str, value: &str, why: impl Into<String>) -> SpecError {
@@ -230,6 +232,14 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
     for a in cmd {
         cmd_s.push(a.to_str().ok_or(SpecError::NotUtf8)?.to_string());
     }
+    let seccomp_profile = match cli.seccomp.as_deref() {
+        None | Some("engine") => None,
+        Some("sbx") => Some(
+            crate::seccomp::sbx_default_profile()
+                .map_err(|e| bad("seccomp", "sbx", e.to_string()))?,
+        ),
+        Some(o) => return Err(bad("seccomp", o, "expected engine or sbx")),
+    };
     let mounts = mounts::plan(&cli.ro, &cli.rw, !cli.no_default_deny)?;
     Ok(RunSpec {
         image: cli
@@ -251,17 +261,27 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
         init: cli.init,
         ulimits,
         mounts,
+        seccomp_profile,
     })
 }
 
 impl RunSpec {
-    /// The engine's default seccomp profile applies (it is never turned
-    /// off); no-new-privileges always.
-    pub fn security_opt(&self) -> Vec<String> {
-        vec!["no-new-privileges".to_string()]
+    /// no-new-privileges always; the seccomp profile is the engine's
+    /// default (never turned off) unless `seccomp` names the custom one
+    /// (inline JSON or a path, as the engine takes it).
+    pub fn security_opt(&self, seccomp: Option<&str>) -> Vec<String> {
+        let mut v = vec!["no-new-privileges".to_string()];
+        if let Some(s) = seccomp {
+            v.push(format!("seccomp={s}"));
+        }
+        v
     }
 
     pub fn seccomp_name(&self) -> &'static str {
-        "engine-default"
+        if self.seccomp_profile.is_some() {
+            "sbx-seccomp-default"
+        } else {
+            "engine-default"
+        }
     }
 }

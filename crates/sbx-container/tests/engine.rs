@@ -1034,3 +1034,26 @@ fn death_of_the_supervising_sbx_tool_kills_and_removes_the_container() {
         e["sbx_id"] == id.as_str()
     });
 }
+
+#[test]
+fn seccomp_sbx_installs_sbx_seccomps_default_profile() {
+    let c = need_engine!();
+    let id = unique("scmp");
+    // Namespaces and mounts: EPERM under sbx-seccomp's profile (Podman's
+    // own default lets an unprivileged user namespace through).
+    let script = "grep Seccomp: /proc/self/status; unshare -U true 2>/dev/null && echo USERNS; \
+                  mkdir /tmp/d && echo mkdir-ok; echo done";
+    let out = c.run(&id, &["--seccomp", "sbx"], &["sh", "-c", script]);
+    let s = ok(&out);
+    assert!(s.contains("Seccomp:\t2") && s.contains("mkdir-ok"), "{s}");
+    assert!(!s.contains("USERNS"), "{s}");
+    assert_event(&c.log(), "container_create", "info", |e| {
+        e["sbx_id"] == id.as_str() && e["seccomp"] == "sbx-seccomp-default"
+    });
+    assert_event(&c.log(), "container_cleanup", "info", |e| {
+        e["sbx_id"] == id.as_str() && e["hide_dir_removed"] == true
+    });
+    c.assert_nothing_left(&id);
+    let out = c.run(&id, &["--seccomp", "none"], &["true"]);
+    assert_usage_error(&out, "--seccomp");
+}
