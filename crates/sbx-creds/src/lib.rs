@@ -74,6 +74,29 @@ pub struct Cli {
     #[command(flatten)]
     pub common: CommonArgs,
 
+    /// Server, authentication and what to fetch (shared with sbx-vm).
+    #[command(flatten)]
+    pub args: Args,
+
+    /// Bound on each request to the server, connecting included.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub timeout: String,
+
+    /// Time between SIGTERM and SIGKILL when the TTL stops the command.
+    #[arg(long, value_name = "DURATION", default_value = "5s")]
+    pub kill_grace: String,
+
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+/// The flags that say where the secrets come from and what they are: the
+/// server, the authentication, the secrets, leases and child token, and the
+/// session TTL. sbx-creds flattens them into its [`Cli`]; sbx-vm flattens
+/// the same struct, so the flags mean the same in both tools.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
     /// Server address (http:// or https://).
     #[arg(long, value_name = "URL", env = "VAULT_ADDR")]
     pub vault_addr: Option<String>,
@@ -86,10 +109,6 @@ pub struct Cli {
     /// Vault Enterprise / OpenBao namespace.
     #[arg(long, value_name = "NS", env = "VAULT_NAMESPACE")]
     pub namespace: Option<String>,
-
-    /// Bound on each request to the server, connecting included.
-    #[arg(long, value_name = "DURATION", default_value = "10s")]
-    pub timeout: String,
 
     /// How to authenticate.
     #[arg(long, value_enum, default_value = "token")]
@@ -161,14 +180,6 @@ pub struct Cli {
     /// Do not stop the command at the TTL (credentials are still revoked).
     #[arg(long)]
     pub no_enforce_ttl: bool,
-
-    /// Time between SIGTERM and SIGKILL when the TTL stops the command.
-    #[arg(long, value_name = "DURATION", default_value = "5s")]
-    pub kill_grace: String,
-
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    pub cmd: Vec<OsString>,
 }
 
 fn duration(flag: &str, s: &str) -> Result<Duration, Failure> {
@@ -182,6 +193,26 @@ impl Cli {
 
     /// The library request these flags describe (every spec checked).
     pub fn request(&self) -> Result<Request, Failure> {
+        self.args.request_checked("timeout", &self.timeout, || {
+            duration("kill-grace", &self.kill_grace).map(|_| ())
+        })
+    }
+}
+
+impl Args {
+    /// The library request these flags describe (every spec checked);
+    /// `timeout` (given as the flag `--{timeout_flag}`) bounds each request
+    /// to the server.
+    pub fn request(&self, timeout_flag: &str, timeout: &str) -> Result<Request, Failure> {
+        self.request_checked(timeout_flag, timeout, || Ok(()))
+    }
+
+    fn request_checked(
+        &self,
+        timeout_flag: &str,
+        timeout: &str,
+        more: impl FnOnce() -> Result<(), Failure>,
+    ) -> Result<Request, Failure> {
         let ttl = duration("ttl", &self.ttl)?;
         if ttl < Duration::from_secs(1) {
             return Err(Failure::new(format!(
@@ -189,11 +220,13 @@ impl Cli {
                 self.ttl
             )));
         }
-        let timeout = duration("timeout", &self.timeout)?;
+        let timeout = duration(timeout_flag, timeout)?;
         if timeout.is_zero() {
-            return Err(Failure::new("--timeout: must be more than 0"));
+            return Err(Failure::new(format!(
+                "--{timeout_flag}: must be more than 0"
+            )));
         }
-        duration("kill-grace", &self.kill_grace)?;
+        more()?;
         let child_ttl = self
             .child_ttl
             .as_deref()

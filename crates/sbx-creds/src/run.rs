@@ -147,7 +147,7 @@ pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
     };
     session.audit_injected();
 
-    let deadline = (!cli.no_enforce_ttl).then(|| session.deadline());
+    let deadline = (!cli.args.no_enforce_ttl).then(|| session.deadline());
     let code = match sup.wait(deadline) {
         Ok(Wake::Exited(st)) => Ok(sbx_core::exit::from_status(st)),
         Ok(Wake::Deadline) => {
