@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use clap::{Parser, ValueEnum};
 use sbx_core::cli::CommonArgs;
 
+pub mod creds;
 pub mod firecracker;
 pub mod guestfiles;
 pub mod jailcg;
@@ -31,7 +32,8 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
 (the Debian cloud kernel built by scripts/build-guest) with a read-only squashfs root filesystem \
 (busybox, the sbx tools, the guest init) under an overlay whose writable layer is a size-limited tmpfs \
 that dies with the VM. The guest init runs CMD with stdin, stdout and stderr connected to sbx-vm's, passes \
-its exit status through, puts secrets (--secrets-from) into CMD's environment only, and before the VM is \
+its exit status through, puts secrets (--secrets-from, --secret-env, or fetched by sbx-vm itself from Vault/OpenBao \
+with the sbx-creds options --vault-addr, --secret, --lease, --child-token, ...) into CMD's environment only, and before the VM is \
 destroyed sends the guest's audit log to the host, where it is appended to sbx-vm's audit log (each line \
 marked \"guest\": true). Backends: QEMU (qemu-system-x86_64 -M microvm, KVM when it can boot a guest, \
 TCG otherwise) and Firecracker (driven through its API socket, under the jailer when run as root). \
@@ -39,9 +41,10 @@ One VM per run, nothing shared between runs: every VMM process, socket, jail dir
 is removed when sbx-vm exits, also after SIGTERM, a timeout or a guest panic; after SIGKILL of sbx-vm the \
 VMM dies with it (parent-death signal) and the next sbx-vm removes the stale run directory.",
     exit_status: "CMD's exit status, unchanged; 128+N when CMD was killed by signal N in the guest. \
-124 when --timeout fired (CMD and the VM were killed; the audit log was still exported when the guest \
-answered). 125 when sbx-vm itself failed: bad usage (one line on stderr, nothing created), a missing or \
-invalid kernel, initrd or root filesystem, no VMM binary, KVM unusable with --backend firecracker, --mem \
+124 when --timeout fired, or the session TTL (--ttl) of the sbx-creds options was reached (CMD and the VM were \
+killed; the audit log was still exported when the guest answered). 125 when sbx-vm itself failed: bad usage (one line on stderr, nothing created), a missing or \
+invalid kernel, initrd or root filesystem, no VMM binary, a failed login or fetch with the sbx-creds options \
+(whatever had been created on the server revoked first), KVM unusable with --backend firecracker, --mem \
 below what the guest needs, a guest that panicked or never reported back within --boot-timeout. \
 126 when CMD was found in the guest but could not be executed, 127 when it was not found there.",
     inherited_state: "CMD runs as root in the guest (uid 0 of the guest kernel, not of the host), in /work when \
@@ -95,7 +98,20 @@ sbx-vm's own environment, for sbx-creds ... -- sbx-vm --secret-env NAME -- CMD (
 around the VM); the VMM itself gets an empty environment. The values reach CMD's environment only: \
 on QEMU through fw_cfg (unloaded after reading), on Firecracker through MMDS v2 (read by the guest init with a \
 session token, after which the guest's network interface is taken down). The audit log records the names, \
-never the values. --env K=V sets plain settings.",
+never the values. --env K=V sets plain settings.\n\n\
+The sbx-creds options (--vault-addr, --ca-cert, --namespace, --auth, --token-file, --role-id-file, --secret-id-file, \
+--secret-id-wrapped, --approle-mount, --secret, --secret-all, --kv1, --lease, --child-token, --policy, --child-orphan, \
+--child-ttl, --child-num-uses, --ttl, --no-enforce-ttl; sbx-creds' own flag definitions, see sbx-creds(1)) make \
+sbx-vm fetch the secrets itself through the sbx-creds library: VAULT_TOKEN leaves sbx-vm's environment at start-up \
+and sbx-vm becomes non-dumpable; every spec is checked before anything is created; the session logs in and \
+fetches before the VM is started (a failure revokes what was created: one line, 125, no VM); its document \
+(Session::to_json, merged with --secrets-from and --secret-env; a name given twice is an error) is delivered as \
+above; leases and the login token are renewed while the VM runs; CMD and the VM are stopped at the session TTL \
+(exit 124, event ttl_expired) unless --no-enforce-ttl; and when the run ends (CMD exited, --timeout, the TTL, \
+a forwarded signal, a failure) every lease and token created for the session is revoked before sbx-vm exits. \
+After SIGKILL of sbx-vm, the TTL bounds them. --vault-timeout is sbx-creds' --timeout (each request to the \
+server). The audit events are sbx-creds' own (login, secret_injected once the guest has read the secrets, \
+renewed, revoked, revocation_failed as an alert, ttl_capped, ttl_reached, ...), never with a value or a token.",
         ),
         (
             "GUEST FILES",
@@ -226,6 +242,18 @@ pub struct Cli {
     #[arg(long, value_name = "NAME")]
     pub secret_env: Vec<String>,
 
+    /// The sbx-creds options (--vault-addr, --token-file, --secret,
+    /// --secret-all, --lease, --child-token, --ttl, ...): sbx-vm fetches
+    /// the secrets itself before boot, renews them while the VM runs and
+    /// revokes them all when it ends.
+    #[command(flatten)]
+    pub creds: sbx_creds::Args,
+
+    /// Bound on each request to the Vault/OpenBao server (sbx-creds'
+    /// --timeout; --timeout here bounds CMD).
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub vault_timeout: String,
+
     /// Copy DIR into the guest's /work before CMD starts.
     #[arg(long, value_name = "DIR")]
     pub copy_in: Option<PathBuf>,
@@ -242,7 +270,16 @@ pub struct Cli {
 pub fn main() -> ! {
     sbx_core::cli::run_main(TOOL, || {
         let cli: Cli = sbx_core::cli::parse(TOOL)?;
-        let plan = options::plan(&cli)?;
+        // With the sbx-creds options, VAULT_TOKEN leaves the environment
+        // (and /proc/PID/environ) before any thread exists, and sbx-vm
+        // becomes non-dumpable, as sbx-creds does.
+        let env_token = if creds::wanted(&cli.creds) {
+            sbx_creds::take_env_token()
+        } else {
+            None
+        };
+        let plan = options::plan(&cli, env_token)?;
+        creds::init_tracing(cli.common.verbose);
         sbx_core::cli::init(TOOL, &cli.common)?;
         run::run(plan)
     })

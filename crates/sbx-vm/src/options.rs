@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sbx_core::exit::Failure;
+use secrecy::SecretString;
+use zeroize::Zeroizing;
 
 use crate::guestfiles::{self, GuestFiles};
 use crate::kvm::{self, KvmState};
@@ -35,8 +37,10 @@ pub struct Plan {
     pub timeout: Option<Duration>,
     pub boot_timeout: Duration,
     pub env: Vec<(String, String)>,
-    /// The secrets document (JSON text), already checked.
-    pub secrets: Option<String>,
+    /// The secrets document (JSON text), already checked; with the
+    /// sbx-creds options, completed with the session's secrets by
+    /// [`crate::run::run`] after the fetch.
+    pub secrets: Option<Zeroizing<String>>,
     pub secret_names: Vec<String>,
     pub copy_in: Option<PathBuf>,
     pub copy_out: Option<PathBuf>,
@@ -47,6 +51,8 @@ pub struct Plan {
     pub jail_cgroups: Option<crate::jailcg::JailCgroups>,
     /// The VM has a network (QEMU user-mode networking inside sbx-net's namespace).
     pub net: bool,
+    /// Secrets to fetch through the sbx-creds library before boot.
+    pub creds: Option<crate::creds::CredsPlan>,
 }
 
 fn size(flag: &str, s: &str) -> Result<u64, Failure> {
@@ -93,7 +99,7 @@ fn find_firecracker(flag: Option<&Path>) -> Result<Option<PathBuf>, Failure> {
     }))
 }
 
-pub fn plan(cli: &Cli) -> Result<Plan, Failure> {
+pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure> {
     let mem = size("mem", &cli.mem)?;
     if mem < MIN_MEM {
         return Err(Failure::new(format!(
@@ -151,7 +157,18 @@ pub fn plan(cli: &Cli) -> Result<Plan, Failure> {
         env.retain(|(ek, _)| ek != k);
         env.push((k.to_string(), v.to_string()));
     }
+    if crate::creds::wanted(&cli.creds)
+        && let Some(n) = cli
+            .secret_env
+            .iter()
+            .find(|n| crate::creds::TOKEN_VARS.contains(&n.as_str()))
+    {
+        return Err(Failure::new(format!(
+            "--secret-env {n}: with the sbx-creds options sbx-vm logs in with it; it is never passed on (use --child-token {n} for a token of the command's own)"
+        )));
+    }
     let (secrets, secret_names) = collect_secrets(cli)?;
+    let creds = crate::creds::plan(&cli.creds, &cli.vault_timeout, &secret_names, env_token)?;
     if let Some(d) = &cli.copy_in
         && !d.is_dir()
     {
@@ -283,6 +300,11 @@ pub fn plan(cli: &Cli) -> Result<Plan, Failure> {
                     "--net sbx-net: only with --backend qemu (the Firecracker tap path is not implemented)",
                 ));
             }
+            if creds.is_some() && unsafe { libc::geteuid() } != 0 {
+                return Err(Failure::new(
+                    "the sbx-creds options with --backend firecracker need root (MMDS needs a tap device)",
+                ));
+            }
             (Vmm::Firecracker, bin, jailer)
         }
     };
@@ -315,6 +337,7 @@ pub fn plan(cli: &Cli) -> Result<Plan, Failure> {
         jail_gid: cli.jail_gid,
         jail_cgroups: crate::jailcg::plan(&cli.jail_cgroup)?,
         net: cli.net == Net::SbxNet,
+        creds,
     })
 }
 
@@ -354,7 +377,7 @@ pub fn read_secrets(p: &Path) -> Result<(String, Vec<String>), Failure> {
 }
 
 /// The secrets document from --secrets-from and --secret-env (later wins).
-fn collect_secrets(cli: &Cli) -> Result<(Option<String>, Vec<String>), Failure> {
+fn collect_secrets(cli: &Cli) -> Result<(Option<Zeroizing<String>>, Vec<String>), Failure> {
     let mut env = serde_json::Map::new();
     if let Some(p) = &cli.secrets_from {
         let (doc, _) = read_secrets(p)?;
@@ -384,7 +407,12 @@ fn collect_secrets(cli: &Cli) -> Result<(Option<String>, Vec<String>), Failure> 
         return Ok((None, Vec::new()));
     }
     let names = env.keys().cloned().collect();
-    Ok((Some(serde_json::json!({ "env": env }).to_string()), names))
+    Ok((
+        Some(Zeroizing::new(
+            serde_json::json!({ "env": env }).to_string(),
+        )),
+        names,
+    ))
 }
 
 /// Whether this process is in a network namespace made by sbx-net: its only

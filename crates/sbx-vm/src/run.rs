@@ -49,7 +49,39 @@ pub struct Running {
     pub cleanup: Option<Box<dyn FnOnce()>>,
 }
 
-pub fn run(plan: Plan) -> Result<i32, Failure> {
+/// One run. With the sbx-creds options: the session logs in and fetches
+/// first (before anything is created for the VM), its secrets join the
+/// document fw_cfg / MMDS deliver, its leases and tokens are renewed while
+/// the VM runs and all revoked when the run ends, however it ends.
+pub fn run(mut plan: Plan) -> Result<i32, Failure> {
+    let Some(cp) = plan.creds.take() else {
+        return run_vm(plan, None);
+    };
+    let creds = crate::creds::open(cp)?;
+    if let Some(sig) = crate::creds::pending_termination() {
+        // As sbx-creds: a terminating signal while the secrets were
+        // fetched, so no VM starts.
+        audit::emit(
+            "cancelled",
+            Severity::Warn,
+            json!({"signal": sig, "note": "a terminating signal arrived before the VM started"}),
+        );
+        creds.close();
+        return Ok(128 + sig);
+    }
+    let r = match creds.document(plan.secrets.as_deref().map(String::as_str)) {
+        Ok((doc, names)) => {
+            plan.secrets = Some(doc);
+            plan.secret_names = names;
+            run_vm(plan, Some(&creds))
+        }
+        Err(f) => Err(f),
+    };
+    creds.close();
+    r
+}
+
+fn run_vm(plan: Plan, creds: Option<&crate::creds::Creds>) -> Result<i32, Failure> {
     let (backend, accel) = match plan.vmm {
         Vmm::Qemu { kvm } => ("qemu", if kvm { "kvm" } else { "tcg" }),
         Vmm::Firecracker => ("firecracker", "kvm"),
@@ -131,7 +163,13 @@ pub fn run(plan: Plan) -> Result<i32, Failure> {
             if let Some(p) = &sf {
                 let _ = std::fs::remove_file(p);
             }
+            if let Some(c) = creds {
+                c.audit_injected();
+            }
         }),
+        ttl_deadline: creds
+            .filter(|c| c.enforce_ttl)
+            .map(|c| (c.deadline(), c.ttl())),
     });
     // Teardown: the guest powers off by itself after its Exit frame; give
     // it a moment, then kill.
@@ -171,7 +209,11 @@ pub fn run(plan: Plan) -> Result<i32, Failure> {
                        "guest_audit_lines": o.audit_lines, "boot_ms": o.boot_ms, "total_ms": total_ms,
                        "vmm_status": vmm_status.map(|s| s.to_string())}),
             );
-            if o.timed_out {
+            if o.ttl_expired {
+                eprintln!(
+                    "sbx-vm: the session TTL (--ttl) was reached: the command and the VM were killed"
+                );
+            } else if o.timed_out {
                 eprintln!("sbx-vm: --timeout fired: the command and the VM were killed");
             }
             Ok(code)

@@ -55,6 +55,8 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> SessionError {
 pub struct Outcome {
     pub report: Option<ExitReport>,
     pub timed_out: bool,
+    /// The stop was the session TTL's (with `timed_out`).
+    pub ttl_expired: bool,
     pub signalled: Option<i32>,
     pub audit_lines: usize,
     pub boot_ms: u128,
@@ -203,6 +205,9 @@ pub struct Session<'a> {
     pub timeout: Option<Duration>,
     /// Called once the guest said Ready (e.g. to delete the secrets file).
     pub on_ready: Box<dyn FnMut(&Ready) + 'a>,
+    /// The credentials' session deadline and TTL: CMD and the VM are
+    /// stopped when they outlive it (as --timeout does).
+    pub ttl_deadline: Option<(Instant, Duration)>,
 }
 
 fn accept(s: &Session, sig: &SignalFd, deadline: Instant) -> Result<UnixStream, SessionError> {
@@ -399,8 +404,13 @@ pub fn run(mut s: Session) -> Result<Outcome, SessionError> {
     });
 
     let started = Instant::now();
-    let mut deadline = s.timeout.map(|t| started + t);
+    let ttl_at = s.ttl_deadline.map(|(d, _)| d);
+    let mut deadline = match (s.timeout.map(|t| started + t), ttl_at) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     let mut timed_out = false;
+    let mut ttl_expired = false;
     let mut signalled = None;
     let mut in_grace = false;
     let mut audit_lines = 0;
@@ -431,11 +441,23 @@ pub fn run(mut s: Session) -> Result<Outcome, SessionError> {
                 }
                 timed_out = true;
                 in_grace = true;
-                audit::emit(
-                    "vm_timeout",
-                    Severity::Alert,
-                    json!({"timeout_ms": s.timeout.map(|t| t.as_millis() as u64)}),
-                );
+                if let Some((at, ttl)) = s.ttl_deadline
+                    && Instant::now() >= at
+                {
+                    // sbx-creds' event for a command that outlives the TTL.
+                    ttl_expired = true;
+                    audit::emit(
+                        "ttl_expired",
+                        Severity::Warn,
+                        json!({"ttl": ttl.as_secs(), "action": "SIGKILL to the command, then the VM is destroyed"}),
+                    );
+                } else {
+                    audit::emit(
+                        "vm_timeout",
+                        Severity::Alert,
+                        json!({"timeout_ms": s.timeout.map(|t| t.as_millis() as u64)}),
+                    );
+                }
                 let _ = tx.send(proto::encode(kind::SIGNAL, &[libc::SIGKILL as u8]));
                 deadline = Some(Instant::now() + GRACE);
                 continue;
@@ -528,6 +550,7 @@ pub fn run(mut s: Session) -> Result<Outcome, SessionError> {
     Ok(Outcome {
         report,
         timed_out,
+        ttl_expired,
         signalled,
         audit_lines,
         boot_ms,

