@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_sbx_container_global_optspecs
-    string join \n audit-log= config= v/verbose engine= image= ro= rw= no-default-deny memory= cpus= pids= tmp-size= net= user= workdir= env= secret-env= ulimit= timeout= kill-grace= init h/help V/version
+    string join \n audit-log= config= v/verbose engine= image= ro= rw= no-default-deny memory= cpus= pids= tmp-size= net= seccomp= user= workdir= env= secret-env= creds-config= ulimit= timeout= kill-grace= init h/help V/version
 end
 
 function __fish_sbx_container_needs_command
@@ -35,10 +35,12 @@ complete -c sbx-container -n "__fish_sbx_container_needs_command" -l cpus -d 'CP
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l pids -d 'Maximum number of processes and threads (default 512)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l tmp-size -d 'Size of the tmpfs on /tmp (default 64M)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l net -d 'Network: none (default) or internal (own network; the host blocked)' -r
+complete -c sbx-container -n "__fish_sbx_container_needs_command" -l seccomp -d 'Seccomp profile: engine (the engine\'s default, the default) or sbx (sbx-seccomp\'s default profile, translated)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l user -d 'UID[:GID] inside the container (default 65534:65534; never 0)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l workdir -d 'Working directory inside the container (default /)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l env -d 'Environment for the command: NAME=VALUE, or NAME to pass sbx-container\'s own (repeatable; visible in inspect)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l secret-env -d 'Pass this variable of sbx-container\'s environment as a secret: exec-time only, never in inspect (repeatable)' -r
+complete -c sbx-container -n "__fish_sbx_container_needs_command" -l creds-config -d 'Fetch secrets with the sbx-creds library: FILE holds an "sbx-creds" section (sbx-creds\' flags as keys); they reach the command at exec time only and are revoked at the end. VAULT_TOKEN is taken from the environment' -r -F
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l ulimit -d 'A resource limit NAME=SOFT[:HARD] (repeatable), e.g. nofile=1024' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l timeout -d 'Wall-clock limit (30s, 5m); then the container is killed (exit 124)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l kill-grace -d 'After a forwarded SIGINT/SIGTERM, SIGKILL the container when it is still running this long after (default 5s)' -r

@@ -3,7 +3,6 @@ complete -c sbx-creds -l config -d 'Read settings from FILE (JSON; the section n
 complete -c sbx-creds -l vault-addr -d 'Server address (http:// or https://)' -r
 complete -c sbx-creds -l ca-cert -d 'PEM file of the CA(s) to trust for an https:// server (VAULT_SKIP_VERIFY is never honoured)' -r -F
 complete -c sbx-creds -l namespace -d 'Vault Enterprise / OpenBao namespace' -r
-complete -c sbx-creds -l timeout -d 'Bound on each request to the server, connecting included' -r
 complete -c sbx-creds -l auth -d 'How to authenticate' -r -f -a "token\t'A token from --token-file or VAULT_TOKEN'
 approle\t'AppRole login with --role-id-file and --secret-id-file'"
 complete -c sbx-creds -l token-file -d 'File holding the token (--auth token); else VAULT_TOKEN' -r -F
@@ -18,6 +17,7 @@ complete -c sbx-creds -l policy -d 'A policy of the child token (repeatable)' -r
 complete -c sbx-creds -l child-ttl -d 'TTL of the child token (never more than --ttl)' -r
 complete -c sbx-creds -l child-num-uses -d 'Number of uses of the child token (0: unlimited)' -r
 complete -c sbx-creds -l ttl -d 'The session bound: every token and lease expires no later; the command is stopped when it outlives it' -r
+complete -c sbx-creds -l timeout -d 'Bound on each request to the server, connecting included' -r
 complete -c sbx-creds -l kill-grace -d 'Time between SIGTERM and SIGKILL when the TTL stops the command' -r
 complete -c sbx-creds -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-creds -l secret-id-wrapped -d 'The secret-id file holds a response-wrapping token to unwrap'
