@@ -249,6 +249,15 @@ path "auth/token/create" { capabilities = ["update"] }
     }
 }
 
+/// SIGTERMs sbx-vm if the test fails half-way (it then cleans up itself).
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0, libc::SIGTERM) };
+    }
+}
+
 /// sbx-vm with the server's address and a 0600 token file.
 fn vm_with_creds(vm: &Vm, guest: &Path, b: &Bao, token: &str) -> Command {
     use std::os::unix::fs::PermissionsExt;
@@ -559,5 +568,96 @@ fn creds_bad_input() {
             .unwrap()
             .contains("vm_started")
     );
+    vm.assert_clean();
+}
+
+/// Firecracker (real binary, jailer; the guest does not boot here): the
+/// session's secrets, merged with --secrets-from, are what MMDS holds
+/// (read back from the API); the session's child token is alive while the
+/// VM runs and revoked after SIGTERM; the jail goes.
+#[test]
+fn creds_into_firecracker_mmds() {
+    let guest = need_guest!();
+    let fc = Path::new("/opt/sbx-firecracker/bin/firecracker");
+    if !fc.exists() {
+        skip!("Firecracker not installed (scripts/setup)");
+    }
+    if !is_root() {
+        skip!("the jailer needs root");
+    }
+    let b = match bao() {
+        Ok(b) => b,
+        Err(e) => skip!("{e}"),
+    };
+    let token = b.session_token();
+    let vm = Vm::new();
+    let jail_base = vm.tmp.path().join("jail");
+    let doc = vm.tmp.path().join("s.json");
+    std::fs::write(&doc, r#"{"env":{"OTHER":"from-a-file"}}"#).unwrap();
+    let child = vm_with_creds(&vm, &guest, b, &token)
+        .args([
+            "--backend",
+            "firecracker",
+            "--no-kvm-check",
+            "--firecracker",
+        ])
+        .arg(fc)
+        .arg("--jail-base")
+        .arg(&jail_base)
+        .arg("--secrets-from")
+        .arg(&doc)
+        .args(["--secret", "S=secret/x#k", "--child-token", "CHILD"])
+        .args(["--policy", "child", "--ttl", "5m"])
+        .args(["--boot-timeout", "120s", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let ev = wait_event(&vm.audit, Duration::from_secs(60), |e| {
+        e["event"] == "vm_firecracker_started" || e["event"] == "setup_failed"
+    });
+    let Some(ev) = ev.filter(|e| e["event"] == "vm_firecracker_started") else {
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let out = child.wait_with_output().unwrap();
+        panic!("firecracker not configured: {}", stderr(&out));
+    };
+    let sock = PathBuf::from(ev["api_socket"].as_str().unwrap());
+    let guard = KillOnDrop(pid);
+    let (st, mmds) = sbx_vm::firecracker::api(&sock, "GET", "/mmds", None).unwrap();
+    assert_eq!(st, 200);
+    let mmds: Value = serde_json::from_str(&mmds).unwrap();
+    let s = &mmds["sbx"]["secrets"];
+    assert_eq!(s["env"]["S"], VALUE);
+    assert_eq!(s["env"]["OTHER"], "from-a-file");
+    assert_eq!(s["version"], 1);
+    assert!(
+        s["ttl_seconds"].as_u64().unwrap() <= 300,
+        "{}",
+        s["ttl_seconds"]
+    );
+    let child_token = s["env"]["CHILD"].as_str().unwrap().to_string();
+    assert!(
+        b.token_works(&child_token),
+        "child token not alive while the VM runs"
+    );
+    let login = assert_event(&vm.audit, "login", "info", |_| true);
+    assert_eq!(login["tool"], "sbx-vm");
+    std::mem::forget(guard);
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 143, "{}", stderr(&out));
+    // Revoked after the run; never in the audit log.
+    assert!(
+        !b.token_works(&child_token),
+        "child token alive after SIGTERM"
+    );
+    let log = std::fs::read_to_string(&vm.audit).unwrap();
+    assert!(!log.contains(VALUE) && !log.contains(&child_token));
+    assert_event(&vm.audit, "revoked", "info", |e| e["kind"] == "child_token");
+    let left: Vec<_> = std::fs::read_dir(jail_base.join("firecracker"))
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "jail left: {left:?}");
     vm.assert_clean();
 }
