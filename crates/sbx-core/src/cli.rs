@@ -289,17 +289,27 @@ pub fn init_tracing(verbose: u8) {
 
 /// [`init_tracing`] with another level for no `-v` (a tool whose every
 /// refusal already has its own stderr line says "error").
+///
+/// The HTTP, TLS and Vault client libraries never log, whatever the level:
+/// at their debug levels they print request and response bodies, which hold
+/// secrets (sbx-creds, sbx-vm, sbx-container fetch them), and at error level
+/// multi-line dumps.
 pub fn init_tracing_quiet_level(verbose: u8, quiet: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = match std::env::var("SBX_LOG") {
-        Ok(f) if !f.is_empty() => EnvFilter::new(f),
-        _ => EnvFilter::new(match verbose {
+    const SILENCED: &str =
+        "vaultrs=off,rustify=off,reqwest=off,hyper=off,hyper_util=off,rustls=off,h2=off";
+    let base = match std::env::var("SBX_LOG") {
+        Ok(f) if !f.is_empty() => f,
+        _ => match verbose {
             0 => quiet,
             1 => "info",
             2 => "debug",
             _ => "trace",
-        }),
+        }
+        .to_string(),
     };
+    let filter = EnvFilter::try_new(format!("{base},{SILENCED}"))
+        .unwrap_or_else(|_| EnvFilter::new(format!("warn,{SILENCED}")));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

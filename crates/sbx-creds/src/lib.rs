@@ -321,44 +321,12 @@ impl Args {
     }
 }
 
-/// Diagnostics as every sbx tool has them (SBX_LOG, else -v), except that
-/// the HTTP and Vault client libraries never log: at their debug levels
-/// they print request and response bodies, which hold secrets, and at
-/// their error level they print multi-line dumps. Installed before
-/// `sbx_core::cli::init`, whose own setup then leaves it in place.
-fn init_tracing(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
-    let base = match std::env::var("SBX_LOG") {
-        Ok(f) if !f.is_empty() => f,
-        _ => match verbose {
-            0 => "warn",
-            1 => "info",
-            2 => "debug",
-            _ => "trace",
-        }
-        .to_string(),
-    };
-    let filter = format!(
-        "{base},vaultrs=off,rustify=off,reqwest=off,hyper=off,hyper_util=off,rustls=off,h2=off"
-    );
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_new(&filter)
-                .unwrap_or_else(|_| EnvFilter::new("warn,vaultrs=off,rustify=off")),
-        )
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(false)
-        .try_init();
-}
-
 pub fn main() -> ! {
     sbx_core::cli::run_main(TOOL, || {
         // Before anything else (and before any thread): the token leaves
         // the environment.
         let env_token = take_env_token();
         let cli: Cli = sbx_core::cli::parse(TOOL)?;
-        init_tracing(cli.common.verbose);
         sbx_core::cli::init(TOOL, &cli.common)?;
         run::run(cli, env_token)
     })

@@ -210,37 +210,6 @@ fn zero_value(v: &mut Value) {
     }
 }
 
-/// Diagnostics as every sbx tool has them (SBX_LOG, else -v), except that
-/// the HTTP and Vault client libraries never log: at their debug levels
-/// they print request and response bodies, which hold secrets. The same
-/// filter as sbx-creds installs; set before `sbx_core::cli::init`, whose
-/// own setup then leaves it in place.
-pub fn init_tracing(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
-    let base = match std::env::var("SBX_LOG") {
-        Ok(f) if !f.is_empty() => f,
-        _ => match verbose {
-            0 => "warn",
-            1 => "info",
-            2 => "debug",
-            _ => "trace",
-        }
-        .to_string(),
-    };
-    let filter = format!(
-        "{base},vaultrs=off,rustify=off,reqwest=off,hyper=off,hyper_util=off,rustls=off,h2=off"
-    );
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_new(&filter)
-                .unwrap_or_else(|_| EnvFilter::new("warn,vaultrs=off,rustify=off")),
-        )
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(false)
-        .try_init();
-}
-
 #[cfg(test)]
 mod tests {
     #[test]

@@ -279,7 +279,6 @@ pub fn main() -> ! {
             None
         };
         let plan = options::plan(&cli, env_token)?;
-        creds::init_tracing(cli.common.verbose);
         sbx_core::cli::init(TOOL, &cli.common)?;
         run::run(plan)
     })
