@@ -148,6 +148,24 @@ pub async fn raw_get(path: &str) -> Option<(u16, String)> {
     Some((code, body.to_string()))
 }
 
+/// A POST without a body, as [`raw_get`]; for the few libpod endpoints
+/// the Docker API has no equivalent of (`/libpod/containers/ID/init`).
+pub async fn raw_post(path: &str) -> Option<(u16, String)> {
+    let url = URL.get()?;
+    let buf = http10(
+        url,
+        &format!(
+            "POST /v{}.{}{path} HTTP/1.0\r\nHost: engine\r\nContent-Length: 0\r\n\r\n",
+            MIN_API.0, MIN_API.1
+        ),
+    )
+    .await?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
 async fn http10(url: &str, req: &str) -> Option<Vec<u8>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buf = Vec::new();

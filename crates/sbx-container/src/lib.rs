@@ -9,7 +9,8 @@
 //! engine mounts with sbx-fs's deny list and invariants, [`engine`] connects
 //! and checks the API version, [`image`] builds the sandbox image,
 //! [`owner`] labels what is created and judges stale objects, [`netguard`]
-//! makes `--net internal` unable to reach the host, [`run`] ties them
+//! makes `--net internal` unable to reach the host, [`sbxnet`] joins
+//! sbx-net's namespace for `--net sbx`, [`run`] ties them
 //! together.
 
 use std::ffi::OsString;
@@ -27,6 +28,7 @@ pub mod mounts;
 pub mod netguard;
 pub mod owner;
 pub mod run;
+pub mod sbxnet;
 pub mod seccomp;
 pub mod spec;
 
@@ -41,7 +43,8 @@ invariants keep .git/HEAD, .git/config, .git/hooks, .git/objects, .git/refs and 
 a size-limited tmpfs on /tmp; memory (default 512 MiB, no swap), CPU (default 1) and process (default 512) limits; every \
 capability dropped, no-new-privileges, the engine's default seccomp profile (or sbx-seccomp's default profile with \
 --seccomp sbx); a non-root user (65534:65534); no network \
-(--net none, the default) or an internal network from which the host is blocked too (--net internal). stdin, stdout and \
+(--net none, the default), an internal network from which the host is blocked too (--net internal), or, under sbx-net, \
+sbx-net's own namespace, where its allowlisting gateway decides every connection (--net sbx). stdin, stdout and \
 stderr are attached; the exit status is the command's.",
     exit_status: "The command's exit status, unchanged; 128+N when it was killed by signal N, 137 after an OOM kill \
 (whether or not the engine sets OOMKilled). 124 when --timeout fired (the container was killed). 125 when sbx-container \
@@ -69,8 +72,16 @@ owner no longer runs (the pid with that start time, in this boot): stale_contain
 Internal (no route out); since the host stays reachable at the bridge's gateway address on an internal network, \
 sbx-container adds an nftables table (inet sbx_ctr_<name>) that drops every packet from that network's subnets in the \
 input and forward hooks, for the life of the run; packets it dropped are reported as host_access_blocked (alert). \
-This needs root and a local engine (unix socket); otherwise --net internal is refused (exit 125). --net sbx (sbx-net \
-inside the container) is not implemented yet and is refused.",
+This needs root and a local engine (unix socket); otherwise --net internal is refused (exit 125). --net sbx: run \
+under sbx-net (sbx-net --allow NAME ... -- sbx-container --net sbx ... -- CMD), the container joins the network \
+namespace sbx-container is in (the engine is given ns:/proc/<pid>/ns/net), so each of its connections and DNS queries \
+goes through sbx-net's gateway: its allowlist, DNS proxy and alerts (net_denied, dns_refused) apply as to any command \
+sbx-net runs. Refused (exit 125, nothing created) when sbx-container is not inside sbx-net's namespace (only lo, holding \
+10.254.0.1, the default route on lo), is in a PID namespace of its own, or talks to a non-local engine (not a unix \
+socket), and on Docker Engine, which can join another network namespace only as container:ID (--net sbx needs \
+Podman). Before CMD runs, the runtime container is made (Podman's init) and its waiting process checked to be in \
+that namespace (netns_joined); if it is not, the container is removed before CMD runs (netns_mismatch, alert) and \
+the run fails with 125.",
         ),
         (
             "SECRETS",
@@ -97,8 +108,9 @@ sbx-sandbox:latest unless --image names another; a missing image is an error (no
 engine would create that mount point in the host directory, so sbx-container protects existing entries only. Hidden \
 files are covered by an empty host file of mode 000 (in <tmp>/sbx-container-<name>/, removed at clean-up), bound \
 read-only; hidden directories by an empty read-only tmpfs of mode 000. Without --init the command is PID 1 and, as \
-in any container, ignores forwarded signals it has no handler for (SIGKILL follows after --kill-grace). --net sbx is not \
-implemented. With --seccomp sbx, Podman needs the \
+in any container, ignores forwarded signals it has no handler for (SIGKILL follows after --kill-grace). --net sbx works with \
+Podman only, and only when sbx-container is in the initial PID namespace (no tool that makes a PID namespace, such as \
+sbx-fs, may come before it in the chain). With --seccomp sbx, Podman needs the \
 profile as a file on its host: it is written to <tmp>/sbx-container-<name>/seccomp.json for the run. The memory limit covers the container's cgroup, \
 with swap equal to it.",
         ),
@@ -183,7 +195,7 @@ pub struct Cli {
     #[arg(long, value_name = "SIZE")]
     pub tmp_size: Option<String>,
 
-    /// Network: none (default) or internal (own network; the host blocked).
+    /// Network: none (default), internal (own network; the host blocked) or sbx (join sbx-net's namespace: run under sbx-net, Podman only).
     #[arg(long, value_name = "MODE")]
     pub net: Option<String>,
 
@@ -270,6 +282,11 @@ fn run_cmd(cli: &Cli) -> Result<i32, Failure> {
     if spec.net == spec::Net::Internal {
         netguard::check_possible(&url)?;
     }
+    let netns = if spec.net == spec::Net::Sbx {
+        Some(sbxnet::check_possible(&url)?)
+    } else {
+        None
+    };
     let creds_req = match &cli.creds_config {
         Some(p) => Some(creds::request(p)?),
         None => None,
@@ -283,6 +300,9 @@ fn run_cmd(cli: &Cli) -> Result<i32, Failure> {
     let rt = runtime()?;
     rt.block_on(async {
         let eng = engine::connect(&url).await?;
+        if netns.is_some() {
+            sbxnet::check_engine(&eng.kind)?;
+        }
         let me = owner::Owner::me();
         if let Err(e) = run::reap(&eng.docker, &me).await {
             tracing::warn!("reaping stale containers: {e}");
@@ -297,7 +317,7 @@ fn run_cmd(cli: &Cli) -> Result<i32, Failure> {
             None => None,
         };
         let mut created = run::Created::default();
-        let r = run::run(&eng.docker, &eng.kind, &spec, &mut created).await;
+        let r = run::run(&eng.docker, &eng.kind, &spec, netns.as_ref(), &mut created).await;
         run::cleanup(&eng.docker, &mut created).await;
         for (_, v) in spec.secret_env.iter_mut() {
             // Overwrite the copies this process made.

@@ -35,6 +35,8 @@ pub enum RunError {
     Engine(#[from] bollard::errors::Error),
     #[error("{0}")]
     Net(#[from] netguard::NetError),
+    #[error("{0}")]
+    SbxNet(#[from] crate::sbxnet::SbxNetError),
     #[error("hidden-file placeholder: {0}")]
     Hide(#[from] std::io::Error),
     #[error("container {0}: the engine reported no exit status")]
@@ -442,6 +444,24 @@ async fn exit_code(docker: &Docker, id: &str) -> Result<(i64, bool), RunError> {
     Ok((code, oom))
 }
 
+/// `--net sbx`: the container's process, made but not yet running CMD,
+/// must be in sbx-net's namespace (ours); otherwise it is killed.
+async fn check_netns(
+    docker: &Docker,
+    id: &str,
+    netns: Option<&crate::sbxnet::Netns>,
+) -> Result<(), RunError> {
+    let Some(n) = netns else { return Ok(()) };
+    if let Err(e) = crate::sbxnet::init_and_verify(id, n).await {
+        let opts = qp::KillContainerOptionsBuilder::default()
+            .signal("SIGKILL")
+            .build();
+        let _ = docker.kill_container(id, Some(opts)).await;
+        return Err(e.into());
+    }
+    Ok(())
+}
+
 fn one_line(e: &bollard::errors::Error) -> String {
     e.to_string().replace('\n', " ")
 }
@@ -492,6 +512,7 @@ pub async fn run(
     docker: &Docker,
     kind: &str,
     spec: &RunSpec,
+    netns: Option<&crate::sbxnet::Netns>,
     created: &mut Created,
 ) -> Result<i32, RunError> {
     let me = Owner::me();
@@ -507,6 +528,7 @@ pub async fn run(
             created.guard = Some(guard);
             net
         }
+        Net::Sbx => netns.expect("--net sbx checked").mode.clone(),
     };
 
     // Secrets never go into the container's configuration: with secrets the
@@ -569,6 +591,7 @@ pub async fn run(
             "pids": spec.pids,
             "tmp_size": spec.tmp_size,
             "net": spec.net.name(),
+            "netns": netns.map(|n| n.id.clone()),
             "user": spec.user,
             "seccomp": spec.seccomp_name(),
             "mounts": spec.mounts.mounts.len(),
@@ -581,6 +604,9 @@ pub async fn run(
     if let Some(g) = created.guard.as_mut() {
         g.attach_container(docker, &id).await?;
     }
+    // --net sbx: the runtime container is made (its process waits before
+    // CMD) and checked to be in sbx-net's namespace before anything runs.
+    check_netns(docker, &id, netns).await?;
 
     let end;
     let (code, oom) = if secrets {

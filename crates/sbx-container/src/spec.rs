@@ -17,6 +17,8 @@ pub const BASE_PATH: &str = "/sbx/bin:/bin:/usr/local/bin:/usr/bin:/usr/sbin:/sb
 pub enum Net {
     None,
     Internal,
+    /// sbx-net's namespace, the one sbx-container runs in.
+    Sbx,
 }
 
 impl Net {
@@ -24,6 +26,7 @@ impl Net {
         match self {
             Net::None => "none",
             Net::Internal => "internal",
+            Net::Sbx => "sbx",
         }
     }
 }
@@ -143,14 +146,8 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
     let net = match cli.net.as_deref() {
         None | Some("none") => Net::None,
         Some("internal") => Net::Internal,
-        Some("sbx") => {
-            return Err(bad(
-                "net",
-                "sbx",
-                "not implemented in this version: run sbx-net inside a container is not supported yet; use none or internal",
-            ));
-        }
-        Some(o) => return Err(bad("net", o, "expected none or internal")),
+        Some("sbx") => Net::Sbx,
+        Some(o) => return Err(bad("net", o, "expected none, internal or sbx")),
     };
     let timeout = match &cli.timeout {
         Some(t) => {

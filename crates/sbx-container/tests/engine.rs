@@ -633,6 +633,8 @@ fn bad_input_is_one_line_125_and_creates_nothing() {
             "does not exist",
         ),
         (vec!["--net".into(), "bridge".into()], "--net"),
+        // Not run under sbx-net.
+        (vec!["--net".into(), "sbx".into()], "not inside sbx-net"),
         (vec!["--user".into(), "0".into()], "--user"),
         (
             vec!["--image".into(), "sbx-no-such-image:1".into()],
@@ -1056,4 +1058,188 @@ fn seccomp_sbx_installs_sbx_seccomps_default_profile() {
     c.assert_nothing_left(&id);
     let out = c.run(&id, &["--seccomp", "none"], &["true"]);
     assert_usage_error(&out, "--seccomp");
+}
+
+/// `--net sbx` inside sbx-net: the container joins sbx-net's namespace, so
+/// sbx-net's gateway decides its traffic. A test world of
+/// sbx_testutil::testnet: an upstream DNS (dnsmasq) with allowed.test and
+/// denied.test, web host A (allowed.test) and web host B (denied.test).
+#[test]
+fn net_sbx_inside_sbx_net_allowlist_dns_and_alerts() {
+    use sbx_testutil::testnet::TestNet;
+    let c = need_engine!();
+    if let Some(why) = TestNet::unavailable() {
+        skip!("{why}");
+    }
+    for p in ["dnsmasq", "python3"] {
+        if !sbx_testutil::have(p) {
+            skip!("{p} not installed (scripts/setup)");
+        }
+    }
+    let mut net = TestNet::new().expect("test network");
+    let dns = net.add_host("dns").unwrap();
+    let a = net.add_host("web-a").unwrap();
+    let b = net.add_host("web-b").unwrap();
+    let www = c.dir.path().join("www");
+    for (h, body) in [("a", "hello from A\n"), ("b", "hello from B\n")] {
+        std::fs::create_dir_all(www.join(h)).unwrap();
+        std::fs::write(www.join(h).join("index.html"), body).unwrap();
+    }
+    let dns_log = c.dir.path().join("dnsmasq.log");
+    let argv = [
+        "dnsmasq".to_string(),
+        "--keep-in-foreground".into(),
+        "--conf-file=/dev/null".into(),
+        "--no-resolv".into(),
+        "--no-hosts".into(),
+        "--bind-interfaces".into(),
+        format!("--listen-address={}", dns.ip),
+        "--user=root".into(),
+        "--pid-file=".into(),
+        "--log-queries".into(),
+        format!("--log-facility={}", dns_log.display()),
+        "--cache-size=0".into(),
+        format!("--host-record=allowed.test,{}", a.ip),
+        format!("--host-record=denied.test,{}", b.ip),
+    ];
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    net.spawn(&dns, "dnsmasq", &argv).unwrap();
+    for (h, tag) in [(&a, "a"), (&b, "b")] {
+        let root = www.join(tag);
+        net.spawn(
+            h,
+            tag,
+            &[
+                "python3",
+                "-m",
+                "http.server",
+                "80",
+                "--bind",
+                "0.0.0.0",
+                "--directory",
+                root.to_str().unwrap(),
+            ],
+        )
+        .unwrap();
+        net.wait_tcp(
+            std::net::SocketAddr::new(h.ip.into(), 80),
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    }
+    net.wait_dns(dns.ip, "allowed.test", Duration::from_secs(20))
+        .unwrap();
+    // The control: B answers from the host.
+    let ctl = Command::new("curl")
+        .args(["-s", "-m", "5", &format!("http://{}/", b.ip)])
+        .output()
+        .unwrap();
+    assert!(stdout(&ctl).contains("hello from B"), "{}", stdout(&ctl));
+
+    let id = unique("sbxnet");
+    // busybox: nslookup resolves through the gateway's DNS proxy (which
+    // records the answer for the allowlist); nc then speaks HTTP to the
+    // address. A denied connection is accepted by the redirect and closed
+    // by the gateway: only the body says whether it was reached.
+    let get = |ip: &str| {
+        format!("printf 'GET / HTTP/1.0\\r\\nHost: x\\r\\n\\r\\n' | nc -w 5 {ip} 80; echo")
+    };
+    let script = format!(
+        "nslookup -type=a allowed.test 2>&1 | grep -q '{a_ip}' && echo NA=ok; {ga}; \
+         {gb}; nslookup denied.test >/dev/null 2>&1; echo ND=$?; echo done",
+        ga = get(&a.ip.to_string()),
+        a_ip = a.ip,
+        gb = get(&b.ip.to_string()),
+    );
+    let out = sbx_testutil::tool("sbx-net")
+        .env("SBX_ID", &id)
+        .arg("--audit-log")
+        .arg(c.log())
+        .arg(format!("--dns-upstream={}", dns.ip))
+        .args([
+            "--allow=allowed.test",
+            "--dns-rebind-allow=allowed.test",
+            "--",
+        ])
+        .arg(sbx_testutil::bin("sbx-container"))
+        .args([
+            "--engine", &c.pod.url, "--image", &c.image, "--net", "sbx", "--", "sh", "-c", &script,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let s = ok(&out);
+    assert!(s.contains("NA=ok"), "allowed.test resolves: {s}");
+    assert!(
+        s.contains("hello from A"),
+        "the allowed host is reachable: {s}"
+    );
+    assert!(
+        !s.contains("hello from B"),
+        "the denied address was reached: {s}"
+    );
+    assert!(s.contains("ND=1"), "denied.test is refused: {s}");
+    assert!(s.contains("done"), "{s}");
+    let log = c.log();
+    let b_ip = b.ip.to_string();
+    assert_event(&log, "net_denied", "alert", |e| {
+        e["sbx_id"] == id.as_str() && e["dst"] == b_ip.as_str() && e["port"] == 80
+    });
+    assert_event(&log, "dns_refused", "alert", |e| {
+        e["sbx_id"] == id.as_str() && e["name"] == "denied.test"
+    });
+    // The refused names never left the gateway.
+    let upstream = std::fs::read_to_string(&dns_log).unwrap_or_default();
+    assert!(upstream.contains("allowed.test"), "{upstream}");
+    assert!(!upstream.contains("denied.test"), "{upstream}");
+    assert_event(&log, "container_create", "info", |e| {
+        e["sbx_id"] == id.as_str() && e["net"] == "sbx"
+    });
+    assert_event(&log, "netns_joined", "info", |e| e["sbx_id"] == id.as_str());
+    // The namespace was checked before the command started.
+    let evs = c.events(&id);
+    let at = |n: &str| evs.iter().position(|e| e["event"] == n).unwrap();
+    assert!(at("netns_joined") < at("container_start"), "{evs:?}");
+    assert_event(&log, "container_cleanup", "info", |e| {
+        e["sbx_id"] == id.as_str() && e["container_removed"] == true
+    });
+    c.assert_nothing_left(&id);
+
+    // A Docker Engine cannot join a namespace by path: refused inside
+    // sbx-net, before anything is created (a fake engine that answers
+    // /_ping as Docker does).
+    let sock = c.dir.path().join("docker.sock");
+    let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let th = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for _ in 0..2 {
+            let Ok((mut s, _)) = l.accept() else { return };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let body = r#"{"Version":"27.0.0","ApiVersion":"1.46","MinAPIVersion":"1.24","Components":[{"Name":"Engine"}]}"#;
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nApi-Version: 1.46\r\nServer: Docker/27.0.0 (linux)\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let id2 = unique("sbxnetdock");
+    let out = sbx_testutil::tool("sbx-net")
+        .env("SBX_ID", &id2)
+        .args(["--allow=allowed.test", "--"])
+        .arg(sbx_testutil::bin("sbx-container"))
+        .args([
+            "--engine",
+            &format!("unix://{}", sock.display()),
+            "--net",
+            "sbx",
+            "--",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_usage_error(&out, "needs Podman");
+    drop(th);
 }
