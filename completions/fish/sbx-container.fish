@@ -34,7 +34,7 @@ complete -c sbx-container -n "__fish_sbx_container_needs_command" -l memory -d '
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l cpus -d 'CPU limit in CPUs (default 1)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l pids -d 'Maximum number of processes and threads (default 512)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l tmp-size -d 'Size of the tmpfs on /tmp (default 64M)' -r
-complete -c sbx-container -n "__fish_sbx_container_needs_command" -l net -d 'Network: none (default) or internal (own network; the host blocked)' -r
+complete -c sbx-container -n "__fish_sbx_container_needs_command" -l net -d 'Network: none (default), internal (own network; the host blocked) or sbx (join sbx-net\'s namespace: run under sbx-net, Podman only)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l seccomp -d 'Seccomp profile: engine (the engine\'s default, the default) or sbx (sbx-seccomp\'s default profile, translated)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l user -d 'UID[:GID] inside the container (default 65534:65534; never 0)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l workdir -d 'Working directory inside the container (default /)' -r
