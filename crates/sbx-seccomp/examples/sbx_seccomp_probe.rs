@@ -107,6 +107,7 @@ fn call(name: &str) -> Result<c_long, i32> {
             "request_key" => syscall(SYS_request_key, none, none, none, 0),
             "userfaultfd" => syscall(SYS_userfaultfd, 0xffff_ffff as c_long),
             "unshare" => syscall(SYS_unshare, 0),
+            "unshare_newuser" => syscall(SYS_unshare, CLONE_NEWUSER as c_long),
             "setns" => syscall(SYS_setns, -1, 0),
             "clone_newuser" => clone_flags(CLONE_NEWUSER as c_long),
             "clone_newns" => clone_flags(CLONE_NEWNS as c_long),
@@ -213,7 +214,16 @@ fn main() {
         std::process::exit(2);
     }
     for n in names {
-        match call(&n) {
+        // `NAME*N`: the call N times (a flood); the last answer is printed.
+        let (n, times) = match n.split_once('*') {
+            Some((a, b)) => (a.to_string(), b.parse::<u32>().expect("NAME*N")),
+            None => (n, 1),
+        };
+        let mut r = call(&n);
+        for _ in 1..times {
+            r = call(&n);
+        }
+        match r {
             Ok(v) => println!("{n} ok {v}"),
             Err(e) => println!("{n} err {e}"),
         }

@@ -16,6 +16,7 @@ use sbx_core::{Failure, Severity};
 pub mod compile;
 pub mod install;
 pub mod model;
+pub mod notify;
 pub mod policy;
 pub mod print;
 
@@ -44,7 +45,8 @@ credentials, cgroup, rlimits. The audit log fd is passed on only when CMD is ano
     extra: &[
         (
             "DEFAULT PROFILE",
-            "EPERM (calls programs probe for, so they fall back gracefully): mount, umount2, \
+            "EPERM, and with an audit log a syscall_denied alert (see OBSERVABLE DENIALS; calls \
+programs probe for, so they fall back gracefully): mount, umount2, \
 pivot_root, chroot; the new mount API fsopen, fsconfig, fsmount, fspick, move_mount, \
 open_tree, mount_setattr; unshare, setns; clone with any of CLONE_NEWNS, CLONE_NEWCGROUP, \
 CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET; keyctl, add_key, \
@@ -64,6 +66,21 @@ ABI (syscall numbers with bit 30 set).\n\n\
 Syscalls newer than seccompiler's table (numbers >= 463 on x86_64, e.g. open_tree_attr) \
 get ENOSYS. Everything else is allowed, without argument checks where possible so that \
 the kernel's constant-action cache answers it without running the filter.",
+        ),
+        (
+            "OBSERVABLE DENIALS",
+            "With an audit log (--audit-log, or the fd an outer sbx tool hands down) and no --action, \
+the default profile's EPERM denials are installed as SECCOMP_RET_USER_NOTIF and a notifier \
+process answers each with EPERM (the call is never carried out) after writing a \
+syscall_denied alert: syscall name and number, the caller's pid, the flags of clone and \
+unshare, the request of ioctl. Alerts are rate-limited (a burst of 50, then 5 per second); \
+the number suppressed is in a final syscall_denied_suppressed alert. The notifier is forked \
+before the filter is installed (it runs without it), double-forked so that it is not a \
+child of CMD, in a session of its own, not dumpable, holding only the listener and the \
+audit log; it exits when no filtered process is left. CMD never holds the listener. If CMD \
+kills the notifier, the calls still fail, with ENOSYS, and their alerts are lost. Without \
+an audit log, or with --action errno, denials are silent EPERM as plain seccomp gives. \
+--print shows these rows as notify(EPERM).",
         ),
         (
             "STRICT PROFILE",
@@ -130,8 +147,10 @@ pub struct Cli {
     #[arg(long, value_name = "SYSCALL")]
     pub allow: Vec<String>,
 
-    /// What a denied call gets: errno (EPERM), kill (SIGSYS) or log (allowed,
-    /// logged: audit mode). Default: the profile's per-call choice.
+    /// What a denied call gets: errno (silent EPERM), kill (SIGSYS) or log
+    /// (allowed, logged: audit mode). Default: the profile's per-call
+    /// choice, its EPERM denials alerted through a notifier when there is
+    /// an audit log.
     #[arg(long, value_enum, value_name = "ACTION")]
     pub action: Option<DenyAction>,
 
@@ -180,6 +199,12 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let doc = policy::build(&opts)?;
     let progs = compile::programs(&doc, opts.builtins_pristine())?;
     let profile = policy::effective_profile(&opts);
+    // Observable denials (see notify.rs): the default action, with an audit
+    // log to write the alerts to, and a filter with EPERM answers.
+    let audit_fd = sbx_core::audit::get().and_then(|a| a.raw_fd());
+    let notify_filter =
+        (opts.action.is_none() && audit_fd.is_some() && doc.contains_key(notify::NOTIFY_FILTER))
+            .then_some(notify::NOTIFY_FILTER);
 
     if cli.print {
         let header = format!(
@@ -193,7 +218,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             progs.len(),
             progs.iter().map(|(_, p)| p.len()).sum::<usize>()
         );
-        print!("{}", print::table(&doc, &header));
+        print!("{}", print::table(&doc, &header, opts.action.is_none()));
         return Ok(0);
     }
 
@@ -208,7 +233,59 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     if cli.no_tsc {
         install::no_tsc()?;
     }
-    install::filters(&progs)?;
+    let notifier = match notify_filter {
+        Some(_) => {
+            let names = doc
+                .values()
+                .flat_map(|f| f.rules.iter())
+                .filter_map(|r| Some((compile::syscall_nr(&r.syscall)?, r.syscall.clone())))
+                .collect();
+            Some(
+                notify::Notifier::spawn(names, audit_fd)
+                    .map_err(|e| Failure::new(compile::one_line(&e)))?,
+            )
+        }
+        None => None,
+    };
+    let mut notifier_pid = None;
+    match (notifier, notify_filter) {
+        (Some(n), Some(nf)) => {
+            let mut listener = None;
+            for (name, prog) in &progs {
+                let mut p = prog.clone();
+                if name == nf && notify::rewrite(&mut p) {
+                    match notify::install_with_listener(&p) {
+                        Ok(fd) => {
+                            listener = Some(fd);
+                            continue;
+                        }
+                        // A listener already in the stack (nested
+                        // sbx-seccomp): plain EPERM, silent.
+                        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                            tracing::warn!(
+                                "a seccomp listener is already installed: denials stay silent EPERM"
+                            );
+                        }
+                        Err(source) => {
+                            return Err(Failure::new(compile::one_line(
+                                &install::InstallError::Seccomp {
+                                    name: name.clone(),
+                                    source,
+                                },
+                            )));
+                        }
+                    }
+                }
+                install::filters(std::slice::from_ref(&(name.clone(), prog.clone())))?;
+            }
+            if let Some(fd) = listener {
+                notifier_pid = Some(n.pid);
+                n.pass(fd)
+                    .map_err(|e| Failure::new(compile::one_line(&e)))?;
+            }
+        }
+        _ => install::filters(&progs)?,
+    }
 
     sbx_core::audit::emit(
         "seccomp_applied",
@@ -219,6 +296,8 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             "deny": opts.deny,
             "allow": opts.allow,
             "action": opts.action,
+            "notify": notifier_pid.is_some(),
+            "notifier_pid": notifier_pid,
             "no_network": opts.no_network,
             "no_tsc": cli.no_tsc,
             "allow_ptrace": opts.allow_ptrace,

@@ -24,7 +24,10 @@ fn show_cond(c: &Cond) -> String {
 }
 
 /// Renders the document as the rows the kernel will evaluate, in order.
-pub fn table(doc: &Document, header: &str) -> String {
+/// With `notify` (no --action), the EPERM answers of the notify filter are
+/// shown as `notify(EPERM)`: EPERM plus a `syscall_denied` alert when an
+/// audit log is configured.
+pub fn table(doc: &Document, header: &str, notify: bool) -> String {
     let mut rows: Vec<[String; 5]> = Vec::new();
     let row = |f: &str, s: &str, nr: &str, w: &str, a: &str| -> [String; 5] {
         [f.into(), s.into(), nr.into(), w.into(), a.into()]
@@ -65,7 +68,15 @@ pub fn table(doc: &Document, header: &str) -> String {
                 None => "always".to_string(),
                 Some(cs) => cs.iter().map(show_cond).collect::<Vec<_>>().join(" && "),
             };
-            rows.push(row(fname, &r.syscall, &nr, &when, &f.match_action.show()));
+            let action = if notify
+                && name == crate::notify::NOTIFY_FILTER
+                && f.match_action == crate::model::Action::Errno(libc::EPERM as u32)
+            {
+                "notify(EPERM)".to_string()
+            } else {
+                f.match_action.show()
+            };
+            rows.push(row(fname, &r.syscall, &nr, &when, &action));
         }
         rows.push(row(
             fname,
@@ -113,7 +124,13 @@ pub fn table(doc: &Document, header: &str) -> String {
     }
     let _ = writeln!(
         out,
-        "# every filter runs; the most restrictive answer wins (kill > errno > log > allow)"
+        "# every filter runs; the most restrictive answer wins (kill > errno > notify > log > allow)"
     );
+    if notify && doc.contains_key(crate::notify::NOTIFY_FILTER) {
+        let _ = writeln!(
+            out,
+            "# notify(EPERM): the call fails with EPERM and, with an audit log, a notifier writes a syscall_denied alert (ENOSYS if the notifier is gone)"
+        );
+    }
     out
 }

@@ -131,7 +131,7 @@ fn print_shows_the_filter_as_a_table() {
     let s = stdout(&out);
     let row = |sys: &str| row_in(&s, sys);
     assert!(s.lines().nth(1).unwrap().starts_with("FILTER"));
-    assert!(row("mount").ends_with("errno(EPERM)"));
+    assert!(row("mount").ends_with("notify(EPERM)"));
     assert!(row("clone3").ends_with("errno(ENOSYS)"));
     assert!(row("kexec_load").ends_with("kill_process"));
     assert!(row("(x32").contains("0x40000000"));

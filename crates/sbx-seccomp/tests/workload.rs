@@ -101,8 +101,12 @@ fn realistic_workload_under_the_default_profile() {
         if who == As::User {
             sbx_testutil::chown_to_test_user(&work);
         }
+        // With an audit log: the denials go through the notifier.
+        let log = lab.path().join(sbx_testutil::unique("audit-"));
         let mut c = sbx_testutil::tool("sbx-seccomp");
-        c.args(["--", "sh", "-c", SCRIPT])
+        c.arg("--audit-log")
+            .arg(&log)
+            .args(["--", "sh", "-c", SCRIPT])
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("WORK", &work)
             .env("PORT", port.to_string());

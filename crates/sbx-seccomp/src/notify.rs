@@ -1,0 +1,415 @@
+//! Observable denials: the default profile's EPERM ("probe") denials are
+//! installed as SECCOMP_RET_USER_NOTIF, and a notifier process answers each
+//! notification with -EPERM and writes a `syscall_denied` alert.
+//!
+//! Ordering (before `execve` of CMD):
+//! 1. a SOCK_SEQPACKET socketpair is made;
+//! 2. sbx-seccomp double-forks the notifier (so it is not a child of CMD: a
+//!    shell's `wait` does not wait for it); the middle process sends the
+//!    notifier's pid and exits, sbx-seccomp reaps it;
+//! 3. the notifier (still WITHOUT any filter) starts a new session, sets
+//!    PR_SET_DUMPABLE 0, closes every fd but its socket end and the audit
+//!    log, and waits for the listener fd;
+//! 4. sbx-seccomp installs its filters; the one holding the notify returns
+//!    is installed with SECCOMP_FILTER_FLAG_NEW_LISTENER;
+//! 5. the listener fd goes to the notifier with SCM_RIGHTS; sbx-seccomp
+//!    closes its copy and its socket end, so CMD never holds the listener
+//!    (it could otherwise answer its own notifications).
+//!
+//! The notifier answers every notification with error -EPERM, never
+//! SECCOMP_USER_NOTIF_FLAG_CONTINUE, and exits when the listener reports
+//! POLLHUP (no filtered process left). If it is killed, the kernel answers
+//! the notify returns with ENOSYS: still denied, but the alert is lost.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::RawFd;
+
+use seccompiler::BpfProgram;
+
+/// SECCOMP_RET_USER_NOTIF.
+pub const RET_USER_NOTIF: u32 = 0x7fc0_0000;
+/// SECCOMP_RET_ERRNO | EPERM.
+pub const RET_EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
+const BPF_RET_K: u16 = 0x06;
+
+/// The filter whose EPERM answers become notifications.
+pub const NOTIFY_FILTER: &str = "0-default-eperm";
+
+/// Alerts written at once before the rate limit applies.
+pub const BURST: u32 = 50;
+/// Alerts per second after the burst.
+pub const PER_SECOND: u32 = 5;
+
+const SECCOMP_FILTER_FLAG_NEW_LISTENER: libc::c_ulong = 1 << 3;
+const SECCOMP_FILTER_FLAG_TSYNC_ESRCH: libc::c_ulong = 1 << 4;
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct SeccompData {
+    nr: i32,
+    arch: u32,
+    ip: u64,
+    args: [u64; 6],
+}
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct Notif {
+    id: u64,
+    pid: u32,
+    flags: u32,
+    data: SeccompData,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct NotifResp {
+    id: u64,
+    val: i64,
+    error: i32,
+    flags: u32,
+}
+
+// _IOWR('!', 0, struct seccomp_notif) and _IOWR('!', 1, struct seccomp_notif_resp).
+const IOC_NOTIF_RECV: libc::c_ulong = 0xc000_0000 | ((80 << 16) as libc::c_ulong) | 0x2100;
+const IOC_NOTIF_SEND: libc::c_ulong = 0xc000_0000 | ((24 << 16) as libc::c_ulong) | 0x2101;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NotifyError {
+    #[error("socketpair for the notifier")]
+    Socket(#[source] io::Error),
+    #[error("fork of the notifier")]
+    Fork(#[source] io::Error),
+    #[error("passing the listener fd to the notifier")]
+    Pass(#[source] io::Error),
+}
+
+/// Rewrites the EPERM returns of `prog` into USER_NOTIF; true if any.
+pub fn rewrite(prog: &mut BpfProgram) -> bool {
+    let mut any = false;
+    for i in prog.iter_mut() {
+        if i.code == BPF_RET_K && i.k == RET_EPERM {
+            i.k = RET_USER_NOTIF;
+            any = true;
+        }
+    }
+    any
+}
+
+/// Installs `prog` with a new listener; returns the listener fd.
+pub fn install_with_listener(prog: &BpfProgram) -> io::Result<RawFd> {
+    #[repr(C)]
+    struct SockFprog {
+        len: libc::c_ushort,
+        filter: *const seccompiler::sock_filter,
+    }
+    let fprog = SockFprog {
+        len: prog.len() as libc::c_ushort,
+        filter: prog.as_ptr(),
+    };
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_TSYNC
+                | SECCOMP_FILTER_FLAG_TSYNC_ESRCH
+                | SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &fprog as *const SockFprog,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc as RawFd)
+}
+
+/// The notifier, forked and waiting for its listener fd.
+pub struct Notifier {
+    sock: RawFd,
+    pub pid: i32,
+}
+
+impl Notifier {
+    /// Double-forks the notifier. `names` maps syscall numbers to names for
+    /// the alerts; `audit_fd` is the only other fd it keeps.
+    pub fn spawn(
+        names: BTreeMap<u32, String>,
+        audit_fd: Option<RawFd>,
+    ) -> Result<Self, NotifyError> {
+        let mut sv = [0; 2];
+        if unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                sv.as_mut_ptr(),
+            )
+        } != 0
+        {
+            return Err(NotifyError::Socket(io::Error::last_os_error()));
+        }
+        let (ours, theirs) = (sv[0], sv[1]);
+        let mid = unsafe { libc::fork() };
+        if mid < 0 {
+            return Err(NotifyError::Fork(io::Error::last_os_error()));
+        }
+        if mid == 0 {
+            // The middle process: fork the notifier, report its pid, exit.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                notifier_main(theirs, ours, audit_fd, names);
+            }
+            let b = pid.to_ne_bytes();
+            unsafe {
+                libc::write(theirs, b.as_ptr().cast(), b.len());
+                libc::_exit(0);
+            }
+        }
+        unsafe {
+            libc::close(theirs);
+            libc::waitpid(mid, std::ptr::null_mut(), 0);
+        }
+        let mut b = [0u8; 4];
+        let n = unsafe { libc::read(ours, b.as_mut_ptr().cast(), b.len()) };
+        let pid = i32::from_ne_bytes(b);
+        if n != 4 || pid <= 0 {
+            unsafe { libc::close(ours) };
+            return Err(NotifyError::Fork(io::Error::other(
+                "the notifier did not start",
+            )));
+        }
+        Ok(Notifier { sock: ours, pid })
+    }
+
+    /// Hands `listener` to the notifier and closes it and the socket here.
+    pub fn pass(mut self, listener: RawFd) -> Result<(), NotifyError> {
+        let r = send_fd(self.sock, listener);
+        unsafe {
+            libc::close(listener);
+            libc::close(self.sock);
+        }
+        self.sock = -1;
+        r.map_err(NotifyError::Pass)
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        // Without a listener (pass not called) the notifier sees EOF and exits.
+        if self.sock >= 0 {
+            unsafe { libc::close(self.sock) };
+        }
+    }
+}
+
+fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut cbuf = vec![0u8; space];
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+        if libc::sendmsg(sock, &msg, 0) != 1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn recv_fd(sock: RawFd) -> Option<RawFd> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut cbuf = vec![0u8; space];
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    loop {
+        let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if n <= 0 {
+            return None;
+        }
+        break;
+    }
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if c.is_null() || (*c).cmsg_type != libc::SCM_RIGHTS {
+            return None;
+        }
+        Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>()))
+    }
+}
+
+/// Token bucket: `BURST` alerts, then `PER_SECOND`.
+pub struct RateLimit {
+    tokens: f64,
+    last: std::time::Instant,
+    pub suppressed: u64,
+}
+
+impl Default for RateLimit {
+    fn default() -> Self {
+        RateLimit {
+            tokens: BURST as f64,
+            last: std::time::Instant::now(),
+            suppressed: 0,
+        }
+    }
+}
+
+impl RateLimit {
+    pub fn allow(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        let dt = now.duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + dt * PER_SECOND as f64).min(BURST as f64);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            self.suppressed += 1;
+            false
+        }
+    }
+}
+
+/// The first argument worth logging, by syscall.
+fn detail(name: &str, args: &[u64; 6]) -> serde_json::Value {
+    match name {
+        "clone" | "unshare" => serde_json::json!({ "flags": format!("{:#x}", args[0]) }),
+        "setns" => serde_json::json!({ "nstype": format!("{:#x}", args[1]) }),
+        "ioctl" => serde_json::json!({ "request": format!("{:#x}", args[1] as u32) }),
+        "personality" => serde_json::json!({ "persona": format!("{:#x}", args[0] as u32) }),
+        "ptrace" => serde_json::json!({ "request": args[0], "target": args[1] }),
+        "bpf" | "keyctl" => serde_json::json!({ "cmd": args[0] }),
+        _ => serde_json::json!({ "arg0": format!("{:#x}", args[0]) }),
+    }
+}
+
+fn notifier_main(
+    sock: RawFd,
+    other: RawFd,
+    audit_fd: Option<RawFd>,
+    names: BTreeMap<u32, String>,
+) -> ! {
+    unsafe {
+        libc::close(other);
+        libc::setsid();
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        libc::prctl(libc::PR_SET_NAME, c"sbx-seccomp-ntf".as_ptr(), 0, 0, 0);
+        // Nothing of CMD's: stdio to /dev/null (a reader of CMD's pipes must
+        // see EOF when CMD exits), every other fd closed.
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+    }
+    let keep: Vec<RawFd> = [Some(sock), audit_fd].into_iter().flatten().collect();
+    for fd in sbx_core::fds::open_fds() {
+        if fd > 2 && !keep.contains(&fd) {
+            unsafe { libc::close(fd) };
+        }
+    }
+    let Some(listener) = recv_fd(sock) else {
+        unsafe { libc::_exit(0) }
+    };
+    unsafe { libc::close(sock) };
+    serve(listener, &names);
+    unsafe { libc::_exit(0) }
+}
+
+fn record(event: &str, fields: serde_json::Value) {
+    if let Some(a) = sbx_core::audit::get() {
+        a.record(event, sbx_core::Severity::Alert, fields);
+    }
+}
+
+fn serve(listener: RawFd, names: &BTreeMap<u32, String>) {
+    let mut limit = RateLimit::default();
+    let mut total: u64 = 0;
+    loop {
+        let mut p = libc::pollfd {
+            fd: listener,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let r = unsafe { libc::poll(&mut p, 1, -1) };
+        if r < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            break;
+        }
+        if p.revents & libc::POLLIN != 0 {
+            let mut n = Notif::default();
+            if unsafe { libc::ioctl(listener, IOC_NOTIF_RECV as _, &mut n as *mut Notif) } != 0 {
+                // ENOENT: the caller was interrupted; EINTR: retry.
+                continue;
+            }
+            total += 1;
+            if limit.allow() {
+                let nr = n.data.nr as u32;
+                let name = names.get(&nr).cloned().unwrap_or_else(|| nr.to_string());
+                record(
+                    "syscall_denied",
+                    serde_json::json!({
+                        "syscall": name,
+                        "nr": nr,
+                        "caller_pid": n.pid,
+                        "errno": "EPERM",
+                        "args": detail(&name, &n.data.args),
+                    }),
+                );
+            }
+            // The alert is written before the caller sees EPERM.
+            let resp = NotifResp {
+                id: n.id,
+                val: 0,
+                error: -libc::EPERM,
+                flags: 0,
+            };
+            unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
+            continue;
+        }
+        if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            break;
+        }
+    }
+    if limit.suppressed > 0 {
+        record(
+            "syscall_denied_suppressed",
+            serde_json::json!({
+                "suppressed": limit.suppressed,
+                "denied": total,
+                "burst": BURST,
+                "per_second": PER_SECOND,
+            }),
+        );
+    }
+}
