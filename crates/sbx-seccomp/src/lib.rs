@@ -70,7 +70,8 @@ the kernel's constant-action cache answers it without running the filter.",
         (
             "OBSERVABLE DENIALS",
             "With an audit log (--audit-log, or the fd an outer sbx tool hands down) and no --action, \
-the default profile's EPERM denials are installed as SECCOMP_RET_USER_NOTIF and a notifier \
+the default profile's EPERM denials (and --deny's, unless a --deny name is also answered by \
+another filter, like clone3) are installed as SECCOMP_RET_USER_NOTIF and a notifier \
 process answers each with EPERM (the call is never carried out) after writing a \
 syscall_denied alert: syscall name and number, the caller's pid, the flags of clone and \
 unshare, the request of ioctl. Alerts are rate-limited (a burst of 50, then 5 per second); \
@@ -233,6 +234,10 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     if cli.no_tsc {
         install::no_tsc()?;
     }
+    let progs = match notify_filter {
+        Some(nf) => notify::merge_deny(&doc, nf, progs)?,
+        None => progs,
+    };
     let notifier = match notify_filter {
         Some(_) => {
             let names = doc

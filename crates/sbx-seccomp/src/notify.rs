@@ -85,6 +85,69 @@ pub enum NotifyError {
     Pass(#[source] io::Error),
 }
 
+/// `--deny` with the default action: its rules join the notify filter (a
+/// second filter cannot have a listener of its own, and its EPERM would
+/// outrank the notification), so that they are alerted too. Not when a
+/// `--deny` name is answered by another ERRNO filter (e.g. clone3's
+/// ENOSYS), where the merge would change the answer: `3-deny` then stays
+/// a silent EPERM filter.
+pub fn merge_deny(
+    doc: &crate::model::Document,
+    nf: &str,
+    mut progs: Vec<(String, BpfProgram)>,
+) -> Result<Vec<(String, BpfProgram)>, crate::compile::CompileError> {
+    if !deny_mergeable(doc, nf) {
+        return Ok(progs);
+    }
+    let (Some(deny), Some(target)) = (doc.get(DENY_FILTER), doc.get(nf)) else {
+        return Ok(progs);
+    };
+    let mut merged = target.clone();
+    merged
+        .rules
+        .retain(|r| !deny.rules.iter().any(|d| d.syscall == r.syscall));
+    merged.rules.extend(deny.rules.iter().cloned());
+    let mut bpf = crate::compile::filter_bpf(nf, &merged)?;
+    if bpf.len() + crate::compile::prelude().len() > 4096 {
+        return Ok(progs);
+    }
+    let Some(i) = progs.iter().position(|(n, _)| n == nf) else {
+        return Ok(progs);
+    };
+    if i == 0 {
+        let mut p = crate::compile::prelude();
+        p.append(&mut bpf);
+        bpf = p;
+    }
+    progs[i].1 = bpf;
+    progs.retain(|(n, _)| n != DENY_FILTER);
+    Ok(progs)
+}
+
+/// Whether `--deny`'s filter joins the notify filter `nf` (see
+/// [`merge_deny`]).
+pub fn deny_mergeable(doc: &crate::model::Document, nf: &str) -> bool {
+    use crate::model::Action;
+    let eperm = Action::Errno(libc::EPERM as u32);
+    let (Some(deny), Some(target)) = (doc.get(DENY_FILTER), doc.get(nf)) else {
+        return false;
+    };
+    if deny.match_action != eperm || target.match_action != eperm {
+        return false;
+    }
+    !doc.iter().any(|(name, f)| {
+        name != DENY_FILTER
+            && name != nf
+            && f.is_denylist()
+            && f.rules
+                .iter()
+                .any(|r| deny.rules.iter().any(|d| d.syscall == r.syscall))
+    })
+}
+
+/// The filter `--deny` makes.
+pub const DENY_FILTER: &str = "3-deny";
+
 /// Rewrites the EPERM returns of `prog` into USER_NOTIF; true if any.
 pub fn rewrite(prog: &mut BpfProgram) -> bool {
     let mut any = false;

@@ -69,7 +69,9 @@ pub fn table(doc: &Document, header: &str, notify: bool) -> String {
                 Some(cs) => cs.iter().map(show_cond).collect::<Vec<_>>().join(" && "),
             };
             let action = if notify
-                && name == crate::notify::NOTIFY_FILTER
+                && (name == crate::notify::NOTIFY_FILTER
+                    || (name == crate::notify::DENY_FILTER
+                        && crate::notify::deny_mergeable(doc, crate::notify::NOTIFY_FILTER)))
                 && f.match_action == crate::model::Action::Errno(libc::EPERM as u32)
             {
                 "notify(EPERM)".to_string()

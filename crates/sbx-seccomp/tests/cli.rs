@@ -149,7 +149,7 @@ fn print_shows_the_filter_as_a_table() {
     assert_eq!(code(&out), 0);
     let s = stdout(&out);
     assert!(s.contains("not AF_UNIX"), "{s}");
-    assert!(row_in(&s, "getppid").ends_with("errno(EPERM)"), "{s}");
+    assert!(row_in(&s, "getppid").ends_with("notify(EPERM)"), "{s}");
     let out = run(&["--print", "--profile", "none"]);
     assert!(stdout(&out).contains("no filter"));
     let out = run(&["--print", "--profile", "strict"]);

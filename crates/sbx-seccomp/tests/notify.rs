@@ -103,6 +103,32 @@ fn without_an_audit_log_or_with_action_errno_denials_stay_plain_eperm() {
 }
 
 #[test]
+fn deny_with_the_default_action_is_alerted_too() {
+    let lab = Lab::new();
+    for who in identities() {
+        let log = log_in(&lab);
+        let args = ["--deny", "getppid", "--audit-log", log.to_str().unwrap()];
+        let (out, r) = probes(&lab, who, &args, &["getppid", "getpid", "mount"]);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert_eq!(r["getppid"], EPERM);
+        assert_eq!(r["mount"], EPERM);
+        assert!(r["getpid"].starts_with("ok "), "{r:?}");
+        assert_event(&log, "syscall_denied", "alert", |e| {
+            e["syscall"] == "getppid"
+        });
+        assert_event(&log, "syscall_denied", "alert", |e| e["syscall"] == "mount");
+        // --deny clone3: the profile's ENOSYS filter also answers it; the
+        // --deny filter stays separate and silent, the answer EPERM.
+        let log = log_in(&lab);
+        let args = ["--deny", "clone3", "--audit-log", log.to_str().unwrap()];
+        let (_, r) = probes(&lab, who, &args, &["clone3", "mount"]);
+        assert_eq!(r["clone3"], EPERM, "{r:?}");
+        assert_eq!(r["mount"], EPERM);
+        assert_event(&log, "syscall_denied", "alert", |e| e["syscall"] == "mount");
+    }
+}
+
+#[test]
 fn a_shell_waiting_after_a_denied_call_returns() {
     let lab = Lab::new();
     let probe = lab.probe();
