@@ -199,7 +199,7 @@ impl Placeholders {
                 unsafe { libc::flock(l.as_raw_fd(), libc::LOCK_UN) };
             }
         }
-        let left = remove_all(&self.list);
+        let left = remove_all(&self.list, std::time::Duration::ZERO);
         self.list.clear();
         if let Some(w) = self.reaper_pipe.take() {
             unsafe { libc::write(w.as_raw_fd(), b"d".as_ptr().cast(), 1) };
@@ -211,7 +211,13 @@ impl Placeholders {
 /// Removes each placeholder that is still the inode created, still
 /// marked, and that no other sandbox holds (deepest first). Returns those
 /// that could not be removed (in use elsewhere is not a failure).
-fn remove_all(list: &[Placeholder]) -> Vec<PathBuf> {
+/// `settle`: how long a placeholder whose lock is still shared may take to
+/// be released. The reaper runs right after sbx-fs was killed, while the
+/// sandbox's own processes (which hold the shared lock too) are still
+/// dying: it waits for them, boundedly, rather than taking them for another
+/// live sandbox. sbx-fs's own clean-up runs after the sandbox ended: zero.
+fn remove_all(list: &[Placeholder], settle: std::time::Duration) -> Vec<PathBuf> {
+    let deadline = std::time::Instant::now() + settle;
     let mut left = Vec::new();
     for p in list.iter().rev() {
         let fd = p.parent.as_raw_fd();
@@ -220,8 +226,15 @@ fn remove_all(list: &[Placeholder]) -> Vec<PathBuf> {
             Ok(st) if st.st_dev == p.dev && st.st_ino == p.ino => {
                 // Still used by another sandbox: it removes it.
                 let free = match open_real(fd, &p.name, p.dir) {
-                    Ok(f) => unsafe {
-                        libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0
+                    Ok(f) => loop {
+                        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0
+                        {
+                            break true;
+                        }
+                        if std::time::Instant::now() >= deadline {
+                            break false;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(10));
                     },
                     Err(_) => true,
                 };
@@ -318,6 +331,9 @@ impl Drop for DirLock {
     }
 }
 
+/// How long the reaper waits for a dying sandbox to release the shared lock.
+const REAPER_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The reaper: detached from the terminal, holding only what it needs,
 /// it waits for sbx-fs (pid `owner`) to exit and removes what is left.
 fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder]) -> ! {
@@ -341,12 +357,12 @@ fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder]) -> ! {
     keep.push(done.as_raw_fd());
     close_others(&keep);
     let Ok(pidfd) = sys::pidfd_open(owner) else {
-        remove_all(list);
+        remove_all(list, REAPER_SETTLE);
         unsafe { libc::_exit(0) }
     };
     if unsafe { libc::getppid() } != owner {
         // sbx-fs died before the watch began.
-        remove_all(list);
+        remove_all(list, REAPER_SETTLE);
         unsafe { libc::_exit(0) }
     }
     loop {
@@ -364,7 +380,7 @@ fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder]) -> ! {
     unsafe { libc::fcntl(done.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
     let n = unsafe { libc::read(done.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
     if !(n == 1 && b[0] == b'd') {
-        remove_all(list);
+        remove_all(list, REAPER_SETTLE);
     }
     unsafe { libc::_exit(0) }
 }
