@@ -6,7 +6,7 @@ none\t'No built-in filter'"
 complete -c sbx-seccomp -l policy -d 'A policy in seccompiler\'s JSON format; its filters are installed after the profile\'s (an explicit --profile stays, otherwise none is used)' -r -F
 complete -c sbx-seccomp -l deny -d 'Deny SYSCALL too (EPERM, or per --action). Repeatable' -r
 complete -c sbx-seccomp -l allow -d 'Allow SYSCALL although the profile denies it. Repeatable' -r
-complete -c sbx-seccomp -l action -d 'What a denied call gets: errno (EPERM), kill (SIGSYS) or log (allowed, logged: audit mode). Default: the profile\'s per-call choice' -r -f -a "errno\t'Fail with EPERM'
+complete -c sbx-seccomp -l action -d 'What a denied call gets: errno (silent EPERM), kill (SIGSYS) or log (allowed, logged: audit mode). Default: the profile\'s per-call choice, its EPERM denials alerted through a notifier when there is an audit log' -r -f -a "errno\t'Fail with EPERM'
 kill\t'Kill the process (SIGSYS; the kernel logs it)'
 log\t'Allow but log (audit mode)'"
 complete -c sbx-seccomp -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
