@@ -387,6 +387,12 @@ fn agent_work_and_attacks_through_the_whole_chain() {
         assert_event(&p.log, "net_denied", "alert", |e| {
             e.to_string().contains(&net.b.ip.to_string())
         });
+        // Syscalls the seccomp profile refuses are seen by its notifier.
+        for syscall in ["mount", "unshare", "ioctl"] {
+            assert_event(&p.log, "syscall_denied", "alert", |e| {
+                e["syscall"] == syscall
+            });
+        }
         if who == As::Root {
             let s = assert_event(&p.log, "cgroup_summary", "alert", |_| true);
             assert!(s.to_string().contains("pids"), "{s}");
