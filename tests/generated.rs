@@ -11,7 +11,10 @@ fn man_and_completions_are_fresh() {
             _ => stale.push(rel.display().to_string()),
         }
     }
-    assert!(stale.is_empty(), "stale generated files (run `cargo xtask gen`): {stale:?}");
+    assert!(
+        stale.is_empty(),
+        "stale generated files (run `cargo xtask gen`): {stale:?}"
+    );
 }
 
 #[test]
@@ -20,7 +23,11 @@ fn every_man_page_has_exit_status_and_inherited_state() {
         if rel.starts_with("man") {
             let text = String::from_utf8(data).unwrap();
             assert!(text.contains(".SH \"EXIT STATUS\""), "{}", rel.display());
-            assert!(text.contains(".SH \"INHERITED STATE\""), "{}", rel.display());
+            assert!(
+                text.contains(".SH \"INHERITED STATE\""),
+                "{}",
+                rel.display()
+            );
         }
     }
 }

@@ -38,7 +38,11 @@ network_config_dir = "NETDIR"
 "#;
 
 fn flock(path: &Path) -> std::fs::File {
-    let f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
     use std::os::fd::AsRawFd;
     assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
     f
@@ -52,8 +56,15 @@ impl Podman {
             return None;
         }
         let root = shared_root();
-        let dir = tempfile::Builder::new().prefix("sbx-podman-").tempdir().unwrap();
-        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("sbx-podman-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         let netdir = root.join("net");
         std::fs::create_dir_all(&netdir).unwrap();
         let conf = dir.path().join("containers.conf");
@@ -85,7 +96,12 @@ impl Podman {
             });
         }
         let child = cmd.spawn().ok()?;
-        let p = Podman { child, dir, sock, url };
+        let p = Podman {
+            child,
+            dir,
+            sock,
+            url,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if p.sock.exists() && p.get("/_ping").0 == 200 {
@@ -157,8 +173,16 @@ impl Podman {
             .arg(&tools)
             .output()
             .unwrap();
-        assert!(out.status.success(), "image build failed: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().to_string()
+        assert!(
+            out.status.success(),
+            "image build failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
     }
 }
 
@@ -188,7 +212,10 @@ fn urlenc(s: &str) -> String {
 
 /// The workspace root (crates/sbx-testutil/../..).
 pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// A directory with the static sbx tools for the image: SBX_STATIC_TOOLS,
@@ -204,7 +231,11 @@ pub fn static_tools() -> PathBuf {
     let ppid = unsafe { libc::getppid() };
     let start = std::fs::read_to_string(format!("/proc/{ppid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit(')').next().map(|r| r.split_whitespace().nth(19).unwrap_or("0").to_string()))
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|r| r.split_whitespace().nth(19).unwrap_or("0").to_string())
+        })
         .unwrap_or_default();
     let out = shared_root().join("tools");
     let stamp = out.join(format!(".run-{ppid}-{start}"));

@@ -130,7 +130,10 @@ pub fn run_as(cmd: &mut Command, who: As) {
 
 /// A temp dir the test user can use too.
 pub fn shared_tempdir() -> tempfile::TempDir {
-    let d = tempfile::Builder::new().prefix("sbx-test-").tempdir().unwrap();
+    let d = tempfile::Builder::new()
+        .prefix("sbx-test-")
+        .tempdir()
+        .unwrap();
     chown_to_test_user(d.path());
     d
 }
@@ -168,7 +171,11 @@ pub fn stderr(out: &Output) -> String {
 pub fn assert_usage_error(out: &Output, needle: &str) {
     let err = stderr(out);
     assert_eq!(code(out), 125, "want exit 125, stderr: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "want one line, got: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "want one line, got: {err}"
+    );
     assert!(err.contains(needle), "stderr {err:?} lacks {needle:?}");
 }
 
@@ -182,7 +189,12 @@ pub fn audit_events(path: &Path) -> Vec<Value> {
 
 /// Asserts an event named `event` with `severity` exists for which `pred`
 /// holds; returns it.
-pub fn assert_event(path: &Path, event: &str, severity: &str, pred: impl Fn(&Value) -> bool) -> Value {
+pub fn assert_event(
+    path: &Path,
+    event: &str,
+    severity: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
     let evs = audit_events(path);
     for e in &evs {
         for k in ["ts", "sbx_id", "tool", "pid", "event", "severity"] {
@@ -196,7 +208,10 @@ pub fn assert_event(path: &Path, event: &str, severity: &str, pred: impl Fn(&Val
             panic!(
                 "no {severity} event {event:?} matching in {}:\n{}",
                 path.display(),
-                evs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")
+                evs.iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n")
             )
         })
 }
@@ -212,7 +227,11 @@ pub fn have(prog: &str) -> bool {
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("{prefix}{}x{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}{}x{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 pub fn os(s: &str) -> &OsStr {
