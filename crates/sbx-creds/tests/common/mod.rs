@@ -1,45 +1,29 @@
 //! A real OpenBao dev server for the tests (one per test process, started
-//! on first use, killed when the process exits), and a small HTTP/1.0
-//! client to set it up and inspect it.
+//! on first use, killed when the process exits; `sbx_testutil::openbao`
+//! starts it and speaks HTTP to it), and this suite's set-up of it.
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use sbx_testutil::openbao::{self, Server};
 use serde_json::{Value, json};
 
 pub use sbx_testutil::*;
 
-pub struct Bao {
-    pub addr: String,
-    pub port: u16,
-    pub root: String,
-    pub pid: i32,
+/// The shared dev server, with this suite's set-up and inspection helpers.
+pub struct Bao(pub Server);
+
+impl std::ops::Deref for Bao {
+    type Target = Server;
+    fn deref(&self) -> &Server {
+        &self.0
+    }
 }
 
 static BAO: OnceLock<Result<Bao, String>> = OnceLock::new();
-
-fn random_hex(n: usize) -> String {
-    let mut b = vec![0u8; n];
-    std::fs::File::open("/dev/urandom")
-        .unwrap()
-        .read_exact(&mut b)
-        .unwrap();
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The server, or why there is none (the caller skips).
 pub fn bao() -> Result<&'static Bao, String> {
@@ -74,92 +58,15 @@ fn start_with(tls: Option<&Path>) -> Result<Bao, String> {
                 .into(),
         );
     }
-    for _ in 0..3 {
-        let port = free_port();
-        let root = format!("root-{}", random_hex(12));
-        let log =
-            std::env::temp_dir().join(format!("sbx-creds-bao-{}-{port}.log", std::process::id()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (root2, log2) = (root.clone(), log.clone());
-        let tls_args: Vec<String> = match tls {
-            Some(d) => vec![
-                "-dev-tls".into(),
-                format!("-dev-tls-cert-dir={}", d.display()),
-            ],
-            None => vec![],
-        };
-        // A thread that lives as long as the process: PDEATHSIG fires when
-        // the thread that forked dies, and test threads come and go.
-        std::thread::spawn(move || {
-            let mut cmd = Command::new("bao");
-            cmd.args([
-                "server",
-                "-dev",
-                &format!("-dev-listen-address=127.0.0.1:{port}"),
-                &format!("-dev-root-token-id={root2}"),
-                "-log-level=warn",
-            ])
-            .args(&tls_args)
-            .env_remove("VAULT_TOKEN")
-            .env_remove("BAO_TOKEN")
-            .env("HOME", std::env::temp_dir())
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&log2).unwrap())
-            .stderr(Stdio::inherit());
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-            let child = cmd.spawn();
-            let _ = tx.send(child.map(|c| c.id() as i32).map_err(|e| e.to_string()));
-            loop {
-                std::thread::park();
-            }
-        });
-        let pid = rx.recv().unwrap()?;
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let addr = format!("{scheme}://127.0.0.1:{port}");
-        let b = Bao {
-            addr,
-            port,
-            root,
-            pid,
-        };
-        let t0 = Instant::now();
-        let mut up = false;
-        while t0.elapsed() < Duration::from_secs(30) {
-            let healthy = match tls {
-                None => matches!(b.try_call("GET", "sys/health", None, None), Ok((200, _))),
-                Some(d) => Command::new("curl")
-                    .args(["-s", "-f", "--max-time", "2", "-o", "/dev/null", "--cacert"])
-                    .arg(d.join("vault-ca.pem"))
-                    .arg(format!("{}/v1/sys/health", b.addr))
-                    .status()
-                    .is_ok_and(|s| s.success()),
-            };
-            if healthy {
-                up = true;
-                break;
-            }
-            if unsafe { libc::kill(pid, 0) } != 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = std::fs::remove_file(&log);
-        if up {
-            if tls.is_none() {
-                b.provision();
-            }
-            return Ok(b);
-        }
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+    let opts = openbao::Options {
+        tls,
+        log_prefix: Some("sbx-creds-bao"),
+    };
+    let b = Bao(openbao::start(Path::new("bao"), &opts)?);
+    if tls.is_none() {
+        b.provision();
     }
-    Err("bao server -dev did not come up".into())
+    Ok(b)
 }
 
 pub const DB_PASS: &str = "db-pw-7f3e9a1c5b";
@@ -167,62 +74,6 @@ pub const API_KEY: &str = "api-key-2d8c4e6f0a";
 pub const KV1_PASS: &str = "kv1-pw-91b3d5f7a2";
 
 impl Bao {
-    pub fn try_call(
-        &self,
-        method: &str,
-        path: &str,
-        token: Option<&str>,
-        body: Option<&Value>,
-    ) -> std::io::Result<(u16, Value)> {
-        self.try_call_h(method, path, token, body, &[])
-    }
-
-    pub fn try_call_h(
-        &self,
-        method: &str,
-        path: &str,
-        token: Option<&str>,
-        body: Option<&Value>,
-        headers: &[(&str, &str)],
-    ) -> std::io::Result<(u16, Value)> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
-        s.set_read_timeout(Some(Duration::from_secs(30)))?;
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let mut req = format!(
-            "{method} /v1/{path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-        if let Some(t) = token {
-            req.push_str(&format!("X-Vault-Token: {t}\r\n"));
-        }
-        for (k, v) in headers {
-            req.push_str(&format!("{k}: {v}\r\n"));
-        }
-        req.push_str("\r\n");
-        req.push_str(&body);
-        s.write_all(req.as_bytes())?;
-        let mut resp = Vec::new();
-        s.read_to_end(&mut resp)?;
-        let text = String::from_utf8_lossy(&resp);
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let code: u16 = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let v = serde_json::from_str(body).unwrap_or(Value::Null);
-        Ok((code, v))
-    }
-
-    /// A call with the root token that must succeed.
-    pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let (code, v) = self
-            .try_call(method, path, Some(&self.root), body.as_ref())
-            .unwrap();
-        assert!((200..300).contains(&code), "{method} {path}: {code} {v}");
-        v
-    }
-
     fn provision(&self) {
         self.call(
             "POST",
@@ -275,26 +126,7 @@ path "auth/token/create" { capabilities = ["update"] }
             "auth/approle/role/short",
             Some(json!({"token_ttl": "4s", "token_max_ttl": "1h", "token_policies": ["app"]})),
         );
-        self.call(
-            "POST",
-            "sys/mounts/pki",
-            Some(json!({"type": "pki", "config": {"max_lease_ttl": "2h"}})),
-        );
-        self.call(
-            "POST",
-            "pki/root/generate/internal",
-            Some(
-                json!({"common_name": "sbx.test", "ttl": "2h", "key_type": "ec", "key_bits": 256}),
-            ),
-        );
-        self.call(
-            "POST",
-            "pki/roles/web",
-            Some(
-                json!({"allowed_domains": "sbx.test", "allow_subdomains": true, "max_ttl": "1h",
-                        "generate_lease": true, "key_type": "ec", "key_bits": 256}),
-            ),
-        );
+        self.provision_pki();
     }
 
     pub fn role_id(&self, role: &str) -> String {
@@ -349,19 +181,6 @@ path "auth/token/create" { capabilities = ["update"] }
             )
             .unwrap();
         (code == 200).then(|| v["data"]["ttl"].as_u64().unwrap())
-    }
-
-    /// Whether a lease still exists.
-    pub fn lease_exists(&self, id: &str) -> bool {
-        let (code, _) = self
-            .try_call(
-                "PUT",
-                "sys/leases/lookup",
-                Some(&self.root),
-                Some(&json!({"lease_id": id})),
-            )
-            .unwrap();
-        code == 200
     }
 
     /// Leases under a prefix (e.g. pki/issue/web/).
