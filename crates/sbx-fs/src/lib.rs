@@ -13,6 +13,7 @@
 pub mod caps;
 pub mod deny;
 pub mod dev;
+pub mod gitstage;
 pub mod init;
 pub mod mounts;
 pub mod namespaces;
@@ -131,6 +132,12 @@ pub struct Cli {
     #[arg(long)]
     pub no_default_deny: bool,
 
+    /// Show the .git directory named in DIR/gitdir through an overlay whose
+    /// upper layer is DIR/upper: git can commit there, the host's .git is
+    /// not written (sbx-gitguard run --stage makes DIR and imports it).
+    #[arg(long, value_name = "DIR")]
+    pub git_stage: Option<PathBuf>,
+
     /// Size limit of /tmp, /dev/shm and the $HOME tmpfs.
     #[arg(long, value_name = "SIZE", default_value = spec::DEFAULT_TMP_SIZE)]
     pub tmp_size: String,
@@ -197,6 +204,7 @@ pub fn build_spec(cli: &Cli) -> Result<Spec, Failure> {
         system: !cli.no_system,
         default_deny: !cli.no_default_deny,
         tmp_size,
+        git_stage: cli.git_stage.clone(),
     })
 }
 
@@ -300,9 +308,44 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
             host_home.as_deref(),
         ));
     }
+    let stage = match &spec.git_stage {
+        Some(d) => Some(gitstage::open(d)?),
+        None => None,
+    };
+    let mut staged = false;
     for (i, dst) in &user_binds {
         if plan.sources[*i].rw {
-            extra.extend(plan::invariants(&plan.sources[*i], dst));
+            let g = stage.as_ref().map(|s| s.gitdir.as_path());
+            let ops = plan::invariants(&plan.sources[*i], dst, g);
+            staged |= ops.iter().any(|o| matches!(o.what, What::Overlay { .. }));
+            extra.extend(ops);
+        }
+    }
+    if let Some(s) = &stage {
+        if !staged {
+            return Err(gitstage::StageError::Bad {
+                dir: spec.git_stage.clone().unwrap_or_default(),
+                why: format!(
+                    "{} is not the .git directory of a writable bind (--rw)",
+                    s.gitdir.display()
+                ),
+            }
+            .into());
+        }
+        // The overlay's layers are bind sources: opened now, checked again
+        // inside the namespace like every other.
+        for (flag, p) in [
+            ("--git-stage", &s.gitdir),
+            ("--git-stage", &s.upper),
+            ("--git-stage", &s.work),
+        ] {
+            plan.sources.push(plan::open_source(flag, p, true, false)?);
+        }
+        let n = plan.sources.len();
+        for o in extra.iter_mut() {
+            if let What::Overlay { lower, upper, work } = &mut o.what {
+                (*lower, *upper, *work) = (n - 3, n - 2, n - 1);
+            }
         }
     }
     plan.ops.extend(extra);

@@ -359,6 +359,36 @@ impl Root {
                 .map_err(e("set placeholder attributes", dst))?;
                 sys::move_mount_fd(tree.as_raw_fd(), t.as_raw_fd()).map_err(e("hide", dst))?;
             }
+            What::Overlay { lower, upper, work } => {
+                // The layers by fd (the host's /tmp may be covered here):
+                // overlayfs resolves /proc/self/fd/N to the very inodes
+                // checked on the host.
+                let fd = |i: &usize| format!("/proc/self/fd/{}", sources[*i].fd.as_raw_fd());
+                let (l, u, w) = (fd(lower), fd(upper), fd(work));
+                let mut opts = vec![
+                    ("lowerdir", l.as_str()),
+                    ("upperdir", u.as_str()),
+                    ("workdir", w.as_str()),
+                ];
+                // trusted.overlay.* needs CAP_SYS_ADMIN of the initial user
+                // namespace; inside one of our own, user.overlay.* is used.
+                if !sys::in_initial_userns() {
+                    opts.push(("userxattr", ""));
+                }
+                let fs = sys::new_fs(
+                    "overlay",
+                    &opts,
+                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+                )
+                .map_err(e("create git stage overlay", dst))?;
+                if let Some(t) = self.target(op, Kind::Dir)? {
+                    sys::move_mount_fd(fs.as_raw_fd(), t.as_raw_fd())
+                        .map_err(e("mount git stage overlay", dst))?;
+                    // Mount points made in it (a missing .git/hooks) land in
+                    // the stage, never on the host.
+                    self.note_ours(dst)?;
+                }
+            }
             What::ReadOnly => {
                 let Some(t) = self.mkpath(dst, op.kind, false)? else {
                     if op.optional {

@@ -51,6 +51,13 @@ pub enum What {
     Empty,
     /// The object already at `dst` bound onto itself read-only.
     ReadOnly,
+    /// An overlay of the sources `lower` (read-only), `upper` and `work`
+    /// (`--git-stage`): writes land in `upper`, never in `lower`.
+    Overlay {
+        lower: usize,
+        upper: usize,
+        work: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -264,14 +271,21 @@ pub fn is_claude_settings(name: &str) -> bool {
     name.starts_with("settings") && name.ends_with(".json")
 }
 
-/// The invariant ops for one writable bind (source `s` at `dst`).
-pub fn invariants(s: &Source, dst: &Path) -> Vec<Op> {
+/// The `.git` entries that a `--git-stage` overlay protects instead of a
+/// read-only bind: git writes them there, sbx-gitguard imports what it
+/// verifies. config and hooks stay read-only whatever the stage.
+pub const STAGED_GIT: &[&str] = &["HEAD", "objects", "refs"];
+
+/// The invariant ops for one writable bind (source `s` at `dst`); `staged`
+/// is the git dir of a `--git-stage` (its overlay op gets its source
+/// indexes from the caller).
+pub fn invariants(s: &Source, dst: &Path, staged: Option<&Path>) -> Vec<Op> {
     if s.kind != Kind::Dir {
         return Vec::new();
     }
-    let mut ops = invariants_in(s, Path::new(""), dst, true);
+    let mut ops = invariants_in(s, Path::new(""), dst, true, staged);
     for rel in nested_projects(&s.path) {
-        ops.extend(invariants_in(s, &rel, &dst.join(&rel), false));
+        ops.extend(invariants_in(s, &rel, &dst.join(&rel), false, staged));
     }
     ops
 }
@@ -323,7 +337,13 @@ pub fn nested_projects(root: &Path) -> Vec<PathBuf> {
 /// The invariant ops for the directory `rel` of a writable bind, mounted at
 /// `dst`. At the bind's root (`top`), a missing `.git` or `.claude` becomes
 /// a placeholder; deeper, only what exists is protected.
-fn invariants_in(s: &Source, rel_dir: &Path, dst: &Path, top: bool) -> Vec<Op> {
+fn invariants_in(
+    s: &Source,
+    rel_dir: &Path,
+    dst: &Path,
+    top: bool,
+    staged: Option<&Path>,
+) -> Vec<Op> {
     let mut ops = Vec::new();
     let base = s.path.join(rel_dir);
     // Another sandbox's placeholder counts as missing: this one then holds
@@ -334,6 +354,7 @@ fn invariants_in(s: &Source, rel_dir: &Path, dst: &Path, top: bool) -> Vec<Op> {
             .ok()
             .filter(|_| !crate::placeholder::is_placeholder(&p))
     };
+    let mut overlay = None;
     let mut protect = |rel: String, kind: Kind, exists: Option<std::fs::Metadata>| match exists {
         Some(m) if m.file_type().is_symlink() => {}
         Some(m) => ops.push(Op::new(
@@ -350,7 +371,23 @@ fn invariants_in(s: &Source, rel_dir: &Path, dst: &Path, top: bool) -> Vec<Op> {
         None if !top => {}
         None => protect(".git".to_string(), Kind::Dir, None),
         Some(m) if m.is_dir() => {
+            let stage_here = staged == Some(base.join(".git").as_path());
+            if stage_here {
+                overlay = Some(Op::new(
+                    dst.join(".git"),
+                    Kind::Dir,
+                    What::Overlay {
+                        lower: usize::MAX,
+                        upper: usize::MAX,
+                        work: usize::MAX,
+                    },
+                    "git stage",
+                ));
+            }
             for (name, kind) in INVARIANT_GIT {
+                if stage_here && STAGED_GIT.contains(name) {
+                    continue;
+                }
                 protect(format!(".git/{name}"), *kind, look(&format!(".git/{name}")));
             }
         }
@@ -385,6 +422,7 @@ fn invariants_in(s: &Source, rel_dir: &Path, dst: &Path, top: bool) -> Vec<Op> {
             }
         }
     }
+    ops.extend(overlay);
     ops
 }
 
@@ -460,7 +498,7 @@ mod tests {
         std::fs::create_dir_all(d.path().join(".git/objects")).unwrap();
         std::fs::write(d.path().join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
         let s = open_source("--rw", d.path(), true, false).unwrap();
-        let ops = invariants(&s, Path::new("/w"));
+        let ops = invariants(&s, Path::new("/w"), None);
         let find = |p: &str| ops.iter().find(|o| o.dst == Path::new(p)).unwrap().clone();
         assert_eq!(find("/w/.git/HEAD").what, What::ReadOnly);
         assert_eq!(find("/w/.git/objects").what, What::ReadOnly);

@@ -61,6 +61,7 @@ pub struct Spec {
     pub system: bool,
     pub default_deny: bool,
     pub tmp_size: u64,
+    pub git_stage: Option<PathBuf>,
 }
 
 /// A sandbox path: absolute, no `..`, `.` and duplicate slashes removed,

@@ -20,6 +20,7 @@ pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 pub const RESOLVE_NO_MAGICLINKS: u64 = 0x2;
 pub const RESOLVE_NO_SYMLINKS: u64 = 0x4;
 pub const RESOLVE_BENEATH: u64 = 0x8;
+const FSCONFIG_SET_FLAG: u32 = 0;
 const FSCONFIG_SET_STRING: u32 = 1;
 const FSCONFIG_CMD_CREATE: u32 = 6;
 const FSOPEN_CLOEXEC: u32 = 1;
@@ -191,16 +192,22 @@ pub fn mount_setattr(fd: RawFd, set: u64, recursive: bool) -> io::Result<()> {
 pub fn new_fs(fstype: &str, options: &[(&str, &str)], attrs: u64) -> io::Result<OwnedFd> {
     let t = CString::new(fstype).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let fs = fd_result(unsafe { libc::syscall(libc::SYS_fsopen, t.as_ptr(), FSOPEN_CLOEXEC) })?;
+    // An empty value is a flag option (FSCONFIG_SET_FLAG).
     for (k, v) in options {
         let k = CString::new(*k).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         let v = CString::new(*v).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let (cmd, value) = if v.is_empty() {
+            (FSCONFIG_SET_FLAG, std::ptr::null())
+        } else {
+            (FSCONFIG_SET_STRING, v.as_ptr())
+        };
         unit_result(unsafe {
             libc::syscall(
                 libc::SYS_fsconfig,
                 fs.as_raw_fd(),
-                FSCONFIG_SET_STRING,
+                cmd,
                 k.as_ptr(),
-                v.as_ptr(),
+                value,
                 0,
             )
         })?;
@@ -340,4 +347,11 @@ pub fn is_reg(st: &libc::stat) -> bool {
 
 pub fn is_symlink(st: &libc::stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFLNK
+}
+
+/// Whether this process is in the initial user namespace (its uid_map is
+/// the identity over the whole range).
+pub fn in_initial_userns() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
 }
