@@ -16,6 +16,7 @@ pub mod objects;
 pub mod refs;
 pub mod rules;
 pub mod snapshot;
+pub mod stageview;
 pub mod verify;
 
 use std::ffi::OsString;
