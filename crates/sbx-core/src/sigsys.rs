@@ -39,7 +39,7 @@ pub fn report_child_exit_of(pid: i32, status: ExitStatus, child_is_sbx: bool) ->
             "fsize_exceeded",
             Severity::Alert,
             serde_json::json!({
-                "pid": pid,
+                "child_pid": pid,
                 "signal": "SIGXFSZ",
                 "exit_code": status.code(),
                 "inferred": inferred,
