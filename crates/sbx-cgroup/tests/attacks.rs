@@ -116,7 +116,7 @@ fn disk_fill_is_stopped_by_rlimit_fsize() {
     assert!(len <= 1 << 20, "file grew to {len}");
     // The supervisor saw the SIGXFSZ death: an alert.
     assert_event(&p.log(), "fsize_exceeded", "alert", |e| {
-        e["signal"] == "SIGXFSZ" && e["inferred"] == false && e["pid"].as_i64() > Some(0)
+        e["signal"] == "SIGXFSZ" && e["inferred"] == false && e["child_pid"].as_i64() > Some(0)
     });
     p.assert_no_group();
 }
@@ -135,7 +135,10 @@ fn disk_fill_through_a_shell_is_stopped_and_alerted() {
     let len = std::fs::metadata(&file).unwrap().len();
     assert!(len <= 1 << 20, "file grew to {len}");
     assert_event(&p.log(), "fsize_exceeded", "alert", |e| {
-        e["signal"] == "SIGXFSZ" && e["exit_code"] == 153 && e["inferred"] == true
+        e["signal"] == "SIGXFSZ"
+            && e["exit_code"] == 153
+            && e["inferred"] == true
+            && e["child_pid"].as_i64() > Some(0)
     });
     p.assert_no_group();
 }
