@@ -10,12 +10,14 @@
 
 pub mod fsutil;
 pub mod gitconfig;
+pub mod import;
 pub mod keep;
 pub mod layout;
 pub mod objects;
 pub mod refs;
 pub mod rules;
 pub mod snapshot;
+pub mod stage;
 pub mod verify;
 
 use std::ffi::OsString;
@@ -94,6 +96,43 @@ pub enum Command {
     Check(CheckArgs),
     /// Compare the repository with a snapshot and repair it.
     Repair(RepairArgs),
+    /// Import a git stage (commits made in a sandbox) into the repository,
+    /// then remove the stage.
+    Import(ImportArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct StageLimitArgs {
+    /// Most files and objects an import reads from a stage.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub stage_max_objects: u64,
+    /// Most bytes of object files (loose objects and packs) an import reads
+    /// from a stage.
+    #[arg(long, value_name = "SIZE", default_value = "2G")]
+    pub stage_max_bytes: String,
+}
+
+impl StageLimitArgs {
+    fn limits(&self) -> Result<import::Limits, Failure> {
+        let b = sbx_core::units::parse_size(&self.stage_max_bytes).map_err(|e| {
+            Failure::new(format!("--stage-max-bytes {}: {e}", self.stage_max_bytes))
+        })?;
+        Ok(import::Limits {
+            max_objects: self.stage_max_objects,
+            max_bytes: b,
+        })
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    #[command(flatten)]
+    pub repo: RepoArgs,
+    /// The stage directory (named sbx-git-stage-*).
+    #[arg(long, value_name = "DIR")]
+    pub stage: PathBuf,
+    #[command(flatten)]
+    pub limits: StageLimitArgs,
 }
 
 #[derive(Args, Debug)]
@@ -117,6 +156,12 @@ pub struct RunArgs {
     /// only on signs of damage).
     #[arg(long)]
     pub full: bool,
+    /// Create a git stage DIR (named sbx-git-stage-*, must not exist) for
+    /// sbx-fs --git-stage; after the command, import it and remove it.
+    #[arg(long, value_name = "DIR")]
+    pub stage: Option<PathBuf>,
+    #[command(flatten)]
+    pub limits: StageLimitArgs,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
@@ -175,11 +220,17 @@ pub fn main() -> ! {
         unsafe {
             let _ = git2::opts::set_verify_owner_validation(false);
         }
+        // Objects read from a git stage must hash to their names (the
+        // default already; said explicitly), and refs must name objects
+        // that exist.
+        git2::opts::strict_hash_verification(true);
+        git2::opts::strict_object_creation(true);
         match cli.command {
             Command::Run(a) => run(a),
             Command::Snapshot(a) => cmd_snapshot(a),
             Command::Check(a) => cmd_check(a),
             Command::Repair(a) => cmd_repair(a),
+            Command::Import(a) => cmd_import(a),
         }
     })
 }
@@ -349,7 +400,20 @@ fn print_report(r: &Report, l: &layout::Layout, json_out: bool, mode: Mode) {
 
 fn run(a: RunArgs) -> Result<i32, Failure> {
     let wait = lock_wait(&a.repo)?;
+    let limits = a.limits.limits()?;
     let l = open_layout(&a.repo)?;
+    // The stage's preconditions before anything is done.
+    let stage_plan = match &a.stage {
+        Some(dir) => {
+            let dir = stage::resolve(dir)?;
+            let git_dir = stage::plain_git_dir(&l)?;
+            if std::fs::symlink_metadata(&dir).is_ok() {
+                return Err(stage::StageError::Exists(dir).into());
+            }
+            Some((dir, git_dir))
+        }
+        None => None,
+    };
     ensure_unlocked(&l, wait)?;
     let snap = take_snapshot(&l, a.full)?;
     audit(
@@ -357,6 +421,25 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         Severity::Info,
         json!({ "repo": l.common_dir, "units": snap.units.len() }),
     );
+    let stage = match &stage_plan {
+        Some((dir, git_dir)) => {
+            for p in stage::reap_siblings(dir) {
+                audit(
+                    "git_stage_reaped",
+                    Severity::Warn,
+                    json!({ "stage": p, "reason": "left by an sbx-gitguard that died (its lock was free)" }),
+                );
+            }
+            let s = stage::Stage::create(dir, git_dir)?;
+            audit(
+                "git_stage_created",
+                Severity::Info,
+                json!({ "stage": s.paths.dir, "gitdir": git_dir }),
+            );
+            Some(s)
+        }
+        None => None,
+    };
 
     // Hard links to the object files, so objects the command deletes can
     // be linked back (repair mode only).
@@ -394,6 +477,25 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
             .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?
     };
 
+    // The stage first: what it brings in is expected by the check below.
+    let mut exceeded = None;
+    if let Some(st) = &stage {
+        let (_, git_dir) = stage_plan.as_ref().unwrap();
+        let packed_before = snap
+            .units
+            .iter()
+            .find(|u| &u.path == git_dir)
+            .and_then(|u| u.refs.as_ref())
+            .map(|r| r.packed_refs.clone());
+        let outcome = import_stage(
+            git_dir,
+            st,
+            &limits,
+            packed_before.as_ref().map(|p| p.as_ref()),
+        )?;
+        expect_imported(&mut snap, git_dir, &outcome);
+        exceeded = outcome.exceeded;
+    }
     let mode = if a.alert_only {
         Mode::AlertOnly
     } else {
@@ -411,6 +513,15 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
             eprintln!("{TOOL}: {}", text_line(f));
         }
     }
+    if let Some(st) = stage {
+        let dir = st.paths.dir.clone();
+        if let Err(e) = st.remove() {
+            eprintln!(
+                "{TOOL}: warn: cannot remove the stage {}: {e}",
+                dir.display()
+            );
+        }
+    }
     if mode == Mode::Repair
         && let Some(f) = report.unrecoverable()
     {
@@ -419,7 +530,108 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
             f.check, f.found, f.action
         )));
     }
+    if let Some(e) = exceeded {
+        return Err(Failure::new(format!(
+            "git stage not imported: {e}; the command's commits were dropped"
+        )));
+    }
     Ok(code)
+}
+
+/// Imports a stage, logging its events (alerts also on stderr).
+fn import_stage(
+    git_dir: &Path,
+    st: &stage::Stage,
+    limits: &import::Limits,
+    packed_before: Option<Option<&fsutil::FileSnap>>,
+) -> Result<import::Outcome, Failure> {
+    let sbx_id = sbx_core::id::get().unwrap_or("unknown");
+    let mut ev = import::Events::default();
+    let r = import::import(git_dir, &st.paths, limits, sbx_id, packed_before, &mut ev);
+    ev.finish();
+    for (name, sev, fields) in &ev.list {
+        audit(name, *sev, fields.clone());
+        if *sev == Severity::Alert {
+            let what = fields
+                .get("ref")
+                .or_else(|| fields.get("object"))
+                .or_else(|| fields.get("path"))
+                .and_then(|v| v.as_str())
+                .unwrap_or("");
+            let why = fields.get("reason").and_then(|v| v.as_str()).unwrap_or("");
+            eprintln!("{TOOL}: alert: {name}: {what}: {why}");
+        }
+    }
+    let o = r.map_err(|e| Failure::new(format!("git stage import: {e}")))?;
+    audit(
+        "git_stage_imported",
+        if ev.alerts().next().is_some() {
+            Severity::Alert
+        } else {
+            Severity::Info
+        },
+        json!({
+            "stage": st.paths.dir,
+            "objects_written": o.objects_written,
+            "refs": o.refs.len(),
+            "head_changed": o.head_changed,
+            "refused": ev.alerts().count(),
+            "exceeded": o.exceeded,
+        }),
+    );
+    Ok(o)
+}
+
+/// What the import wrote becomes what the check expects, so it is not
+/// "repaired" away.
+fn expect_imported(snap: &mut snapshot::Snapshot, git_dir: &Path, o: &import::Outcome) {
+    let Some(u) = snap
+        .units
+        .iter_mut()
+        .find(|u| u.path == git_dir && u.kind == layout::UnitKind::Main)
+    else {
+        return;
+    };
+    if let Some(r) = &mut u.refs {
+        for (name, v) in &o.refs {
+            match v {
+                Some(v) => {
+                    r.refs.insert(name.clone(), v.to_text());
+                }
+                None => {
+                    r.refs.remove(name);
+                }
+            }
+        }
+    }
+    if o.head_changed
+        && let Ok(Some(h)) = fsutil::read(&git_dir.join("HEAD"))
+    {
+        u.head = Some(h);
+    }
+}
+
+fn cmd_import(a: ImportArgs) -> Result<i32, Failure> {
+    let wait = lock_wait(&a.repo)?;
+    let limits = a.limits.limits()?;
+    let l = open_layout(&a.repo)?;
+    let git_dir = stage::plain_git_dir(&l)?;
+    let st = stage::Stage::open(&a.stage, &git_dir)?;
+    ensure_unlocked(&l, wait)?;
+    let o = import_stage(&git_dir, &st, &limits, None)?;
+    let dir = st.paths.dir.clone();
+    st.remove()
+        .map_err(|e| Failure::new(format!("cannot remove the stage {}: {e}", dir.display())))?;
+    if let Some(e) = o.exceeded {
+        return Err(Failure::new(format!("git stage not imported: {e}")));
+    }
+    println!(
+        "imported: {} object(s), {} ref(s){}",
+        o.objects_written,
+        o.refs.len(),
+        if o.head_changed { ", HEAD" } else { "" }
+    );
+    Ok(0)
 }
 
 fn cmd_snapshot(a: SnapshotArgs) -> Result<i32, Failure> {
