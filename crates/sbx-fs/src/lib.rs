@@ -13,7 +13,10 @@
 pub mod caps;
 pub mod deny;
 pub mod dev;
+pub mod fuse;
+pub mod guard;
 pub mod init;
+pub mod lockwatch;
 pub mod mounts;
 pub mod namespaces;
 pub mod placeholder;
@@ -21,10 +24,12 @@ pub mod plan;
 pub mod proc;
 pub mod spec;
 pub mod sys;
+pub mod tmpwatch;
 
 use std::ffi::OsString;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use clap::Parser;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -380,6 +385,8 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         return Err(e.into());
     }
 
+    // Which denied/protected paths become nodes of the guard file system.
+    let mut guards = guard::select(&plan);
     let flags = namespaces::flags(userns);
     audit::emit(
         "start",
@@ -395,6 +402,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             "mounts": plan.ops.len(),
             "denied": plan.ops.iter().filter(|o| o.what == What::Deny && o.why != "proc mask").count(),
             "placeholders": created,
+            "guarded": guards.nodes.len(),
             "command": chain::show(&cli.cmd),
         }),
     );
@@ -418,6 +426,15 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             return Err(Failure::new(format!("signalfd: {e}")));
         }
     };
+    // Init -> sbx-fs: the guard fs's /dev/fuse fd, the /tmp fd. Made after
+    // the reaper was forked, so only sbx-fs and init hold it.
+    let (chan, init_chan) = match fuse::handoff::pair() {
+        Ok(p) => p,
+        Err(e) => {
+            ph.cleanup();
+            return Err(Failure::new(format!("socketpair: {e}")));
+        }
+    };
     let pid = match namespaces::clone_into(flags) {
         Ok(p) => p,
         Err(e) => {
@@ -427,6 +444,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     };
     if pid == 0 {
         drop(sigfd);
+        drop(chan);
         for fd in ph.fds() {
             unsafe { libc::close(fd) };
         }
@@ -445,12 +463,62 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             env,
             exec_fd,
             owner,
+            guards,
+            chan: Some(init_chan),
         });
     }
+    drop(init_chan);
     drop(plan);
     drop(exec_fd);
     drop(owner);
-    let code = supervise(pid, &sigfd);
+    let alerts = Arc::new(Mutex::new(guard::Alerts::default()));
+    let git_dirs = std::mem::take(&mut guards.git_dirs);
+    let served = if guards.is_empty() {
+        false
+    } else {
+        start_guard(
+            &chan,
+            guards,
+            fuse::server::Ids {
+                userns,
+                outer_uid,
+                outer_gid,
+                inner_uid: uid,
+                inner_gid: gid,
+            },
+            alerts.clone(),
+        )
+    };
+    // Lock files of protected .git entries: only with the guard served
+    // (the fallback logs no file refusal at all).
+    let locks = if served {
+        lockwatch::LockWatch::new(&git_dirs).ok().flatten()
+    } else {
+        None
+    };
+    drop(git_dirs);
+    let mut watch = Watch {
+        chan: Some(chan),
+        tmp: None,
+        tmp_size: spec.tmp_size,
+        locks,
+        alerts: alerts.clone(),
+    };
+    let code = supervise(pid, &sigfd, &mut watch);
+    if let Some(l) = &mut watch.locks {
+        l.drain(&alerts);
+    }
+    // A last look at /tmp (the fd keeps the tmpfs alive).
+    if let Some(t) = &mut watch.tmp {
+        t.check();
+    }
+    if served && let Ok(a) = alerts.lock() {
+        audit::emit(
+            "fs_guard",
+            Severity::Info,
+            serde_json::json!({ "alerts": a.emitted, "alerts_suppressed": a.suppressed }),
+        );
+    }
     let left = ph.cleanup();
     if !left.is_empty() {
         audit::emit(
@@ -463,9 +531,67 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     Ok(code)
 }
 
+/// Waits for init's word on the guard file system and, when it is
+/// mounted, serves it from a thread of this (outer) process. Returns
+/// whether it is served. When /dev/fuse could not be used, one warn event
+/// says why; the sandbox then runs with plain placeholders.
+fn start_guard(
+    chan: &OwnedFd,
+    guards: guard::Guards,
+    ids: fuse::server::Ids,
+    alerts: Arc<Mutex<guard::Alerts>>,
+) -> bool {
+    use fuse::handoff;
+    // Init sends exactly one of these before anything else, or dies (EOF).
+    match handoff::recv(chan) {
+        Ok(Some((handoff::TAG_FUSE, _, Some(dev)))) => {
+            let server = fuse::server::Server::new(dev, guards.nodes, ids, alerts);
+            std::thread::Builder::new()
+                .name("guard-fs".into())
+                .spawn(move || server.run())
+                .is_ok()
+        }
+        Ok(Some((handoff::TAG_UNAVAILABLE, reason, _))) => {
+            audit::emit(
+                "fs_guard_unavailable",
+                Severity::Warn,
+                serde_json::json!({
+                    "reason": reason,
+                    "fallback": "denied paths are mode-000 placeholders and protected paths read-only binds; their refusals are not logged",
+                }),
+            );
+            false
+        }
+        _ => false,
+    }
+}
+
+/// What the outer loop watches besides the sandbox.
+struct Watch {
+    /// Init's channel (the /tmp fd arrives there).
+    chan: Option<OwnedFd>,
+    tmp: Option<tmpwatch::TmpWatch>,
+    tmp_size: u64,
+    locks: Option<lockwatch::LockWatch>,
+    alerts: Arc<Mutex<guard::Alerts>>,
+}
+
+impl Watch {
+    fn on_chan(&mut self) {
+        let Some(c) = &self.chan else { return };
+        match fuse::handoff::recv(c) {
+            Ok(Some((fuse::handoff::TAG_TMP, _, Some(fd)))) => {
+                self.tmp = Some(tmpwatch::TmpWatch::new(fd, self.tmp_size));
+            }
+            Ok(Some(_)) => {}
+            _ => self.chan = None,
+        }
+    }
+}
+
 /// The outer loop: forwards signals to PID 1, kills it when our own
-/// supervising sbx tool dies, returns its status.
-fn supervise(pid: libc::pid_t, sigfd: &SignalFd) -> i32 {
+/// supervising sbx tool dies, watches /tmp, returns its status.
+fn supervise(pid: libc::pid_t, sigfd: &SignalFd, watch: &mut Watch) -> i32 {
     use std::os::fd::AsFd;
     let pidfd = match sys::pidfd_open(pid) {
         Ok(f) => f,
@@ -485,16 +611,40 @@ fn supervise(pid: libc::pid_t, sigfd: &SignalFd) -> i32 {
                 revents: 0,
             },
         ];
-        if let Some(p) = parent {
-            fds.push(libc::pollfd {
-                fd: p,
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        fds.push(libc::pollfd {
+            fd: parent.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        fds.push(libc::pollfd {
+            fd: watch.chan.as_ref().map_or(-1, |c| c.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        fds.push(libc::pollfd {
+            fd: watch.locks.as_ref().map_or(-1, |l| l.raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let timeout = if watch.tmp.is_some() {
+            tmpwatch::INTERVAL.as_millis() as i32
+        } else {
+            -1
+        };
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
         if n < 0 {
             continue;
+        }
+        if let Some(t) = &mut watch.tmp {
+            t.check();
+        }
+        if fds[3].revents != 0 {
+            watch.on_chan();
+        }
+        if fds[4].revents != 0
+            && let Some(l) = &mut watch.locks
+        {
+            l.drain(&watch.alerts);
         }
         if fds[1].revents != 0 {
             while let Ok(Some(info)) = sigfd.read_signal() {
@@ -504,7 +654,7 @@ fn supervise(pid: libc::pid_t, sigfd: &SignalFd) -> i32 {
         if fds[0].revents != 0 {
             return wait_blocking(pid);
         }
-        if fds.len() > 2 && fds[2].revents != 0 {
+        if fds[2].revents != 0 {
             let _ = sys::pidfd_send_signal(pidfd.as_raw_fd(), libc::SIGKILL);
             return wait_blocking(pid);
         }
