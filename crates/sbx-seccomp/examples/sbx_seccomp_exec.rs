@@ -1,0 +1,85 @@
+//! Test helper for `--allow-exec`: executes a file the ways a program can
+//! and prints what the kernel answered. Used by the sbx-seccomp tests; not
+//! installed.
+//!
+//! - `fexec PATH`: open PATH, then `execveat(fd, "", AT_EMPTY_PATH)`
+//!   (fexecve); on failure prints `err ERRNO`, exits 126.
+//! - `atexec DIR NAME`: `execveat(open(DIR), NAME, 0)`; same output.
+//! - `flood PATH N`: N times `execve(PATH)` (each expected to fail);
+//!   prints `failed K` and exits 0 (exits 0 too if one succeeds: then the
+//!   file ran instead, which the test sees from its output).
+
+use std::ffi::CString;
+
+fn c(s: &str) -> CString {
+    CString::new(s).unwrap()
+}
+
+fn fail() -> ! {
+    let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    println!("err {e}");
+    std::process::exit(126);
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let empty = c("");
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    match a.get(1).map(String::as_str) {
+        Some("fexec") => {
+            let p = c(&a[2]);
+            let argv = [p.as_ptr(), std::ptr::null()];
+            unsafe {
+                let fd = libc::open(p.as_ptr(), libc::O_RDONLY);
+                if fd < 0 {
+                    fail();
+                }
+                libc::syscall(
+                    libc::SYS_execveat,
+                    fd,
+                    empty.as_ptr(),
+                    argv.as_ptr(),
+                    envp.as_ptr(),
+                    libc::AT_EMPTY_PATH,
+                );
+            }
+            fail();
+        }
+        Some("atexec") => {
+            let d = c(&a[2]);
+            let n = c(&a[3]);
+            let argv = [n.as_ptr(), std::ptr::null()];
+            unsafe {
+                let fd = libc::open(d.as_ptr(), libc::O_PATH | libc::O_DIRECTORY);
+                if fd < 0 {
+                    fail();
+                }
+                libc::syscall(
+                    libc::SYS_execveat,
+                    fd,
+                    n.as_ptr(),
+                    argv.as_ptr(),
+                    envp.as_ptr(),
+                    0,
+                );
+            }
+            fail();
+        }
+        Some("flood") => {
+            let p = c(&a[2]);
+            let n: u32 = a[3].parse().unwrap();
+            let argv = [p.as_ptr(), std::ptr::null()];
+            let mut failed = 0;
+            for _ in 0..n {
+                if unsafe { libc::execve(p.as_ptr(), argv.as_ptr(), envp.as_ptr()) } < 0 {
+                    failed += 1;
+                }
+            }
+            println!("failed {failed}");
+        }
+        _ => {
+            eprintln!("usage: sbx_seccomp_exec fexec PATH | atexec DIR NAME | flood PATH N");
+            std::process::exit(2);
+        }
+    }
+}
