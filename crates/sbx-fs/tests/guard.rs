@@ -295,3 +295,29 @@ fn without_dev_fuse_it_falls_back_and_says_so() {
         s.assert_clean(&before);
     }
 }
+
+/// The server reads protected files with its own identity; it still
+/// applies the files' modes for the caller (root running the sandbox as
+/// another --uid must not read through it what that uid could not).
+#[test]
+fn passthrough_keeps_file_modes() {
+    if !sbx_testutil::is_root() {
+        sbx_testutil::skip!("needs root to run the sandbox as another uid");
+    }
+    let s = Scratch::new(sbx_testutil::As::Root);
+    s.write("proj/.claude/settings.json", "{\"ok\":1}\n");
+    s.write("proj/.claude/private.json", "ROOT-ONLY\n");
+    std::fs::set_permissions(
+        s.path("proj/.claude/private.json"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let (out, log) = s.run_rw(
+        &["--uid", "4242", "--gid", "4242"],
+        "cat .claude/settings.json; if cat .claude/private.json 2>/dev/null; then echo ESCAPED; fi; true",
+    );
+    let so = ok(&out);
+    assert!(so.contains("{\"ok\":1}"), "{so}");
+    assert_refused(&out, "ROOT-ONLY", "mode 0600 of another user");
+    assert_event(&log, "end", "info", |e| e["status"] == 0);
+}

@@ -308,6 +308,7 @@ impl Server {
             }
             op::LOOKUP => {
                 let name = r.name(0).map_err(bad)?;
+                self.may(r, libc::X_OK)?;
                 self.lookup(r.nodeid, name, pid).map(Some)
             }
             op::GETATTR => {
@@ -334,6 +335,9 @@ impl Server {
             },
             op::OPEN => {
                 let flags = r.u32(0).map_err(bad)? as i32;
+                if flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0 {
+                    self.may(r, libc::R_OK)?;
+                }
                 self.open(r.nodeid, flags, pid).map(Some)
             }
             op::READ => {
@@ -362,7 +366,10 @@ impl Server {
                 Ok(Some(Vec::new()))
             }
             op::FLUSH | op::FSYNC | op::FSYNCDIR => Ok(Some(Vec::new())),
-            op::OPENDIR => self.opendir(r.nodeid, pid).map(Some),
+            op::OPENDIR => {
+                self.may(r, libc::R_OK)?;
+                self.opendir(r.nodeid, pid).map(Some)
+            }
             op::READDIR => {
                 let fh = r.u64(0).map_err(bad)?;
                 let off = r.u64(8).map_err(bad)? as usize;
@@ -389,7 +396,10 @@ impl Server {
                         self.write_denied(p, "access-write", pid);
                         Err(libc::EROFS)
                     }
-                    _ => Ok(Some(Vec::new())),
+                    _ => {
+                        self.may(r, mask)?;
+                        Ok(Some(Vec::new()))
+                    }
                 }
             }
             op::STATFS => {
@@ -439,6 +449,34 @@ impl Server {
             op::LINK => self.refuse_on(r.nodeid, r.name(8).ok(), "link", pid),
             op::TMPFILE => self.refuse_on(r.nodeid, None, "tmpfile", pid),
             _ => Err(libc::ENOSYS),
+        }
+    }
+
+    /// The permission check the kernel would make (the mount has no
+    /// `default_permissions`, so it is ours): a passthrough node is read
+    /// with the server's identity, which may be more than the caller's
+    /// (root running the sandbox as --uid N). Owner, group, other bits of
+    /// the file as the sandbox sees it; supplementary groups are not known
+    /// (FUSE does not send them), so only the primary group counts. A plain
+    /// EACCES, not an alert: this is the file's own mode, not sbx policy.
+    fn may(&self, r: &Request, want: i32) -> Result<(), i32> {
+        let Some(Class::Pass(..)) = self.class(r.nodeid) else {
+            return Ok(());
+        };
+        let (a, _) = self.attr(r.nodeid)?;
+        let bits = if r.uid == a.uid {
+            a.mode >> 6
+        } else if r.gid == a.gid {
+            a.mode >> 3
+        } else {
+            a.mode
+        } & 0o7;
+        let need = (if want & libc::R_OK != 0 { 4 } else { 0 })
+            | (if want & libc::X_OK != 0 { 1 } else { 0 });
+        if bits & need == need {
+            Ok(())
+        } else {
+            Err(libc::EACCES)
         }
     }
 
@@ -570,6 +608,13 @@ impl Server {
             }
             Class::Empty(..) => Handle::Empty,
             Class::Pass(_, fd) => {
+                // Regular files only: the server opens on the host, where
+                // the sandbox's nodev does not apply (a device or FIFO
+                // planted in the tree is not opened for it).
+                let st = crate::sys::fstat(fd).map_err(|e| errno(&e))?;
+                if !crate::sys::is_reg(&st) {
+                    return Err(libc::EACCES);
+                }
                 let proc = format!("/proc/self/fd/{fd}");
                 let c = std::ffi::CString::new(proc).map_err(|_| libc::EINVAL)?;
                 let f = unsafe {
