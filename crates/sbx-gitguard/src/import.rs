@@ -704,7 +704,6 @@ pub fn import(
     .into_iter()
     .flatten()
     .collect();
-    let packed = refs::read_packed(git_dir).unwrap_or_default();
     for (name, change) in changes {
         if !git2::Reference::is_valid_name(&name) || !refs::valid_refname(&name) {
             refused(ev, &name, "invalid ref name (git check-ref-format rules)");
@@ -925,4 +924,142 @@ fn exceeded(mut out: Outcome, what: String, ev: &mut Events) -> Outcome {
     );
     out.exceeded = Some(what);
     out
+}
+
+/// After an import: what the sandbox wrote straight into the real git dir
+/// (git does not keep its index and reflogs under objects/ or refs/) must
+/// not name objects that did not come in. Reflog entries naming a missing
+/// object are dropped; when the index changed during the command, it is
+/// rebuilt without its cached trees (a cache-tree naming a tree the host
+/// does not have would make the next `git commit` write a broken commit),
+/// and entries whose blob did not come in are reset to HEAD's version (the
+/// file in the work tree is untouched; it shows as modified).
+pub fn tidy(git_dir: &Path, index_changed: bool, ev: &mut Events) {
+    let Ok(repo) = crate::verify::open(git_dir) else {
+        return;
+    };
+    let Ok(odb) = repo.odb() else { return };
+    let owner = owner_of(git_dir);
+    let ok = |s: &str| {
+        s.bytes().all(|b| b == b'0') || git2::Oid::from_str(s).is_ok_and(|o| odb.exists(o))
+    };
+    // Reflogs.
+    let logs = git_dir.join("logs");
+    let mut stack = vec![logs.clone()];
+    let mut files = 0usize;
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for e in rd.filter_map(|e| e.ok()) {
+            let p = e.path();
+            let Ok(m) = fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if m.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            files += 1;
+            if !m.is_file() || files > 100_000 {
+                continue;
+            }
+            let Ok(text) = fs::read(&p) else { continue };
+            let text = String::from_utf8_lossy(&text);
+            let mut keep = String::with_capacity(text.len());
+            let mut dropped = 0usize;
+            for l in text.lines() {
+                let mut it = l.split(' ');
+                let (a, b) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
+                if ok(a) && ok(b) {
+                    keep.push_str(l);
+                    keep.push('\n');
+                } else {
+                    dropped += 1;
+                }
+            }
+            if dropped > 0 {
+                let _ = crate::fsutil::write_atomic(
+                    &p,
+                    keep.as_bytes(),
+                    m.mode() & 0o777,
+                    Some((m.uid(), m.gid())),
+                );
+                ev.push(
+                    "reflog_pruned",
+                    Severity::Info,
+                    json!({ "reflog": rel(git_dir, &p), "dropped": dropped, "reason": "entries naming objects that were not imported" }),
+                );
+            }
+        }
+    }
+    // The index.
+    let ip = git_dir.join("index");
+    if !index_changed || !ip.exists() {
+        return;
+    }
+    let mut idx = match git2::Index::open(&ip) {
+        Ok(i) => i,
+        Err(e) => {
+            ev.push(
+                "index_unreadable",
+                Severity::Warn,
+                json!({ "path": ip, "reason": e.message() }),
+            );
+            return;
+        }
+    };
+    let head_tree = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+    let entries: Vec<git2::IndexEntry> = idx.iter().collect();
+    let mut reset = 0usize;
+    let mut dropped = 0usize;
+    let mut out = Vec::with_capacity(entries.len());
+    for mut e in entries {
+        let gitlink = e.mode & 0o170000 == 0o160000;
+        if gitlink || odb.exists(e.id) {
+            out.push(e);
+            continue;
+        }
+        let path = String::from_utf8_lossy(&e.path).into_owned();
+        match head_tree
+            .as_ref()
+            .and_then(|t| t.get_path(Path::new(&path)).ok())
+            .filter(|te| odb.exists(te.id()))
+        {
+            Some(te) => {
+                e.id = te.id();
+                e.mode = te.filemode() as u32;
+                // Stat data that cannot match: git looks at the file again.
+                e.file_size = 0;
+                e.mtime = git2::IndexTime::new(0, 0);
+                out.push(e);
+                reset += 1;
+            }
+            None => dropped += 1,
+        }
+    }
+    idx.clear().ok();
+    for e in &out {
+        if idx.add(e).is_err() {
+            dropped += 1;
+        }
+    }
+    match idx.write() {
+        Ok(()) => {
+            give_back(git_dir, "index", owner);
+            ev.push(
+                "index_rebuilt",
+                if reset + dropped > 0 {
+                    Severity::Warn
+                } else {
+                    Severity::Info
+                },
+                json!({ "entries": out.len(), "reset_to_head": reset, "dropped": dropped,
+                        "reason": "written by the command; cached trees dropped, entries naming objects that were not imported reset" }),
+            );
+        }
+        Err(e) => ev.push(
+            "index_unreadable",
+            Severity::Warn,
+            json!({ "path": ip, "reason": e.message() }),
+        ),
+    }
 }
