@@ -477,30 +477,35 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     drop(owner);
     let alerts = Arc::new(Mutex::new(guard::Alerts::default()));
     let git_dirs = std::mem::take(&mut guards.git_dirs);
-    let served = if guards.is_empty() {
-        false
+    let ids = fuse::server::Ids {
+        userns,
+        outer_uid,
+        outer_gid,
+        inner_uid: uid,
+        inner_gid: gid,
+    };
+    let dev = if guards.is_empty() {
+        None
     } else {
-        start_guard(
-            &chan,
-            guards,
-            fuse::server::Ids {
-                userns,
-                outer_uid,
-                outer_gid,
-                inner_uid: uid,
-                inner_gid: gid,
-            },
-            alerts.clone(),
-        )
+        guard_fd(&chan)
     };
     // Lock files of protected .git entries: only with the guard served
-    // (the fallback logs no file refusal at all).
-    let locks = if served {
-        lockwatch::LockWatch::new(&git_dirs).ok().flatten()
-    } else {
-        None
+    // (the fallback logs no file refusal at all). Forks: before any thread.
+    let locks = match dev {
+        Some(_) => lockwatch::LockWatch::start(&git_dirs).ok().flatten(),
+        None => None,
     };
     drop(git_dirs);
+    let served = match dev {
+        Some(dev) => {
+            let server = fuse::server::Server::new(dev, guards.nodes, ids, alerts.clone());
+            std::thread::Builder::new()
+                .name("guard-fs".into())
+                .spawn(move || server.run())
+                .is_ok()
+        }
+        None => false,
+    };
     let mut watch = Watch {
         chan: Some(chan),
         tmp: None,
@@ -510,7 +515,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     };
     let code = supervise(pid, &sigfd, &mut watch);
     if let Some(l) = &mut watch.locks {
-        l.drain(&alerts);
+        l.finish(&alerts);
     }
     // A last look at /tmp (the fd keeps the tmpfs alive).
     if let Some(t) = &mut watch.tmp {
@@ -535,26 +540,14 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     Ok(code)
 }
 
-/// Waits for init's word on the guard file system and, when it is
-/// mounted, serves it from a thread of this (outer) process. Returns
-/// whether it is served. When /dev/fuse could not be used, one warn event
-/// says why; the sandbox then runs with plain placeholders.
-fn start_guard(
-    chan: &OwnedFd,
-    guards: guard::Guards,
-    ids: fuse::server::Ids,
-    alerts: Arc<Mutex<guard::Alerts>>,
-) -> bool {
+/// Waits for init's word on the guard file system: the /dev/fuse fd when
+/// it is mounted. When /dev/fuse could not be used, one warn event says
+/// why; the sandbox then runs with plain placeholders.
+fn guard_fd(chan: &OwnedFd) -> Option<OwnedFd> {
     use fuse::handoff;
     // Init sends exactly one of these before anything else, or dies (EOF).
     match handoff::recv(chan) {
-        Ok(Some((handoff::TAG_FUSE, _, Some(dev)))) => {
-            let server = fuse::server::Server::new(dev, guards.nodes, ids, alerts);
-            std::thread::Builder::new()
-                .name("guard-fs".into())
-                .spawn(move || server.run())
-                .is_ok()
-        }
+        Ok(Some((handoff::TAG_FUSE, _, Some(dev)))) => Some(dev),
         Ok(Some((handoff::TAG_UNAVAILABLE, reason, _))) => {
             audit::emit(
                 "fs_guard_unavailable",
@@ -564,9 +557,9 @@ fn start_guard(
                     "fallback": "denied paths are mode-000 placeholders and protected paths read-only binds; their refusals are not logged",
                 }),
             );
-            false
+            None
         }
-        _ => false,
+        _ => None,
     }
 }
 
