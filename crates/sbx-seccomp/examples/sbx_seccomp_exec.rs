@@ -8,6 +8,8 @@
 //! - `flood PATH N`: N times `execve(PATH)` (each expected to fail);
 //!   prints `failed K` and exits 0 (exits 0 too if one succeeds: then the
 //!   file ran instead, which the test sees from its output).
+//! - `spawn PATH N`: N times fork + execve(PATH) + wait; prints
+//!   `ns_per_exec X` (scripts/bench-seccomp).
 
 use std::ffi::CString;
 
@@ -77,8 +79,32 @@ fn main() {
             }
             println!("failed {failed}");
         }
+        Some("spawn") => {
+            let p = c(&a[2]);
+            let n: u32 = a[3].parse().unwrap();
+            let argv = [p.as_ptr(), std::ptr::null()];
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                unsafe {
+                    let pid = libc::fork();
+                    if pid == 0 {
+                        libc::execve(p.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                        libc::_exit(127);
+                    }
+                    let mut st = 0;
+                    libc::waitpid(pid, &mut st, 0);
+                    if st != 0 {
+                        eprintln!("{} failed: status {st}", a[2]);
+                        std::process::exit(1);
+                    }
+                }
+            }
+            println!("ns_per_exec {}", t.elapsed().as_nanos() / n.max(1) as u128);
+        }
         _ => {
-            eprintln!("usage: sbx_seccomp_exec fexec PATH | atexec DIR NAME | flood PATH N");
+            eprintln!(
+                "usage: sbx_seccomp_exec fexec PATH | atexec DIR NAME | flood PATH N | spawn PATH N"
+            );
             std::process::exit(2);
         }
     }

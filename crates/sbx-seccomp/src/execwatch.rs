@@ -116,6 +116,9 @@ pub fn exec_denied_by(doc: &crate::model::Document) -> bool {
 /// The notifier's state for exec notifications.
 pub struct ExecWatch {
     allowed: HashSet<(u64, u64)>,
+    /// The interpreter of a file, by (dev, ino, ctime): an allowed
+    /// program executed again costs an open and an fstat, not a read.
+    interp: std::cell::RefCell<HashMap<FileKey, Option<Vec<u8>>>>,
     has_dirs: bool,
     limit: RateLimit,
     seen: HashMap<String, u64>,
@@ -277,6 +280,12 @@ fn interpreter(fd: RawFd) -> Option<Vec<u8>> {
     None
 }
 
+/// A file's identity and version (any write or chmod changes ctime).
+type FileKey = (u64, u64, i64, i64);
+
+/// Most files whose interpreter is remembered.
+const MAX_CACHED: usize = 1024;
+
 /// One refusal the notifier expects Landlock to make.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -300,6 +309,7 @@ impl ExecWatch {
         }
         ExecWatch {
             allowed,
+            interp: Default::default(),
             has_dirs,
             limit: RateLimit::default(),
             seen: HashMap::new(),
@@ -349,10 +359,24 @@ impl ExecWatch {
                 };
                 return Some(Refusal { path, reason });
             }
-            let interp = interpreter(fd.0)?;
-            outer = fd_path(fd.0);
+            let key = (st.st_dev, st.st_ino, st.st_ctime, st.st_ctime_nsec);
+            let cached = self.interp.borrow().get(&key).cloned();
+            let interp = match cached {
+                Some(i) => i,
+                None => {
+                    let i = interpreter(fd.0);
+                    let mut c = self.interp.borrow_mut();
+                    if c.len() >= MAX_CACHED {
+                        c.clear();
+                    }
+                    c.insert(key, i.clone());
+                    i
+                }
+            }?;
             let next = target(pid, libc::AT_FDCWD, &interp, 0)?;
-            fd = open(&next, libc::O_PATH)?;
+            let nfd = open(&next, libc::O_PATH)?;
+            outer = fd_path(fd.0);
+            fd = nfd;
         }
         None
     }
