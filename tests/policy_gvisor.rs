@@ -379,3 +379,43 @@ fn zero_trust_killed_leaves_nothing_behind() {
         assert_nothing_left(&p, Duration::from_secs(30));
     }
 }
+
+#[test]
+fn zero_trust_bombs_are_bounded_as_root() {
+    if runsc().is_none() {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    }
+    if !sbx_testutil::is_root() {
+        sbx_testutil::skip!(
+            "sbx-cgroup needs root here: the gVisor tier has no cgroup unprivileged"
+        );
+    }
+    // Fork bomb: gVisor refuses the forks past RLIMIT_NPROC (derived from
+    // --pids, below the host-side pids limit of sbx-cgroup), the command
+    // goes on and its status passes through.
+    let p = project(As::Root);
+    let script = "i=0; n=0; while [ $i -lt 300 ]; do (sleep 3 &) 2>/dev/null || n=$((n+1)); i=$((i+1)); done; echo FAILED=$n; exit 3";
+    let out = chain_cmd(&p, script, As::Root).output().unwrap();
+    let so = stdout(&out);
+    let ctx = format!("stdout:\n{so}\nstderr:\n{}", stderr(&out));
+    assert_eq!(code(&out), 3, "{ctx}");
+    assert_ne!(marker(&so, "FAILED"), "0", "forks refused inside: {ctx}");
+    assert_event(&p.log, "cgroup_summary", "info", |e| {
+        e["pids_limit_hits"] == 0 && e["exit_code"] == 3
+    });
+    assert_nothing_left(&p, Duration::from_secs(5));
+
+    // Memory bomb: the whole gVisor sandbox is inside sbx-cgroup's memory
+    // limit: it is OOM-killed there (137), the host is not touched.
+    let p = project(As::Root);
+    let script = format!("{PY} -c 'b=[]\nwhile True: b.append(b\"x\" * (8<<20))'; echo SURVIVED");
+    let out = chain_cmd(&p, &script, As::Root).output().unwrap();
+    let so = stdout(&out);
+    let ctx = format!("stdout:\n{so}\nstderr:\n{}", stderr(&out));
+    assert_eq!(code(&out), 137, "{ctx}");
+    assert!(!so.contains("SURVIVED"), "{ctx}");
+    assert_event(&p.log, "cgroup_summary", "alert", |e| {
+        e["oom_kills"].as_u64().unwrap_or(0) >= 1
+    });
+    assert_nothing_left(&p, Duration::from_secs(5));
+}

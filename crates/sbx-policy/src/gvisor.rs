@@ -286,6 +286,19 @@ fn nofile() -> (u64, u64) {
     (r.rlim_cur, r.rlim_max)
 }
 
+/// RLIMIT_NPROC inside gVisor (which enforces it: a fork fails with
+/// EAGAIN). Under sbx-cgroup the host-side pids limit also counts gVisor's
+/// own threads, its gofer and a ptrace stub thread per task, so the guest
+/// gets less than half of it: a fork bomb then meets EAGAIN inside instead
+/// of taking the whole sandbox down at the host limit.
+pub fn guest_nproc(pids: u64, under_cgroup: bool) -> u64 {
+    if under_cgroup {
+        (pids.saturating_sub(128) / 16).max(8)
+    } else {
+        pids
+    }
+}
+
 /// config.json.
 fn config(a: &Args, mounts: Vec<Value>) -> Result<Value, Failure> {
     let mut env: Vec<String> = Vec::new();
@@ -316,7 +329,10 @@ fn config(a: &Args, mounts: Vec<Value>) -> Result<Value, Failure> {
         rl.push(rlimit("RLIMIT_FSIZE", n));
     }
     if let Some(n) = a.pids {
-        rl.push(rlimit("RLIMIT_NPROC", n));
+        rl.push(rlimit(
+            "RLIMIT_NPROC",
+            guest_nproc(n, a.cgroup_bin.is_some()),
+        ));
     }
     let (soft, hard) = nofile();
     rl.push(json!({"type": "RLIMIT_NOFILE", "soft": soft, "hard": hard}));
@@ -713,5 +729,109 @@ fn supervise(
             child.kill().map_err(io)?;
             Ok(sbx_core::exit::TOOL_FAILED)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(rw: &Path, deny: &[&str]) -> Args {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct W {
+            #[command(flatten)]
+            a: Args,
+        }
+        let mut v: Vec<OsString> =
+            vec![os("t"), os("--runsc"), os("/bin/true"), os("--rw"), os(rw)];
+        for d in deny {
+            v.extend([os("--deny"), os(d)]);
+        }
+        v.extend([
+            os("--pids"),
+            os("2048"),
+            os("--fsize"),
+            os("1M"),
+            os("--"),
+            os("sh"),
+        ]);
+        W::parse_from(v).a
+    }
+
+    #[test]
+    fn the_plan_becomes_oci_mounts() {
+        let d = tempfile::tempdir().unwrap();
+        let proj = d.path().canonicalize().unwrap().join("p");
+        std::fs::create_dir_all(proj.join("secret")).unwrap();
+        std::fs::create_dir_all(proj.join(".git/hooks")).unwrap();
+        std::fs::write(proj.join("key.pem"), "k").unwrap();
+        let a = args(&proj, &[&format!("{}/secret", proj.display()), "*.pem"]);
+        let plan = fs_plan(&a).unwrap();
+        let b = Bundle {
+            dir: d.path().join("b"),
+            rootfs: d.path().join("b/rootfs"),
+            denied_file: d.path().join("denied"),
+            empty_file: d.path().join("empty"),
+        };
+        std::fs::create_dir_all(&b.rootfs).unwrap();
+        let m = mounts(&plan, &b, 1 << 20).unwrap();
+        let find = |dst: &Path| {
+            m.iter()
+                .find(|x| x["destination"] == json!(dst))
+                .unwrap_or_else(|| panic!("no mount at {}: {m:?}", dst.display()))
+                .clone()
+        };
+        assert_eq!(find(&proj)["options"], json!(["rbind", "rw"]));
+        assert_eq!(find(Path::new("/usr"))["options"], json!(["rbind", "ro"]));
+        let s = find(&proj.join("secret"));
+        assert_eq!(s["type"], "tmpfs");
+        assert!(s["options"].as_array().unwrap().contains(&json!("mode=0")));
+        assert!(s["options"].as_array().unwrap().contains(&json!("ro")));
+        let k = find(&proj.join("key.pem"));
+        assert_eq!(k["source"], json!(b.denied_file));
+        assert_eq!(
+            find(&proj.join(".git/hooks"))["options"],
+            json!(["rbind", "ro"])
+        );
+        // A missing .claude is a placeholder mount (an empty read-only dir).
+        let c = find(&proj.join(".claude"));
+        assert!(
+            c["options"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("mode=555"))
+        );
+        // Nothing of the host's /proc or /dev: gVisor's own.
+        assert!(m.iter().all(|x| {
+            let d = x["destination"].as_str().unwrap();
+            d == "/proc"
+                || d == "/dev"
+                || d == "/dev/pts"
+                || d == "/dev/shm"
+                || !(d.starts_with("/proc") || d.starts_with("/dev"))
+        }));
+        // Symlinked system directories are symlinks in the root.
+        for l in ["bin", "lib", "sbin"] {
+            if Path::new("/").join(l).is_symlink() {
+                assert!(b.rootfs.join(l).is_symlink(), "{l}");
+            }
+        }
+        let cfg = config(&a, m).unwrap();
+        assert_eq!(cfg["root"]["readonly"], true);
+        assert_eq!(cfg["process"]["noNewPrivileges"], true);
+        assert_eq!(cfg["process"]["capabilities"]["bounding"], json!([]));
+        let rl = cfg["process"]["rlimits"].as_array().unwrap();
+        assert!(
+            rl.contains(&json!({"type": "RLIMIT_FSIZE", "hard": 1u64 << 20, "soft": 1u64 << 20}))
+        );
+        assert!(rl.contains(&json!({"type": "RLIMIT_NPROC", "hard": 2048, "soft": 2048})));
+    }
+
+    #[test]
+    fn guest_processes_leave_room_for_gvisor_under_the_cgroup() {
+        assert_eq!(guest_nproc(2048, false), 2048);
+        assert_eq!(guest_nproc(2048, true), 120);
+        assert_eq!(guest_nproc(64, true), 8);
     }
 }
