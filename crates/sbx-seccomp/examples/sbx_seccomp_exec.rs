@@ -8,6 +8,9 @@
 //! - `flood PATH N`: N times `execve(PATH)` (each expected to fail);
 //!   prints `failed K` and exits 0 (exits 0 too if one succeeds: then the
 //!   file ran instead, which the test sees from its output).
+//! - `memfd SRC`: copies SRC into a memfd (memfd_create, no flags) and
+//!   executes it with `execveat(fd, "", AT_EMPTY_PATH)`; same output as
+//!   fexec.
 //! - `spawn PATH N`: N times fork + execve(PATH) + wait; prints
 //!   `ns_per_exec X` (scripts/bench-seccomp).
 
@@ -78,6 +81,29 @@ fn main() {
                 }
             }
             println!("failed {failed}");
+        }
+        Some("memfd") => {
+            let data = std::fs::read(&a[2]).unwrap();
+            let name = c("sbx-built");
+            let argv = [name.as_ptr(), std::ptr::null()];
+            unsafe {
+                let fd = libc::memfd_create(name.as_ptr(), 0);
+                if fd < 0 {
+                    fail();
+                }
+                if libc::write(fd, data.as_ptr().cast(), data.len()) != data.len() as isize {
+                    fail();
+                }
+                libc::syscall(
+                    libc::SYS_execveat,
+                    fd,
+                    empty.as_ptr(),
+                    argv.as_ptr(),
+                    envp.as_ptr(),
+                    libc::AT_EMPTY_PATH,
+                );
+            }
+            fail();
         }
         Some("spawn") => {
             let p = c(&a[2]);

@@ -293,6 +293,40 @@ pub struct Refusal {
     pub path: String,
     /// Why: "not listed", or "interpreter of FILE not listed".
     pub reason: String,
+    /// The file is on a kernel-internal mount (a memfd): Landlock lets
+    /// those run, so the notifier refuses the call itself.
+    pub internal: bool,
+}
+
+/// Whether the file open as `fd` lives on a kernel-internal mount (memfd,
+/// hugetlbfs memfd): Landlock allows every access there (its path walk
+/// ends at a disconnected MNT_INTERNAL root), so an unlisted program
+/// written into a memfd would run. Seen from its /proc path (`/memfd:`)
+/// or its mount id missing from our mountinfo.
+fn on_internal_mount(fd: RawFd, path: &str) -> bool {
+    if path.starts_with("/memfd:") {
+        return true;
+    }
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    if unsafe {
+        libc::statx(
+            fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_MNT_ID,
+            &mut stx,
+        )
+    } != 0
+        || stx.stx_mask & libc::STATX_MNT_ID == 0
+    {
+        return false;
+    }
+    let id = stx.stx_mnt_id;
+    let Ok(mi) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    !mi.lines()
+        .any(|l| l.split(' ').next().and_then(|x| x.parse::<u64>().ok()) == Some(id))
 }
 
 impl ExecWatch {
@@ -353,11 +387,19 @@ impl ExecWatch {
                 let path = fd_path(fd.0)
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|| String::from_utf8_lossy(tgt).into_owned());
-                let reason = match &outer {
+                let internal = on_internal_mount(fd.0, &path);
+                let mut reason = match &outer {
                     None => "not listed".to_string(),
                     Some(o) => format!("interpreter of {} not listed", o.display()),
                 };
-                return Some(Refusal { path, reason });
+                if internal {
+                    reason.push_str(" (on a kernel-internal mount such as a memfd, which Landlock does not cover: refused by the notifier)");
+                }
+                return Some(Refusal {
+                    path,
+                    reason,
+                    internal,
+                });
             }
             let key = (st.st_dev, st.st_ino, st.st_ctime, st.st_ctime_nsec);
             let cached = self.interp.borrow().get(&key).cloned();
@@ -381,37 +423,40 @@ impl ExecWatch {
         None
     }
 
-    /// Handles one exec notification (the answer is the caller's: always
-    /// CONTINUE). `valid` re-checks the notification id after the read.
-    pub fn handle(&mut self, pid: u32, nr: u32, args: &[u64; 6], valid: impl Fn() -> bool) {
+    /// Handles one exec notification; returns the errno to answer with
+    /// (EACCES for an unlisted file on an internal mount, which Landlock
+    /// would let run), None for CONTINUE (Landlock decides). `valid`
+    /// re-checks the notification id after the read.
+    pub fn handle(
+        &mut self,
+        pid: u32,
+        nr: u32,
+        args: &[u64; 6],
+        valid: impl Fn() -> bool,
+    ) -> Option<i32> {
         let pid = pid as i32;
         let (dirfd, addr, flags) = if nr == NR_EXECVE {
             (libc::AT_FDCWD, args[0], 0)
         } else {
             (args[0] as i32, args[1], args[4] as i32)
         };
-        let Some(path) = read_cstr(pid, addr) else {
-            return;
-        };
+        let path = read_cstr(pid, addr)?;
         if !valid() {
-            return;
+            return None;
         }
-        let Some(tgt) = target(pid, dirfd, &path, flags) else {
-            return;
-        };
+        let tgt = target(pid, dirfd, &path, flags)?;
         let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
-        let Some(r) = self.check(pid, &tgt, nofollow) else {
-            return;
-        };
+        let r = self.check(pid, &tgt, nofollow)?;
+        let answer = r.internal.then_some(libc::EACCES);
         self.denied += 1;
         if let Some(c) = self.seen.get_mut(&r.path) {
             *c += 1;
             self.suppressed += 1;
-            return;
+            return answer;
         }
         if !self.limit.allow() {
             self.suppressed += 1;
-            return;
+            return answer;
         }
         if self.seen.len() < MAX_SEEN {
             self.seen.insert(r.path.clone(), 1);
@@ -424,9 +469,10 @@ impl ExecWatch {
                 "requested": OsStr::from_bytes(&path).to_string_lossy(),
                 "syscall": if nr == NR_EXECVE { "execve" } else { "execveat" },
                 "reason": r.reason,
-                "enforced_by": "landlock",
+                "enforced_by": if r.internal { "notifier" } else { "landlock" },
             }),
         );
+        answer
     }
 
     /// The final count, when anything was suppressed.

@@ -106,8 +106,15 @@ syscall, reason), deduplicated per path and rate-limited like syscall_denied; th
 suppressed (and the most repeated paths) is in a final exec_denied_suppressed alert. It \
 then answers SECCOMP_USER_NOTIF_FLAG_CONTINUE: Landlock enforces, the alert is best effort \
 (a caller that changes its memory, cwd, fds or a symlink between the look and the exec can \
-make the log wrong, never run an unlisted file). If the notifier is killed, every exec \
-fails (ENOSYS). Without an audit log the allowlist holds silently. Limits: Landlock checks \
+make the log wrong, never run an unlisted file). One exception: Landlock lets every file on \
+a kernel-internal mount run (a memfd: a program written into memfd_create's file and run \
+with execveat or /proc/self/fd/N); for those the notifier itself answers EACCES \
+(enforced_by: notifier in the alert). If the notifier is killed, every exec fails \
+(ENOSYS). Without an audit log the notifier still runs (memfd refusals) and the allowlist \
+holds silently. Limits: the memfd refusal is the notifier's decision and so subject to \
+the race above (a thread that swaps the fd between the look and the exec); setting \
+vm.memfd_noexec to 2 in the sandbox's PID namespace closes it (sbx-fs's init can, CMD \
+cannot). Landlock: Landlock checks \
 execve, not mmap(PROT_EXEC): a listed dynamic loader can map an unlisted ELF (ld.so \
 ./prog) and a listed interpreter runs any script given as an argument (sh ./x.sh).",
         ),
@@ -255,11 +262,11 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let notify_filter =
         (opts.action.is_none() && audit_fd.is_some() && doc.contains_key(notify::NOTIFY_FILTER))
             .then_some(notify::NOTIFY_FILTER);
-    // Observable exec refusals (see execwatch.rs): --allow-exec with an
-    // audit log, unless a filter denies execve itself.
+    // Observable exec refusals (see execwatch.rs): with --allow-exec,
+    // unless a filter denies execve itself. Also without an audit log: the
+    // notifier refuses memfd execs, which Landlock lets through.
     let allowed_exec = landlock::allowlist(&cli.allow_exec);
-    let exec_watch =
-        !cli.allow_exec.is_empty() && audit_fd.is_some() && !execwatch::exec_denied_by(&doc);
+    let exec_watch = !cli.allow_exec.is_empty() && !execwatch::exec_denied_by(&doc);
 
     if cli.print {
         let header = format!(

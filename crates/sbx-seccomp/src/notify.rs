@@ -462,18 +462,27 @@ fn serve(
                 && (nr == crate::execwatch::NR_EXECVE || nr == crate::execwatch::NR_EXECVEAT)
             {
                 let id = n.id;
-                w.handle(n.pid, nr, &n.data.args, || {
+                let refuse = w.handle(n.pid, nr, &n.data.args, || {
                     let r = unsafe {
                         libc::ioctl(listener, IOC_NOTIF_ID_VALID as _, &id as *const u64)
                     };
                     r == 0
                 });
-                // Landlock decides: the call goes on as if not filtered.
-                let resp = NotifResp {
-                    id: n.id,
-                    val: 0,
-                    error: 0,
-                    flags: FLAG_CONTINUE,
+                // Landlock decides: the call goes on as if not filtered
+                // (but for a memfd, which Landlock does not cover).
+                let resp = match refuse {
+                    Some(errno) => NotifResp {
+                        id: n.id,
+                        val: 0,
+                        error: -errno,
+                        flags: 0,
+                    },
+                    None => NotifResp {
+                        id: n.id,
+                        val: 0,
+                        error: 0,
+                        flags: FLAG_CONTINUE,
+                    },
                 };
                 unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
                 continue;

@@ -238,6 +238,15 @@ fn without_an_audit_log_the_allowlist_still_holds() {
         );
         assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
         assert_eq!(stdout(&out), "a=0\nb=126\n");
+        // The memfd refusal does not depend on the audit log.
+        let helper = lab.helper("sbx_seccomp_exec");
+        let h = helper.display().to_string();
+        let out = seccomp(
+            who,
+            &["--allow-exec", &h],
+            &[&helper, &"memfd", &"/usr/bin/id"],
+        );
+        assert_eq!(stdout(&out), "err 13\n", "{who:?}: {}", stderr(&out));
     }
 }
 
@@ -245,4 +254,28 @@ fn without_an_audit_log_the_allowlist_still_holds() {
 fn a_relative_allow_exec_is_a_usage_error() {
     let out = seccomp(As::Root, &["--allow-exec", "bin/sh"], &[&"/bin/true"]);
     sbx_testutil::assert_usage_error(&out, "--allow-exec bin/sh: must be an absolute path");
+}
+
+#[test]
+fn a_program_written_into_a_memfd_is_refused_by_the_notifier() {
+    // Landlock lets files on kernel-internal mounts (memfd) run: the
+    // notifier refuses those itself (EACCES) and says so.
+    let lab = Lab::new();
+    let helper = lab.helper("sbx_seccomp_exec");
+    let h = helper.display().to_string();
+    for who in identities() {
+        let log = log_in(&lab);
+        let args = ["--audit-log", log.to_str().unwrap(), "--allow-exec", &h];
+        let out = seccomp(who, &args, &[&helper, &"memfd", &"/usr/bin/id"]);
+        assert_eq!(code(&out), 126, "{who:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "err 13\n", "{who:?}: id must not run");
+        let e = assert_event(&log, "exec_denied", "alert", |e| {
+            e["path"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("/memfd:sbx-built"))
+                && e["enforced_by"] == "notifier"
+                && e["syscall"] == "execveat"
+        });
+        assert!(e["reason"].as_str().unwrap().contains("memfd"), "{e}");
+    }
 }
