@@ -321,3 +321,33 @@ fn passthrough_keeps_file_modes() {
     assert_refused(&out, "ROOT-ONLY", "mode 0600 of another user");
     assert_event(&log, "end", "info", |e| e["status"] == 0);
 }
+
+/// Protected entries that do not exist are empty guarded nodes: creating
+/// anything in them fails and is logged.
+#[test]
+fn creating_missing_protected_entries_is_logged() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        // A repository without hooks, a project without .claude.
+        s.mkdir("proj/.git/objects");
+        s.mkdir("proj/.git/refs");
+        s.write("proj/.git/HEAD", "ref: refs/heads/main\n");
+        let before = s.snapshot();
+        let script = "if mkdir -p .claude/commands; then echo ESCAPED-mkdir; fi; \
+             if echo '{}' > .claude/settings.json; then echo ESCAPED-settings; fi; \
+             if echo x > .git/hooks/post-checkout; then echo ESCAPED-hook; fi; \
+             ls -a .claude .git/hooks; true";
+        let (out, log) = s.run_rw(&[], script);
+        ok(&out);
+        assert_event(&log, "fs_write_denied", "alert", |e| {
+            ends(e, "/proj/.claude/commands") && e["op"] == "mkdir" && has_caller(e)
+        });
+        assert_event(&log, "fs_write_denied", "alert", |e| {
+            ends(e, "/proj/.claude/settings.json") && e["op"] == "create"
+        });
+        assert_event(&log, "fs_write_denied", "alert", |e| {
+            ends(e, "/proj/.git/hooks/post-checkout") && e["op"] == "create"
+        });
+        s.assert_clean(&before);
+    }
+}
