@@ -419,3 +419,37 @@ fn zero_trust_bombs_are_bounded_as_root() {
     });
     assert_nothing_left(&p, Duration::from_secs(5));
 }
+
+#[test]
+fn zero_trust_command_not_found_or_not_executable() {
+    if runsc().is_none() {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    }
+    for who in identities() {
+        let p = project(who);
+        let plain = p.root.join("src/lib.sh");
+        for (prog, want) in [
+            ("no-such-program-sbx", 127),
+            ("./no/such/file", 127),
+            (plain.to_str().unwrap(), 126),
+        ] {
+            let mut c = sbx_testutil::tool("sbx-policy");
+            c.args([
+                "chain",
+                "--trust",
+                "zero",
+                "--managed",
+                "/nonexistent/m.json",
+            ]);
+            c.arg("--home").arg(&p.home);
+            c.args(["--", prog]);
+            c.current_dir(&p.root)
+                .env("PATH", PATH)
+                .env("HOME", &p.home);
+            run_as(&mut c, who);
+            let out = c.output().unwrap();
+            assert_eq!(code(&out), want, "{who:?} {prog}: {}", stderr(&out));
+            assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+        }
+    }
+}

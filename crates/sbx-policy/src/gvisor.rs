@@ -145,6 +145,44 @@ fn fs_plan(a: &Args) -> Result<Plan, Failure> {
     sbx_fs::build_plan(&spec, &env)
 }
 
+/// CMD as the sandbox will look it up (PATH's directories that a bind
+/// makes visible): not found 127, not executable 126, before anything is
+/// started (runsc itself would only fail with a message).
+fn check_command(prog: &std::ffi::OsStr, plan: &Plan) -> Result<(), Failure> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| os("/usr/bin:/bin"));
+    let visible: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|d| {
+            d.is_absolute()
+                && plan.ops.iter().any(|o| {
+                    (matches!(o.what, What::Bind { .. } | What::Symlink { .. }))
+                        && d.starts_with(&o.dst)
+                })
+        })
+        .collect();
+    let joined = std::env::join_paths(&visible).unwrap_or_default();
+    let p = sbx_core::chain::resolve(prog, Some(&joined))?;
+    // A path given with a slash: resolve does not look at it.
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| Failure::with_code(sbx_core::exit::NOT_FOUND, "command name with a NUL"))?;
+    let shown = p.display();
+    // SAFETY: a valid C string.
+    if unsafe { libc::access(c.as_ptr(), libc::F_OK) } != 0 {
+        return Err(Failure::with_code(
+            sbx_core::exit::NOT_FOUND,
+            format!("{shown}: command not found"),
+        ));
+    }
+    // SAFETY: as above.
+    if p.is_dir() || unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
+        return Err(Failure::with_code(
+            sbx_core::exit::NOT_EXECUTABLE,
+            format!("{shown}: permission denied"),
+        ));
+    }
+    Ok(())
+}
+
 /// Files the bundle needs besides config.json.
 struct Bundle {
     dir: PathBuf,
@@ -554,6 +592,7 @@ pub fn run(a: Args) -> Result<i32, Failure> {
         )));
     }
     let plan = fs_plan(&a)?;
+    check_command(&a.cmd[0], &plan)?;
 
     let dir = tempfile::Builder::new()
         .prefix("sbx-gvisor-")
