@@ -68,6 +68,8 @@ pub struct Outcome {
     pub head_changed: bool,
     pub objects_written: u64,
     pub objects_present: u64,
+    /// The sandbox's index (whole-.git overlay) replaced the host's.
+    pub index_replaced: bool,
     /// A limit was exceeded: nothing was imported.
     pub exceeded: Option<String>,
 }
@@ -148,6 +150,7 @@ fn scan_objects(upper: &Path, ev: &mut Events, limits: &Limits) -> Result<Found,
     while let Some((d, depth)) = stack.pop() {
         let rd = match fs::read_dir(&d) {
             Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && d == upper => return Ok(f),
             Err(e) => return Err(format!("{}: {e}", d.display())),
         };
         for e in rd.filter_map(|e| e.ok()) {
@@ -404,7 +407,11 @@ fn scan_refs(
     let mut n = 0u64;
     let mut stack = vec![(upper.to_path_buf(), 0usize)];
     while let Some((d, depth)) = stack.pop() {
-        let rd = fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        let rd = match fs::read_dir(&d) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && d == upper => return Ok(out),
+            Err(e) => return Err(format!("{}: {e}", d.display())),
+        };
         let mut present = BTreeSet::new();
         for e in rd.filter_map(|e| e.ok()) {
             n += 1;
@@ -622,64 +629,121 @@ pub fn import(
         Ok(c) => c,
         Err(e) => return Ok(exceeded(out, e, ev)),
     };
-    // packed-refs as the sandbox left it (it is shared), before it is put
-    // back: whiteouts resolve against it.
-    let packed = refs::read_packed(git_dir).unwrap_or_default();
-    drop(real);
-    let repo = match packed_before {
-        None => repo,
-        Some(before) => {
-            let pr = git_dir.join("packed-refs");
-            let now = crate::fsutil::read(&pr).ok().flatten();
-            let same = match (before, &now) {
-                (Some(b), Some(n)) => b.same(n),
-                (None, None) => true,
-                _ => false,
-            };
-            if !same {
-                let then: BTreeMap<String, Value> = match before {
-                    Some(b) => {
-                        let t = tempfile::tempdir().map_err(|source| ImportError::Io {
-                            path: pr.clone(),
-                            source,
-                        })?;
-                        let _ = fs::write(t.path().join("packed-refs"), b.bytes());
-                        refs::read_packed(t.path()).unwrap_or_default()
+    // packed-refs as the sandbox left it: with the split overlays it wrote
+    // the real file (shared), with the whole-.git overlay its copy is in the
+    // upper layer. Whiteouts resolve against it; the refs it added, changed
+    // or dropped against `then` (what the host had) go through the rules.
+    let real_pr = git_dir.join("packed-refs");
+    let parse_packed = |bytes: &[u8]| -> Result<BTreeMap<String, Value>, String> {
+        let t = tempfile::tempdir().map_err(|e| e.to_string())?;
+        fs::write(t.path().join("packed-refs"), bytes).map_err(|e| e.to_string())?;
+        refs::read_packed(t.path()).map_err(|e| e.to_string())
+    };
+    let real_packed = refs::read_packed(git_dir);
+    let mut restore: Option<Option<&crate::fsutil::FileSnap>> = None;
+    let (packed, then): (BTreeMap<String, Value>, Option<BTreeMap<String, Value>>) = if stage
+        .whole()
+    {
+        let host = real_packed.unwrap_or_default();
+        let up = stage.git_upper().join("packed-refs");
+        match fs::symlink_metadata(&up) {
+            Err(_) => (host, None),
+            Ok(m) if is_whiteout(&m) => (BTreeMap::new(), Some(host)),
+            Ok(m) if m.is_file() => {
+                match stage::read_small(&up, limits.max_bytes)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| parse_packed(&b))
+                {
+                    Ok(p) => (p, Some(host)),
+                    Err(e) => {
+                        refused(
+                            ev,
+                            "packed-refs",
+                            format!("the sandbox's packed-refs is unreadable: {e}"),
+                        );
+                        (host, None)
                     }
+                }
+            }
+            Ok(_) => {
+                ev.push(
+                        "stage_entry_refused",
+                        Severity::Alert,
+                        json!({ "path": "packed-refs", "reason": "not a regular file (never followed)" }),
+                    );
+                (host, None)
+            }
+        }
+    } else {
+        match packed_before {
+            None => (real_packed.unwrap_or_default(), None),
+            Some(before) => {
+                let then = match before {
+                    Some(b) => parse_packed(&b.bytes()).unwrap_or_default(),
                     None => BTreeMap::new(),
                 };
-                let names: BTreeSet<&String> = then.keys().chain(packed.keys()).collect();
-                for name in names {
-                    if then.get(name) == packed.get(name) || changes.contains_key(name) {
-                        continue;
-                    }
-                    // A real loose ref hides the packed entry (from the
-                    // sandbox as well: the lower layer has it).
-                    if fs::symlink_metadata(git_dir.join(name)).is_ok() {
-                        continue;
-                    }
-                    let c = match packed.get(name) {
-                        Some(v) => Change::Set(v.to_text().into_bytes()),
-                        None => Change::Whiteout,
-                    };
-                    changes.insert(name.clone(), c);
-                }
-                let r = match before {
-                    Some(b) => crate::fsutil::restore(&pr, b),
-                    None => crate::fsutil::remove(&pr),
+                let now = crate::fsutil::read(&real_pr).ok().flatten();
+                let same = match (before, &now) {
+                    (Some(b), Some(n)) => b.same(n),
+                    (None, None) => true,
+                    _ => false,
                 };
-                if let Err(e) = r {
-                    return Err(ImportError::Io {
-                        path: pr,
-                        source: e,
-                    });
+                if same {
+                    (then, None)
+                } else {
+                    restore = Some(before);
+                    match real_packed {
+                        Ok(p) => (p, Some(then)),
+                        Err(e) => {
+                            refused(
+                                ev,
+                                "packed-refs",
+                                format!("the sandbox left an unreadable packed-refs: {e}"),
+                            );
+                            (then, None)
+                        }
+                    }
                 }
-                ev.push(
-                    "packed_refs_restored",
-                    Severity::Info,
-                    json!({ "path": pr, "reason": "written by the command; its ref changes go through the import rules" }),
-                );
             }
+        }
+    };
+    if let Some(then) = &then {
+        let names: BTreeSet<&String> = then.keys().chain(packed.keys()).collect();
+        for name in names {
+            if then.get(name) == packed.get(name) || changes.contains_key(name) {
+                continue;
+            }
+            // A real loose ref hides the packed entry (from the sandbox as
+            // well: the lower layer has it).
+            if fs::symlink_metadata(git_dir.join(name)).is_ok() {
+                continue;
+            }
+            let c = match packed.get(name) {
+                Some(v) => Change::Set(v.to_text().into_bytes()),
+                None => Change::Whiteout,
+            };
+            changes.insert(name.clone(), c);
+        }
+    }
+    drop(real);
+    let repo = match restore {
+        None => repo,
+        Some(before) => {
+            let r = match before {
+                Some(b) => crate::fsutil::restore(&real_pr, b),
+                None => crate::fsutil::remove(&real_pr),
+            };
+            if let Err(e) = r {
+                return Err(ImportError::Io {
+                    path: real_pr,
+                    source: e,
+                });
+            }
+            ev.push(
+                "packed_refs_restored",
+                Severity::Info,
+                json!({ "path": real_pr, "reason": "written by the command; its ref changes go through the import rules" }),
+            );
             // A fresh handle: the ref database as it is now.
             drop(repo);
             crate::verify::open(git_dir)
@@ -690,7 +754,10 @@ pub fn import(
         .odb()
         .map_err(|e| ImportError::Repo(git_dir.to_path_buf(), e.message().to_string()))?;
     let head_before = fs::read(git_dir.join("HEAD")).unwrap_or_default();
-    let head_stage = stage::read_small(&stage.head(), 4096);
+    let head_stage = match stage.head() {
+        Some(h) => stage::read_small(&h, 4096),
+        None => Ok(head_before.clone()),
+    };
     let head_branch = |b: &[u8]| -> Option<String> {
         match Value::parse(&String::from_utf8_lossy(b)) {
             Value::Sym(s) => Some(s),
@@ -910,6 +977,39 @@ pub fn import(
                     Severity::Alert,
                     json!({ "ref": "HEAD", "reason": reason }),
                 ),
+            }
+        }
+    }
+
+    // 4. The index, with the whole-.git overlay (the split overlays let
+    // the sandbox write the real one): taken when libgit2 reads it; `tidy`
+    // then rebuilds it.
+    if stage.whole() {
+        let up = stage.git_upper().join("index");
+        if fs::symlink_metadata(&up).is_ok_and(|m| m.is_file()) {
+            let tmp = git_dir.join(format!(".sbx-gitguard-index.{}", std::process::id()));
+            let _ = fs::remove_file(&tmp);
+            let r = copy_nofollow(&up, &tmp)
+                .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    git2::Index::open(&tmp)
+                        .map(|_| ())
+                        .map_err(|e| e.message().to_string())
+                })
+                .and_then(|()| fs::rename(&tmp, git_dir.join("index")).map_err(|e| e.to_string()));
+            match r {
+                Ok(()) => {
+                    give_back(git_dir, "index", owner);
+                    out.index_replaced = true;
+                }
+                Err(e) => {
+                    let _ = fs::remove_file(&tmp);
+                    ev.push(
+                        "index_unreadable",
+                        Severity::Warn,
+                        json!({ "path": "index", "reason": format!("the sandbox's index was not taken: {e}") }),
+                    );
+                }
             }
         }
     }

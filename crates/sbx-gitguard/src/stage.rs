@@ -74,14 +74,40 @@ impl Paths {
             dir: dir.to_path_buf(),
         }
     }
+    /// The upper layer of an overlay over the whole .git (the alternative
+    /// mount, under which git can rename over HEAD).
+    pub fn git_upper(&self) -> PathBuf {
+        self.dir.join("git/upper")
+    }
+    /// Whether the sandbox used the whole-.git overlay: its upper layer is
+    /// not empty.
+    pub fn whole(&self) -> bool {
+        fs::symlink_metadata(self.git_upper()).is_ok_and(|m| m.is_dir())
+            && fs::read_dir(self.git_upper()).is_ok_and(|mut rd| rd.next().is_some())
+    }
     pub fn objects_upper(&self) -> PathBuf {
-        self.dir.join("objects/upper")
+        if self.whole() {
+            self.git_upper().join("objects")
+        } else {
+            self.dir.join("objects/upper")
+        }
     }
     pub fn refs_upper(&self) -> PathBuf {
-        self.dir.join("refs/upper")
+        if self.whole() {
+            self.git_upper().join("refs")
+        } else {
+            self.dir.join("refs/upper")
+        }
     }
-    pub fn head(&self) -> PathBuf {
-        self.dir.join("HEAD")
+    /// The sandbox's HEAD; None when it left it as it was (whole-.git
+    /// overlay without HEAD in its upper layer).
+    pub fn head(&self) -> Option<PathBuf> {
+        if self.whole() {
+            let h = self.git_upper().join("HEAD");
+            fs::symlink_metadata(&h).is_ok().then_some(h)
+        } else {
+            Some(self.dir.join("HEAD"))
+        }
     }
     pub fn gitdir_file(&self) -> PathBuf {
         self.dir.join("gitdir")
@@ -194,6 +220,9 @@ impl Stage {
             "refs",
             "refs/upper",
             "refs/work",
+            "git",
+            "git/upper",
+            "git/work",
         ] {
             b.create(t.join(d)).map_err(io_at(t))?;
         }

@@ -24,12 +24,26 @@ cd "$R"
 exec sh -ec "$3"
 "#;
 
+/// The alternative: one overlay over the whole .git (upper layer in
+/// DIR/git/upper), under which git can rename over HEAD.
+const MOUNT_WHOLE: &str = r#"set -e
+S=$1; R=$2
+o=""; [ "$(id -u)" = 0 ] && [ -n "$SBX_USERNS" ] && o=",userxattr"
+mount -t overlay overlay -o "lowerdir=$R/.git,upperdir=$S/git/upper,workdir=$S/git/work$o" "$R/.git"
+cd "$R"
+exec sh -ec "$3"
+"#;
+
 fn stage_path(f: &Fixture, name: &str) -> PathBuf {
     f.dir.join(format!("sbx-git-stage-{name}"))
 }
 
 /// `sbx-gitguard run --repo W --stage S [extra] -- unshare ... <agent>`.
 fn staged(f: &Fixture, stage: &Path, extra: &[&str], agent: &str) -> Output {
+    staged_with(f, MOUNT, stage, extra, agent)
+}
+
+fn staged_with(f: &Fixture, mount: &str, stage: &Path, extra: &[&str], agent: &str) -> Output {
     let w = f.w.to_str().unwrap();
     let s = stage.to_str().unwrap();
     let mut args = vec!["run", "--repo", w, "--stage", s];
@@ -39,7 +53,7 @@ fn staged(f: &Fixture, stage: &Path, extra: &[&str], agent: &str) -> Output {
         As::Root => args.extend_from_slice(&["unshare", "-m"]),
         As::User => args.extend_from_slice(&["unshare", "-Urm", "env", "SBX_USERNS=1"]),
     }
-    args.extend_from_slice(&["sh", "-c", MOUNT, "sh", s, w, agent]);
+    args.extend_from_slice(&["sh", "-c", mount, "sh", s, w, agent]);
     f.guard(&args)
 }
 
@@ -436,5 +450,52 @@ fn the_stage_of_a_killed_sbx_gitguard_is_reaped_by_the_next_run() {
         });
         fsck_strict(&f);
         let _ = audit_events(&f.audit);
+    }
+}
+
+#[test]
+fn with_an_overlay_over_the_whole_git_dir_checkout_b_works_and_is_imported() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let s = stage_path(&f, "whole");
+        let main = rev(&f, "main");
+        let v1 = rev(&f, "v1");
+        let out = staged_with(
+            &f,
+            MOUNT_WHOLE,
+            &s,
+            &[],
+            "git checkout -q -b feature
+             echo x > x; git add x; git commit -qm agent-one
+             git tag v9
+             git tag -f v1 HEAD >/dev/null 2>&1
+             git gc -q
+             git config core.fsmonitor \"touch $MARK\"",
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert!(!s.exists());
+        assert_eq!(
+            f.git_ok(&f.w, &["symbolic-ref", "HEAD"]).trim(),
+            "refs/heads/feature"
+        );
+        assert!(subjects(&f, "feature").starts_with("agent-one\n"));
+        assert_eq!(rev(&f, "main"), main);
+        assert_eq!(rev(&f, "v9"), rev(&f, "feature"));
+        assert_eq!(rev(&f, "v1"), v1, "{who:?}: an existing tag moved");
+        assert_event(&f.audit, "ref_refused", "alert", |e| {
+            e["ref"] == "refs/tags/v1" && e["reason"] == "moving an existing tag"
+        });
+        assert_event(&f.audit, "ref_imported", "info", |e| {
+            e["ref"] == "HEAD" && e["new"] == "ref: refs/heads/feature"
+        });
+        // The sandbox's index came in: the commit's file is not staged
+        // against the new HEAD.
+        assert_eq!(
+            f.git_ok(&f.w, &["status", "--porcelain", "--untracked-files=no"]),
+            ""
+        );
+        fsck_strict(&f);
+        // The config write stayed in the stage.
+        f.assert_nothing_runs();
     }
 }
