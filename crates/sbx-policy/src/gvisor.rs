@@ -487,6 +487,7 @@ impl Guardian {
                     if libc::fork() != 0 {
                         libc::_exit(0);
                     }
+                    libc::chdir(c"/".as_ptr());
                 }
                 sbx_fs::placeholder::close_others(&[tr.as_raw_fd(), dw.as_raw_fd()]);
                 unsafe {
