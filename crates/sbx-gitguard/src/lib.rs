@@ -484,6 +484,7 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
 
     // The stage first: what it brings in is expected by the check below.
     let mut exceeded = None;
+    let mut import_failed = None;
     if let Some(st) = &stage {
         let (_, git_dir) = stage_plan.as_ref().unwrap();
         let packed_before = snap
@@ -498,9 +499,15 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
             &limits,
             packed_before.as_ref().map(|p| p.as_ref()),
             index_stat(git_dir) != index_before,
-        )?;
-        expect_imported(&mut snap, git_dir, &outcome);
-        exceeded = outcome.exceeded;
+        );
+        // A failed import still gets the check and repair below.
+        match outcome {
+            Ok(outcome) => {
+                expect_imported(&mut snap, git_dir, &outcome);
+                exceeded = outcome.exceeded;
+            }
+            Err(e) => import_failed = Some(e),
+        }
     }
     let mode = if a.alert_only {
         Mode::AlertOnly
@@ -535,6 +542,9 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
             "repository could not be brought back: {}: {} ({})",
             f.check, f.found, f.action
         )));
+    }
+    if let Some(e) = import_failed {
+        return Err(e);
     }
     if let Some(e) = exceeded {
         return Err(Failure::new(format!(
