@@ -68,6 +68,8 @@ pub struct Outcome {
     pub head_changed: bool,
     pub objects_written: u64,
     pub objects_present: u64,
+    /// Inflated bytes of the new objects read.
+    pub bytes_inflated: u64,
     /// The sandbox's index (whole-.git overlay) replaced the host's.
     pub index_replaced: bool,
     /// A limit was exceeded: nothing was imported.
@@ -363,6 +365,17 @@ fn import_source(
         if real.exists(id) {
             out.objects_present += 1;
             continue;
+        }
+        // Inflated size first: a small object file can inflate to a huge
+        // object (a zlib bomb); new objects count against --stage-max-bytes.
+        if let Ok((size, _)) = odb.read_header(id) {
+            out.bytes_inflated += size as u64;
+            if out.bytes_inflated > limits.max_bytes {
+                return Err(format!(
+                    "more than {} bytes of new objects (inflated) in the stage (--stage-max-bytes)",
+                    limits.max_bytes
+                ));
+            }
         }
         // Strict hash verification is on: a read checks the content hashes
         // to the name it is read under.

@@ -111,7 +111,7 @@ pub struct StageLimitArgs {
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub stage_max_objects: u64,
     /// Most bytes of object files (loose objects and packs) an import reads
-    /// from a stage.
+    /// from a stage, and most bytes the new objects inflate to.
     #[arg(long, value_name = "SIZE", default_value = "2G")]
     pub stage_max_bytes: String,
 }

@@ -328,6 +328,22 @@ fn a_stage_over_its_limits_imports_nothing() {
         assert_event(&f.audit, "stage_limit_exceeded", "alert", |_| true);
         assert!(!s.exists());
         fsck_strict(&f);
+        // A blob that compresses to almost nothing still counts by its
+        // inflated size (a zlib bomb).
+        let s = stage_path(&f, "bomb");
+        let out = staged(
+            &f,
+            &s,
+            &["--stage-max-bytes", "64K"],
+            "head -c 1000000 /dev/zero > zeros; git add zeros; git commit -qm zeros",
+        );
+        assert_eq!(code(&out), 125, "{who:?}: {}", stderr(&out));
+        assert_eq!(rev(&f, "main"), main);
+        assert_event(&f.audit, "stage_limit_exceeded", "alert", |e| {
+            e["reason"].as_str().unwrap().contains("inflated")
+        });
+        assert!(!s.exists());
+        fsck_strict(&f);
     }
 }
 
