@@ -281,6 +281,17 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             progs.iter().map(|(_, p)| p.len()).sum::<usize>()
         );
         print!("{}", print::table(&doc, &header, opts.action.is_none()));
+        if exec_watch {
+            println!(
+                "execve, execveat: notify(CONTINUE): the exec watch of --allow-exec (Landlock \
+allows executing only: {})",
+                allowed_exec
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         return Ok(0);
     }
 

@@ -279,3 +279,15 @@ fn a_program_written_into_a_memfd_is_refused_by_the_notifier() {
         assert!(e["reason"].as_str().unwrap().contains("memfd"), "{e}");
     }
 }
+
+#[test]
+fn print_shows_the_exec_watch() {
+    let out = seccomp(As::Root, &["--print", "--allow-exec", "/bin/sh"], &[]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let s = stdout(&out);
+    assert!(
+        s.lines()
+            .any(|l| l.starts_with("execve, execveat: notify(CONTINUE)") && l.contains("/bin/sh")),
+        "{s}"
+    );
+}
