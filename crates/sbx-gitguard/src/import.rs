@@ -26,37 +26,91 @@ pub struct Limits {
 
 /// Alerts of one kind beyond this many are counted, not logged one by one.
 const ALERTS_PER_EVENT: usize = 20;
+/// The same for info and warn events (a legitimate fetch can bring
+/// thousands of tags).
+const NOTES_PER_EVENT: usize = 1000;
 
 /// Events of an import, rate-limited per event name.
 #[derive(Debug, Default)]
 pub struct Events {
     pub list: Vec<(&'static str, Severity, Json)>,
-    counts: BTreeMap<&'static str, usize>,
-    pub suppressed: BTreeMap<&'static str, usize>,
+    counts: BTreeMap<(&'static str, u8), usize>,
+    pub suppressed: BTreeMap<(&'static str, u8), usize>,
+}
+
+fn sev_key(s: Severity) -> u8 {
+    match s {
+        Severity::Info => 0,
+        Severity::Warn => 1,
+        Severity::Alert => 2,
+    }
 }
 
 impl Events {
     pub fn push(&mut self, event: &'static str, sev: Severity, fields: Json) {
-        let c = self.counts.entry(event).or_default();
+        let k = (event, sev_key(sev));
+        let c = self.counts.entry(k).or_default();
         *c += 1;
-        if *c > ALERTS_PER_EVENT && sev != Severity::Info {
-            *self.suppressed.entry(event).or_default() += 1;
+        let cap = if sev == Severity::Alert {
+            ALERTS_PER_EVENT
+        } else {
+            NOTES_PER_EVENT
+        };
+        if *c > cap {
+            *self.suppressed.entry(k).or_default() += 1;
             return;
         }
         self.list.push((event, sev, fields));
     }
     /// Appends one `<event>` line per suppressed kind with its count.
     pub fn finish(&mut self) {
-        for (e, n) in std::mem::take(&mut self.suppressed) {
+        for ((e, k), n) in std::mem::take(&mut self.suppressed) {
+            let sev = match k {
+                0 => Severity::Info,
+                1 => Severity::Warn,
+                _ => Severity::Alert,
+            };
             self.list.push((
                 e,
-                Severity::Alert,
+                sev,
                 json!({ "suppressed": n, "reason": "more of the same; not logged one by one" }),
             ));
         }
     }
     pub fn alerts(&self) -> impl Iterator<Item = &(&'static str, Severity, Json)> {
         self.list.iter().filter(|e| e.1 == Severity::Alert)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_rate_limited_with_a_count() {
+        let mut ev = Events::default();
+        for i in 0..100 {
+            ev.push("ref_refused", Severity::Alert, json!({ "i": i }));
+        }
+        for i in 0..1500 {
+            ev.push("ref_imported", Severity::Info, json!({ "i": i }));
+        }
+        ev.finish();
+        assert_eq!(ev.alerts().count(), 21);
+        let last = ev.alerts().last().unwrap();
+        assert_eq!(last.2["suppressed"], 80);
+        let info: Vec<_> = ev.list.iter().filter(|e| e.1 == Severity::Info).collect();
+        assert_eq!(info.len(), 1001);
+        assert_eq!(info.last().unwrap().2["suppressed"], 500);
+    }
+
+    #[test]
+    fn namespaces() {
+        assert!(allowed_name("refs/heads/x"));
+        assert!(allowed_name("refs/stash"));
+        assert!(!allowed_name("refs/stashes"));
+        assert!(!allowed_name("refs/replace/abc"));
+        assert!(!allowed_name("HEAD"));
     }
 }
 
