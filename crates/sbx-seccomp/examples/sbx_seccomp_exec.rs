@@ -11,6 +11,8 @@
 //! - `memfd SRC`: copies SRC into a memfd (memfd_create, no flags) and
 //!   executes it with `execveat(fd, "", AT_EMPTY_PATH)`; same output as
 //!   fexec.
+//! - `memfdpath SRC PREFIX`: the same memfd, executed by path:
+//!   `execve(PREFIX + fd)` (PREFIX `/proc/self/fd/` or `/dev/fd/`).
 //! - `spawn PATH N`: N times fork + execve(PATH) + wait; prints
 //!   `ns_per_exec X` (scripts/bench-seccomp).
 
@@ -102,6 +104,23 @@ fn main() {
                     envp.as_ptr(),
                     libc::AT_EMPTY_PATH,
                 );
+            }
+            fail();
+        }
+        Some("memfdpath") => {
+            let data = std::fs::read(&a[2]).unwrap();
+            let name = c("sbx-built");
+            unsafe {
+                let fd = libc::memfd_create(name.as_ptr(), 0);
+                if fd < 0 {
+                    fail();
+                }
+                if libc::write(fd, data.as_ptr().cast(), data.len()) != data.len() as isize {
+                    fail();
+                }
+                let p = c(&format!("{}{fd}", a[3]));
+                let argv = [p.as_ptr(), std::ptr::null()];
+                libc::execve(p.as_ptr(), argv.as_ptr(), envp.as_ptr());
             }
             fail();
         }

@@ -12,7 +12,10 @@
 //! 2. resolves it as the kernel will: an absolute path as is, a relative one
 //!    against the caller's cwd (`/proc/PID/cwd/...`) or its dirfd
 //!    (`/proc/PID/fd/N/...`), `execveat(fd, "", AT_EMPTY_PATH)` as the file
-//!    behind the fd, following symlinks (unless AT_SYMLINK_NOFOLLOW);
+//!    behind the fd, `/proc/self/...`, `/proc/thread-self/...` and
+//!    `/dev/fd/N` as the caller's own entries, following symlinks (unless
+//!    AT_SYMLINK_NOFOLLOW; a symlink elsewhere that points into
+//!    /proc/self is resolved as the notifier's: best effort);
 //! 3. compares the file's inode (device, inode number: what a Landlock rule
 //!    is attached to, so a hard link of a listed file counts as listed and a
 //!    copy does not) and, when directories are listed, its ancestors' with
@@ -209,6 +212,21 @@ pub fn target(pid: i32, dirfd: i32, path: &[u8], flags: i32) -> Option<Vec<u8>> 
         return None;
     }
     if path[0] == b'/' {
+        // The caller's own /proc entries: "self" would be the notifier.
+        for (prefix, with) in [
+            (&b"/proc/self/"[..], format!("/proc/{pid}/")),
+            (
+                &b"/proc/thread-self/"[..],
+                format!("/proc/{pid}/task/{pid}/"),
+            ),
+            (&b"/dev/fd/"[..], format!("/proc/{pid}/fd/")),
+        ] {
+            if let Some(rest) = path.strip_prefix(prefix) {
+                let mut t = with.into_bytes();
+                t.extend_from_slice(rest);
+                return Some(t);
+            }
+        }
         return Some(path.to_vec());
     }
     let mut base = if dirfd == libc::AT_FDCWD {
@@ -517,6 +535,18 @@ mod tests {
         );
         assert!(target(7, 5, b"", 0).is_none());
         assert!(target(7, -1, b"rel", 0).is_none());
+        assert_eq!(
+            target(7, libc::AT_FDCWD, b"/proc/self/fd/3", 0).unwrap(),
+            b"/proc/7/fd/3"
+        );
+        assert_eq!(
+            target(7, libc::AT_FDCWD, b"/dev/fd/3", 0).unwrap(),
+            b"/proc/7/fd/3"
+        );
+        assert_eq!(
+            target(7, libc::AT_FDCWD, b"/proc/thread-self/exe", 0).unwrap(),
+            b"/proc/7/task/7/exe"
+        );
     }
 
     #[test]

@@ -277,6 +277,25 @@ fn a_program_written_into_a_memfd_is_refused_by_the_notifier() {
                 && e["syscall"] == "execveat"
         });
         assert!(e["reason"].as_str().unwrap().contains("memfd"), "{e}");
+        // By path, through the caller's own /proc/self/fd and /dev/fd.
+        for prefix in ["/proc/self/fd/", "/dev/fd/"] {
+            let log = log_in(&lab);
+            let args = ["--audit-log", log.to_str().unwrap(), "--allow-exec", &h];
+            let out = seccomp(
+                who,
+                &args,
+                &[&helper, &"memfdpath", &"/usr/bin/id", &prefix],
+            );
+            assert_eq!(
+                stdout(&out),
+                "err 13\n",
+                "{who:?} {prefix}: {}",
+                stderr(&out)
+            );
+            assert_event(&log, "exec_denied", "alert", |e| {
+                e["enforced_by"] == "notifier" && e["syscall"] == "execve"
+            });
+        }
     }
 }
 
