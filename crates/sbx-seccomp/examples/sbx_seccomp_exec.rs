@@ -13,6 +13,9 @@
 //!   fexec.
 //! - `memfdpath SRC PREFIX`: the same memfd, executed by path:
 //!   `execve(PREFIX + fd)` (PREFIX `/proc/self/fd/` or `/dev/fd/`).
+//! - `memfdmode`: creates a memfd (MFD_CLOEXEC), prints `mode OCTAL`,
+//!   tries fchmod 0755 (`chmod ok|err N`), writes and reads back 5 bytes
+//!   (`rw ok`), then asks for MFD_EXEC (`exec_flag ok|err N`).
 //! - `spawn PATH N`: N times fork + execve(PATH) + wait; prints
 //!   `ns_per_exec X` (scripts/bench-seccomp).
 
@@ -124,6 +127,44 @@ fn main() {
             }
             fail();
         }
+        Some("memfdmode") => unsafe {
+            let name = c("sbx-mode");
+            let fd = libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC);
+            if fd < 0 {
+                fail();
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            libc::fstat(fd, &mut st);
+            println!("mode {:o}", st.st_mode & 0o7777);
+            if libc::fchmod(fd, 0o755) == 0 {
+                println!("chmod ok");
+            } else {
+                println!(
+                    "chmod err {}",
+                    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+                );
+            }
+            let w = libc::write(fd, b"hello".as_ptr().cast(), 5);
+            let mut buf = [0u8; 5];
+            let r = libc::pread(fd, buf.as_mut_ptr().cast(), 5, 0);
+            println!(
+                "rw {}",
+                if w == 5 && r == 5 && &buf == b"hello" {
+                    "ok"
+                } else {
+                    "bad"
+                }
+            );
+            let fd2 = libc::memfd_create(name.as_ptr(), 0x10);
+            if fd2 >= 0 {
+                println!("exec_flag ok");
+            } else {
+                println!(
+                    "exec_flag err {}",
+                    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+                );
+            }
+        },
         Some("spawn") => {
             let p = c(&a[2]);
             let n: u32 = a[3].parse().unwrap();

@@ -49,6 +49,11 @@ use crate::notify::RateLimit;
 /// x86_64 / aarch64 numbers.
 pub const NR_EXECVE: u32 = libc::SYS_execve as u32;
 pub const NR_EXECVEAT: u32 = libc::SYS_execveat as u32;
+pub const NR_MEMFD_CREATE: u32 = libc::SYS_memfd_create as u32;
+
+const MFD_CLOEXEC: u32 = 0x1;
+const MFD_EXEC: u32 = 0x10;
+const MFD_NOEXEC_SEAL: u32 = 0x8;
 
 /// The filter that carries only the exec notification when no other
 /// filter has a listener.
@@ -68,25 +73,33 @@ fn insn(code: u16, jt: u8, jf: u8, k: u32) -> sock_filter {
     sock_filter { code, jt, jf, k }
 }
 
-/// The BPF block: native-architecture execve/execveat return USER_NOTIF;
-/// everything else falls through to the next instruction.
-pub fn block() -> Vec<sock_filter> {
+/// The BPF block: native-architecture execve, execveat and memfd_create
+/// return USER_NOTIF; everything else falls through to the next
+/// instruction. (With `memfd` false, memfd_create is not matched.)
+pub fn block_for(memfd: bool) -> Vec<sock_filter> {
+    let m = if memfd { NR_MEMFD_CREATE } else { NR_EXECVE };
     vec![
         insn(BPF_LD_W_ABS, 0, 0, 4),
-        insn(BPF_JMP_JEQ_K, 0, 4, crate::compile::AUDIT_ARCH),
+        insn(BPF_JMP_JEQ_K, 0, 5, crate::compile::AUDIT_ARCH),
         insn(BPF_LD_W_ABS, 0, 0, 0),
-        insn(BPF_JMP_JEQ_K, 1, 0, NR_EXECVE),
-        insn(BPF_JMP_JEQ_K, 0, 1, NR_EXECVEAT),
+        insn(BPF_JMP_JEQ_K, 2, 0, NR_EXECVE),
+        insn(BPF_JMP_JEQ_K, 1, 0, NR_EXECVEAT),
+        insn(BPF_JMP_JEQ_K, 0, 1, m),
         insn(BPF_RET_K, 0, 0, crate::notify::RET_USER_NOTIF),
     ]
 }
 
+/// [`block_for`] with memfd_create.
+pub fn block() -> Vec<sock_filter> {
+    block_for(true)
+}
+
 /// Puts [`block`] into `prog`: after our prelude when `prog` starts with
 /// it (so foreign ABIs are still killed first), else at the front.
-pub fn insert_block(prog: &mut BpfProgram) {
+pub fn insert_block(prog: &mut BpfProgram, memfd: bool) {
     let pre = crate::compile::prelude();
     let at = if prog.starts_with(&pre) { pre.len() } else { 0 };
-    let b = block();
+    let b = block_for(memfd);
     let tail = prog.split_off(at);
     prog.extend(b);
     prog.extend(tail);
@@ -94,13 +107,13 @@ pub fn insert_block(prog: &mut BpfProgram) {
 
 /// A filter of its own: the block, then allow (the prelude in front when
 /// it is the first filter installed).
-pub fn standalone(first: bool) -> BpfProgram {
+pub fn standalone(first: bool, memfd: bool) -> BpfProgram {
     let mut p = if first {
         crate::compile::prelude()
     } else {
         Vec::new()
     };
-    p.extend(block());
+    p.extend(block_for(memfd));
     p.push(insn(BPF_RET_K, 0, 0, RET_ALLOW));
     p
 }
@@ -115,6 +128,36 @@ pub fn exec_denied_by(doc: &crate::model::Document) -> bool {
                 .any(|r| r.syscall == "execve" || r.syscall == "execveat")
     })
 }
+
+/// Whether a filter denies memfd_create: then it is not intercepted (the
+/// interception would create what the filter refuses).
+pub fn memfd_denied_by(doc: &crate::model::Document) -> bool {
+    doc.values()
+        .any(|f| f.is_denylist() && f.rules.iter().any(|r| r.syscall == "memfd_create"))
+}
+
+/// How the notifier answered a memfd_create.
+#[derive(Debug, PartialEq, Eq)]
+pub enum MemfdAnswer {
+    /// The fd was installed in the caller and returned (ADDFD + SEND).
+    Sent,
+    /// Fail the call with this errno.
+    Errno(i32),
+    /// Let the kernel carry it out unchanged.
+    Continue,
+}
+
+#[repr(C)]
+struct NotifAddfd {
+    id: u64,
+    flags: u32,
+    srcfd: u32,
+    newfd: u32,
+    newfd_flags: u32,
+}
+// _IOW('!', 3, struct seccomp_notif_addfd).
+const IOC_NOTIF_ADDFD: libc::c_ulong = 0x4000_0000 | ((24 << 16) as libc::c_ulong) | 0x2103;
+const ADDFD_FLAG_SEND: u32 = 1 << 1;
 
 /// The notifier's state for exec notifications.
 pub struct ExecWatch {
@@ -493,6 +536,101 @@ impl ExecWatch {
         answer
     }
 
+    /// memfd_create: Landlock lets a memfd's program run, so the notifier
+    /// creates the memfd itself with MFD_NOEXEC_SEAL (Linux 6.3+: no
+    /// execute bit, sealed so it cannot be added) and hands it to the caller
+    /// (SECCOMP_IOCTL_NOTIF_ADDFD with SECCOMP_ADDFD_FLAG_SEND: installed and
+    /// returned as the call's result in one step). MFD_EXEC is refused
+    /// (EACCES, as with vm.memfd_noexec=2). The name is read from the
+    /// caller's memory; a bad pointer gets EFAULT.
+    pub fn memfd(
+        &mut self,
+        listener: RawFd,
+        id: u64,
+        pid: u32,
+        args: &[u64; 6],
+        valid: impl Fn() -> bool,
+    ) -> MemfdAnswer {
+        let pid = pid as i32;
+        let flags = args[1] as u32;
+        let Some(name) = read_cstr(pid, args[0]) else {
+            return MemfdAnswer::Errno(libc::EFAULT);
+        };
+        if !valid() {
+            return MemfdAnswer::Errno(libc::ECANCELED);
+        }
+        if flags & MFD_EXEC != 0 {
+            self.alert_memfd(pid, &name);
+            return MemfdAnswer::Errno(libc::EACCES);
+        }
+        let Ok(cname) = CString::new(name) else {
+            return MemfdAnswer::Errno(libc::EINVAL);
+        };
+        let ours = (flags & !MFD_CLOEXEC) | MFD_CLOEXEC | MFD_NOEXEC_SEAL;
+        let fd = unsafe { libc::memfd_create(cname.as_ptr(), ours) };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL);
+            if e == libc::EINVAL && flags & MFD_NOEXEC_SEAL == 0 {
+                // A kernel before 6.3 (no MFD_NOEXEC_SEAL): the kernel's own
+                // answer; memfd execs then rest on the exec check below.
+                return MemfdAnswer::Continue;
+            }
+            return MemfdAnswer::Errno(e);
+        }
+        let fd = Fd(fd);
+        let add = NotifAddfd {
+            id,
+            flags: ADDFD_FLAG_SEND,
+            srcfd: fd.0 as u32,
+            newfd: 0,
+            newfd_flags: if flags & MFD_CLOEXEC != 0 {
+                libc::O_CLOEXEC as u32
+            } else {
+                0
+            },
+        };
+        let r = unsafe { libc::ioctl(listener, IOC_NOTIF_ADDFD as _, &add as *const NotifAddfd) };
+        if r >= 0 {
+            return MemfdAnswer::Sent;
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            // The caller is gone or was interrupted: nothing to answer.
+            Some(libc::ENOENT) => MemfdAnswer::Sent,
+            Some(e) => MemfdAnswer::Errno(e),
+            None => MemfdAnswer::Errno(libc::EIO),
+        }
+    }
+
+    fn alert_memfd(&mut self, pid: i32, name: &[u8]) {
+        let path = format!("memfd:{}", String::from_utf8_lossy(name));
+        self.denied += 1;
+        if let Some(c) = self.seen.get_mut(&path) {
+            *c += 1;
+            self.suppressed += 1;
+            return;
+        }
+        if !self.limit.allow() {
+            self.suppressed += 1;
+            return;
+        }
+        if self.seen.len() < MAX_SEEN {
+            self.seen.insert(path.clone(), 1);
+        }
+        crate::notify::record(
+            "exec_denied",
+            serde_json::json!({
+                "path": path,
+                "caller_pid": pid,
+                "requested": path,
+                "syscall": "memfd_create",
+                "reason": "an executable memfd (MFD_EXEC) was asked for: refused",
+                "enforced_by": "notifier",
+            }),
+        );
+    }
+
     /// The final count, when anything was suppressed.
     pub fn finish(&self) {
         if self.suppressed == 0 {
@@ -553,12 +691,12 @@ mod tests {
     fn block_goes_after_the_prelude() {
         let mut p = crate::compile::prelude();
         p.push(insn(BPF_RET_K, 0, 0, RET_ALLOW));
-        insert_block(&mut p);
+        insert_block(&mut p, true);
         let n = crate::compile::prelude().len();
         assert_eq!(p[n].k, 4);
         assert_eq!(p.len(), n + block().len() + 1);
         let mut q = vec![insn(BPF_RET_K, 0, 0, RET_ALLOW)];
-        insert_block(&mut q);
+        insert_block(&mut q, false);
         assert_eq!(q[0].k, 4);
         assert_eq!(q.last().unwrap().k, RET_ALLOW);
     }

@@ -107,14 +107,16 @@ suppressed (and the most repeated paths) is in a final exec_denied_suppressed al
 then answers SECCOMP_USER_NOTIF_FLAG_CONTINUE: Landlock enforces, the alert is best effort \
 (a caller that changes its memory, cwd, fds or a symlink between the look and the exec can \
 make the log wrong, never run an unlisted file). One exception: Landlock lets every file on \
-a kernel-internal mount run (a memfd: a program written into memfd_create's file and run \
-with execveat or /proc/self/fd/N); for those the notifier itself answers EACCES \
-(enforced_by: notifier in the alert). If the notifier is killed, every exec fails \
-(ENOSYS). Without an audit log the notifier still runs (memfd refusals) and the allowlist \
-holds silently. Limits: the memfd refusal is the notifier's decision and so subject to \
-the race above (a thread that swaps the fd between the look and the exec); setting \
-vm.memfd_noexec to 2 in the sandbox's PID namespace closes it (sbx-fs's init can, CMD \
-cannot). Landlock: Landlock checks \
+a kernel-internal mount run, that is a memfd (a program written into memfd_create's file and \
+run with execveat or /proc/self/fd/N). So memfd_create goes to the notifier too, which \
+creates the memfd itself with MFD_NOEXEC_SEAL (Linux 6.3+: no execute bit, and none can be \
+added) and installs it in the caller (SECCOMP_IOCTL_NOTIF_ADDFD, SEND); MFD_EXEC is refused \
+with EACCES and an exec_denied alert (syscall memfd_create); and an exec of an unlisted \
+memfd is answered EACCES by the notifier (enforced_by: notifier). If the notifier is \
+killed, every exec and memfd_create fails (ENOSYS). Without an audit log the notifier still \
+runs (the memfd handling) and the allowlist holds silently. On kernels before 6.3 the memfd \
+is created by the kernel as asked and only the notifier's exec check (subject to the race \
+above) stands in the way. Landlock:cannot). Landlock: Landlock checks \
 execve, not mmap(PROT_EXEC): a listed dynamic loader can map an unlisted ELF (ld.so \
 ./prog) and a listed interpreter runs any script given as an argument (sh ./x.sh).",
         ),
@@ -267,6 +269,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     // notifier refuses memfd execs, which Landlock lets through.
     let allowed_exec = landlock::allowlist(&cli.allow_exec);
     let exec_watch = !cli.allow_exec.is_empty() && !execwatch::exec_denied_by(&doc);
+    let intercept_memfd = exec_watch && !execwatch::memfd_denied_by(&doc);
 
     if cli.print {
         let header = format!(
@@ -317,7 +320,7 @@ allows executing only: {})",
         (None, true) => {
             progs.push((
                 execwatch::EXEC_FILTER.to_string(),
-                execwatch::standalone(progs.is_empty()),
+                execwatch::standalone(progs.is_empty(), intercept_memfd),
             ));
             Some(execwatch::EXEC_FILTER)
         }
@@ -354,7 +357,7 @@ allows executing only: {})",
                     let mut p = prog.clone();
                     let denials = notify_filter.is_some() && notify::rewrite(&mut p);
                     if exec_watch && lf != execwatch::EXEC_FILTER {
-                        execwatch::insert_block(&mut p);
+                        execwatch::insert_block(&mut p, intercept_memfd);
                     }
                     if denials || exec_watch {
                         match notify::install_with_listener(&p) {

@@ -459,6 +459,35 @@ fn serve(
             let nr = n.data.nr as u32;
             if let Some(w) = exec.as_mut()
                 && n.data.arch == crate::compile::AUDIT_ARCH
+                && nr == crate::execwatch::NR_MEMFD_CREATE
+            {
+                let id = n.id;
+                let answer = w.memfd(listener, id, n.pid, &n.data.args, || {
+                    let r = unsafe {
+                        libc::ioctl(listener, IOC_NOTIF_ID_VALID as _, &id as *const u64)
+                    };
+                    r == 0
+                });
+                let resp = match answer {
+                    crate::execwatch::MemfdAnswer::Sent => continue,
+                    crate::execwatch::MemfdAnswer::Errno(e) => NotifResp {
+                        id,
+                        val: 0,
+                        error: -e,
+                        flags: 0,
+                    },
+                    crate::execwatch::MemfdAnswer::Continue => NotifResp {
+                        id,
+                        val: 0,
+                        error: 0,
+                        flags: FLAG_CONTINUE,
+                    },
+                };
+                unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
+                continue;
+            }
+            if let Some(w) = exec.as_mut()
+                && n.data.arch == crate::compile::AUDIT_ARCH
                 && (nr == crate::execwatch::NR_EXECVE || nr == crate::execwatch::NR_EXECVEAT)
             {
                 let id = n.id;

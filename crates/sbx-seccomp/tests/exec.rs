@@ -310,3 +310,34 @@ fn print_shows_the_exec_watch() {
         "{s}"
     );
 }
+
+#[test]
+fn memfds_are_created_without_execute_permission() {
+    // memfd_create goes through the notifier, which creates the memfd with
+    // MFD_NOEXEC_SEAL and hands it over: no execute bit, and none can be
+    // added; MFD_EXEC is refused. Reading and writing work as usual.
+    let lab = Lab::new();
+    let helper = lab.helper("sbx_seccomp_exec");
+    let h = helper.display().to_string();
+    for who in identities() {
+        let log = log_in(&lab);
+        let args = ["--audit-log", log.to_str().unwrap(), "--allow-exec", &h];
+        let out = seccomp(who, &args, &[&helper, &"memfdmode"]);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            "mode 666\nchmod err 1\nrw ok\nexec_flag err 13\n",
+            "{who:?}"
+        );
+        assert_event(&log, "exec_denied", "alert", |e| {
+            e["syscall"] == "memfd_create" && e["path"] == "memfd:sbx-mode"
+        });
+        // Without --allow-exec nothing changes.
+        let out = seccomp(who, &[], &[&helper, &"memfdmode"]);
+        assert_eq!(
+            stdout(&out),
+            "mode 777\nchmod ok\nrw ok\nexec_flag ok\n",
+            "{who:?}"
+        );
+    }
+}
