@@ -598,6 +598,9 @@ impl ExecWatch {
         match std::io::Error::last_os_error().raw_os_error() {
             // The caller is gone or was interrupted: nothing to answer.
             Some(libc::ENOENT) => MemfdAnswer::Sent,
+            // A kernel without ADDFD's SEND flag (before 5.14): the kernel
+            // creates the memfd as asked (the exec check still applies).
+            Some(libc::EINVAL) | Some(libc::ENOTTY) => MemfdAnswer::Continue,
             Some(e) => MemfdAnswer::Errno(e),
             None => MemfdAnswer::Errno(libc::EIO),
         }
