@@ -1,6 +1,6 @@
 //! End to end: a Claude Code settings file in, `sbx-policy chain` (the
-//! whole low-trust chain: gitguard, cgroup as root, net, fs, landlock-exec,
-//! seccomp) around realistic agent work and around the attacks of issue 8,
+//! whole low-trust chain: gitguard, cgroup as root, net, fs, seccomp with
+//! its exec allowlist) around realistic agent work and around the attacks of issue 8,
 //! with one audit log and one SBX_ID across every layer. Runs as root and
 //! as the unprivileged test user (sbx-cgroup needs root here: the fork and
 //! memory bombs run as root only).
@@ -375,9 +375,14 @@ fn agent_work_and_attacks_through_the_whole_chain() {
             e["rule"] == "Bash(git push:*)"
         });
         assert_event(&p.log, "exec_allowlist", "info", |e| {
-            e["tool"] == "sbx-policy"
+            e["tool"] == "sbx-seccomp"
         });
         // The alerts the layers observe.
+        // Execs outside the allowlist (Landlock refuses, the notifier sees).
+        assert_event(&p.log, "exec_denied", "alert", |e| e["path"] == "/usr/bin/id");
+        assert_event(&p.log, "exec_denied", "alert", |e| {
+            e["path"].as_str().is_some_and(|x| x.ends_with("/src/myid"))
+        });
         assert_event(&p.log, "dns_refused", "alert", |e| {
             e.to_string().contains("denied.test")
         });

@@ -9,6 +9,7 @@ complete -c sbx-seccomp -l allow -d 'Allow SYSCALL although the profile denies i
 complete -c sbx-seccomp -l action -d 'What a denied call gets: errno (silent EPERM), kill (SIGSYS) or log (allowed, logged: audit mode). Default: the profile\'s per-call choice, its EPERM denials alerted through a notifier when there is an audit log' -r -f -a "errno\t'Fail with EPERM'
 kill\t'Kill the process (SIGSYS; the kernel logs it)'
 log\t'Allow but log (audit mode)'"
+complete -c sbx-seccomp -l allow-exec -d 'Only this file may be executed (repeatable; a directory allows everything beneath it): a Landlock execute allowlist for CMD and everything it starts (EACCES, 126, for any other file). CMD itself, its shells and interpreters must be listed; the dynamic loaders are added. With an audit log every refused exec is an exec_denied alert' -r -F
 complete -c sbx-seccomp -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-seccomp -l no-network -d 'Deny socket() for every family but AF_UNIX (AF_INET, AF_INET6, AF_PACKET, AF_NETLINK, ...), and io_uring'
 complete -c sbx-seccomp -l no-tsc -d 'Make rdtsc/rdtscp raise SIGSEGV (PR_SET_TSC): no precise timer for timing side channels. glibc\'s dynamic loader and the vDSO clock read the TSC too: suits static programs only (see LIMITS)'

@@ -114,6 +114,32 @@ fn disk_fill_is_stopped_by_rlimit_fsize() {
     assert_eq!(code(&out), 128 + libc::SIGXFSZ, "{}", stderr(&out));
     let len = std::fs::metadata(&file).unwrap().len();
     assert!(len <= 1 << 20, "file grew to {len}");
+    // The supervisor saw the SIGXFSZ death: an alert.
+    assert_event(&p.log(), "fsize_exceeded", "alert", |e| {
+        e["signal"] == "SIGXFSZ" && e["inferred"] == false && e["child_pid"].as_i64() > Some(0)
+    });
+    p.assert_no_group();
+}
+
+#[test]
+fn disk_fill_through_a_shell_is_stopped_and_alerted() {
+    let p = parent_or_skip!();
+    let file = p.tmp.path().join("f");
+    let out = run(p
+        .cmd()
+        .current_dir(p.tmp.path())
+        .args(["--rlimit", "fsize=1M", "--", "sh", "-c"])
+        .arg("head -c 5M /dev/zero > f"));
+    // head dies of SIGXFSZ; the shell reports it as 128+25.
+    assert_eq!(code(&out), 128 + libc::SIGXFSZ, "{}", stderr(&out));
+    let len = std::fs::metadata(&file).unwrap().len();
+    assert!(len <= 1 << 20, "file grew to {len}");
+    assert_event(&p.log(), "fsize_exceeded", "alert", |e| {
+        e["signal"] == "SIGXFSZ"
+            && e["exit_code"] == 153
+            && e["inferred"] == true
+            && e["child_pid"].as_i64() > Some(0)
+    });
     p.assert_no_group();
 }
 

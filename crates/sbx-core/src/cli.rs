@@ -156,18 +156,45 @@ fn with_config(
     let Some(section) = section else {
         return Ok(argv);
     };
-    // A tool with subcommands: the settings belong to the subcommand named.
-    let (target, insert_at) = match argv.get(1).and_then(|a| a.to_str()) {
-        Some(name) if cmd.find_subcommand(name).is_some() => {
-            (cmd.find_subcommand(name).unwrap(), 2)
-        }
-        _ => (cmd, 1),
+    // A tool with subcommands: the settings belong to the subcommand named,
+    // wherever it stands among the global flags.
+    let (target, insert_at) = match subcommand_at(cmd, &argv) {
+        Some((sub, i)) => (sub, i + 1),
+        None => (cmd, 1),
     };
     let flags = section_to_flags(target, &path, tool, &section)?;
     let mut out = argv[..insert_at.min(argv.len())].to_vec();
     out.extend(flags);
     out.extend(argv.into_iter().skip(insert_at));
     Ok(out)
+}
+
+/// The subcommand named in argv and its index: the first word before `--`
+/// that is not a global flag or a global flag's value.
+fn subcommand_at<'a>(
+    cmd: &'a clap::Command,
+    argv: &[OsString],
+) -> Option<(&'a clap::Command, usize)> {
+    let mut i = 1;
+    while let Some(a) = argv.get(i).and_then(|a| a.to_str()) {
+        if a == "--" {
+            return None;
+        }
+        if let Some(long) = a.strip_prefix("--") {
+            let takes = cmd
+                .get_arguments()
+                .find(|x| x.get_long() == Some(long))
+                .is_some_and(|x| x.get_action().takes_values());
+            i += if takes { 2 } else { 1 };
+            continue;
+        }
+        if a.starts_with('-') {
+            i += 1;
+            continue;
+        }
+        return cmd.find_subcommand(a).map(|s| (s, i));
+    }
+    None
 }
 
 /// Finds `--config FILE` / `--config=FILE` before the first `--`.
@@ -426,5 +453,41 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("/nonexistent/c.json"));
+    }
+
+    #[derive(Parser, Debug)]
+    #[command(name = "sbx-demo2")]
+    struct Sub {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(subcommand)]
+        cmd: SubCmd,
+    }
+
+    #[derive(clap::Subcommand, Debug)]
+    enum SubCmd {
+        Check {
+            #[arg(long)]
+            repo: Option<String>,
+        },
+    }
+
+    /// The section applies to the subcommand wherever the global flags put
+    /// it: `tool --audit-log X check --config F` as well as `tool check ...`.
+    #[test]
+    fn config_reaches_a_subcommand_after_global_flags() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        write!(f, r#"{{"sbx-gitguard": {{"repo": "/r"}}}}"#).unwrap();
+        let p = f.path().to_str().unwrap();
+        for argv in [
+            vec!["x", "check", "--config", p],
+            vec!["x", "--audit-log", "/dev/null", "check", "--config", p],
+            vec!["x", "-v", "--config", p, "check"],
+            vec!["x", "--audit-log=/dev/null", "check", "--config", p],
+        ] {
+            let d: Sub = parse_from("sbx-gitguard", args(&argv)).unwrap();
+            let SubCmd::Check { repo } = d.cmd;
+            assert_eq!(repo.as_deref(), Some("/r"), "{argv:?}");
+        }
     }
 }

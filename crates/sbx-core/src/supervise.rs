@@ -67,6 +67,7 @@ pub struct Supervisor {
     sigfd: SignalFd,
     parent: Option<RawFd>,
     status: Option<ExitStatus>,
+    child_is_sbx: bool,
 }
 
 fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
@@ -151,6 +152,7 @@ impl Supervisor {
         init_parent_watch()?;
         let parent = parent_pidfd();
         let prog = cmd.get_program().to_string_lossy().into_owned();
+        let child_is_sbx = chain::is_sbx_tool(cmd.get_program());
         let child = cmd.spawn().map_err(|e| {
             let errno = e.raw_os_error().unwrap_or(libc::EIO);
             let code = match errno {
@@ -174,6 +176,7 @@ impl Supervisor {
             sigfd,
             parent,
             status: None,
+            child_is_sbx,
         })
     }
 
@@ -284,7 +287,7 @@ impl Supervisor {
         }
         let status = ExitStatus::from_raw(st);
         self.status = Some(status);
-        crate::sigsys::report_child_exit(self.pid, status);
+        crate::sigsys::report_child_exit_of(self.pid, status, self.child_is_sbx);
         Ok(status)
     }
 

@@ -11,6 +11,8 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use sbx_core::{Failure, Severity, audit, chain, exit};
 
+use crate::fuse::handoff;
+use crate::guard::Guards;
 use crate::mounts::{self, Owner};
 use crate::plan::Plan;
 use crate::{caps, namespaces};
@@ -32,6 +34,10 @@ pub struct InitArgs {
     pub exec_fd: Option<OwnedFd>,
     /// pidfd of the outer sbx-fs.
     pub owner: OwnedFd,
+    /// The guard nodes (which ops they replace; init drops the host fds).
+    pub guards: Guards,
+    /// Init's end of the socketpair to the outer sbx-fs.
+    pub chan: Option<OwnedFd>,
 }
 
 /// Never returns: exits with the command's status (125 on a setup failure).
@@ -81,9 +87,38 @@ fn setup_and_run(mut a: InitArgs) -> Result<i32, Failure> {
         },
         &mut a.plan.sources,
     )?;
-    for op in &a.plan.ops {
-        root.apply(op, &a.plan.sources)?;
+    // The guard file system: mounted here, inside the user namespace, and
+    // served by the outer sbx-fs. When it cannot be, the ops run as plain
+    // placeholders and read-only binds (the outer sbx-fs logs why).
+    let chan_fd = a.chan.take();
+    let chan = chan_fd.as_ref().map_or(-1, |f| f.as_raw_fd());
+    let guarded = !a.guards.is_empty() && {
+        match setup_guard(&mut root, a.uid, a.gid, a.userns) {
+            Ok(dev) => {
+                handoff::send(chan, handoff::TAG_FUSE, "", Some(dev.as_raw_fd()))
+                    .map_err(|e| Failure::new(format!("hand the guard fs to sbx-fs: {e}")))?;
+                true
+            }
+            Err(e) => {
+                let _ = handoff::send(chan, handoff::TAG_UNAVAILABLE, &e.message, None);
+                false
+            }
+        }
+    };
+    // Host fds of the passthrough nodes: the server has its own.
+    a.guards.nodes.clear();
+    a.guards.git_dirs.clear();
+    for (i, op) in a.plan.ops.iter().enumerate() {
+        match a.guards.by_op.get(&i) {
+            Some(g) if guarded => root.apply_guard(op, *g)?,
+            _ => root.apply(op, &a.plan.sources)?,
+        }
     }
+    // /tmp, for the outer sbx-fs to notice when it fills up.
+    if let Ok(Some(t)) = root.mkpath(std::path::Path::new("/tmp"), crate::plan::Kind::Dir, false) {
+        let _ = handoff::send(chan, handoff::TAG_TMP, "", Some(t.as_raw_fd()));
+    }
+    drop(chan_fd);
     root.pivot()?;
     // The bind sources' fds refer to the host: gone before the command runs.
     a.plan.sources.clear();
@@ -109,6 +144,27 @@ fn setup_and_run(mut a: InitArgs) -> Result<i32, Failure> {
     }
     drop(a.exec_fd.take());
     supervise(child, &sfd, a.owner.as_raw_fd())
+}
+
+/// Opens /dev/fuse (here: the kernel wants the opener in the mounting user
+/// namespace) and mounts the guard file system in the helper.
+fn setup_guard(
+    root: &mut mounts::Root,
+    uid: u32,
+    gid: u32,
+    userns: bool,
+) -> Result<OwnedFd, Failure> {
+    use crate::fuse::mount;
+    let dev = mount::open_dev()?;
+    // The mounter's ids as this user namespace sees them.
+    let (u, g) = if userns {
+        (uid, gid)
+    } else {
+        unsafe { (libc::geteuid(), libc::getegid()) }
+    };
+    let mnt = mount::mount(&dev, u, g)?;
+    root.attach_guard(mnt)?;
+    Ok(dev)
 }
 
 fn enter_dir(a: &InitArgs) -> Result<(), Failure> {

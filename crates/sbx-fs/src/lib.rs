@@ -13,8 +13,11 @@
 pub mod caps;
 pub mod deny;
 pub mod dev;
+pub mod fuse;
 pub mod gitstage;
+pub mod guard;
 pub mod init;
+pub mod lockwatch;
 pub mod mounts;
 pub mod namespaces;
 pub mod placeholder;
@@ -22,10 +25,12 @@ pub mod plan;
 pub mod proc;
 pub mod spec;
 pub mod sys;
+pub mod tmpwatch;
 
 use std::ffi::OsString;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use clap::Parser;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -48,11 +53,11 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "DENIED PATHS",
-            "Hidden paths cannot be read, listed or created: a denied file is covered by an empty mode-000 read-only file, a denied directory by an empty mode-000 read-only tmpfs. A --deny PATH is hidden in every bind that contains it (PATH is a host path; ~/ is the caller's home); when it does not exist and a writable bind contains it, a placeholder makes it impossible to create. A --deny without a slash is a name pattern (*, ?, [...]) matched in every user bind, up to 6 directories deep (at most 50000 entries per bind; .git is not searched); a pattern in the last component of a path (/etc/ssh/*_key) is matched in that directory. A bind that lies inside a denied directory is hidden entirely.\n\nThe default deny list (--no-default-deny drops it): /etc/shadow, /etc/shadow-, /etc/gshadow, /etc/gshadow-, /etc/sudoers, /etc/sudoers.d, /etc/security/opasswd, /etc/ssl/private, /etc/krb5.keytab, /etc/ssh/*_key; ~/.ssh, ~/.aws, ~/.gnupg, ~/.kube, ~/.docker/config.json, ~/.netrc, ~/.config/gcloud, ~/.git-credentials; .env and .env.* in every user bind; credentials* in every bind under a home (/home, /root, $HOME). Symlinks are never hidden themselves: inside the sandbox they resolve inside the sandbox, where their target is subject to the same rules.",
+            "Hidden paths cannot be read, listed or created: each denied path is covered by a node of sbx-fs's own FUSE file system (see GUARD FILE SYSTEM) that stat shows as an empty mode-000 file or directory and that refuses everything else with EACCES, logging fs_denied; without a usable /dev/fuse, by an empty mode-000 read-only file or tmpfs as before. A --deny PATH is hidden in every bind that contains it (PATH is a host path; ~/ is the caller's home); when it does not exist and a writable bind contains it, a placeholder makes it impossible to create. A --deny without a slash is a name pattern (*, ?, [...]) matched in every user bind, up to 6 directories deep (at most 50000 entries per bind; .git is not searched); a pattern in the last component of a path (/etc/ssh/*_key) is matched in that directory. A bind that lies inside a denied directory is hidden entirely.\n\nThe default deny list (--no-default-deny drops it): /etc/shadow, /etc/shadow-, /etc/gshadow, /etc/gshadow-, /etc/sudoers, /etc/sudoers.d, /etc/security/opasswd, /etc/ssl/private, /etc/krb5.keytab, /etc/ssh/*_key; ~/.ssh, ~/.aws, ~/.gnupg, ~/.kube, ~/.docker/config.json, ~/.netrc, ~/.config/gcloud, ~/.git-credentials; .env and .env.* in every user bind; credentials* in every bind under a home (/home, /root, $HOME). Symlinks are never hidden themselves: inside the sandbox they resolve inside the sandbox, where their target is subject to the same rules.",
         ),
         (
             "INVARIANTS",
-            "Whatever the configuration, inside every writable bind these are read-only: .git/HEAD, .git/config, .git/objects/, .git/refs/ and .git/hooks/ (each bound onto itself read-only; git can still write its index, logs and the like), and the whole .claude directory (so .claude/settings*.json, whatever the name, .claude/skills/ and .claude/commands/ can be neither written nor created). Entries that do not exist are covered by an empty read-only file or directory so they cannot be created; when .git or .claude does not exist at all, an empty read-only directory takes its place. A .git file (a worktree's gitfile) is kept read-only as it is. A writable bind of a .claude directory itself (such as ~/.claude, the agent's state directory) stays writable except its settings*.json, skills/ and commands/ (settings.json and settings.local.json cannot be created when missing). They are enforced at the top of each writable bind and, for what exists, in every directory holding a .git or .claude up to 4 levels below it (at most 20000 entries are looked at per bind; node_modules is not searched); a missing .git or .claude gets a placeholder only at the top. A --rw whose source lies inside one of them is refused.",
+            "Whatever the configuration, inside every writable bind these are read-only: .git/HEAD, .git/config, .git/objects/, .git/refs/ and .git/hooks/ (.git/objects and .git/refs bound onto themselves read-only, the others guard file system nodes; git can still write its index, logs and the like), and the whole .claude directory, a guard file system node too (so .claude/settings*.json, whatever the name, .claude/skills/ and .claude/commands/ can be neither written nor created). Entries that do not exist are covered by an empty read-only file or directory so they cannot be created; when .git or .claude does not exist at all, an empty read-only directory takes its place. A .git file (a worktree's gitfile) is kept read-only as it is. A writable bind of a .claude directory itself (such as ~/.claude, the agent's state directory) stays writable except its settings*.json, skills/ and commands/ (settings.json and settings.local.json cannot be created when missing). They are enforced at the top of each writable bind and, for what exists, in every directory holding a .git or .claude up to 4 levels below it (at most 20000 entries are looked at per bind; node_modules is not searched); a missing .git or .claude gets a placeholder only at the top. A --rw whose source lies inside one of them is refused.",
         ),
         (
             "WHAT EXISTS ON THE HOST WHILE IT RUNS",
@@ -64,7 +69,11 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "AUDIT",
-            "Events: start (info: namespaces, binds, counts), end (info: status), setup_failed (warn) for every refused setup step, seccomp_kill (alert) when a process of the sandbox dies of SIGSYS. Attempts from inside to read a denied path, to create one, to write an invariant path, to remount or unmount anything, or to chroot/pivot_root out are refused by the kernel (EACCES, EROFS, EPERM) without sbx-fs being able to see them: those have no event.",
+            "Events: start (info: namespaces, binds, counts, guarded), end (info: status), setup_failed (warn) for every refused setup step, seccomp_kill (alert) when a process of the sandbox dies of SIGSYS. fs_denied (alert: path as seen inside, access, caller_pid) when a denied path is read, listed, looked into, created or changed; fs_write_denied (alert: path, op, caller_pid) when a protected path is opened for writing, truncated, created, removed, renamed, linked, chmod-ed or given xattrs, and (op replace, caller_pid null, via) when git's config.lock/HEAD.lock appears beside a protected .git/config or .git/HEAD; each distinct (path, access) is logged once, at most 200 per sandbox, and fs_guard (info, at the end) counts alerts and alerts_suppressed. fs_guard_unavailable (warn, once: reason) when /dev/fuse could not be used. tmp_full (alert, once: path /tmp, size, free) when /tmp fills up (checked every 200 ms and at the end: a fill-and-delete in between is bounded by --tmp-size but may not be logged). Remounting, mounting, unmounting, chroot and pivot_root are refused by the kernel (EPERM) without sbx-fs seeing them: those have no event here (sbx-seccomp reports them).",
+        ),
+        (
+            "GUARD FILE SYSTEM",
+            "Denied paths and the protected .git/config, .git/HEAD, .git/hooks/ and .claude entries are nodes of a FUSE file system that sbx-fs serves itself: the sandbox's init opens /dev/fuse inside the sandbox's user namespace, mounts it (allow_other, no default_permissions: every access is asked of the server) and passes the /dev/fuse fd to the outer sbx-fs, which serves it from outside the sandbox's PID namespace. Protected entries are a read-only passthrough to the real files, opened by sbx-fs on the host before the sandbox started (their modes apply to the caller; only regular files are opened); write-class operations fail with EROFS. Entries that do not exist are empty nodes. If the server dies, accesses fail with ENOTCONN. The mounts live only in the sandbox's mount namespace. When /dev/fuse cannot be opened or mounted (it must be mode 0666, as Debian's fuse3 package's udev rule makes it), sbx-fs falls back to plain placeholders and read-only binds and logs fs_guard_unavailable; the run goes on.",
         ),
     ],
 };
@@ -423,6 +432,8 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         return Err(e.into());
     }
 
+    // Which denied/protected paths become nodes of the guard file system.
+    let mut guards = guard::select(&plan);
     let flags = namespaces::flags(userns);
     audit::emit(
         "start",
@@ -438,6 +449,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             "mounts": plan.ops.len(),
             "denied": plan.ops.iter().filter(|o| o.what == What::Deny && o.why != "proc mask").count(),
             "placeholders": created,
+            "guarded": guards.nodes.len(),
             "command": chain::show(&cli.cmd),
         }),
     );
@@ -461,6 +473,15 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             return Err(Failure::new(format!("signalfd: {e}")));
         }
     };
+    // Init -> sbx-fs: the guard fs's /dev/fuse fd, the /tmp fd. Made after
+    // the reaper was forked, so only sbx-fs and init hold it.
+    let (chan, init_chan) = match fuse::handoff::pair() {
+        Ok(p) => p,
+        Err(e) => {
+            ph.cleanup();
+            return Err(Failure::new(format!("socketpair: {e}")));
+        }
+    };
     let pid = match namespaces::clone_into(flags) {
         Ok(p) => p,
         Err(e) => {
@@ -470,6 +491,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     };
     if pid == 0 {
         drop(sigfd);
+        drop(chan);
         for fd in ph.fds() {
             unsafe { libc::close(fd) };
         }
@@ -488,12 +510,72 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             env,
             exec_fd,
             owner,
+            guards,
+            chan: Some(init_chan),
         });
     }
+    drop(init_chan);
     drop(plan);
     drop(exec_fd);
     drop(owner);
-    let code = supervise(pid, &sigfd);
+    let alerts = Arc::new(Mutex::new(guard::Alerts::default()));
+    let git_dirs = std::mem::take(&mut guards.git_dirs);
+    let ids = fuse::server::Ids {
+        userns,
+        outer_uid,
+        outer_gid,
+        inner_uid: uid,
+        inner_gid: gid,
+    };
+    let dev = if guards.is_empty() {
+        None
+    } else {
+        guard_fd(&chan)
+    };
+    // Lock files of protected .git entries: only with the guard served
+    // (the fallback logs no file refusal at all). Forks: before any thread.
+    let locks = match dev {
+        Some(_) => {
+            let guarded = guards.nodes.iter().map(|n| n.path.clone()).collect();
+            lockwatch::LockWatch::start(&git_dirs, guarded)
+                .ok()
+                .flatten()
+        }
+        None => None,
+    };
+    drop(git_dirs);
+    let served = match dev {
+        Some(dev) => {
+            let server = fuse::server::Server::new(dev, guards.nodes, ids, alerts.clone());
+            std::thread::Builder::new()
+                .name("guard-fs".into())
+                .spawn(move || server.run())
+                .is_ok()
+        }
+        None => false,
+    };
+    let mut watch = Watch {
+        chan: Some(chan),
+        tmp: None,
+        tmp_size: spec.tmp_size,
+        locks,
+        alerts: alerts.clone(),
+    };
+    let code = supervise(pid, &sigfd, &mut watch);
+    if let Some(l) = &mut watch.locks {
+        l.finish(&alerts);
+    }
+    // A last look at /tmp (the fd keeps the tmpfs alive).
+    if let Some(t) = &mut watch.tmp {
+        t.check();
+    }
+    if served && let Ok(a) = alerts.lock() {
+        audit::emit(
+            "fs_guard",
+            Severity::Info,
+            serde_json::json!({ "alerts": a.emitted, "alerts_suppressed": a.suppressed }),
+        );
+    }
     let left = ph.cleanup();
     if !left.is_empty() {
         audit::emit(
@@ -506,9 +588,55 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     Ok(code)
 }
 
+/// Waits for init's word on the guard file system: the /dev/fuse fd when
+/// it is mounted. When /dev/fuse could not be used, one warn event says
+/// why; the sandbox then runs with plain placeholders.
+fn guard_fd(chan: &OwnedFd) -> Option<OwnedFd> {
+    use fuse::handoff;
+    // Init sends exactly one of these before anything else, or dies (EOF).
+    match handoff::recv(chan) {
+        Ok(Some((handoff::TAG_FUSE, _, Some(dev)))) => Some(dev),
+        Ok(Some((handoff::TAG_UNAVAILABLE, reason, _))) => {
+            audit::emit(
+                "fs_guard_unavailable",
+                Severity::Warn,
+                serde_json::json!({
+                    "reason": reason,
+                    "fallback": "denied paths are mode-000 placeholders and protected paths read-only binds; their refusals are not logged",
+                }),
+            );
+            None
+        }
+        _ => None,
+    }
+}
+
+/// What the outer loop watches besides the sandbox.
+struct Watch {
+    /// Init's channel (the /tmp fd arrives there).
+    chan: Option<OwnedFd>,
+    tmp: Option<tmpwatch::TmpWatch>,
+    tmp_size: u64,
+    locks: Option<lockwatch::LockWatch>,
+    alerts: Arc<Mutex<guard::Alerts>>,
+}
+
+impl Watch {
+    fn on_chan(&mut self) {
+        let Some(c) = &self.chan else { return };
+        match fuse::handoff::recv(c) {
+            Ok(Some((fuse::handoff::TAG_TMP, _, Some(fd)))) => {
+                self.tmp = Some(tmpwatch::TmpWatch::new(fd, self.tmp_size));
+            }
+            Ok(Some(_)) => {}
+            _ => self.chan = None,
+        }
+    }
+}
+
 /// The outer loop: forwards signals to PID 1, kills it when our own
-/// supervising sbx tool dies, returns its status.
-fn supervise(pid: libc::pid_t, sigfd: &SignalFd) -> i32 {
+/// supervising sbx tool dies, watches /tmp, returns its status.
+fn supervise(pid: libc::pid_t, sigfd: &SignalFd, watch: &mut Watch) -> i32 {
     use std::os::fd::AsFd;
     let pidfd = match sys::pidfd_open(pid) {
         Ok(f) => f,
@@ -528,16 +656,40 @@ fn supervise(pid: libc::pid_t, sigfd: &SignalFd) -> i32 {
                 revents: 0,
             },
         ];
-        if let Some(p) = parent {
-            fds.push(libc::pollfd {
-                fd: p,
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        fds.push(libc::pollfd {
+            fd: parent.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        fds.push(libc::pollfd {
+            fd: watch.chan.as_ref().map_or(-1, |c| c.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        fds.push(libc::pollfd {
+            fd: watch.locks.as_ref().map_or(-1, |l| l.raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let timeout = if watch.tmp.is_some() {
+            tmpwatch::INTERVAL.as_millis() as i32
+        } else {
+            -1
+        };
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
         if n < 0 {
             continue;
+        }
+        if let Some(t) = &mut watch.tmp {
+            t.check();
+        }
+        if fds[3].revents != 0 {
+            watch.on_chan();
+        }
+        if fds[4].revents != 0
+            && let Some(l) = &mut watch.locks
+        {
+            l.drain(&watch.alerts);
         }
         if fds[1].revents != 0 {
             while let Ok(Some(info)) = sigfd.read_signal() {
@@ -547,7 +699,7 @@ fn supervise(pid: libc::pid_t, sigfd: &SignalFd) -> i32 {
         if fds[0].revents != 0 {
             return wait_blocking(pid);
         }
-        if fds.len() > 2 && fds[2].revents != 0 {
+        if fds[2].revents != 0 {
             let _ = sys::pidfd_send_signal(pidfd.as_raw_fd(), libc::SIGKILL);
             return wait_blocking(pid);
         }

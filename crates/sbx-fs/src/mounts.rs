@@ -10,6 +10,8 @@ use crate::plan::{Kind, Op, Source, What};
 use crate::sys;
 
 const HELPER: &str = ".sbx-helper";
+/// Where the guard file system is attached inside the helper.
+const GUARD_DIR: &str = "fuse";
 const HELPER_ENTRIES: &[(&str, bool)] = &[
     ("deny-file", false),
     ("deny-dir", true),
@@ -60,6 +62,9 @@ pub struct Root {
     owner: Owner,
     /// Mounts made read-only once everything below them is mounted (/dev).
     seal: Vec<PathBuf>,
+    /// The guard file system's root (attached at the helper's `fuse`),
+    /// when it could be mounted.
+    guard: Option<OwnedFd>,
 }
 
 /// Makes the mount namespace private-ish (slave: nothing propagates back
@@ -119,6 +124,7 @@ pub fn prepare(owner: Owner, sources: &mut [Source]) -> Result<Root, MountError>
         ours,
         owner,
         seal: Vec::new(),
+        guard: None,
     })
 }
 
@@ -413,6 +419,50 @@ impl Root {
         Ok(())
     }
 
+    /// Attaches the (detached) guard file system mount `mnt` inside the
+    /// helper, where each guard node is cloned from (open_tree clones only
+    /// mounts of the caller's own namespace). Detached again at the pivot.
+    pub fn attach_guard(&mut self, mnt: OwnedFd) -> Result<(), MountError> {
+        let h = self.helper.as_raw_fd();
+        let n = Path::new(GUARD_DIR);
+        sys::mkdirat(h, n, 0o755).map_err(e("mkdir", n))?;
+        let at = sys::open_beneath(h, n, libc::O_PATH | libc::O_DIRECTORY).map_err(e("open", n))?;
+        sys::move_mount_fd(mnt.as_raw_fd(), at.as_raw_fd()).map_err(e("attach guard fs", n))?;
+        let root =
+            sys::open_beneath(h, n, libc::O_PATH | libc::O_DIRECTORY).map_err(e("open", n))?;
+        self.guard = Some(root);
+        Ok(())
+    }
+
+    pub fn has_guard(&self) -> bool {
+        self.guard.is_some()
+    }
+
+    /// Mounts guard node `g` over `op.dst` instead of running `op`: the
+    /// node of the mount point's kind (file or directory). Not read-only
+    /// at the mount level: the server refuses writes, and sees them.
+    pub fn apply_guard(&mut self, op: &Op, g: usize) -> Result<(), MountError> {
+        let Some(groot) = &self.guard else {
+            return Ok(());
+        };
+        let dst = op.dst.as_path();
+        let Some(t) = self.target(op, op.kind)? else {
+            return Ok(());
+        };
+        let st = sys::fstat(t.as_raw_fd()).map_err(e("stat", dst))?;
+        let name = crate::guard::node_name(g, sys::is_dir(&st));
+        let tree = sys::open_tree(groot.as_raw_fd(), Path::new(&name), sys::OPEN_TREE_CLONE)
+            .map_err(e("clone guard node", dst))?;
+        sys::mount_setattr(
+            tree.as_raw_fd(),
+            sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+            false,
+        )
+        .map_err(e("set guard node attributes", dst))?;
+        sys::move_mount_fd(tree.as_raw_fd(), t.as_raw_fd()).map_err(e("guard", dst))?;
+        Ok(())
+    }
+
     fn target(&self, op: &Op, kind: Kind) -> Result<Option<OwnedFd>, MountError> {
         self.mkpath(&op.dst, kind, !op.optional)
     }
@@ -440,6 +490,13 @@ impl Root {
         }
         drop(self.helper);
         let hp = Path::new("/").join(HELPER);
+        if let Some(g) = self.guard {
+            // The guard nodes are clones: the attach point itself goes.
+            drop(g);
+            let p = hp.join(GUARD_DIR);
+            sys::umount_detach(&p).map_err(e("detach guard fs", &p))?;
+            sys::unlinkat(libc::AT_FDCWD, &p, true).map_err(e("remove", &p))?;
+        }
         for (name, dir) in HELPER_ENTRIES {
             let p = hp.join(name);
             sys::unlinkat(libc::AT_FDCWD, &p, *dir).map_err(e("remove", &p))?;

@@ -92,13 +92,19 @@ impl Placeholders {
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                     let dir = !last || kind == Kind::Dir;
-                    if dir {
-                        sys::mkdirat(dirfd, name, 0o755).map_err(err)?;
-                    } else {
-                        sys::mkfileat(dirfd, name, 0o644).map_err(err)?;
+                    match create_marked(dirfd, name, dir) {
+                        Ok(()) => Some((sys::lstatat(dirfd, name).map_err(err)?, dir)),
+                        // Another sandbox (or the user) made it meanwhile.
+                        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                            let st = sys::lstatat(dirfd, name).map_err(err)?;
+                            if sys::is_symlink(&st) || (!last && !sys::is_dir(&st)) {
+                                return Err(PlaceholderError::NotDir { path: shown });
+                            }
+                            is_marked(dirfd, name, sys::is_dir(&st))
+                                .then_some((st, sys::is_dir(&st)))
+                        }
+                        Err(e) => return Err(err(e)),
                     }
-                    mark(dirfd, name, dir);
-                    Some((sys::lstatat(dirfd, name).map_err(err)?, dir))
                 }
                 Err(e) => return Err(err(e)),
             };
@@ -264,6 +270,45 @@ fn open_real(dir: RawFd, name: &Path, is_dir: bool) -> io::Result<OwnedFd> {
         0,
         sys::RESOLVE_BENEATH | sys::RESOLVE_NO_SYMLINKS,
     )
+}
+
+/// Creates the placeholder `name` already marked: made and marked under a
+/// temporary name, then renamed into place (RENAME_NOREPLACE). Another
+/// sandbox planning meanwhile never sees it unmarked (it would take it for
+/// the user's own entry and plan mount points inside it).
+fn create_marked(dir: RawFd, name: &Path, is_dir: bool) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut tmp = std::ffi::OsString::from(".sbx-fs-new-");
+    tmp.push(std::process::id().to_string());
+    tmp.push("-");
+    tmp.push(name.as_os_str());
+    let tmp = PathBuf::from(tmp);
+    if is_dir {
+        sys::mkdirat(dir, &tmp, 0o755)?;
+    } else {
+        sys::mkfileat(dir, &tmp, 0o644)?;
+    }
+    mark(dir, &tmp, is_dir);
+    let from = std::ffi::CString::new(tmp.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let to = std::ffi::CString::new(name.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            dir,
+            from.as_ptr(),
+            dir,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        let _ = sys::unlinkat(dir, &tmp, is_dir);
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// Marks a new placeholder (best effort: a filesystem without user

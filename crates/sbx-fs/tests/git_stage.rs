@@ -50,6 +50,7 @@ fn commits_branches_and_tags_land_in_the_stage_only() {
              $G checkout -qb feature; echo 3 > f; $G commit -qam three; $G tag v1; $G gc -q; \
              echo COUNT=$($G rev-list --all | wc -l); \
              if echo x >> .git/config; then echo CONFIG=written; else echo CONFIG=refused; fi; \
+             $G config core.hooksPath /tmp 2>/dev/null || true; \
              if touch .git/hooks/pre-commit; then echo HOOK=written; else echo HOOK=refused; fi",
         );
         let so = stdout(&out);
@@ -73,8 +74,26 @@ fn commits_branches_and_tags_land_in_the_stage_only() {
         assert!(upper.join("objects").read_dir().unwrap().next().is_some());
         // sbx-fs left no mount on the host.
         assert!(mounts_mentioning(&s.root()).is_empty());
-        let l = std::fs::read_to_string(&log).unwrap();
-        assert!(l.contains("\"start\""), "{l}");
+        // The refusals are seen (guard nodes over the overlay); HEAD is
+        // staged, so git's HEAD.lock is no alert.
+        let events = sbx_testutil::audit_events(&log);
+        let denied: Vec<String> = events
+            .iter()
+            .filter(|e| e["event"] == "fs_write_denied")
+            .map(|e| e["path"].as_str().unwrap_or("").to_string())
+            .collect();
+        let git = s.proj().join(".git");
+        for p in ["config", "hooks/pre-commit"] {
+            let want = git.join(p).display().to_string();
+            assert!(
+                denied.contains(&want),
+                "{who:?}: no alert for {want}: {denied:?}"
+            );
+        }
+        assert!(
+            !denied.iter().any(|p| p.ends_with(".git/HEAD")),
+            "{denied:?}"
+        );
     }
 }
 

@@ -4,7 +4,7 @@
 //! |---|---|---|---|
 //! | any | any | yes | WebAssembly/WASI: not built (error) |
 //! | full | - | no | path allowlist only (sbx-path rules handed to the agent) |
-//! | low | - | no | creds?, gitguard, cgroup, net, fs, (landlock), seccomp |
+//! | low | - | no | creds?, gitguard, cgroup, net, fs, seccomp (+ --allow-exec) |
 //! | low, --container | - | no | sbx-container (one container per run) |
 //! | zero | yes | no | sbx-vm --backend firecracker |
 //! | zero | no | no | gVisor (runsc --platform=ptrace) when installed, else sbx-vm |
@@ -220,23 +220,31 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
         }
         Trust::Zero => {
             if let Some(runsc) = find_tool("runsc", None) {
-                let l = vec![
-                    os(runsc),
-                    os("--platform=ptrace"),
-                    os("--network=none"),
-                    os("do"),
-                    os(format!("--cwd={}", p.cwd.display())),
-                ];
-                notes.push(
-                    "gVisor: the host file system is seen through runsc's overlay; network none"
-                        .into(),
-                );
-                // runsc do takes the command directly (no "--").
-                let mut all = l;
-                all.extend(cmd.iter().cloned());
+                let me = need("sbx-policy", "zero trust: gVisor (sbx-policy gvisor)", o)?;
+                // As root the whole gVisor sandbox runs inside sbx-cgroup
+                // (memory, pids, CPU, wall clock); unprivileged, rlimits and
+                // the wall clock only.
+                let cgroup = if o.cgroup.unwrap_or_else(|| nix_euid() == 0) {
+                    Some(need("sbx-cgroup", "zero trust: gVisor with limits", o)?)
+                } else {
+                    notes.push(if o.cgroup == Some(false) {
+                        "sbx-cgroup left out (--no-cgroup): no memory, pids or CPU limit on the gVisor sandbox (rlimits and the wall clock still apply)".into()
+                    } else {
+                        "sbx-cgroup left out: not root; runsc --rootless; rlimits and the wall clock apply, no memory or CPU limit".into()
+                    });
+                    None
+                };
+                notes.push("gVisor: an OCI bundle from the sbx-fs mount plan (grants, denies, invariants), read-only root, no capabilities, --network=none (the domain allowlist is not carried: no network)".into());
+                if !p.net_allow.is_empty() {
+                    notes.push(format!(
+                        "gVisor tier: no network; the allowed domains ({}) need --trust low",
+                        p.net_allow.join(", ")
+                    ));
+                }
+                let l = crate::gvisor::layer(p, &me, &runsc, cgroup.as_deref());
                 return Ok(Plan {
                     tier: "zero trust: gVisor (runsc --platform=ptrace)",
-                    layers: vec![all],
+                    layers: vec![l, cmd.to_vec()],
                     env: Vec::new(),
                     notes,
                 });
@@ -398,21 +406,12 @@ fn low(
         l.extend([os("--chdir"), os(&p.cwd)]);
     }
     l.extend([os("--tmp-size"), os(&p.limits.tmp_size)]);
-    let mut inner: Vec<Vec<OsString>> = Vec::new();
+    let mut sl = vec![os(&seccomp), os("--profile"), os("default")];
     if let Some(allowed) = &p.exec_allow {
-        let me = tool("sbx-policy")?;
-        // landlock-exec and sbx-seccomp run inside: their directories must be
-        // visible there (read-only).
-        for d in [me.parent(), seccomp.parent()].into_iter().flatten() {
-            let d = d.to_path_buf();
-            if !p.rw.iter().chain(p.ro.iter()).any(|g| d.starts_with(g)) && !l.contains(&os(&d)) {
-                l.push(os("--ro"));
-                l.push(os(&d));
-            }
-        }
-        let mut ll = vec![os(me), os("landlock-exec")];
+        // sbx-seccomp applies the execute allowlist (Landlock) and reports
+        // refused execs (exec_denied). sbx-fs opens it (an sbx tool) on the
+        // host and executes it by fd: its directory need not be visible.
         let mut extra: Vec<PathBuf> = allowed.clone();
-        extra.push(seccomp.clone());
         // The command itself and the shells that run scripts.
         if let Some(prog) = cmd.first() {
             let s = prog.to_string_lossy();
@@ -427,18 +426,15 @@ fn low(
         let mut seen = std::collections::BTreeSet::new();
         for x in extra {
             if seen.insert(x.clone()) {
-                ll.push(os("--allow-exec"));
-                ll.push(os(x));
+                sl.push(os("--allow-exec"));
+                sl.push(os(x));
             }
         }
-        inner.push(ll);
     }
     cfg(&mut l, "sbx-fs");
     layers.push(l);
-    layers.extend(inner);
-    let mut l = vec![os(seccomp), os("--profile"), os("default")];
-    cfg(&mut l, "sbx-seccomp");
-    layers.push(l);
+    cfg(&mut sl, "sbx-seccomp");
+    layers.push(sl);
     layers.push(cmd.to_vec());
     Ok(Plan {
         tier: "low trust: the namespace chain",

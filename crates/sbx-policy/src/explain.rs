@@ -118,7 +118,7 @@ pub fn render(p: &Policy) -> String {
     if p.exec_allow.is_some() {
         rows.push(vec![
             "execute".into(),
-            "every program not listed above (Landlock)".into(),
+            "every program not listed above (Landlock; exec_denied alert)".into(),
         ]);
     }
     rows.push(vec![

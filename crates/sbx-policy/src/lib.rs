@@ -13,7 +13,7 @@ use serde_json::json;
 
 pub mod chain;
 pub mod explain;
-pub mod landlock;
+pub mod gvisor;
 pub mod map;
 pub mod rules;
 pub mod settings;
@@ -48,8 +48,7 @@ executed or is not found.",
 environment, with SBX_ID set (if it was not) and the audit log handed down as SBX_AUDIT_FD when --audit-log was \
 given; each layer then passes on what its own page says. In the full-trust tier the command itself is executed, \
 with SBX_PATH_ALLOW_READ and SBX_PATH_ALLOW_WRITE (colon-separated paths) for the agent's in-process sbx-path \
-resolver. landlock-exec leaves the command restricted by a Landlock ruleset (execute only the files listed) and \
-no_new_privs, both inherited by everything it starts.",
+resolver.",
     extra: &[
         (
             "MAPPING",
@@ -57,7 +56,7 @@ no_new_privs, both inherited by everything it starts.",
 - Read(P) deny, sandbox.filesystem.denyRead: P hidden (--deny); a grant at or beneath P is removed.\n\
 - Edit(P), Write(P), MultiEdit(P), NotebookEdit(P) allow, sandbox.filesystem.allowWrite: writable bind (--rw).\n\
 - Edit(P) deny, sandbox.filesystem.denyWrite: a read-only bind over the writable binds (--ro P); when P does not exist, --deny P (it cannot be created); writable grants at or beneath P become read-only.\n\
-- Bash(prog), Bash(prog:*), Bash(prog *) allow: prog may be executed (a Landlock execute allowlist, applied by sbx-policy landlock-exec inside sbx-fs); with no such rule, or with Bash / Bash(*), execution is not restricted. Bash(prog ...) deny: prog (every copy on PATH) hidden with --deny. Argument patterns (Bash(git push:*)) are reported NOT ENFORCED: no kernel layer sees arguments.\n\
+- Bash(prog), Bash(prog:*), Bash(prog *) allow: prog may be executed (a Landlock execute allowlist, applied by sbx-seccomp --allow-exec inside sbx-fs; a refused exec is an exec_denied alert); with no such rule, or with Bash / Bash(*), execution is not restricted. Bash(prog ...) deny: prog (every copy on PATH) hidden with --deny. Argument patterns (Bash(git push:*)) are reported NOT ENFORCED: no kernel layer sees arguments.\n\
 - WebFetch(domain:D), sandbox.network.allowedDomains: sbx-net --allow D (D or *.D, ports 80,443; *.D covers subdomains, not D).\n\
 - WebSearch allow: the search domains (--search-domain, default api.anthropic.com).\n\
 - sandbox.network.deniedDomains, WebFetch(domain:D) deny: D removed from the allowlist whatever else says; a wildcard that covers a denied name is dropped whole (sbx-net cannot subtract).\n\
@@ -69,8 +68,8 @@ no_new_privs, both inherited by everything it starts.",
         ),
         (
             "DECISION MATRIX",
-            "--plugin: WebAssembly/WASI is not built yet: an error saying so. --trust full: no kernel isolation, the path allowlist for sbx-path. --trust low (default): sbx-creds (when --layers has an sbx-creds section), sbx-gitguard run (when the project is a git repository), sbx-cgroup (as root), sbx-net, sbx-fs, sbx-policy landlock-exec (when Bash rules name programs), sbx-seccomp --profile default. --trust low --container: one \
-container per run (sbx-container; the rules' own denies and the domain allowlist are not carried: no network). --trust zero --latency-sensitive: sbx-vm --backend firecracker. --trust zero: gVisor (runsc --platform=ptrace) when installed, else sbx-vm. A tier whose binary is not installed is one line naming it, exit 125.",
+            "--plugin: WebAssembly/WASI is not built yet: an error saying so. --trust full: no kernel isolation, the path allowlist for sbx-path. --trust low (default): sbx-creds (when --layers has an sbx-creds section), sbx-gitguard run (when the project is a git repository), sbx-cgroup (as root), sbx-net, sbx-fs, sbx-seccomp --profile default (with --allow-exec when Bash rules name programs). --trust low --container: one \
+container per run (sbx-container; the rules' own denies and the domain allowlist are not carried: no network). --trust zero --latency-sensitive: sbx-vm --backend firecracker. --trust zero: gVisor when runsc is installed, else sbx-vm. The gVisor step (sbx-policy gvisor) writes an OCI bundle in a private temporary directory from sbx-fs's mount plan for the same grants (read-only empty root, the system directories read-only, the grants, every deny and invariant, no capability, no_new_privs, rlimits) and runs runsc --platform=ptrace --network=none run (only gVisor's loopback inside: no network); as root inside sbx-cgroup with the limits below, unprivileged with runsc --rootless (no memory or CPU limit; the wall clock is enforced, exit 124). The container and the directory are removed at the end, and by a guardian process when the step is killed. SBX_GVISOR_DEBUG_LOG=DIR keeps runsc's debug logs in DIR. A tier whose binary is not installed is one line naming it, exit 125.",
         ),
         (
             "DEFAULT LIMITS",
@@ -108,9 +107,9 @@ pub enum Command {
     Explain(SourceArgs),
     /// Exec (or --print) the chain for a trust level around CMD.
     Chain(ChainArgs),
-    /// Apply a Landlock execute allowlist, then exec CMD (a step of the chain).
+    /// Run CMD in gVisor (an OCI bundle from the grants; a step of the chain).
     #[command(hide = true)]
-    LandlockExec(LandlockArgs),
+    Gvisor(gvisor::Args),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -181,16 +180,6 @@ pub struct ChainArgs {
     /// With --trust low: one container per run (sbx-container, Docker/Podman) instead of the namespace chain.
     #[arg(long)]
     pub container: bool,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    pub cmd: Vec<OsString>,
-}
-
-#[derive(Args, Debug)]
-pub struct LandlockArgs {
-    /// A file (or directory: everything beneath) that may be executed (repeatable).
-    #[arg(long, value_name = "PATH")]
-    pub allow_exec: Vec<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
@@ -350,37 +339,6 @@ fn run_chain(c: ChainArgs) -> Result<i32, Failure> {
     Err(sbx_core::chain::exec(&argv, &env))
 }
 
-fn run_landlock(a: LandlockArgs) -> Result<i32, Failure> {
-    for p in &a.allow_exec {
-        if !p.is_absolute() {
-            return Err(Failure::new(format!(
-                "--allow-exec {}: must be an absolute path",
-                p.display()
-            )));
-        }
-    }
-    let env0 = sbx_core::chain::current_env();
-    let path = env0
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.clone());
-    let next = sbx_core::chain::resolve(&a.cmd[0], path.as_deref())?;
-    let allowed = landlock::allowlist(&a.allow_exec, &next);
-    landlock::restrict_exec(&allowed)?;
-    sbx_core::audit::emit(
-        "exec_allowlist",
-        Severity::Info,
-        json!({ "allowed": allowed.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(), "abi": landlock::abi().ok() }),
-    );
-    let mut env = env0;
-    if let Some(au) = sbx_core::audit::get()
-        && let Some((k, v)) = au.handoff_exec(&a.cmd[0])
-    {
-        sbx_core::chain::set_env(&mut env, k, v);
-    }
-    Err(sbx_core::chain::exec(&a.cmd, &env))
-}
-
 pub fn main() -> ! {
     sbx_core::cli::run_main(TOOL, || {
         let cli: Cli = sbx_core::cli::parse(TOOL)?;
@@ -401,7 +359,7 @@ pub fn main() -> ! {
                 Ok(0)
             }
             Command::Chain(c) => run_chain(c),
-            Command::LandlockExec(a) => run_landlock(a),
+            Command::Gvisor(a) => gvisor::run(a),
         }
     })
 }

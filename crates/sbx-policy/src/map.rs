@@ -917,7 +917,9 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
                     &e.text,
                     e,
                     Status::Enforced,
-                    format!("may execute {shown} (Landlock execute allowlist)"),
+                    format!(
+                        "may execute {shown} (Landlock execute allowlist: sbx-seccomp --allow-exec; others refused with an exec_denied alert)"
+                    ),
                 );
             }
             (List::Allow, Some(a)) => {
@@ -1022,7 +1024,12 @@ impl Policy {
         fs.insert("tmp-size".into(), json!(self.limits.tmp_size));
         top.insert("sbx-fs".into(), Value::Object(fs));
         top.insert("sbx-net".into(), json!({ "allow": self.net_allow }));
-        top.insert("sbx-seccomp".into(), json!({ "profile": "default" }));
+        let mut sc = Map::new();
+        sc.insert("profile".into(), json!("default"));
+        if let Some(x) = &self.exec_allow {
+            sc.insert("allow-exec".into(), strs(x));
+        }
+        top.insert("sbx-seccomp".into(), Value::Object(sc));
         top.insert(
             "sbx-cgroup".into(),
             json!({
@@ -1043,9 +1050,6 @@ impl Policy {
             "sbx-path".into(),
             json!({ "allow-read": strs(&self.ro), "allow-write": strs(&self.rw) }),
         );
-        if let Some(x) = &self.exec_allow {
-            top.insert("sbx-policy".into(), json!({ "allow-exec": strs(x) }));
-        }
         Value::Object(top)
     }
 }

@@ -171,7 +171,6 @@ fn compiled_config_is_read_by_every_tool_with_config() {
         ("sbx-cgroup", None),
         ("sbx-gitguard", Some("run")),
         ("sbx-path", Some("check")),
-        ("sbx-policy", Some("landlock-exec")),
     ] {
         let mut c = sbx_testutil::tool(tool);
         if let Some(s) = sub {
@@ -197,7 +196,7 @@ fn compiled_config_is_read_by_every_tool_with_config() {
             .any(|d| d.ends_with("/curl"))
     );
     assert!(
-        strs(&v["sbx-policy"]["allow-exec"])
+        strs(&v["sbx-seccomp"]["allow-exec"])
             .iter()
             .any(|d| d.ends_with("/git"))
     );
@@ -495,7 +494,7 @@ fn network_and_bash_mapping() {
             .iter()
             .any(|d| d.ends_with("/curl"))
     );
-    let exec = strs(&v["sbx-policy"]["allow-exec"]);
+    let exec = strs(&v["sbx-seccomp"]["allow-exec"]);
     assert!(
         exec.iter()
             .any(|d| d.ends_with("sh") || d.ends_with("dash")),
@@ -506,5 +505,5 @@ fn network_and_bash_mapping() {
         &p.root.join(".claude/settings.json"),
         r#"{"permissions": {"allow": ["Bash", "Bash(sh)"]}}"#,
     );
-    assert!(compile(&p).get("sbx-policy").is_none());
+    assert!(compile(&p)["sbx-seccomp"].get("allow-exec").is_none());
 }

@@ -20,7 +20,7 @@ pub const ARCH: TargetArch = TargetArch::x86_64;
 #[cfg(target_arch = "x86_64")]
 pub const ARCH_NAME: &str = "x86_64";
 #[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+pub const AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000;
 /// First syscall number above seccompiler 0.5's x86_64 table (mseal = 462).
 #[cfg(target_arch = "x86_64")]
 pub const FIRST_UNKNOWN_NR: u32 = 463;
@@ -30,7 +30,7 @@ pub const ARCH: TargetArch = TargetArch::aarch64;
 #[cfg(target_arch = "aarch64")]
 pub const ARCH_NAME: &str = "aarch64";
 #[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000;
+pub const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000;
 #[cfg(target_arch = "aarch64")]
 pub const FIRST_UNKNOWN_NR: u32 = 463;
 

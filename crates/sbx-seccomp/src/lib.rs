@@ -14,7 +14,9 @@ use sbx_core::cli::CommonArgs;
 use sbx_core::{Failure, Severity};
 
 pub mod compile;
+pub mod execwatch;
 pub mod install;
+pub mod landlock;
 pub mod model;
 pub mod notify;
 pub mod policy;
@@ -41,7 +43,9 @@ found but not executable. 127: CMD not found. --print exits 0.",
 every child inherits them), no_new_privs (setuid and file capabilities no longer raise \
 privileges), with --no-tsc the TSC trap (rdtsc raises SIGSEGV), an empty signal mask, and everything else of this \
 process unchanged: environment, fds 0-2 (every other fd is closed at exec), namespaces, \
-credentials, cgroup, rlimits. The audit log fd is passed on only when CMD is another sbx tool.",
+credentials, cgroup, rlimits. With --allow-exec, a Landlock domain that lets only the listed \
+files be executed (inherited by every child, like the filter). The audit log fd is passed on \
+only when CMD is another sbx tool.",
     extra: &[
         (
             "DEFAULT PROFILE",
@@ -84,6 +88,39 @@ an audit log, or with --action errno, denials are silent EPERM as plain seccomp 
 --print shows these rows as notify(EPERM).",
         ),
         (
+            "EXEC ALLOWLIST",
+            "--allow-exec PATH (repeatable, absolute; a directory allows everything beneath it) \
+restricts execution with Landlock (ABI 1 or later; sbx-seccomp fails with 125 when the \
+kernel has no Landlock): after the notifier is forked and before the filter is installed, \
+sbx-seccomp puts itself in a Landlock domain that handles only execute and allows it for \
+the listed files and the system's dynamic loaders (ld-linux*, ld-musl*), then executes \
+CMD. Any other file, a binary the sandbox built or copied, a #! script's unlisted \
+interpreter, CMD itself when not listed, fails with EACCES (a shell reports 126). A hard \
+link of a listed file is the same inode and runs. Paths that do not exist are skipped.\n\n\
+With an audit log, execve and execveat also go to the notifier, which reads the path from \
+the caller's memory (process_vm_readv, then SECCOMP_IOCTL_NOTIF_ID_VALID), resolves it as \
+the kernel will (the caller's cwd or dirfd through /proc/PID/cwd and /proc/PID/fd/N, \
+symlinks followed, AT_EMPTY_PATH as the fd's file, #! and ELF interpreters followed), and \
+when the file is not listed writes an exec_denied alert (path, caller_pid, requested, \
+syscall, reason), deduplicated per path and rate-limited like syscall_denied; the count \
+suppressed (and the most repeated paths) is in a final exec_denied_suppressed alert. It \
+then answers SECCOMP_USER_NOTIF_FLAG_CONTINUE: Landlock enforces, the alert is best effort \
+(a caller that changes its memory, cwd, fds or a symlink between the look and the exec can \
+make the log wrong, never run an unlisted file). One exception: Landlock lets every file on \
+a kernel-internal mount run, that is a memfd (a program written into memfd_create's file and \
+run with execveat or /proc/self/fd/N). So memfd_create goes to the notifier too, which \
+creates the memfd itself with MFD_NOEXEC_SEAL (Linux 6.3+: no execute bit, and none can be \
+added) and installs it in the caller (SECCOMP_IOCTL_NOTIF_ADDFD, SEND); MFD_EXEC is refused \
+with EACCES and an exec_denied alert (syscall memfd_create); and an exec of an unlisted \
+memfd is answered EACCES by the notifier (enforced_by: notifier). If the notifier is \
+killed, every exec and memfd_create fails (ENOSYS). Without an audit log the notifier still \
+runs (the memfd handling) and the allowlist holds silently. On kernels before 6.3 the memfd \
+is created by the kernel as asked and only the notifier's exec check (subject to the race \
+above) stands in the way. Landlock:cannot). Landlock: Landlock checks \
+execve, not mmap(PROT_EXEC): a listed dynamic loader can map an unlisted ELF (ld.so \
+./prog) and a listed interpreter runs any script given as an argument (sh ./x.sh).",
+        ),
+        (
             "STRICT PROFILE",
             "The default profile plus an allowlist of about 240 syscalls for simple \
 workloads (file I/O, memory, processes, signals, time, polling, local AF_UNIX sockets); \
@@ -115,6 +152,7 @@ installed filter: --profile none with no other filter option installs nothing.",
 sbx-seccomp --no-network --no-tsc -- python3 job.py\n\n\
 sbx-seccomp --profile strict --allow mknod -- ./build.sh\n\n\
 sbx-seccomp --allow-ptrace -- gdb ./prog\n\n\
+sbx-seccomp --audit-log a.log --allow-exec /usr/bin/python3 --allow-exec /usr/bin/git -- python3 agent.py   (python3 may run git, nothing else)\n\n\
 sbx-seccomp --action log -- ./agent   (audit mode: denied calls are allowed and logged)\n\n\
 sbx-seccomp --print --no-network",
         ),
@@ -171,6 +209,14 @@ pub struct Cli {
     #[arg(long)]
     pub allow_ptrace: bool,
 
+    /// Only this file may be executed (repeatable; a directory allows
+    /// everything beneath it): a Landlock execute allowlist for CMD and
+    /// everything it starts (EACCES, 126, for any other file). CMD itself,
+    /// its shells and interpreters must be listed; the dynamic loaders are
+    /// added. With an audit log every refused exec is an exec_denied alert.
+    #[arg(long, value_name = "PATH")]
+    pub allow_exec: Vec<PathBuf>,
+
     /// Print the filter as a table and exit 0 (CMD is not needed).
     #[arg(long)]
     pub print: bool,
@@ -196,6 +242,18 @@ impl Cli {
 
 fn run(cli: Cli) -> Result<i32, Failure> {
     let opts = cli.options();
+    for p in &cli.allow_exec {
+        if !p.is_absolute() {
+            return Err(Failure::new(format!(
+                "--allow-exec {}: must be an absolute path",
+                p.display()
+            )));
+        }
+    }
+    if !cli.allow_exec.is_empty() && !cli.print {
+        landlock::abi()
+            .map_err(|e| Failure::new(landlock::LandlockError::Unavailable(e).to_string()))?;
+    }
     // Everything that can fail on bad input happens before anything is applied.
     let doc = policy::build(&opts)?;
     let progs = compile::programs(&doc, opts.builtins_pristine())?;
@@ -206,6 +264,12 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let notify_filter =
         (opts.action.is_none() && audit_fd.is_some() && doc.contains_key(notify::NOTIFY_FILTER))
             .then_some(notify::NOTIFY_FILTER);
+    // Observable exec refusals (see execwatch.rs): with --allow-exec,
+    // unless a filter denies execve itself. Also without an audit log: the
+    // notifier refuses memfd execs, which Landlock lets through.
+    let allowed_exec = landlock::allowlist(&cli.allow_exec);
+    let exec_watch = !cli.allow_exec.is_empty() && !execwatch::exec_denied_by(&doc);
+    let intercept_memfd = exec_watch && !execwatch::memfd_denied_by(&doc);
 
     if cli.print {
         let header = format!(
@@ -220,6 +284,17 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             progs.iter().map(|(_, p)| p.len()).sum::<usize>()
         );
         print!("{}", print::table(&doc, &header, opts.action.is_none()));
+        if exec_watch {
+            println!(
+                "execve, execveat: notify(CONTINUE): the exec watch of --allow-exec (Landlock \
+allows executing only: {})",
+                allowed_exec
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         return Ok(0);
     }
 
@@ -234,50 +309,82 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     if cli.no_tsc {
         install::no_tsc()?;
     }
-    let progs = match notify_filter {
+    let mut progs = match notify_filter {
         Some(nf) => notify::merge_deny(&doc, nf, progs)?,
         None => progs,
     };
-    let notifier = match notify_filter {
+    // The filter that gets the listener: the notify filter, else (exec
+    // watch only) a small one of its own.
+    let listener_filter = match (notify_filter, exec_watch) {
+        (Some(nf), _) => Some(nf),
+        (None, true) => {
+            progs.push((
+                execwatch::EXEC_FILTER.to_string(),
+                execwatch::standalone(progs.is_empty(), intercept_memfd),
+            ));
+            Some(execwatch::EXEC_FILTER)
+        }
+        (None, false) => None,
+    };
+    let notifier = match listener_filter {
         Some(_) => {
             let names = doc
                 .values()
                 .flat_map(|f| f.rules.iter())
                 .filter_map(|r| Some((compile::syscall_nr(&r.syscall)?, r.syscall.clone())))
                 .collect();
+            let watch = exec_watch.then(|| execwatch::ExecWatch::new(&allowed_exec));
             Some(
-                notify::Notifier::spawn(names, audit_fd)
+                notify::Notifier::spawn(names, audit_fd, watch)
                     .map_err(|e| Failure::new(compile::one_line(&e)))?,
             )
         }
         None => None,
     };
+    // The execute allowlist: after the notifier is forked (it never
+    // executes anything), before the filters (whose exec notifications
+    // then only observe what Landlock decides).
+    if !cli.allow_exec.is_empty() {
+        landlock::restrict_exec(&allowed_exec).map_err(|e| Failure::new(e.to_string()))?;
+    }
     let mut notifier_pid = None;
-    match (notifier, notify_filter) {
-        (Some(n), Some(nf)) => {
+    let mut exec_observed = false;
+    match (notifier, listener_filter) {
+        (Some(n), Some(lf)) => {
             let mut listener = None;
             for (name, prog) in &progs {
-                let mut p = prog.clone();
-                if name == nf && notify::rewrite(&mut p) {
-                    match notify::install_with_listener(&p) {
-                        Ok(fd) => {
-                            listener = Some(fd);
-                            continue;
-                        }
-                        // A listener already in the stack (nested
-                        // sbx-seccomp): plain EPERM, silent.
-                        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                            tracing::warn!(
-                                "a seccomp listener is already installed: denials stay silent EPERM"
-                            );
-                        }
-                        Err(source) => {
-                            return Err(Failure::new(compile::one_line(
-                                &install::InstallError::Seccomp {
-                                    name: name.clone(),
-                                    source,
-                                },
-                            )));
+                if name == lf {
+                    let mut p = prog.clone();
+                    let denials = notify_filter.is_some() && notify::rewrite(&mut p);
+                    if exec_watch && lf != execwatch::EXEC_FILTER {
+                        execwatch::insert_block(&mut p, intercept_memfd);
+                    }
+                    if denials || exec_watch {
+                        match notify::install_with_listener(&p) {
+                            Ok(fd) => {
+                                listener = Some(fd);
+                                exec_observed = exec_watch;
+                                continue;
+                            }
+                            // A listener already in the stack (nested
+                            // sbx-seccomp): plain EPERM, silent; exec
+                            // refusals unobserved.
+                            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                                tracing::warn!(
+                                    "a seccomp listener is already installed: denials stay silent EPERM"
+                                );
+                                if lf == execwatch::EXEC_FILTER {
+                                    continue;
+                                }
+                            }
+                            Err(source) => {
+                                return Err(Failure::new(compile::one_line(
+                                    &install::InstallError::Seccomp {
+                                        name: name.clone(),
+                                        source,
+                                    },
+                                )));
+                            }
                         }
                     }
                 }
@@ -292,6 +399,17 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         _ => install::filters(&progs)?,
     }
 
+    if !cli.allow_exec.is_empty() {
+        sbx_core::audit::emit(
+            "exec_allowlist",
+            Severity::Info,
+            serde_json::json!({
+                "allowed": allowed_exec.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+                "abi": landlock::abi().ok(),
+                "observed": exec_observed,
+            }),
+        );
+    }
     sbx_core::audit::emit(
         "seccomp_applied",
         Severity::Info,
@@ -307,6 +425,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             "no_tsc": cli.no_tsc,
             "allow_ptrace": opts.allow_ptrace,
             "filters": progs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            "allow_exec": cli.allow_exec,
             "instructions": progs.iter().map(|(_, p)| p.len()).sum::<usize>(),
             "command": sbx_core::chain::show(&cli.cmd),
         }),

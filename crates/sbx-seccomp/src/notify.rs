@@ -16,9 +16,11 @@
 //!    closes its copy and its socket end, so CMD never holds the listener
 //!    (it could otherwise answer its own notifications).
 //!
-//! The notifier answers every notification with error -EPERM, never
-//! SECCOMP_USER_NOTIF_FLAG_CONTINUE, and exits when the listener reports
-//! POLLHUP (no filtered process left). If it is killed, the kernel answers
+//! The notifier answers every denial notification with error -EPERM, and
+//! exits when the listener reports POLLHUP (no filtered process left).
+//! With `--allow-exec`, execve/execveat are notified too: those are
+//! answered SECCOMP_USER_NOTIF_FLAG_CONTINUE after the look described in
+//! [`crate::execwatch`] (Landlock enforces; the notifier only reports). If it is killed, the kernel answers
 //! the notify returns with ENOSYS: still denied, but the alert is lost.
 
 use std::collections::BTreeMap;
@@ -74,6 +76,14 @@ struct NotifResp {
 // _IOWR('!', 0, struct seccomp_notif) and _IOWR('!', 1, struct seccomp_notif_resp).
 const IOC_NOTIF_RECV: libc::c_ulong = 0xc000_0000 | ((80 << 16) as libc::c_ulong) | 0x2100;
 const IOC_NOTIF_SEND: libc::c_ulong = 0xc000_0000 | ((24 << 16) as libc::c_ulong) | 0x2101;
+// _IOW('!', 2, __u64).
+const IOC_NOTIF_ID_VALID: libc::c_ulong = 0x4000_0000 | ((8 << 16) as libc::c_ulong) | 0x2102;
+// _IOW('!', 4, __u64).
+const IOC_NOTIF_SET_FLAGS: libc::c_ulong = 0x4000_0000 | ((8 << 16) as libc::c_ulong) | 0x2104;
+/// SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP.
+const FD_SYNC_WAKE_UP: u64 = 1;
+/// SECCOMP_USER_NOTIF_FLAG_CONTINUE.
+const FLAG_CONTINUE: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NotifyError {
@@ -199,6 +209,7 @@ impl Notifier {
     pub fn spawn(
         names: BTreeMap<u32, String>,
         audit_fd: Option<RawFd>,
+        exec: Option<crate::execwatch::ExecWatch>,
     ) -> Result<Self, NotifyError> {
         let mut sv = [0; 2];
         if unsafe {
@@ -221,7 +232,7 @@ impl Notifier {
             // The middle process: fork the notifier, report its pid, exit.
             let pid = unsafe { libc::fork() };
             if pid == 0 {
-                notifier_main(theirs, ours, audit_fd, names);
+                notifier_main(theirs, ours, audit_fd, names, exec);
             }
             let b = pid.to_ne_bytes();
             unsafe {
@@ -375,6 +386,7 @@ fn notifier_main(
     other: RawFd,
     audit_fd: Option<RawFd>,
     names: BTreeMap<u32, String>,
+    exec: Option<crate::execwatch::ExecWatch>,
 ) -> ! {
     unsafe {
         libc::close(other);
@@ -403,19 +415,28 @@ fn notifier_main(
         unsafe { libc::_exit(0) }
     };
     unsafe { libc::close(sock) };
-    serve(listener, &names);
+    serve(listener, &names, exec);
     unsafe { libc::_exit(0) }
 }
 
-fn record(event: &str, fields: serde_json::Value) {
+pub(crate) fn record(event: &str, fields: serde_json::Value) {
     if let Some(a) = sbx_core::audit::get() {
         a.record(event, sbx_core::Severity::Alert, fields);
     }
 }
 
-fn serve(listener: RawFd, names: &BTreeMap<u32, String>) {
+fn serve(
+    listener: RawFd,
+    names: &BTreeMap<u32, String>,
+    mut exec: Option<crate::execwatch::ExecWatch>,
+) {
     let mut limit = RateLimit::default();
     let mut total: u64 = 0;
+    // Linux 6.6+: the caller hands the CPU straight to the notifier and
+    // back (SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP), a cheaper round trip;
+    // older kernels refuse it (EINVAL) and nothing changes.
+    let flags: u64 = FD_SYNC_WAKE_UP;
+    unsafe { libc::ioctl(listener, IOC_NOTIF_SET_FLAGS as _, &flags as *const u64) };
     loop {
         let mut p = libc::pollfd {
             fd: listener,
@@ -435,9 +456,68 @@ fn serve(listener: RawFd, names: &BTreeMap<u32, String>) {
                 // ENOENT: the caller was interrupted; EINTR: retry.
                 continue;
             }
+            let nr = n.data.nr as u32;
+            if let Some(w) = exec.as_mut()
+                && n.data.arch == crate::compile::AUDIT_ARCH
+                && nr == crate::execwatch::NR_MEMFD_CREATE
+            {
+                let id = n.id;
+                let answer = w.memfd(listener, id, n.pid, &n.data.args, || {
+                    let r = unsafe {
+                        libc::ioctl(listener, IOC_NOTIF_ID_VALID as _, &id as *const u64)
+                    };
+                    r == 0
+                });
+                let resp = match answer {
+                    crate::execwatch::MemfdAnswer::Sent => continue,
+                    crate::execwatch::MemfdAnswer::Errno(e) => NotifResp {
+                        id,
+                        val: 0,
+                        error: -e,
+                        flags: 0,
+                    },
+                    crate::execwatch::MemfdAnswer::Continue => NotifResp {
+                        id,
+                        val: 0,
+                        error: 0,
+                        flags: FLAG_CONTINUE,
+                    },
+                };
+                unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
+                continue;
+            }
+            if let Some(w) = exec.as_mut()
+                && n.data.arch == crate::compile::AUDIT_ARCH
+                && (nr == crate::execwatch::NR_EXECVE || nr == crate::execwatch::NR_EXECVEAT)
+            {
+                let id = n.id;
+                let refuse = w.handle(n.pid, nr, &n.data.args, || {
+                    let r = unsafe {
+                        libc::ioctl(listener, IOC_NOTIF_ID_VALID as _, &id as *const u64)
+                    };
+                    r == 0
+                });
+                // Landlock decides: the call goes on as if not filtered
+                // (but for a memfd, which Landlock does not cover).
+                let resp = match refuse {
+                    Some(errno) => NotifResp {
+                        id: n.id,
+                        val: 0,
+                        error: -errno,
+                        flags: 0,
+                    },
+                    None => NotifResp {
+                        id: n.id,
+                        val: 0,
+                        error: 0,
+                        flags: FLAG_CONTINUE,
+                    },
+                };
+                unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
+                continue;
+            }
             total += 1;
             if limit.allow() {
-                let nr = n.data.nr as u32;
                 let name = names.get(&nr).cloned().unwrap_or_else(|| nr.to_string());
                 record(
                     "syscall_denied",
@@ -463,6 +543,9 @@ fn serve(listener: RawFd, names: &BTreeMap<u32, String>) {
         if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
             break;
         }
+    }
+    if let Some(w) = &exec {
+        w.finish();
     }
     if limit.suppressed > 0 {
         record(

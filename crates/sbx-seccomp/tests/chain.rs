@@ -99,3 +99,43 @@ fn chained_after_sbx_fs_and_sbx_cgroup() {
         );
     }
 }
+
+#[test]
+fn allow_exec_inside_the_chain_refuses_and_alerts() {
+    if sibling("sbx-fs").is_none() || sibling("sbx-cgroup").is_none() {
+        sbx_testutil::skip!("sbx-fs / sbx-cgroup not built");
+    }
+    let lab = Lab::new();
+    let own = lab.path().join("own");
+    std::fs::copy("/usr/bin/true", &own).unwrap();
+    for who in identities() {
+        let log = lab.path().join(sbx_testutil::unique("audit-"));
+        let script = format!(
+            "/usr/bin/true; echo a=$?; cd '{}' && ./own; echo b=$?",
+            lab.path().display()
+        );
+        let out = chain(
+            who,
+            &lab,
+            &log,
+            &[
+                &"--allow-exec",
+                &"/bin/sh",
+                &"--allow-exec",
+                &"/usr/bin/true",
+                &"--",
+                &"sh",
+                &"-c",
+                &script,
+            ],
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "a=0\nb=126\n", "{who:?}: {}", stderr(&out));
+        let want = own.canonicalize().unwrap().display().to_string();
+        let ev = sbx_testutil::assert_event(&log, "exec_denied", "alert", |e| {
+            e["path"] == want.as_str() && e["requested"] == "./own"
+        });
+        let applied = sbx_testutil::assert_event(&log, "seccomp_applied", "info", |_| true);
+        assert_eq!(applied["sbx_id"], ev["sbx_id"], "one sandbox id");
+    }
+}

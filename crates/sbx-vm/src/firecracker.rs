@@ -268,6 +268,44 @@ fn wait_socket(p: &Path, limit: Duration) -> Result<(), FcError> {
     Err(FcError::NoSocket(p.to_path_buf()))
 }
 
+enum Watch {
+    /// In sbx-vm: the pipe's write end; writing a byte releases the reaper.
+    Parent(std::os::fd::OwnedFd),
+    /// In the reaper, once sbx-vm died without releasing it: clean up now.
+    Child,
+}
+
+/// Forks a reaper that blocks on a pipe from sbx-vm. The write end exists
+/// only in sbx-vm (close-on-exec, made after the VMM was spawned), so the
+/// read returns EOF exactly when sbx-vm is gone: killed, unless it wrote
+/// its byte first. The forwarded signals stay blocked in the reaper (as in
+/// sbx-vm), so a Ctrl-C to the group does not take it before it is needed.
+fn death_watch() -> io::Result<Watch> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut p = [0i32; 2];
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            drop(w);
+            let mut b = [0u8; 1];
+            loop {
+                let n = unsafe { libc::read(r.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+                if n == 1 {
+                    unsafe { libc::_exit(0) };
+                }
+                if n == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                    return Ok(Watch::Child);
+                }
+            }
+        }
+        _ => Ok(Watch::Parent(w)),
+    }
+}
+
 /// Starts Firecracker (under the jailer when root), configures it, and
 /// starts the instance. Returns the control-channel listener and the VMM.
 pub fn start(
@@ -391,6 +429,33 @@ pub fn start(
         Err(e) => {
             run_cleanup();
             return Err(e);
+        }
+    };
+    // The jailer's uid drop clears the VMM's parent-death signal: a reaper
+    // process does the clean-up if sbx-vm dies without doing it (SIGKILL).
+    let reaper = if plan.jailer.is_some() {
+        match death_watch() {
+            Ok(Watch::Parent(w)) => Some(w),
+            Ok(Watch::Child) => {
+                run_cleanup();
+                // sbx-vm's run directory too (its Drop never ran).
+                let _ = std::fs::remove_dir_all(&rd.path);
+                unsafe { libc::_exit(0) }
+            }
+            Err(e) => {
+                let _ = sup.kill();
+                run_cleanup();
+                return Err(Failure::new(format!("start the VMM reaper: {e}")));
+            }
+        }
+    } else {
+        None
+    };
+    let run_cleanup = move || {
+        run_cleanup();
+        // Done: the reaper may go (its read returns a byte, not EOF).
+        if let Some(w) = reaper {
+            unsafe { libc::write(w.as_raw_fd(), b"d".as_ptr().cast(), 1) };
         }
     };
     let configured = (|| -> Result<Value, FcError> {

@@ -77,8 +77,9 @@ control channel: the guest connects to host CID 2 port 1024, Firecracker forward
 /mmds (the secrets under sbx.secrets), then /actions InstanceStart. As root it runs under the jailer \
 (--jailer, chroot under --jail-base, uid/gid --jail-uid/--jail-gid, Firecracker's seccomp filters on, \
 cgroup settings from --jail-cgroup in a group nested under sbx-vm's own cgroup); \
-jail directories and the tap device are removed at the end, and stale ones (whose sbx-vm is gone, including its \
-Firecracker, which loses the parent-death signal with the jailer's uid drop) at the next start. \
+jail directories and the tap device are removed at the end. Firecracker loses the parent-death signal with the \
+jailer's uid drop, so a reaper process forked by sbx-vm kills it and removes the jail when sbx-vm dies without \
+doing so (SIGKILL); stale jails left when both are killed are reaped at the next start. \
 It refuses to start when KVM cannot boot a guest, unless --no-kvm-check is given (which tests the \
 configuration path on such hosts; the guest then never reports back).",
         ),

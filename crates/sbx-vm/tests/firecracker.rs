@@ -205,37 +205,25 @@ fn api_configuration_jail_and_mmds() {
     vm.assert_clean();
 }
 
-/// The stale jail of a SIGKILLed sbx-vm (whose jailed Firecracker lost its
-/// parent-death signal with the uid drop) is reaped by the next start.
-#[test]
-fn stale_jail_reaped_on_next_start() {
-    let guest = need_guest!();
-    if !Path::new(FC).exists() {
-        skip!("Firecracker not installed (scripts/setup)");
-    }
-    if !is_root() {
-        skip!("the jailer needs root");
-    }
-    let vm = Vm::new();
-    let jail_base = vm.tmp.path().join("jail");
-    let run = |extra: &[&str]| {
-        let mut c = vm.cmd(&guest);
-        c.args([
-            "--backend",
-            "firecracker",
-            "--no-kvm-check",
-            "--firecracker",
-            FC,
-        ])
-        .arg("--jail-base")
-        .arg(&jail_base)
-        .args(extra)
-        .args(["--", "true"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        c
-    };
-    let mut child = run(&["--boot-timeout", "120s"]).spawn().unwrap();
+/// Starts a jailed Firecracker under sbx-vm (its own process group) and
+/// returns the child, the jail root and the jail id.
+fn jailed_start(vm: &Vm, guest: &Path, jail_base: &Path) -> (std::process::Child, PathBuf, String) {
+    use std::os::unix::process::CommandExt;
+    let mut c = vm.cmd(guest);
+    c.args([
+        "--backend",
+        "firecracker",
+        "--no-kvm-check",
+        "--firecracker",
+        FC,
+    ])
+    .arg("--jail-base")
+    .arg(jail_base)
+    .args(["--boot-timeout", "120s", "--", "true"])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .process_group(0);
+    let child = c.spawn().unwrap();
     let ev = wait_event(&vm.audit, Duration::from_secs(60), |e| {
         e["event"] == "vm_firecracker_started"
     })
@@ -248,28 +236,95 @@ fn stale_jail_reaped_on_next_start() {
         .unwrap()
         .to_string_lossy()
         .to_string();
+    assert_eq!(sbx_vm::firecracker::jailed_pids(&id).len(), 1);
+    (child, root, id)
+}
+
+fn wait_gone(id: &str, root: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !sbx_vm::firecracker::jailed_pids(id).is_empty() || root.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "jailed Firecracker or its jail survived: pids {:?}, jail exists {}",
+            sbx_vm::firecracker::jailed_pids(id),
+            root.exists()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// SIGKILL of sbx-vm: the jailed Firecracker lost its parent-death signal
+/// with the uid drop, so sbx-vm's reaper kills it and removes the jail.
+#[test]
+fn sigkill_of_sbx_vm_takes_the_jailed_vmm() {
+    let guest = need_guest!();
+    if !Path::new(FC).exists() {
+        skip!("Firecracker not installed (scripts/setup)");
+    }
+    if !is_root() {
+        skip!("the jailer needs root");
+    }
+    let vm = Vm::new();
+    let jail_base = vm.tmp.path().join("jail");
+    let (mut child, root, id) = jailed_start(&vm, &guest, &jail_base);
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    wait_gone(&id, &root);
+    vm.assert_clean();
+}
+
+/// SIGKILL of sbx-vm's reaper, then of sbx-vm: the stale jail is reaped
+/// by the next start.
+#[test]
+fn stale_jail_reaped_on_next_start() {
+    let guest = need_guest!();
+    if !Path::new(FC).exists() {
+        skip!("Firecracker not installed (scripts/setup)");
+    }
+    if !is_root() {
+        skip!("the jailer needs root");
+    }
+    let vm = Vm::new();
+    let jail_base = vm.tmp.path().join("jail");
+    let (mut child, root, id) = jailed_start(&vm, &guest, &jail_base);
+    // sbx-vm's children other than the VMM: the reaper.
+    let me = child.id();
+    let kids = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")).unwrap();
+    let vmm = sbx_vm::firecracker::jailed_pids(&id);
+    let reapers: Vec<i32> = kids
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .filter(|p| !vmm.contains(p))
+        .collect();
+    assert_eq!(reapers.len(), 1, "one reaper beside the VMM: {kids}");
+    unsafe { libc::kill(reapers[0], libc::SIGKILL) };
+    unsafe { libc::kill(me as i32, libc::SIGKILL) };
     let _ = child.wait();
     assert!(root.exists());
     assert_eq!(
         sbx_vm::firecracker::jailed_pids(&id).len(),
         1,
-        "the jailed Firecracker outlives a SIGKILLed sbx-vm"
+        "the jailed Firecracker outlives sbx-vm and its reaper"
     );
-    let out = run(&["--boot-timeout", "1s"]).output().unwrap();
+    let out = vm
+        .cmd(&guest)
+        .args([
+            "--backend",
+            "firecracker",
+            "--no-kvm-check",
+            "--firecracker",
+            FC,
+        ])
+        .arg("--jail-base")
+        .arg(&jail_base)
+        .args(["--boot-timeout", "1s", "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 125);
     assert_event(&vm.audit, "vm_stale_reaped", "warn", |e| {
         e["jail"].as_str().is_some_and(|j| root.starts_with(j))
     });
-    assert!(!root.exists());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !sbx_vm::firecracker::jailed_pids(&id).is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "stale Firecracker not killed"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_gone(&id, &root);
     vm.assert_clean();
 }
 

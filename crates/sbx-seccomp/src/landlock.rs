@@ -1,14 +1,16 @@
-//! `sbx-policy landlock-exec`: a Landlock execute allowlist, applied in
-//! place before the next command of the chain (exec, no fork).
+//! `--allow-exec`: a Landlock execute allowlist, applied to sbx-seccomp
+//! itself before it executes CMD (and so to everything CMD starts).
 //!
 //! The ruleset handles only LANDLOCK_ACCESS_FS_EXECUTE: reading and writing
 //! are sbx-fs's business. Each allowed file gets a path-beneath rule; the
 //! kernel then refuses execve (EACCES) of every other file, also of the
-//! ELF interpreter, so the dynamic loader is always on the list.
+//! ELF interpreter and of a script's `#!` interpreter, so the dynamic
+//! loaders are always added. Landlock is the enforcer; the notifier's
+//! `exec_denied` alerts (see [`crate::execwatch`]) only observe.
 
-use std::ffi::{CString, OsString};
+use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LandlockError {
@@ -162,16 +164,14 @@ pub fn restrict_exec(allowed: &[PathBuf]) -> Result<(), LandlockError> {
     result
 }
 
-/// What landlock-exec allows: the files named, the next program, the
-/// dynamic loaders.
-pub fn allowlist(named: &[PathBuf], next: &Path) -> Vec<PathBuf> {
+/// What `--allow-exec` allows: the files named and the dynamic loaders
+/// (CMD itself, its shells and interpreters are the caller's to list).
+pub fn allowlist(named: &[PathBuf]) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = named.to_vec();
-    v.push(next.to_path_buf());
-    v.extend(loaders());
+    for l in loaders() {
+        if !v.contains(&l) {
+            v.push(l);
+        }
+    }
     v
-}
-
-/// argv for display in events.
-pub fn show(v: &[OsString]) -> String {
-    sbx_core::chain::show(v)
 }

@@ -1,0 +1,228 @@
+//! `git config` and `git update-ref`/`checkout` do not write .git/config
+//! or .git/HEAD in place: they create `config.lock` (`HEAD.lock`) beside
+//! it in .git, which is writable, and rename it over the file. The rename
+//! onto the guard node's mount point fails with EBUSY in the VFS, before
+//! any file system (and so sbx-fs's server) is asked. To still see the
+//! attempt, the outer sbx-fs watches each protected .git directory on the
+//! host with inotify for those lock files being created: that is an
+//! attempt to replace a protected file, logged as `fs_write_denied` with
+//! `op: "replace"`. inotify does not say which process did it
+//! (`caller_pid` is null), and a git process on the host writing the same
+//! repository while the sandbox runs is reported too.
+//!
+//! The inotify fd lives in a small forked helper that forwards the raw
+//! events over a pipe: releasing an inotify instance waits for an SRCU
+//! grace period (10-20 ms here), which would otherwise delay sbx-fs's own
+//! exit on every run. The helper closes the event pipe before it exits,
+//! so sbx-fs never waits for that.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use crate::guard::Alerts;
+
+/// The lock files that announce a replacement of a protected file.
+pub const LOCKS: &[(&str, &str)] = &[("config.lock", "config"), ("HEAD.lock", "HEAD")];
+
+const EVENT_HEADER: usize = 16;
+
+pub struct LockWatch {
+    /// Read end of the helper's event pipe (non-blocking).
+    events: Option<OwnedFd>,
+    /// Dropped to tell the helper to drain and stop.
+    alive: Option<OwnedFd>,
+    /// watch descriptor -> the .git directory as the sandbox sees it
+    dirs: HashMap<i32, PathBuf>,
+    /// Bytes of an event split across reads.
+    carry: Vec<u8>,
+    /// The protected files (sandbox paths): a lock file beside a file that
+    /// is not protected (HEAD under `--git-stage`) is git at work.
+    guarded: std::collections::HashSet<PathBuf>,
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut p = [0 as RawFd; 2];
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) })
+}
+
+impl LockWatch {
+    /// Watches each (host O_PATH fd of a .git directory, sandbox path) for
+    /// the lock files of the `guarded` files in it. Forks: call while
+    /// single-threaded.
+    pub fn start(
+        dirs: &[(OwnedFd, PathBuf)],
+        guarded: std::collections::HashSet<PathBuf>,
+    ) -> io::Result<Option<LockWatch>> {
+        if dirs.is_empty() {
+            return Ok(None);
+        }
+        let ino = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if ino < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let ino = unsafe { OwnedFd::from_raw_fd(ino) };
+        let mut map = HashMap::new();
+        for (dir, shown) in dirs {
+            let p = std::ffi::CString::new(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+                .expect("no NUL");
+            let wd = unsafe {
+                libc::inotify_add_watch(
+                    ino.as_raw_fd(),
+                    p.as_ptr(),
+                    libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_ONLYDIR,
+                )
+            };
+            if wd >= 0 {
+                map.insert(wd, shown.clone());
+            }
+        }
+        if map.is_empty() {
+            return Ok(None);
+        }
+        let (ev_r, ev_w) = pipe()?;
+        let (alive_r, alive_w) = pipe()?;
+        match unsafe { libc::fork() } {
+            -1 => Err(io::Error::last_os_error()),
+            0 => helper(ino.as_raw_fd(), alive_r.as_raw_fd(), ev_w.as_raw_fd()),
+            _ => {
+                drop(ev_w);
+                drop(alive_r);
+                // Our copy of the inotify fd is not the last: closing it is
+                // cheap (the helper's is released when it exits).
+                drop(ino);
+                unsafe { libc::fcntl(ev_r.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+                Ok(Some(LockWatch {
+                    events: Some(ev_r),
+                    alive: Some(alive_w),
+                    dirs: map,
+                    carry: Vec::new(),
+                    guarded,
+                }))
+            }
+        }
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.events.as_ref().map_or(-1, |f| f.as_raw_fd())
+    }
+
+    /// Reads what is pending and raises the alerts.
+    pub fn drain(&mut self, alerts: &Arc<Mutex<Alerts>>) {
+        let Some(ev) = &self.events else { return };
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = unsafe { libc::read(ev.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n == 0 {
+                self.events = None;
+                break;
+            }
+            if n < 0 {
+                break;
+            }
+            self.carry.extend_from_slice(&buf[..n as usize]);
+        }
+        self.parse(alerts);
+    }
+
+    /// The end: tells the helper to stop, and reads everything it had
+    /// (it closes the pipe once it drained inotify).
+    pub fn finish(&mut self, alerts: &Arc<Mutex<Alerts>>) {
+        drop(self.alive.take());
+        if let Some(ev) = &self.events {
+            unsafe { libc::fcntl(ev.as_raw_fd(), libc::F_SETFL, 0) };
+        }
+        while self.events.is_some() {
+            self.drain(alerts);
+        }
+    }
+
+    fn parse(&mut self, alerts: &Arc<Mutex<Alerts>>) {
+        let b = &self.carry;
+        let mut off = 0usize;
+        // struct inotify_event: wd i32, mask u32, cookie u32, len u32, name
+        while off + EVENT_HEADER <= b.len() {
+            let wd = i32::from_ne_bytes(b[off..off + 4].try_into().expect("4"));
+            let len = u32::from_ne_bytes(b[off + 12..off + 16].try_into().expect("4")) as usize;
+            if off + EVENT_HEADER + len > b.len() {
+                break;
+            }
+            let name = &b[off + EVENT_HEADER..off + EVENT_HEADER + len];
+            let name = &name[..name.iter().position(|c| *c == 0).unwrap_or(name.len())];
+            off += EVENT_HEADER + len;
+            let Some(dir) = self.dirs.get(&wd) else {
+                continue;
+            };
+            for (lock, target) in LOCKS {
+                let file = dir.join(target);
+                if name == lock.as_bytes()
+                    && self.guarded.contains(&file)
+                    && let Ok(mut a) = alerts.lock()
+                {
+                    a.replace_attempt(&file, lock);
+                }
+            }
+        }
+        self.carry.drain(..off);
+    }
+}
+
+/// The helper: forwards inotify records until `alive` hangs up, then
+/// forwards what is left, closes the event pipe and exits. Only raw
+/// syscalls and stack buffers (it was forked).
+fn helper(ino: RawFd, alive: RawFd, ev: RawFd) -> ! {
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+    }
+    crate::placeholder::close_others(&[ino, alive, ev]);
+    let mut buf = [0u8; 4096];
+    let forward = |buf: &mut [u8; 4096]| loop {
+        let n = unsafe { libc::read(ino, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        unsafe { libc::write(ev, buf.as_ptr().cast(), n as usize) };
+    };
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: ino,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: alive,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            continue;
+        }
+        if fds[0].revents != 0 {
+            forward(&mut buf);
+        }
+        if fds[1].revents != 0 {
+            forward(&mut buf);
+            unsafe {
+                libc::close(ev);
+                libc::_exit(0)
+            }
+        }
+    }
+}

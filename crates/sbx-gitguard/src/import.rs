@@ -1,0 +1,1232 @@
+//! Importing a git stage into the real repository: objects read through
+//! libgit2 with hash verification and written into the real object store,
+//! ref updates and HEAD checked one by one, never a file copied blindly.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use sbx_core::Severity;
+use serde_json::{Value as Json, json};
+
+use crate::refs::{self, Value};
+use crate::stage::{self, Paths};
+
+/// Bounds on what an import reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Files in the stage plus objects read.
+    pub max_objects: u64,
+    /// Bytes of object files (loose objects and packs) in the stage.
+    pub max_bytes: u64,
+}
+
+/// Alerts of one kind beyond this many are counted, not logged one by one.
+const ALERTS_PER_EVENT: usize = 20;
+/// The same for info and warn events (a legitimate fetch can bring
+/// thousands of tags).
+const NOTES_PER_EVENT: usize = 1000;
+
+/// Events of an import, rate-limited per event name.
+#[derive(Debug, Default)]
+pub struct Events {
+    pub list: Vec<(&'static str, Severity, Json)>,
+    counts: BTreeMap<(&'static str, u8), usize>,
+    pub suppressed: BTreeMap<(&'static str, u8), usize>,
+}
+
+fn sev_key(s: Severity) -> u8 {
+    match s {
+        Severity::Info => 0,
+        Severity::Warn => 1,
+        Severity::Alert => 2,
+    }
+}
+
+impl Events {
+    pub fn push(&mut self, event: &'static str, sev: Severity, fields: Json) {
+        let k = (event, sev_key(sev));
+        let c = self.counts.entry(k).or_default();
+        *c += 1;
+        let cap = if sev == Severity::Alert {
+            ALERTS_PER_EVENT
+        } else {
+            NOTES_PER_EVENT
+        };
+        if *c > cap {
+            *self.suppressed.entry(k).or_default() += 1;
+            return;
+        }
+        self.list.push((event, sev, fields));
+    }
+    /// Appends one `<event>` line per suppressed kind with its count.
+    pub fn finish(&mut self) {
+        for ((e, k), n) in std::mem::take(&mut self.suppressed) {
+            let sev = match k {
+                0 => Severity::Info,
+                1 => Severity::Warn,
+                _ => Severity::Alert,
+            };
+            self.list.push((
+                e,
+                sev,
+                json!({ "suppressed": n, "reason": "more of the same; not logged one by one" }),
+            ));
+        }
+    }
+    pub fn alerts(&self) -> impl Iterator<Item = &(&'static str, Severity, Json)> {
+        self.list.iter().filter(|e| e.1 == Severity::Alert)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_rate_limited_with_a_count() {
+        let mut ev = Events::default();
+        for i in 0..100 {
+            ev.push("ref_refused", Severity::Alert, json!({ "i": i }));
+        }
+        for i in 0..1500 {
+            ev.push("ref_imported", Severity::Info, json!({ "i": i }));
+        }
+        ev.finish();
+        assert_eq!(ev.alerts().count(), 21);
+        let last = ev.alerts().last().unwrap();
+        assert_eq!(last.2["suppressed"], 80);
+        let info: Vec<_> = ev.list.iter().filter(|e| e.1 == Severity::Info).collect();
+        assert_eq!(info.len(), 1001);
+        assert_eq!(info.last().unwrap().2["suppressed"], 500);
+    }
+
+    #[test]
+    fn namespaces() {
+        assert!(allowed_name("refs/heads/x"));
+        assert!(allowed_name("refs/stash"));
+        assert!(!allowed_name("refs/stashes"));
+        assert!(!allowed_name("refs/replace/abc"));
+        assert!(!allowed_name("HEAD"));
+    }
+}
+
+/// What the import changed, for the verification that follows: refs set
+/// (Some) or deleted (None), and whether HEAD changed.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub refs: BTreeMap<String, Option<Value>>,
+    pub head_changed: bool,
+    pub objects_written: u64,
+    pub objects_present: u64,
+    /// Inflated bytes of the new objects read.
+    pub bytes_inflated: u64,
+    /// The sandbox's index (whole-.git overlay) replaced the host's.
+    pub index_replaced: bool,
+    /// A limit was exceeded: nothing was imported.
+    pub exceeded: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("cannot open the repository {0}: {1}")]
+    Repo(PathBuf, String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the repository's object store refused a write: {0}")]
+    Write(String),
+}
+
+/// Namespaces the sandbox may write. Everything else (refs/replace changes
+/// what git shows; refs/original, refs/bisect, ... are not agent work) is
+/// refused.
+pub const ALLOWED: &[&str] = &["refs/heads/", "refs/tags/", "refs/remotes/", "refs/notes/"];
+
+pub fn allowed_name(name: &str) -> bool {
+    name == "refs/stash" || ALLOWED.iter().any(|p| name.starts_with(p))
+}
+
+fn is_whiteout(m: &fs::Metadata) -> bool {
+    m.file_type().is_char_device() && m.rdev() == 0
+}
+
+fn is_opaque(p: &Path) -> bool {
+    for n in ["trusted.overlay.opaque", "user.overlay.opaque"] {
+        if xattr_get(p, n).is_some_and(|v| v == b"y") {
+            return true;
+        }
+    }
+    false
+}
+
+fn xattr_get(p: &Path, name: &str) -> Option<Vec<u8>> {
+    let cp = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+    let cn = std::ffi::CString::new(name).ok()?;
+    let mut buf = [0u8; 16];
+    let n =
+        unsafe { libc::lgetxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return None;
+    }
+    Some(buf[..n as usize].to_vec())
+}
+
+fn rel(base: &Path, p: &Path) -> String {
+    p.strip_prefix(base)
+        .unwrap_or(p)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The object files found in the stage's upper objects dir.
+#[derive(Default)]
+struct Found {
+    loose: Vec<(PathBuf, String)>,
+    packs: Vec<(PathBuf, PathBuf)>,
+    files: u64,
+    bytes: u64,
+    skipped: u64,
+    whiteouts: u64,
+}
+
+fn hexname(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn scan_objects(upper: &Path, ev: &mut Events, limits: &Limits) -> Result<Found, String> {
+    let mut f = Found::default();
+    let mut stack = vec![(upper.to_path_buf(), 0usize)];
+    while let Some((d, depth)) = stack.pop() {
+        let rd = match fs::read_dir(&d) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && d == upper => return Ok(f),
+            Err(e) => return Err(format!("{}: {e}", d.display())),
+        };
+        for e in rd.filter_map(|e| e.ok()) {
+            f.files += 1;
+            if f.files > limits.max_objects {
+                return Err(format!(
+                    "more than {} files in the stage's objects (--stage-max-objects)",
+                    limits.max_objects
+                ));
+            }
+            let p = e.path();
+            let Ok(m) = fs::symlink_metadata(&p) else {
+                continue;
+            };
+            let r = rel(upper, &p);
+            if is_whiteout(&m) {
+                f.whiteouts += 1;
+                continue;
+            }
+            let ft = m.file_type();
+            if ft.is_symlink() {
+                ev.push(
+                    "stage_entry_refused",
+                    Severity::Alert,
+                    json!({ "path": format!("objects/{r}"), "reason": "symbolic link (never followed)" }),
+                );
+                continue;
+            }
+            if ft.is_dir() {
+                if depth < 3 {
+                    stack.push((p, depth + 1));
+                }
+                continue;
+            }
+            if !ft.is_file() {
+                ev.push(
+                    "stage_entry_refused",
+                    Severity::Alert,
+                    json!({ "path": format!("objects/{r}"), "reason": "not a regular file" }),
+                );
+                continue;
+            }
+            let parts: Vec<&str> = r.split('/').collect();
+            match parts.as_slice() {
+                [dir, name] if hexname(dir, 2) && (hexname(name, 38) || hexname(name, 62)) => {
+                    f.bytes += m.len();
+                    f.loose.push((p.clone(), format!("{dir}{name}")));
+                }
+                ["pack", name] if name.starts_with("pack-") && name.ends_with(".pack") => {
+                    let idx = p.with_extension("idx");
+                    if fs::symlink_metadata(&idx).is_ok_and(|m| m.is_file()) {
+                        f.bytes +=
+                            m.len() + fs::symlink_metadata(&idx).map(|m| m.len()).unwrap_or(0);
+                        f.packs.push((p.clone(), idx));
+                    } else {
+                        f.skipped += 1;
+                    }
+                }
+                _ => f.skipped += 1,
+            }
+            if f.bytes > limits.max_bytes {
+                return Err(format!(
+                    "more than {} bytes of objects in the stage (--stage-max-bytes)",
+                    limits.max_bytes
+                ));
+            }
+        }
+    }
+    Ok(f)
+}
+
+/// Copies a regular file (never through a symlink) into `to`.
+fn copy_nofollow(from: &Path, to: &Path) -> io::Result<()> {
+    let mut src = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(from)?;
+    if !src.metadata()?.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    if let Some(p) = to.parent() {
+        fs::create_dir_all(p)?;
+    }
+    let mut dst = fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .mode(0o600)
+        .open(to)?;
+    io::copy(&mut src, &mut dst)?;
+    Ok(())
+}
+
+fn owner_of(p: &Path) -> Option<(u32, u32)> {
+    fs::metadata(p).ok().map(|m| (m.uid(), m.gid()))
+}
+
+/// As root for another user's repository: gives what libgit2 created
+/// (owned by root) to the owner of the git dir, from `base` down to `p`.
+fn give_back(git_dir: &Path, rel_path: &str, owner: Option<(u32, u32)>) {
+    let Some((u, g)) = owner else { return };
+    if unsafe { libc::geteuid() } != 0 || u == 0 {
+        return;
+    }
+    let mut p = git_dir.to_path_buf();
+    for c in rel_path.split('/') {
+        p.push(c);
+        if let Ok(m) = fs::symlink_metadata(&p)
+            && m.uid() == 0
+            && !m.file_type().is_symlink()
+        {
+            let _ = std::os::unix::fs::lchown(&p, Some(u), Some(g));
+        }
+    }
+}
+
+/// Whether every object reachable from `id` is in the store, walking only
+/// through objects this import wrote (what was there before was checked
+/// when the snapshot was taken). Returns the first missing object.
+fn missing_below(
+    repo: &git2::Repository,
+    id: git2::Oid,
+    new: &HashSet<git2::Oid>,
+) -> Option<String> {
+    let odb = repo.odb().ok()?;
+    let mut seen: HashSet<git2::Oid> = HashSet::new();
+    let mut todo = vec![id];
+    while let Some(o) = todo.pop() {
+        if !seen.insert(o) {
+            continue;
+        }
+        if !new.contains(&o) {
+            if !odb.exists(o) {
+                return Some(o.to_string());
+            }
+            continue;
+        }
+        let Ok(obj) = repo.find_object(o, None) else {
+            return Some(o.to_string());
+        };
+        match obj.kind() {
+            Some(git2::ObjectType::Commit) => {
+                let c = obj.as_commit()?;
+                todo.push(c.tree_id());
+                todo.extend(c.parent_ids());
+            }
+            Some(git2::ObjectType::Tree) => {
+                let t = obj.as_tree()?;
+                for e in t.iter() {
+                    if e.kind() != Some(git2::ObjectType::Commit) {
+                        todo.push(e.id());
+                    }
+                }
+            }
+            Some(git2::ObjectType::Tag) => todo.push(obj.as_tag()?.target_id()),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Reads every object of one source (a private dir holding loose objects or
+/// one pack) and writes the new ones into the real store.
+#[allow(clippy::too_many_arguments)]
+fn import_source(
+    src_dir: &Path,
+    label: &str,
+    real: &git2::Odb,
+    new: &mut HashSet<git2::Oid>,
+    out: &mut Outcome,
+    read_count: &mut u64,
+    limits: &Limits,
+    ev: &mut Events,
+    written_paths: &mut Vec<String>,
+) -> Result<(), String> {
+    let odb = match git2::Odb::new().and_then(|o| {
+        o.add_disk_alternate(&src_dir.to_string_lossy())?;
+        Ok(o)
+    }) {
+        Ok(o) => o,
+        Err(e) => {
+            ev.push(
+                "object_refused",
+                Severity::Alert,
+                json!({ "path": label, "reason": e.message() }),
+            );
+            return Ok(());
+        }
+    };
+    let mut ids = Vec::new();
+    if let Err(e) = odb.foreach(|id| {
+        ids.push(*id);
+        (ids.len() as u64) <= limits.max_objects
+    }) && (ids.len() as u64) <= limits.max_objects
+    {
+        ev.push(
+            "object_refused",
+            Severity::Alert,
+            json!({ "path": label, "reason": format!("cannot list its objects: {}", e.message()) }),
+        );
+        return Ok(());
+    }
+    for id in ids {
+        *read_count += 1;
+        if *read_count > limits.max_objects {
+            return Err(format!(
+                "more than {} objects in the stage (--stage-max-objects)",
+                limits.max_objects
+            ));
+        }
+        if real.exists(id) {
+            out.objects_present += 1;
+            continue;
+        }
+        // Inflated size first: a small object file can inflate to a huge
+        // object (a zlib bomb); new objects count against --stage-max-bytes.
+        if let Ok((size, _)) = odb.read_header(id) {
+            out.bytes_inflated += size as u64;
+            if out.bytes_inflated > limits.max_bytes {
+                return Err(format!(
+                    "more than {} bytes of new objects (inflated) in the stage (--stage-max-bytes)",
+                    limits.max_bytes
+                ));
+            }
+        }
+        // Strict hash verification is on: a read checks the content hashes
+        // to the name it is read under.
+        let obj = match odb.read(id) {
+            Ok(o) => o,
+            Err(e) => {
+                ev.push(
+                    "object_refused",
+                    Severity::Alert,
+                    json!({ "path": label, "object": id.to_string(), "reason": e.message() }),
+                );
+                continue;
+            }
+        };
+        let w = real
+            .write(obj.kind(), obj.data())
+            .map_err(|e| format!("writing {id}: {}", e.message()))?;
+        if w != id {
+            return Err(format!("object {id} hashed to {w} when written"));
+        }
+        new.insert(id);
+        out.objects_written += 1;
+        let s = id.to_string();
+        written_paths.push(format!("objects/{}/{}", &s[..2], &s[2..]));
+    }
+    Ok(())
+}
+
+/// A candidate ref change from the stage.
+enum Change {
+    Set(Vec<u8>),
+    Whiteout,
+}
+
+fn scan_refs(
+    upper: &Path,
+    git_dir: &Path,
+    ev: &mut Events,
+    limits: &Limits,
+) -> Result<BTreeMap<String, Change>, String> {
+    let mut out = BTreeMap::new();
+    let mut n = 0u64;
+    let mut stack = vec![(upper.to_path_buf(), 0usize)];
+    while let Some((d, depth)) = stack.pop() {
+        let rd = match fs::read_dir(&d) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && d == upper => return Ok(out),
+            Err(e) => return Err(format!("{}: {e}", d.display())),
+        };
+        let mut present = BTreeSet::new();
+        for e in rd.filter_map(|e| e.ok()) {
+            n += 1;
+            if n > limits.max_objects {
+                return Err(format!(
+                    "more than {} files in the stage's refs (--stage-max-objects)",
+                    limits.max_objects
+                ));
+            }
+            let p = e.path();
+            present.insert(e.file_name());
+            let name = format!("refs/{}", rel(upper, &p));
+            let Ok(m) = fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if is_whiteout(&m) {
+                out.insert(name, Change::Whiteout);
+                continue;
+            }
+            let ft = m.file_type();
+            if ft.is_dir() {
+                if depth < 32 {
+                    stack.push((p, depth + 1));
+                }
+                continue;
+            }
+            if e.file_name().as_bytes().ends_with(b".lock") && ft.is_file() {
+                // A lock left by a git process that was killed: not a ref.
+                continue;
+            }
+            if ft.is_symlink() || !ft.is_file() {
+                ev.push(
+                    "ref_refused",
+                    Severity::Alert,
+                    json!({ "ref": name, "reason": if ft.is_symlink() { "symbolic link in the stage (never followed)" } else { "not a regular file" } }),
+                );
+                continue;
+            }
+            match stage::read_small(&p, 4096) {
+                Ok(b) => {
+                    out.insert(name, Change::Set(b));
+                }
+                Err(e) => ev.push(
+                    "ref_refused",
+                    Severity::Alert,
+                    json!({ "ref": name, "reason": format!("unreadable: {e}") }),
+                ),
+            }
+        }
+        // An opaque directory hides every lower entry it does not list:
+        // the real loose refs below it that the stage does not have were
+        // deleted.
+        if d != upper && is_opaque(&d) {
+            let lower = git_dir.join("refs").join(rel(upper, &d));
+            let mut ls = vec![lower.clone()];
+            while let Some(l) = ls.pop() {
+                let Ok(rd) = fs::read_dir(&l) else { continue };
+                for e in rd.filter_map(|e| e.ok()) {
+                    let p = e.path();
+                    let r = rel(&git_dir.join("refs"), &p);
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        ls.push(p);
+                    } else if !upper.join(&r).exists()
+                        && fs::symlink_metadata(upper.join(&r)).is_err()
+                    {
+                        out.insert(format!("refs/{r}"), Change::Whiteout);
+                    }
+                }
+            }
+            let _ = present;
+        }
+    }
+    Ok(out)
+}
+
+fn refused(ev: &mut Events, name: &str, reason: impl Into<String>) {
+    ev.push(
+        "ref_refused",
+        Severity::Alert,
+        json!({ "ref": name, "reason": reason.into() }),
+    );
+}
+
+/// The current value of a ref in the real repository.
+fn current(repo: &git2::Repository, name: &str) -> Option<Value> {
+    let r = repo.find_reference(name).ok()?;
+    match r.kind()? {
+        git2::ReferenceType::Direct => r.target().map(|o| Value::Oid(o.to_string())),
+        git2::ReferenceType::Symbolic => r.symbolic_target().map(|s| Value::Sym(s.to_string())),
+    }
+}
+
+fn text(v: &Option<Value>) -> Json {
+    match v {
+        None => Json::Null,
+        Some(v) => Json::String(match v {
+            Value::Oid(o) => o.clone(),
+            other => other.to_text(),
+        }),
+    }
+}
+
+/// Imports the stage into the repository whose plain git dir is `git_dir`.
+/// Never writes anything the rules refuse; every refusal is an alert.
+///
+/// `packed_before` is packed-refs as the snapshot taken before the command
+/// saw it (None: there was none), when there is a snapshot: packed-refs is
+/// not in the stage (the sandbox writes the real file, e.g. `git gc`, `git
+/// pack-refs`, deleting a packed ref), so it is put back as it was and the
+/// refs the sandbox changed in it go through the same rules as the stage's.
+pub fn import(
+    git_dir: &Path,
+    stage: &Paths,
+    limits: &Limits,
+    sbx_id: &str,
+    packed_before: Option<Option<&crate::fsutil::FileSnap>>,
+    ev: &mut Events,
+) -> Result<Outcome, ImportError> {
+    let mut out = Outcome::default();
+    let repo = crate::verify::open(git_dir)
+        .map_err(|e| ImportError::Repo(git_dir.to_path_buf(), e.message().to_string()))?;
+    let real = repo
+        .odb()
+        .map_err(|e| ImportError::Repo(git_dir.to_path_buf(), e.message().to_string()))?;
+    let owner = owner_of(git_dir);
+    let msg = format!("sbx-gitguard: from sandbox {sbx_id}");
+
+    // 1. Objects: found, bounded, copied to a private place (no symlink
+    // followed), read through libgit2 with hash verification, written.
+    let found = match scan_objects(&stage.objects_upper(), ev, limits) {
+        Ok(f) => f,
+        Err(e) => {
+            return Ok(exceeded(out, e, ev));
+        }
+    };
+    let private = tempfile::Builder::new()
+        .prefix(".import.")
+        .tempdir_in(&stage.dir)
+        .map_err(|source| ImportError::Io {
+            path: stage.dir.clone(),
+            source,
+        })?;
+    let loose_dir = private.path().join("loose");
+    fs::create_dir_all(loose_dir.join("pack")).map_err(|source| ImportError::Io {
+        path: loose_dir.clone(),
+        source,
+    })?;
+    for (p, id) in &found.loose {
+        let to = loose_dir.join(&id[..2]).join(&id[2..]);
+        if let Err(e) = copy_nofollow(p, &to) {
+            ev.push(
+                "object_refused",
+                Severity::Alert,
+                json!({ "path": format!("objects/{}", rel(&stage.objects_upper(), p)), "reason": e.to_string() }),
+            );
+        }
+    }
+    let mut sources = vec![(loose_dir.clone(), "loose objects".to_string())];
+    for (i, (pack, idx)) in found.packs.iter().enumerate() {
+        let d = private.path().join(format!("pack{i}"));
+        let name = pack.file_name().unwrap().to_string_lossy().into_owned();
+        let r = copy_nofollow(pack, &d.join("pack").join(&name))
+            .and_then(|()| copy_nofollow(idx, &d.join("pack").join(idx.file_name().unwrap())));
+        match r {
+            Ok(()) => sources.push((d, format!("objects/pack/{name}"))),
+            Err(e) => ev.push(
+                "object_refused",
+                Severity::Alert,
+                json!({ "path": format!("objects/pack/{name}"), "reason": e.to_string() }),
+            ),
+        }
+    }
+    let mut new: HashSet<git2::Oid> = HashSet::new();
+    let mut read_count = 0u64;
+    let mut written = Vec::new();
+    for (dir, label) in &sources {
+        if let Err(e) = import_source(
+            dir,
+            label,
+            &real,
+            &mut new,
+            &mut out,
+            &mut read_count,
+            limits,
+            ev,
+            &mut written,
+        ) {
+            if e.contains("--stage-max") {
+                // Objects already written are unreferenced (git gc prunes
+                // them); no ref or HEAD is touched.
+                return Ok(exceeded(out, e, ev));
+            }
+            return Err(ImportError::Write(e));
+        }
+    }
+    drop(private);
+    for w in &written {
+        give_back(git_dir, w, owner);
+    }
+    if out.objects_written > 0 || found.skipped > 0 {
+        ev.push(
+            "objects_imported",
+            Severity::Info,
+            json!({
+                "written": out.objects_written,
+                "present": out.objects_present,
+                "skipped_files": found.skipped,
+                "whiteouts_ignored": found.whiteouts,
+            }),
+        );
+    }
+
+    // 2. Refs.
+    let mut changes = match scan_refs(&stage.refs_upper(), git_dir, ev, limits) {
+        Ok(c) => c,
+        Err(e) => return Ok(exceeded(out, e, ev)),
+    };
+    // packed-refs as the sandbox left it: with the split overlays it wrote
+    // the real file (shared), with the whole-.git overlay its copy is in the
+    // upper layer. Whiteouts resolve against it; the refs it added, changed
+    // or dropped against `then` (what the host had) go through the rules.
+    let real_pr = git_dir.join("packed-refs");
+    let parse_packed = |bytes: &[u8]| -> Result<BTreeMap<String, Value>, String> {
+        let t = tempfile::tempdir().map_err(|e| e.to_string())?;
+        fs::write(t.path().join("packed-refs"), bytes).map_err(|e| e.to_string())?;
+        refs::read_packed(t.path()).map_err(|e| e.to_string())
+    };
+    let real_packed = refs::read_packed(git_dir);
+    let mut restore: Option<Option<&crate::fsutil::FileSnap>> = None;
+    let (packed, then): (BTreeMap<String, Value>, Option<BTreeMap<String, Value>>) = if stage
+        .whole()
+    {
+        let host = real_packed.unwrap_or_default();
+        let up = stage.git_upper().join("packed-refs");
+        match fs::symlink_metadata(&up) {
+            Err(_) => (host, None),
+            Ok(m) if is_whiteout(&m) => (BTreeMap::new(), Some(host)),
+            Ok(m) if m.is_file() => {
+                match stage::read_small(&up, limits.max_bytes)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| parse_packed(&b))
+                {
+                    Ok(p) => (p, Some(host)),
+                    Err(e) => {
+                        refused(
+                            ev,
+                            "packed-refs",
+                            format!("the sandbox's packed-refs is unreadable: {e}"),
+                        );
+                        (host, None)
+                    }
+                }
+            }
+            Ok(_) => {
+                ev.push(
+                        "stage_entry_refused",
+                        Severity::Alert,
+                        json!({ "path": "packed-refs", "reason": "not a regular file (never followed)" }),
+                    );
+                (host, None)
+            }
+        }
+    } else {
+        match packed_before {
+            None => (real_packed.unwrap_or_default(), None),
+            Some(before) => {
+                let then = match before {
+                    Some(b) => parse_packed(&b.bytes()).unwrap_or_default(),
+                    None => BTreeMap::new(),
+                };
+                let now = crate::fsutil::read(&real_pr).ok().flatten();
+                let same = match (before, &now) {
+                    (Some(b), Some(n)) => b.same(n),
+                    (None, None) => true,
+                    _ => false,
+                };
+                if same {
+                    (then, None)
+                } else {
+                    restore = Some(before);
+                    match real_packed {
+                        Ok(p) => (p, Some(then)),
+                        Err(e) => {
+                            refused(
+                                ev,
+                                "packed-refs",
+                                format!("the sandbox left an unreadable packed-refs: {e}"),
+                            );
+                            (then, None)
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if let Some(then) = &then {
+        let names: BTreeSet<&String> = then.keys().chain(packed.keys()).collect();
+        for name in names {
+            if then.get(name) == packed.get(name) || changes.contains_key(name) {
+                continue;
+            }
+            // A real loose ref hides the packed entry (from the sandbox as
+            // well: the lower layer has it).
+            if fs::symlink_metadata(git_dir.join(name)).is_ok() {
+                continue;
+            }
+            let c = match packed.get(name) {
+                Some(v) => Change::Set(v.to_text().into_bytes()),
+                None => Change::Whiteout,
+            };
+            changes.insert(name.clone(), c);
+        }
+    }
+    drop(real);
+    let repo = match restore {
+        None => repo,
+        Some(before) => {
+            let r = match before {
+                Some(b) => crate::fsutil::restore(&real_pr, b),
+                None => crate::fsutil::remove(&real_pr),
+            };
+            if let Err(e) = r {
+                return Err(ImportError::Io {
+                    path: real_pr,
+                    source: e,
+                });
+            }
+            ev.push(
+                "packed_refs_restored",
+                Severity::Info,
+                json!({ "path": real_pr, "reason": "written by the command; its ref changes go through the import rules" }),
+            );
+            // A fresh handle: the ref database as it is now.
+            drop(repo);
+            crate::verify::open(git_dir)
+                .map_err(|e| ImportError::Repo(git_dir.to_path_buf(), e.message().to_string()))?
+        }
+    };
+    let real = repo
+        .odb()
+        .map_err(|e| ImportError::Repo(git_dir.to_path_buf(), e.message().to_string()))?;
+    let head_before = fs::read(git_dir.join("HEAD")).unwrap_or_default();
+    let head_stage = match stage.head() {
+        Some(h) => stage::read_small(&h, 4096),
+        None => Ok(head_before.clone()),
+    };
+    let head_branch = |b: &[u8]| -> Option<String> {
+        match Value::parse(&String::from_utf8_lossy(b)) {
+            Value::Sym(s) => Some(s),
+            _ => None,
+        }
+    };
+    let protected_branches: BTreeSet<String> = [
+        head_branch(&head_before),
+        head_stage.as_ref().ok().and_then(|b| head_branch(b)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for (name, change) in changes {
+        if !git2::Reference::is_valid_name(&name) || !refs::valid_refname(&name) {
+            refused(ev, &name, "invalid ref name (git check-ref-format rules)");
+            continue;
+        }
+        if !allowed_name(&name) {
+            refused(
+                ev,
+                &name,
+                "outside refs/heads, refs/tags, refs/remotes, refs/notes and refs/stash",
+            );
+            continue;
+        }
+        let old = current(&repo, &name);
+        let want: Option<Value> = match change {
+            Change::Set(b) => {
+                let v = Value::parse(&String::from_utf8_lossy(&b));
+                if let Value::Invalid(s) = &v {
+                    refused(
+                        ev,
+                        &name,
+                        format!("not an object id or 'ref: refs/...' ('{s}')"),
+                    );
+                    continue;
+                }
+                Some(v)
+            }
+            // Deleted as a loose file: what the sandbox saw then is the
+            // packed-refs entry (that file is shared), if any.
+            Change::Whiteout => packed.get(&name).cloned(),
+        };
+        if want == old {
+            continue;
+        }
+        match want {
+            None => {
+                let Some(oldv) = old.clone() else { continue };
+                if name.starts_with("refs/tags/") {
+                    refused(ev, &name, "deleting a tag");
+                    continue;
+                }
+                if protected_branches.contains(&name) {
+                    refused(ev, &name, "deleting the checked-out branch");
+                    continue;
+                }
+                let r = repo.find_reference(&name).and_then(|mut r| r.delete());
+                match r {
+                    Ok(()) => {
+                        ev.push(
+                            "ref_deleted",
+                            Severity::Info,
+                            json!({ "ref": name, "old": text(&Some(oldv.clone())),
+                                    "restore": match &oldv { Value::Oid(o) => format!("git update-ref {name} {o}"), v => format!("git symbolic-ref {name} {}", v.to_text().trim_start_matches("ref: ")) } }),
+                        );
+                        out.refs.insert(name, None);
+                    }
+                    Err(e) => refused(ev, &name, format!("delete failed: {}", e.message())),
+                }
+            }
+            Some(Value::Sym(t)) => {
+                if !allowed_name(&t) || !git2::Reference::is_valid_name(&t) {
+                    refused(
+                        ev,
+                        &name,
+                        format!("symbolic ref to '{t}', outside the allowed namespaces"),
+                    );
+                    continue;
+                }
+                if name.starts_with("refs/tags/") && old.is_some() {
+                    refused(ev, &name, "moving an existing tag");
+                    continue;
+                }
+                match repo.reference_symbolic(&name, &t, true, &msg) {
+                    Ok(_) => {
+                        let nv = Some(Value::Sym(t.clone()));
+                        ev.push(
+                            "ref_imported",
+                            Severity::Info,
+                            json!({ "ref": name, "old": text(&old), "new": text(&nv), "fast_forward": Json::Null }),
+                        );
+                        out.refs.insert(name, nv);
+                    }
+                    Err(e) => refused(ev, &name, format!("write failed: {}", e.message())),
+                }
+            }
+            Some(Value::Oid(o)) => {
+                let Ok(id) = git2::Oid::from_str(&o) else {
+                    refused(ev, &name, "not an object id");
+                    continue;
+                };
+                let Ok((_, kind)) = real.read_header(id) else {
+                    refused(ev, &name, format!("object {o} does not exist"));
+                    continue;
+                };
+                if name.starts_with("refs/heads/") && kind != git2::ObjectType::Commit {
+                    refused(ev, &name, format!("object {o} is a {kind}, not a commit"));
+                    continue;
+                }
+                if name.starts_with("refs/tags/") && old.is_some() {
+                    refused(ev, &name, "moving an existing tag");
+                    continue;
+                }
+                if let Some(m) = missing_below(&repo, id, &new) {
+                    refused(
+                        ev,
+                        &name,
+                        format!("incomplete history: object {m} is missing"),
+                    );
+                    continue;
+                }
+                let ff = match &old {
+                    Some(Value::Oid(p)) => git2::Oid::from_str(p)
+                        .ok()
+                        .map(|p| repo.graph_descendant_of(id, p).unwrap_or(false)),
+                    _ => None,
+                };
+                let r = match &old {
+                    Some(Value::Oid(p)) => repo.reference_matching(
+                        &name,
+                        id,
+                        true,
+                        git2::Oid::from_str(p).unwrap_or(id),
+                        &msg,
+                    ),
+                    _ => repo.reference(&name, id, true, &msg),
+                };
+                match r {
+                    Ok(_) => {
+                        let nv = Some(Value::Oid(o.clone()));
+                        ev.push(
+                            "ref_imported",
+                            Severity::Info,
+                            json!({ "ref": name, "old": text(&old), "new": o, "fast_forward": ff }),
+                        );
+                        give_back(git_dir, &name, owner);
+                        give_back(git_dir, &format!("logs/{name}"), owner);
+                        out.refs.insert(name, nv);
+                    }
+                    Err(e) => refused(ev, &name, format!("write failed: {}", e.message())),
+                }
+            }
+            Some(Value::Invalid(_)) => unreachable!(),
+        }
+    }
+
+    // 3. HEAD.
+    match head_stage {
+        Err(e) => ev.push(
+            "ref_refused",
+            Severity::Alert,
+            json!({ "ref": "HEAD", "reason": format!("the stage's HEAD is unreadable: {e}") }),
+        ),
+        Ok(b) if b == head_before => {}
+        Ok(b) => {
+            let old = Value::parse(&String::from_utf8_lossy(&head_before));
+            let t = String::from_utf8_lossy(&b).into_owned();
+            let v = Value::parse(&t);
+            let r: Result<(), String> = match &v {
+                Value::Sym(s)
+                    if s.starts_with("refs/heads/") && git2::Reference::is_valid_name(s) =>
+                {
+                    if repo.find_reference(s).is_err() {
+                        Err(format!("HEAD names {s}, which does not exist"))
+                    } else {
+                        repo.reference_symbolic("HEAD", s, true, &msg)
+                            .map(|_| ())
+                            .map_err(|e| e.message().to_string())
+                    }
+                }
+                Value::Oid(o) => match git2::Oid::from_str(o) {
+                    Ok(id)
+                        if real
+                            .read_header(id)
+                            .is_ok_and(|(_, k)| k == git2::ObjectType::Commit) =>
+                    {
+                        match missing_below(&repo, id, &new) {
+                            Some(m) => Err(format!("incomplete history: object {m} is missing")),
+                            None => repo
+                                .reference("HEAD", id, true, &msg)
+                                .map(|_| ())
+                                .map_err(|e| e.message().to_string()),
+                        }
+                    }
+                    _ => Err(format!("HEAD names {o}, which is not an existing commit")),
+                },
+                _ => Err(format!(
+                    "not 'ref: refs/heads/NAME' or a commit id ('{}')",
+                    t.trim_end().chars().take(80).collect::<String>()
+                )),
+            };
+            match r {
+                Ok(()) => {
+                    ev.push(
+                        "ref_imported",
+                        Severity::Info,
+                        json!({ "ref": "HEAD", "old": old.to_text(), "new": v.to_text(), "fast_forward": Json::Null }),
+                    );
+                    give_back(git_dir, "HEAD", owner);
+                    give_back(git_dir, "logs/HEAD", owner);
+                    out.head_changed = true;
+                }
+                Err(reason) => ev.push(
+                    "ref_refused",
+                    Severity::Alert,
+                    json!({ "ref": "HEAD", "reason": reason }),
+                ),
+            }
+        }
+    }
+
+    // 4. The index, with the whole-.git overlay (the split overlays let
+    // the sandbox write the real one): taken when libgit2 reads it; `tidy`
+    // then rebuilds it.
+    if stage.whole() {
+        let up = stage.git_upper().join("index");
+        if fs::symlink_metadata(&up).is_ok_and(|m| m.is_file()) {
+            let tmp = git_dir.join(format!(".sbx-gitguard-index.{}", std::process::id()));
+            let _ = fs::remove_file(&tmp);
+            let r = copy_nofollow(&up, &tmp)
+                .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    git2::Index::open(&tmp)
+                        .map(|_| ())
+                        .map_err(|e| e.message().to_string())
+                })
+                .and_then(|()| fs::rename(&tmp, git_dir.join("index")).map_err(|e| e.to_string()));
+            match r {
+                Ok(()) => {
+                    give_back(git_dir, "index", owner);
+                    out.index_replaced = true;
+                }
+                Err(e) => {
+                    let _ = fs::remove_file(&tmp);
+                    ev.push(
+                        "index_unreadable",
+                        Severity::Warn,
+                        json!({ "path": "index", "reason": format!("the sandbox's index was not taken: {e}") }),
+                    );
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn exceeded(mut out: Outcome, what: String, ev: &mut Events) -> Outcome {
+    ev.push(
+        "stage_limit_exceeded",
+        Severity::Alert,
+        json!({ "reason": what, "action": "nothing imported (no ref, no HEAD)" }),
+    );
+    out.exceeded = Some(what);
+    out
+}
+
+/// After an import: what the sandbox wrote straight into the real git dir
+/// (git does not keep its index and reflogs under objects/ or refs/) must
+/// not name objects that did not come in. Reflog entries naming a missing
+/// object are dropped; when the index changed during the command, it is
+/// rebuilt without its cached trees (a cache-tree naming a tree the host
+/// does not have would make the next `git commit` write a broken commit),
+/// and entries whose blob did not come in are reset to HEAD's version (the
+/// file in the work tree is untouched; it shows as modified).
+pub fn tidy(git_dir: &Path, index_changed: bool, ev: &mut Events) {
+    let Ok(repo) = crate::verify::open(git_dir) else {
+        return;
+    };
+    let Ok(odb) = repo.odb() else { return };
+    let owner = owner_of(git_dir);
+    let ok = |s: &str| {
+        s.bytes().all(|b| b == b'0') || git2::Oid::from_str(s).is_ok_and(|o| odb.exists(o))
+    };
+    // Reflogs.
+    let logs = git_dir.join("logs");
+    let mut stack = vec![logs.clone()];
+    let mut files = 0usize;
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for e in rd.filter_map(|e| e.ok()) {
+            let p = e.path();
+            let Ok(m) = fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if m.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            files += 1;
+            if !m.is_file() || files > 100_000 {
+                continue;
+            }
+            let Ok(text) = fs::read(&p) else { continue };
+            let text = String::from_utf8_lossy(&text);
+            let mut keep = String::with_capacity(text.len());
+            let mut dropped = 0usize;
+            for l in text.lines() {
+                let mut it = l.split(' ');
+                let (a, b) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
+                if ok(a) && ok(b) {
+                    keep.push_str(l);
+                    keep.push('\n');
+                } else {
+                    dropped += 1;
+                }
+            }
+            if dropped > 0 {
+                let _ = crate::fsutil::write_atomic(
+                    &p,
+                    keep.as_bytes(),
+                    m.mode() & 0o777,
+                    Some((m.uid(), m.gid())),
+                );
+                ev.push(
+                    "reflog_pruned",
+                    Severity::Info,
+                    json!({ "reflog": rel(git_dir, &p), "dropped": dropped, "reason": "entries naming objects that were not imported" }),
+                );
+            }
+        }
+    }
+    // The index.
+    let ip = git_dir.join("index");
+    if !index_changed || !ip.exists() {
+        return;
+    }
+    let mut idx = match git2::Index::open(&ip) {
+        Ok(i) => i,
+        Err(e) => {
+            ev.push(
+                "index_unreadable",
+                Severity::Warn,
+                json!({ "path": ip, "reason": e.message() }),
+            );
+            return;
+        }
+    };
+    let head_tree = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+    let entries: Vec<git2::IndexEntry> = idx.iter().collect();
+    let mut reset = 0usize;
+    let mut dropped = 0usize;
+    let mut out = Vec::with_capacity(entries.len());
+    for mut e in entries {
+        let gitlink = e.mode & 0o170000 == 0o160000;
+        if gitlink || odb.exists(e.id) {
+            out.push(e);
+            continue;
+        }
+        let path = String::from_utf8_lossy(&e.path).into_owned();
+        match head_tree
+            .as_ref()
+            .and_then(|t| t.get_path(Path::new(&path)).ok())
+            .filter(|te| odb.exists(te.id()))
+        {
+            Some(te) => {
+                e.id = te.id();
+                e.mode = te.filemode() as u32;
+                // Stat data that cannot match: git looks at the file again.
+                e.file_size = 0;
+                e.mtime = git2::IndexTime::new(0, 0);
+                out.push(e);
+                reset += 1;
+            }
+            None => dropped += 1,
+        }
+    }
+    idx.clear().ok();
+    for e in &out {
+        if idx.add(e).is_err() {
+            dropped += 1;
+        }
+    }
+    match idx.write() {
+        Ok(()) => {
+            give_back(git_dir, "index", owner);
+            ev.push(
+                "index_rebuilt",
+                if reset + dropped > 0 {
+                    Severity::Warn
+                } else {
+                    Severity::Info
+                },
+                json!({ "entries": out.len(), "reset_to_head": reset, "dropped": dropped,
+                        "reason": "written by the command; cached trees dropped, entries naming objects that were not imported reset" }),
+            );
+        }
+        Err(e) => ev.push(
+            "index_unreadable",
+            Severity::Warn,
+            json!({ "path": ip, "reason": e.message() }),
+        ),
+    }
+}

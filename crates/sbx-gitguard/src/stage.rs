@@ -1,0 +1,441 @@
+//! The git stage: where commits made inside the sandbox land (sbx-fs
+//! `--git-stage DIR` mounts overlays whose upper layers are here), its
+//! creation, its lock, its removal, and the reaping of stale stages.
+//!
+//! Layout (the contract sbx-fs consumes; names are fixed):
+//!
+//! ```text
+//! DIR/                 0700, owned by the user running sbx-gitguard
+//! DIR/gitdir           the canonical path of the repository's .git directory
+//! DIR/objects/upper/   overlay upperdir for .git/objects
+//! DIR/objects/work/    overlay workdir
+//! DIR/refs/upper/      overlay upperdir for .git/refs
+//! DIR/refs/work/       overlay workdir
+//! DIR/HEAD             a copy of .git/HEAD (bound writable over it)
+//! DIR/.lock            flock(LOCK_EX) held by the live `run`
+//! ```
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::layout::Layout;
+
+/// Stage directories must be named with this prefix.
+pub const PREFIX: &str = "sbx-git-stage-";
+/// Temporary names while a stage is being built (then renamed to DIR).
+const BUILDING: &str = ".sbx-git-stage-new.";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error(
+        "--stage {0}: the name must start with '{PREFIX}' (stale stages are found by that name)"
+    )]
+    BadName(PathBuf),
+    #[error("--stage {0}: already exists (a stage must be new)")]
+    Exists(PathBuf),
+    #[error("--stage {0}: the parent directory does not exist")]
+    NoParent(PathBuf),
+    #[error(
+        "--repo {0}: a git stage needs a repository with a plain .git directory (not a bare repository, a linked worktree or a .git file)"
+    )]
+    NotPlain(PathBuf),
+    #[error("--stage {path}: {what}")]
+    Invalid { path: PathBuf, what: String },
+    #[error("--stage {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("--stage {0}: in use by a running sbx-gitguard (its lock is held)")]
+    InUse(PathBuf),
+}
+
+fn io_at(p: &Path) -> impl FnOnce(io::Error) -> StageError + '_ {
+    move |source| StageError::Io {
+        path: p.to_path_buf(),
+        source,
+    }
+}
+
+/// The stage's paths.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    pub dir: PathBuf,
+}
+
+impl Paths {
+    pub fn new(dir: &Path) -> Paths {
+        Paths {
+            dir: dir.to_path_buf(),
+        }
+    }
+    /// The upper layer of an overlay over the whole .git (the alternative
+    /// mount, under which git can rename over HEAD).
+    pub fn git_upper(&self) -> PathBuf {
+        self.dir.join("git/upper")
+    }
+    /// Whether the sandbox used the whole-.git overlay: its upper layer is
+    /// not empty.
+    pub fn whole(&self) -> bool {
+        fs::symlink_metadata(self.git_upper()).is_ok_and(|m| m.is_dir())
+            && fs::read_dir(self.git_upper()).is_ok_and(|mut rd| rd.next().is_some())
+    }
+    pub fn objects_upper(&self) -> PathBuf {
+        if self.whole() {
+            self.git_upper().join("objects")
+        } else {
+            self.dir.join("objects/upper")
+        }
+    }
+    pub fn refs_upper(&self) -> PathBuf {
+        if self.whole() {
+            self.git_upper().join("refs")
+        } else {
+            self.dir.join("refs/upper")
+        }
+    }
+    /// The sandbox's HEAD; None when it left it as it was (whole-.git
+    /// overlay without HEAD in its upper layer).
+    pub fn head(&self) -> Option<PathBuf> {
+        if self.whole() {
+            let h = self.git_upper().join("HEAD");
+            fs::symlink_metadata(&h).is_ok().then_some(h)
+        } else {
+            Some(self.dir.join("HEAD"))
+        }
+    }
+    pub fn gitdir_file(&self) -> PathBuf {
+        self.dir.join("gitdir")
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.dir.join(".lock")
+    }
+}
+
+/// Checks the name and makes the path absolute (the parent canonical).
+pub fn resolve(dir: &Path) -> Result<PathBuf, StageError> {
+    let name = dir
+        .file_name()
+        .ok_or_else(|| StageError::BadName(dir.to_path_buf()))?;
+    if !name.as_bytes().starts_with(PREFIX.as_bytes()) || name.len() == PREFIX.len() {
+        return Err(StageError::BadName(dir.to_path_buf()));
+    }
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let parent = fs::canonicalize(parent).map_err(|_| StageError::NoParent(dir.to_path_buf()))?;
+    if !parent.is_dir() {
+        return Err(StageError::NoParent(dir.to_path_buf()));
+    }
+    Ok(parent.join(name))
+}
+
+/// The repository's git dir when it is a plain `.git` directory of a work
+/// tree (the only shape sbx-fs stages).
+pub fn plain_git_dir(l: &Layout) -> Result<PathBuf, StageError> {
+    let Some(w) = &l.work_tree else {
+        return Err(StageError::NotPlain(l.common_dir.clone()));
+    };
+    let dotgit = w.join(".git");
+    let plain = fs::symlink_metadata(&dotgit).is_ok_and(|m| m.is_dir())
+        && l.git_dir == dotgit
+        && l.common_dir == dotgit;
+    if !plain {
+        return Err(StageError::NotPlain(w.clone()));
+    }
+    Ok(dotgit)
+}
+
+/// A live stage: the lock is held until it is dropped; `remove` deletes it.
+pub struct Stage {
+    pub paths: Paths,
+    lock: Option<fs::File>,
+    removed: bool,
+}
+
+impl Drop for Stage {
+    /// Error paths remove the stage too.
+    fn drop(&mut self) {
+        if !self.removed {
+            let _ = remove_tree(&self.paths.dir);
+        }
+    }
+}
+
+fn euid() -> u32 {
+    unsafe { libc::geteuid() }
+}
+
+fn try_flock(f: &fs::File) -> bool {
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+fn open_nofollow(p: &Path) -> io::Result<fs::File> {
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(p)
+}
+
+impl Stage {
+    /// Creates the stage for the repository's plain git dir: built under a
+    /// temporary name with its lock already held, then renamed to `dir`
+    /// (never over an existing entry), so no reaper can take a stage that is
+    /// being made.
+    pub fn create(dir: &Path, git_dir: &Path) -> Result<Stage, StageError> {
+        let dir = resolve(dir)?;
+        if fs::symlink_metadata(&dir).is_ok() {
+            return Err(StageError::Exists(dir));
+        }
+        let parent = dir.parent().unwrap().to_path_buf();
+        let head = fs::read(git_dir.join("HEAD")).map_err(io_at(git_dir))?;
+        let tmp = tempfile::Builder::new()
+            .prefix(BUILDING)
+            .tempdir_in(&parent)
+            .map_err(io_at(&parent))?;
+        let t = tmp.path();
+        fs::set_permissions(t, fs::Permissions::from_mode(0o700)).map_err(io_at(t))?;
+        let lock = fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(t.join(".lock"))
+            .map_err(io_at(t))?;
+        if !try_flock(&lock) {
+            return Err(StageError::InUse(t.to_path_buf()));
+        }
+        let mut b = fs::DirBuilder::new();
+        b.mode(0o700);
+        for d in [
+            "objects",
+            "objects/upper",
+            "objects/work",
+            "refs",
+            "refs/upper",
+            "refs/work",
+            "git",
+            "git/upper",
+            "git/work",
+        ] {
+            b.create(t.join(d)).map_err(io_at(t))?;
+        }
+        let mut g = fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .mode(0o600)
+            .open(t.join("gitdir"))
+            .map_err(io_at(t))?;
+        g.write_all(git_dir.as_os_str().as_bytes())
+            .and_then(|()| g.write_all(b"\n"))
+            .map_err(io_at(t))?;
+        let mut h = fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .mode(0o644)
+            .open(t.join("HEAD"))
+            .map_err(io_at(t))?;
+        h.write_all(&head).map_err(io_at(t))?;
+        drop((g, h));
+        rename_noreplace(t, &dir).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EEXIST) {
+                StageError::Exists(dir.clone())
+            } else {
+                StageError::Io {
+                    path: dir.clone(),
+                    source: e,
+                }
+            }
+        })?;
+        // Renamed away: the TempDir must not remove anything now.
+        let _ = tmp.keep();
+        Ok(Stage {
+            paths: Paths::new(&dir),
+            lock: Some(lock),
+            removed: false,
+        })
+    }
+
+    /// Opens an existing stage for a standalone import: it must be ours,
+    /// 0700, of this git dir, and not held by a running sbx-gitguard.
+    pub fn open(dir: &Path, git_dir: &Path) -> Result<Stage, StageError> {
+        let dir = resolve(dir)?;
+        let inv = |what: &str| StageError::Invalid {
+            path: dir.clone(),
+            what: what.to_string(),
+        };
+        let m = fs::symlink_metadata(&dir).map_err(io_at(&dir))?;
+        if !m.is_dir() {
+            return Err(inv("not a directory"));
+        }
+        if m.uid() != euid() {
+            return Err(inv("not owned by the user running sbx-gitguard"));
+        }
+        if m.mode() & 0o077 != 0 {
+            return Err(inv("mode is not 0700"));
+        }
+        let p = Paths::new(&dir);
+        let named = read_small(&p.gitdir_file(), 4096).map_err(|e| inv(&format!("gitdir: {e}")))?;
+        let named = String::from_utf8_lossy(&named);
+        if Path::new(named.trim_end_matches('\n')) != git_dir {
+            return Err(inv(&format!(
+                "it is the stage of {}, not of {}",
+                named.trim_end(),
+                git_dir.display()
+            )));
+        }
+        for d in [p.objects_upper(), p.refs_upper()] {
+            if !fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir()) {
+                return Err(inv(&format!("{} is not a directory", d.display())));
+            }
+        }
+        let lock = match open_nofollow(&p.lock()) {
+            Ok(f) => {
+                if !try_flock(&f) {
+                    return Err(StageError::InUse(dir));
+                }
+                Some(f)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_at(&dir)(e)),
+        };
+        Ok(Stage {
+            paths: p,
+            lock,
+            removed: false,
+        })
+    }
+
+    /// Removes the whole stage (overlay work dirs included), then drops
+    /// the lock.
+    pub fn remove(mut self) -> io::Result<()> {
+        let r = remove_tree(&self.paths.dir);
+        self.removed = true;
+        self.lock.take();
+        r
+    }
+}
+
+/// rename(2) that fails with EEXIST instead of replacing.
+fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    let f = std::ffi::CString::new(from.as_os_str().as_bytes())?;
+    let t = std::ffi::CString::new(to.as_os_str().as_bytes())?;
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Removes a tree without following symlinks. Overlay work dirs may hold a
+/// `work` subdirectory with mode 000 (made by the kernel): permissions are
+/// opened up before descending.
+pub fn remove_tree(p: &Path) -> io::Result<()> {
+    let m = match fs::symlink_metadata(p) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !m.is_dir() {
+        return fs::remove_file(p);
+    }
+    if m.mode() & 0o700 != 0o700 {
+        let _ = fs::set_permissions(p, fs::Permissions::from_mode(0o700));
+    }
+    for e in fs::read_dir(p)? {
+        remove_tree(&e?.path())?;
+    }
+    match fs::remove_dir(p) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+/// Reads at most `max` bytes of a regular file, refusing symlinks and
+/// anything else.
+pub fn read_small(p: &Path, max: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = open_nofollow(p)?;
+    let m = f.metadata()?;
+    if !m.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    if m.len() > max {
+        return Err(io::Error::other(format!("larger than {max} bytes")));
+    }
+    let mut v = Vec::new();
+    f.take(max + 1).read_to_end(&mut v)?;
+    Ok(v)
+}
+
+/// Removes stale stages beside `dir`: `sbx-git-stage-*` directories owned by
+/// the caller whose lock is free (their sbx-gitguard died), and stages
+/// still being built that are older than a minute. Returns what was removed.
+pub fn reap_siblings(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Some(parent) = dir.parent() else {
+        return out;
+    };
+    let Ok(rd) = fs::read_dir(parent) else {
+        return out;
+    };
+    let me = euid();
+    for e in rd.filter_map(|e| e.ok()) {
+        let name = e.file_name();
+        let n = name.as_bytes();
+        let staged = n.starts_with(PREFIX.as_bytes());
+        let building = n.starts_with(BUILDING.as_bytes());
+        if !staged && !building {
+            continue;
+        }
+        let p = e.path();
+        if p == dir {
+            continue;
+        }
+        let Ok(m) = fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if !m.is_dir() || m.uid() != me {
+            continue;
+        }
+        if building {
+            let age = std::time::SystemTime::now()
+                .duration_since(m.modified().unwrap_or(std::time::UNIX_EPOCH))
+                .unwrap_or_default();
+            if age < std::time::Duration::from_secs(60) {
+                continue;
+            }
+        }
+        // Held while we remove it, so a concurrent reaper skips it.
+        let lock = match open_nofollow(&p.join(".lock")) {
+            Ok(f) => {
+                if !try_flock(&f) {
+                    continue;
+                }
+                Some(f)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(_) => continue,
+        };
+        if remove_tree(&p).is_ok() {
+            out.push(p);
+        }
+        drop(lock);
+    }
+    out
+}

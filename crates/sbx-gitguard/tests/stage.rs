@@ -1,0 +1,547 @@
+//! The git stage: commits made inside a sandbox whose .git/objects and
+//! .git/refs are overlays with their upper layers in the stage, and whose
+//! .git/HEAD is the stage's copy bound over it, exactly as sbx-fs
+//! --git-stage mounts them (built here with unshare + mount, as root and as
+//! the unprivileged user with userxattr). The real `git` CLI judges the
+//! repository afterwards.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::Fixture;
+use sbx_testutil::{As, assert_event, assert_usage_error, code, identities, stderr};
+
+/// Mounts the stage the way sbx-fs does, then runs $3 in the work tree.
+const MOUNT: &str = r#"set -e
+S=$1; R=$2
+o=""; [ "$(id -u)" = 0 ] && [ -n "$SBX_USERNS" ] && o=",userxattr"
+mount -t overlay overlay -o "lowerdir=$R/.git/objects,upperdir=$S/objects/upper,workdir=$S/objects/work$o" "$R/.git/objects"
+mount -t overlay overlay -o "lowerdir=$R/.git/refs,upperdir=$S/refs/upper,workdir=$S/refs/work$o" "$R/.git/refs"
+mount --bind "$S/HEAD" "$R/.git/HEAD"
+cd "$R"
+exec sh -ec "$3"
+"#;
+
+/// The alternative: one overlay over the whole .git (upper layer in
+/// DIR/git/upper), under which git can rename over HEAD.
+const MOUNT_WHOLE: &str = r#"set -e
+S=$1; R=$2
+o=""; [ "$(id -u)" = 0 ] && [ -n "$SBX_USERNS" ] && o=",userxattr"
+mount -t overlay overlay -o "lowerdir=$R/.git,upperdir=$S/git/upper,workdir=$S/git/work$o" "$R/.git"
+cd "$R"
+exec sh -ec "$3"
+"#;
+
+fn stage_path(f: &Fixture, name: &str) -> PathBuf {
+    f.dir.join(format!("sbx-git-stage-{name}"))
+}
+
+/// `sbx-gitguard run --repo W --stage S [extra] -- unshare ... <agent>`.
+fn staged(f: &Fixture, stage: &Path, extra: &[&str], agent: &str) -> Output {
+    staged_with(f, MOUNT, stage, extra, agent)
+}
+
+fn staged_with(f: &Fixture, mount: &str, stage: &Path, extra: &[&str], agent: &str) -> Output {
+    let w = f.w.to_str().unwrap();
+    let s = stage.to_str().unwrap();
+    let mut args = vec!["run", "--repo", w, "--stage", s];
+    args.extend_from_slice(extra);
+    args.push("--");
+    match f.who {
+        As::Root => args.extend_from_slice(&["unshare", "-m"]),
+        As::User => args.extend_from_slice(&["unshare", "-Urm", "env", "SBX_USERNS=1"]),
+    }
+    args.extend_from_slice(&["sh", "-c", mount, "sh", s, w, agent]);
+    f.guard(&args)
+}
+
+fn fsck_strict(f: &Fixture) {
+    let o = f.git(&f.w, &["fsck", "--strict", "--no-dangling"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && !err.contains("error") && !err.contains("missing"),
+        "git fsck --strict: {err}"
+    );
+    f.assert_fsck_clean();
+}
+
+/// The object id a name resolves to ("" when it does not).
+fn rev(f: &Fixture, what: &str) -> String {
+    let o = f.git(&f.w, &["rev-parse", "--verify", "-q", what]);
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn subjects(f: &Fixture, what: &str) -> String {
+    f.git_ok(&f.w, &["log", "--format=%s", what])
+}
+
+#[test]
+fn commits_branch_tag_and_gc_in_the_sandbox_are_imported() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let s = stage_path(&f, "work");
+        let main_before = rev(&f, "main");
+        // A file bind over .git/HEAD cannot be renamed over, so `git
+        // checkout -b` cannot switch HEAD there (EBUSY); the branch is made
+        // and HEAD written in place, which is what checkout -b amounts to.
+        let out = staged(
+            &f,
+            &s,
+            &[],
+            "echo x > x; git add x; git commit -qm agent-one
+             git branch feature
+             printf 'ref: refs/heads/feature\\n' > .git/HEAD
+             echo y > y; git add y; git commit -qm agent-two
+             git tag v9
+             git gc -q",
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert!(!s.exists(), "{who:?}: the stage is still there");
+        assert!(subjects(&f, "main").starts_with("agent-one\n"), "{who:?}");
+        assert!(subjects(&f, "feature").starts_with("agent-two\nagent-one\n"));
+        assert_eq!(rev(&f, "v9"), rev(&f, "feature"));
+        assert_eq!(
+            f.git_ok(&f.w, &["symbolic-ref", "HEAD"]).trim(),
+            "refs/heads/feature"
+        );
+        assert_eq!(
+            f.git_ok(&f.w, &["status", "--porcelain", "--untracked-files=no"]),
+            ""
+        );
+        fsck_strict(&f);
+        assert_event(&f.audit, "ref_imported", "info", |e| {
+            e["ref"] == "refs/heads/main"
+                && e["old"] == main_before.as_str()
+                && e["fast_forward"] == true
+        });
+        assert_event(&f.audit, "ref_imported", "info", |e| {
+            e["ref"] == "HEAD" && e["new"] == "ref: refs/heads/feature"
+        });
+        assert_event(&f.audit, "ref_imported", "info", |e| {
+            e["ref"] == "refs/tags/v9" && e["old"].is_null()
+        });
+        // The reflog names the sandbox.
+        let log = f.git_ok(&f.w, &["reflog", "show", "--format=%gs", "main"]);
+        assert!(log.contains("sbx-gitguard: from sandbox"), "{log}");
+    }
+}
+
+#[test]
+fn amend_is_imported_and_logged() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let s = stage_path(&f, "amend");
+        let old = rev(&f, "main");
+        let out = staged(&f, &s, &[], "git commit -q --amend -m amended");
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert!(subjects(&f, "main").starts_with("amended\n"));
+        assert_event(&f.audit, "ref_imported", "info", |e| {
+            e["ref"] == "refs/heads/main" && e["old"] == old.as_str() && e["fast_forward"] == false
+        });
+        fsck_strict(&f);
+        assert!(!s.exists());
+    }
+}
+
+#[test]
+fn deleting_a_branch_is_imported_with_its_old_id_but_not_the_checked_out_one_or_a_tag() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let s = stage_path(&f, "del");
+        let feat = rev(&f, "feat");
+        let main = rev(&f, "main");
+        let v1 = rev(&f, "v1");
+        let out = staged(
+            &f,
+            &s,
+            &[],
+            "git branch -D feat >/dev/null; git update-ref -d refs/heads/main; git tag -d v1 >/dev/null",
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert_eq!(rev(&f, "feat"), "", "{who:?}: feat still exists");
+        assert_event(&f.audit, "ref_deleted", "info", |e| {
+            e["ref"] == "refs/heads/feat" && e["old"] == feat.as_str()
+        });
+        assert_eq!(rev(&f, "main"), main);
+        assert_eq!(rev(&f, "v1"), v1);
+        assert_event(&f.audit, "ref_refused", "alert", |e| {
+            e["ref"] == "refs/heads/main" && e["reason"] == "deleting the checked-out branch"
+        });
+        assert_event(&f.audit, "ref_refused", "alert", |e| {
+            e["ref"] == "refs/tags/v1" && e["reason"] == "deleting a tag"
+        });
+        fsck_strict(&f);
+    }
+}
+
+/// An attack from inside the sandbox: refused with its alert, the
+/// repository as it was, fsck clean, the stage gone.
+fn attack(who: As, agent: &str, event: &str, pred: impl Fn(&serde_json::Value) -> bool) {
+    let f = Fixture::new(who);
+    let s = stage_path(&f, "attack");
+    let before = f.state();
+    let out = staged(&f, &s, &[], agent);
+    assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+    assert_eq!(f.state(), before, "{who:?}: the repository changed");
+    fsck_strict(&f);
+    f.assert_nothing_runs();
+    assert_event(&f.audit, event, "alert", pred);
+    assert!(!s.exists(), "{who:?}: the stage is still there");
+}
+
+const ZERO_REF: &str = "1111111111111111111111111111111111111111";
+
+#[test]
+fn a_ref_to_a_missing_object_is_refused() {
+    for who in identities() {
+        attack(
+            who,
+            &format!("echo {ZERO_REF} > .git/refs/heads/evil"),
+            "ref_refused",
+            |e| {
+                e["ref"] == "refs/heads/evil"
+                    && e["reason"].as_str().unwrap().contains("does not exist")
+            },
+        );
+    }
+}
+
+#[test]
+fn a_corrupt_loose_object_is_refused() {
+    for who in identities() {
+        // Garbage under an object name, and a real object moved under a
+        // name it does not hash to; a branch points at each.
+        attack(
+            who,
+            "mkdir -p .git/objects/ab .git/objects/cd
+             printf garbage > .git/objects/ab/cdefabcdefabcdefabcdefabcdefabcdefabcd
+             B=$(git commit-tree -m evil $(git rev-parse HEAD^{tree}))
+             mv .git/objects/$(echo $B | cut -c1-2)/$(echo $B | cut -c3-) .git/objects/cd/ababababababababababababababababababab
+             echo abcdefabcdefabcdefabcdefabcdefabcdefabcd > .git/refs/heads/evil1
+             echo cdababababababababababababababababababab > .git/refs/heads/evil2",
+            "object_refused",
+            |e| e["object"] == "cdababababababababababababababababababab",
+        );
+    }
+}
+
+#[test]
+fn a_garbage_head_is_refused() {
+    for who in identities() {
+        attack(who, "printf garbage > .git/HEAD", "ref_refused", |e| {
+            e["ref"] == "HEAD"
+        });
+    }
+}
+
+#[test]
+fn head_to_a_missing_branch_or_outside_refs_is_refused() {
+    for who in identities() {
+        attack(
+            who,
+            "printf 'ref: refs/heads/nowhere\\n' > .git/HEAD",
+            "ref_refused",
+            |e| e["ref"] == "HEAD" && e["reason"].as_str().unwrap().contains("does not exist"),
+        );
+        attack(
+            who,
+            "printf 'ref: refs/../../config\\n' > .git/HEAD",
+            "ref_refused",
+            |e| e["ref"] == "HEAD",
+        );
+    }
+}
+
+#[test]
+fn invalid_names_and_other_namespaces_are_refused() {
+    for who in identities() {
+        attack(
+            who,
+            "git rev-parse HEAD > '.git/refs/heads/bad..name'",
+            "ref_refused",
+            |e| {
+                e["ref"] == "refs/heads/bad..name"
+                    && e["reason"].as_str().unwrap().contains("invalid")
+            },
+        );
+        attack(who, "git replace HEAD HEAD~1", "ref_refused", |e| {
+            e["ref"].as_str().unwrap().starts_with("refs/replace/")
+        });
+    }
+}
+
+#[test]
+fn moving_an_existing_tag_is_refused() {
+    for who in identities() {
+        // v2 is annotated and packed, v1 lightweight and packed.
+        attack(
+            who,
+            "git tag -f v1 HEAD >/dev/null 2>&1; git tag -f -a -m x v2 HEAD >/dev/null 2>&1",
+            "ref_refused",
+            |e| e["ref"] == "refs/tags/v2" && e["reason"] == "moving an existing tag",
+        );
+    }
+}
+
+#[test]
+fn symlinks_in_the_stage_are_refused_never_followed() {
+    for who in identities() {
+        attack(
+            who,
+            "mkdir -p .git/objects/pack
+             ln -s /etc/passwd .git/objects/pack/pack-0000000000000000000000000000000000000000.pack
+             ln -s /etc/passwd .git/objects/pack/pack-0000000000000000000000000000000000000000.idx
+             mkdir -p .git/objects/ee && ln -s /etc/passwd .git/objects/ee/eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee
+             ln -s /etc/passwd .git/refs/heads/link",
+            "stage_entry_refused",
+            |e| e["path"].as_str().unwrap().starts_with("objects/"),
+        );
+    }
+    // The ref symlink has its own alert.
+    let f = Fixture::new(identities()[0]);
+    let s = stage_path(&f, "link");
+    let out = staged(&f, &s, &[], "ln -s ../../HEAD .git/refs/heads/link");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_event(&f.audit, "ref_refused", "alert", |e| {
+        e["ref"] == "refs/heads/link" && e["reason"].as_str().unwrap().contains("symbolic link")
+    });
+    assert_eq!(rev(&f, "refs/heads/link"), "");
+}
+
+#[test]
+fn a_stage_over_its_limits_imports_nothing() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let s = stage_path(&f, "big");
+        let main = rev(&f, "main");
+        let out = staged(
+            &f,
+            &s,
+            &["--stage-max-objects", "2"],
+            "for i in 1 2 3; do echo $i > n$i; done; git add n1 n2 n3; git commit -qm many",
+        );
+        assert_eq!(code(&out), 125, "{who:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("not imported"), "{}", stderr(&out));
+        assert_eq!(rev(&f, "main"), main);
+        assert_event(&f.audit, "stage_limit_exceeded", "alert", |_| true);
+        assert!(!s.exists());
+        fsck_strict(&f);
+        // A blob that compresses to almost nothing still counts by its
+        // inflated size (a zlib bomb).
+        let s = stage_path(&f, "bomb");
+        let out = staged(
+            &f,
+            &s,
+            &["--stage-max-bytes", "64K"],
+            "head -c 1000000 /dev/zero > zeros; git add zeros; git commit -qm zeros",
+        );
+        assert_eq!(code(&out), 125, "{who:?}: {}", stderr(&out));
+        assert_eq!(rev(&f, "main"), main);
+        assert_event(&f.audit, "stage_limit_exceeded", "alert", |e| {
+            e["reason"].as_str().unwrap().contains("inflated")
+        });
+        assert!(!s.exists());
+        fsck_strict(&f);
+    }
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_runs() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let w = f.w.to_str().unwrap();
+        let touch = format!("touch {}", f.mark.display());
+        let run = |stage: &str, repo: &str| {
+            f.guard(&[
+                "run", "--repo", repo, "--stage", stage, "--", "sh", "-c", &touch,
+            ])
+        };
+        // Not named sbx-git-stage-*.
+        let bad = f.dir.join("mystage");
+        assert_usage_error(&run(bad.to_str().unwrap(), w), "sbx-git-stage-");
+        assert!(!bad.exists());
+        // Exists already.
+        let s = stage_path(&f, "exists");
+        std::fs::create_dir(&s).unwrap();
+        sbx_testutil::chown_to_test_user(&s);
+        assert_usage_error(&run(s.to_str().unwrap(), w), "already exists");
+        std::fs::remove_dir(&s).unwrap();
+        // Parent missing.
+        let p = f.dir.join("nope/sbx-git-stage-x");
+        assert_usage_error(&run(p.to_str().unwrap(), w), "parent");
+        // A linked worktree (a .git file), not a plain .git directory.
+        let s = stage_path(&f, "wt");
+        let wt = f.dir.join("wt");
+        assert_usage_error(
+            &run(s.to_str().unwrap(), wt.to_str().unwrap()),
+            "plain .git directory",
+        );
+        assert!(!s.exists());
+        // A size that does not parse.
+        let o = f.guard(&[
+            "run",
+            "--repo",
+            w,
+            "--stage",
+            s.to_str().unwrap(),
+            "--stage-max-bytes",
+            "lots",
+            "--",
+            "true",
+        ]);
+        assert_usage_error(&o, "--stage-max-bytes");
+        assert!(!f.mark.exists(), "the command ran");
+        // import: a stage of another repository.
+        let other = stage_path(&f, "other");
+        std::fs::create_dir(&other).unwrap();
+        for d in ["objects/upper", "refs/upper"] {
+            std::fs::create_dir_all(other.join(d)).unwrap();
+        }
+        std::fs::write(other.join("gitdir"), "/elsewhere/.git\n").unwrap();
+        std::fs::copy(f.w.join(".git/HEAD"), other.join("HEAD")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o700)).unwrap();
+        if who == As::User {
+            let st = std::process::Command::new("chown")
+                .args(["-R", "sbxtest:", other.to_str().unwrap()])
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let o = f.guard(&["import", "--repo", w, "--stage", other.to_str().unwrap()]);
+        assert_usage_error(&o, "not of");
+        assert!(other.exists(), "a refused stage must not be deleted");
+    }
+}
+
+/// Starts `run --stage S -- <sandbox running agent>`; returns once the agent
+/// said it is up (through a fifo), the stage then exists.
+fn start_killable(f: &Fixture, s: &Path, agent: &str) -> std::process::Child {
+    let fifo = f
+        .dir
+        .join(format!("up-{}", s.file_name().unwrap().to_string_lossy()));
+    let mk = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(mk.success());
+    sbx_testutil::chown_to_test_user(&fifo);
+    let w = f.w.to_str().unwrap();
+    let agent = format!("{agent}\necho up > {}; exec sleep 600", fifo.display());
+    let mut c = sbx_testutil::tool("sbx-gitguard");
+    c.args(["run", "--repo", w, "--stage"]).arg(s).arg("--");
+    match f.who {
+        As::Root => c.args(["unshare", "-m"]),
+        As::User => c.args(["unshare", "-Urm", "env", "SBX_USERNS=1"]),
+    };
+    c.args(["sh", "-c", MOUNT, "sh"])
+        .arg(s)
+        .args([w, &agent])
+        .current_dir(&f.w)
+        .env("GIT_CONFIG_GLOBAL", f.dir.join("gitconfig"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    sbx_testutil::run_as(&mut c, f.who);
+    let child = c.spawn().unwrap();
+    // Blocks until the agent opened the fifo (bounded by the test
+    // harness's timeout; the run has nothing else to wait for).
+    let up = std::fs::read_to_string(&fifo).unwrap();
+    assert_eq!(up.trim(), "up");
+    assert!(s.join("objects/upper").is_dir());
+    child
+}
+
+#[test]
+fn a_killed_runs_stage_can_be_imported_by_hand_or_is_reaped_by_the_next_run() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let w = f.w.to_str().unwrap();
+        // 1. A run killed after its agent committed: `import` refuses the
+        // stage while the run lives, takes the commit once it is dead.
+        let sa = stage_path(&f, "killed-a");
+        let mut a = start_killable(&f, &sa, "echo z > z; git add z; git commit -qm by-hand");
+        let o = f.guard(&["import", "--repo", w, "--stage", sa.to_str().unwrap()]);
+        assert_usage_error(&o, "in use");
+        a.kill().unwrap();
+        a.wait().unwrap();
+        assert!(sa.exists(), "the killed run's stage should be left behind");
+        let o = f.guard(&["import", "--repo", w, "--stage", sa.to_str().unwrap()]);
+        assert_eq!(code(&o), 0, "{who:?}: {}", stderr(&o));
+        assert!(subjects(&f, "main").starts_with("by-hand\n"), "{who:?}");
+        assert!(!sa.exists());
+        fsck_strict(&f);
+        // 2. A run killed, then the next run beside it reaps its stage.
+        let sb = stage_path(&f, "killed-b");
+        let mut b = start_killable(&f, &sb, "true");
+        b.kill().unwrap();
+        b.wait().unwrap();
+        assert!(sb.exists());
+        let sc = stage_path(&f, "next");
+        let out = f.guard(&[
+            "run",
+            "--repo",
+            w,
+            "--stage",
+            sc.to_str().unwrap(),
+            "--",
+            "true",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(!sb.exists(), "{who:?}: the stale stage was not reaped");
+        assert!(!sc.exists());
+        assert_event(&f.audit, "git_stage_reaped", "warn", |e| {
+            e["stage"] == sb.to_str().unwrap()
+        });
+        fsck_strict(&f);
+    }
+}
+
+#[test]
+fn with_an_overlay_over_the_whole_git_dir_checkout_b_works_and_is_imported() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let s = stage_path(&f, "whole");
+        let main = rev(&f, "main");
+        let v1 = rev(&f, "v1");
+        let out = staged_with(
+            &f,
+            MOUNT_WHOLE,
+            &s,
+            &[],
+            "git checkout -q -b feature
+             echo x > x; git add x; git commit -qm agent-one
+             git tag v9
+             git tag -f v1 HEAD >/dev/null 2>&1
+             git gc -q
+             git config core.fsmonitor \"touch $MARK\"",
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert!(!s.exists());
+        assert_eq!(
+            f.git_ok(&f.w, &["symbolic-ref", "HEAD"]).trim(),
+            "refs/heads/feature"
+        );
+        assert!(subjects(&f, "feature").starts_with("agent-one\n"));
+        assert_eq!(rev(&f, "main"), main);
+        assert_eq!(rev(&f, "v9"), rev(&f, "feature"));
+        assert_eq!(rev(&f, "v1"), v1, "{who:?}: an existing tag moved");
+        assert_event(&f.audit, "ref_refused", "alert", |e| {
+            e["ref"] == "refs/tags/v1" && e["reason"] == "moving an existing tag"
+        });
+        assert_event(&f.audit, "ref_imported", "info", |e| {
+            e["ref"] == "HEAD" && e["new"] == "ref: refs/heads/feature"
+        });
+        // The sandbox's index came in: the commit's file is not staged
+        // against the new HEAD.
+        assert_eq!(
+            f.git_ok(&f.w, &["status", "--porcelain", "--untracked-files=no"]),
+            ""
+        );
+        fsck_strict(&f);
+        // The config write stayed in the stage.
+        f.assert_nothing_runs();
+    }
+}

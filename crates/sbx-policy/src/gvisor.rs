@@ -1,0 +1,877 @@
+//! The zero-trust tier without a latency constraint: gVisor.
+//!
+//! `runsc do` cannot express the grants (it shows the whole host file
+//! system read-only, writes go to an in-memory overlay, nothing can be
+//! hidden), so `sbx-policy gvisor` (a hidden step of the chain) writes an
+//! OCI bundle into a private temporary directory and runs it with
+//! `runsc run`:
+//!
+//! - the mounts are sbx-fs's own mount plan (`sbx_fs::build_plan`) for the
+//!   same `--rw`/`--ro`/`--deny` flags: system directories read-only, the
+//!   grants, the default deny list, name patterns, the write-protected
+//!   `.git`/`.claude` invariants; hidden files are covered by an empty
+//!   mode-000 file, hidden directories by an empty mode-000 read-only tmpfs;
+//!   mount points missing on the host are sbx-fs placeholders (created
+//!   before, removed after, reaped if this process is killed);
+//! - a read-only root (an empty directory), a fresh /tmp, /dev/shm and
+//!   $HOME tmpfs, gVisor's own /proc and /dev;
+//! - uid 0 inside with no capability at all and no_new_privs (as root: host
+//!   root without capabilities behind the gVisor kernel; unprivileged:
+//!   `runsc --rootless`, uid 0 inside is the caller);
+//! - `--network=none` (only a loopback interface inside), `--platform=ptrace`;
+//! - rlimits (file size, processes, open files); as root the whole sandbox
+//!   (the gVisor kernel, its gofer and every stub process) runs inside
+//!   `sbx-cgroup` with the tier's memory, pids, CPU and wall-clock limits.
+//!
+//! Cleanup: runsc's state directory lives in the private temporary
+//! directory. At the end the container is deleted and the directory
+//! removed; a guardian process (double-forked, its own session, outside the
+//! cgroup) does the same when this process dies without having done it
+//! (SIGKILL).
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sbx_core::Failure;
+use sbx_core::Severity;
+use sbx_core::supervise::{Supervisor, Wake};
+use sbx_fs::plan::{Kind, Op, Plan, What};
+use serde_json::{Value, json};
+
+use crate::map::Policy;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The runsc binary.
+    #[arg(long, value_name = "PATH")]
+    pub runsc: PathBuf,
+    /// Run runsc inside sbx-cgroup (this binary) with the limits below.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup_bin: Option<PathBuf>,
+    /// Bind SRC read-only (as sbx-fs --ro).
+    #[arg(long, value_name = "SRC")]
+    pub ro: Vec<OsString>,
+    /// Bind SRC writable (as sbx-fs --rw).
+    #[arg(long, value_name = "SRC")]
+    pub rw: Vec<OsString>,
+    /// Hide PATH (as sbx-fs --deny).
+    #[arg(long, value_name = "PATH")]
+    pub deny: Vec<OsString>,
+    /// Working directory inside.
+    #[arg(long, value_name = "DIR")]
+    pub chdir: Option<PathBuf>,
+    #[arg(long, value_name = "SIZE", default_value = "1G")]
+    pub tmp_size: String,
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+    #[arg(long, value_name = "N.N")]
+    pub cpus: Option<String>,
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    #[arg(long, value_name = "SIZE")]
+    pub fsize: Option<String>,
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+/// Exit status when the wall-clock limit fired (as timeout(1), sbx-cgroup).
+const TIMED_OUT: i32 = 124;
+
+fn os<S: AsRef<std::ffi::OsStr>>(s: S) -> OsString {
+    s.as_ref().to_os_string()
+}
+
+/// The chain layer `sbx-policy gvisor ...` for a policy (`me` is
+/// sbx-policy, `cgroup` sbx-cgroup when the limits are to be applied).
+pub fn layer(p: &Policy, me: &Path, runsc: &Path, cgroup: Option<&Path>) -> Vec<OsString> {
+    let mut l = vec![os(me), os("gvisor"), os("--runsc"), os(runsc)];
+    if let Some(c) = cgroup {
+        l.extend([os("--cgroup-bin"), os(c)]);
+    }
+    for r in &p.rw {
+        l.extend([os("--rw"), os(r)]);
+    }
+    for r in &p.ro {
+        l.extend([os("--ro"), os(r)]);
+    }
+    for d in &p.deny {
+        l.extend([os("--deny"), os(d)]);
+    }
+    if p.project_visible() {
+        l.extend([os("--chdir"), os(&p.cwd)]);
+    }
+    l.extend([
+        os("--tmp-size"),
+        os(&p.limits.tmp_size),
+        os("--memory"),
+        os(&p.limits.memory),
+        os("--pids"),
+        os(&p.limits.pids),
+        os("--cpus"),
+        os(&p.limits.cpus),
+        os("--timeout"),
+        os(&p.limits.timeout),
+        os("--fsize"),
+        os(&p.limits.fsize),
+    ]);
+    l
+}
+
+/// The sbx-fs plan for the grants (checks every flag; opens every source).
+fn fs_plan(a: &Args) -> Result<Plan, Failure> {
+    use clap::Parser;
+    let mut argv: Vec<OsString> = vec![os("sbx-fs")];
+    for r in &a.ro {
+        argv.extend([os("--ro"), r.clone()]);
+    }
+    for r in &a.rw {
+        argv.extend([os("--rw"), r.clone()]);
+    }
+    for d in &a.deny {
+        argv.extend([os("--deny"), d.clone()]);
+    }
+    argv.extend([os("--tmp-size"), os(&a.tmp_size), os("--"), os("true")]);
+    let cli = sbx_fs::Cli::try_parse_from(argv)
+        .map_err(|e| Failure::new(format!("gvisor: {}", e.to_string().trim())))?;
+    let spec = sbx_fs::build_spec(&cli)?;
+    let env = sbx_core::chain::current_env();
+    sbx_fs::build_plan(&spec, &env)
+}
+
+/// CMD as the sandbox will look it up (PATH's directories that a bind
+/// makes visible): not found 127, not executable 126, before anything is
+/// started (runsc itself would only fail with a message).
+fn check_command(prog: &std::ffi::OsStr, plan: &Plan) -> Result<(), Failure> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| os("/usr/bin:/bin"));
+    let visible: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|d| {
+            d.is_absolute()
+                && plan.ops.iter().any(|o| {
+                    (matches!(o.what, What::Bind { .. } | What::Symlink { .. }))
+                        && d.starts_with(&o.dst)
+                })
+        })
+        .collect();
+    let joined = std::env::join_paths(&visible).unwrap_or_default();
+    let p = sbx_core::chain::resolve(prog, Some(&joined))?;
+    // A path given with a slash: resolve does not look at it.
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| Failure::with_code(sbx_core::exit::NOT_FOUND, "command name with a NUL"))?;
+    let shown = p.display();
+    // SAFETY: a valid C string.
+    if unsafe { libc::access(c.as_ptr(), libc::F_OK) } != 0 {
+        return Err(Failure::with_code(
+            sbx_core::exit::NOT_FOUND,
+            format!("{shown}: command not found"),
+        ));
+    }
+    // SAFETY: as above.
+    if p.is_dir() || unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
+        return Err(Failure::with_code(
+            sbx_core::exit::NOT_EXECUTABLE,
+            format!("{shown}: permission denied"),
+        ));
+    }
+    Ok(())
+}
+
+/// Files the bundle needs besides config.json.
+struct Bundle {
+    dir: PathBuf,
+    rootfs: PathBuf,
+    /// Empty, mode 000: covers a hidden file.
+    denied_file: PathBuf,
+    /// Empty, mode 0444: a protected file that does not exist.
+    empty_file: PathBuf,
+}
+
+/// The OCI mounts for the plan (sbx-fs's ops in its order, parent first).
+fn mounts(plan: &Plan, b: &Bundle, tmp_size: u64) -> Result<Vec<Value>, Failure> {
+    let mut out = vec![
+        json!({"destination": "/proc", "type": "proc", "source": "proc"}),
+        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+               "options": ["nosuid", "noexec", "mode=755", "size=65536"]}),
+        json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+               "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]}),
+        json!({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+               "options": ["nosuid", "nodev", "mode=1777", format!("size={tmp_size}")]}),
+    ];
+    let bind = |dst: &Path, src: &Path, ro: bool| {
+        json!({"destination": dst, "type": "bind", "source": src,
+               "options": ["rbind", if ro { "ro" } else { "rw" }]})
+    };
+    let tmpfs = |dst: &Path, size: u64, mode: u32, ro: bool| {
+        let mut o = vec![
+            "nosuid".to_string(),
+            "nodev".to_string(),
+            format!("mode={mode:o}"),
+            format!("size={size}"),
+        ];
+        if ro {
+            o.push("ro".into());
+        }
+        json!({"destination": dst, "type": "tmpfs", "source": "tmpfs", "options": o})
+    };
+    for (i, op) in plan.ops.iter().enumerate() {
+        // gVisor's own /proc (its kernel's: no host process is there) and
+        // /dev (null, zero, full, random, urandom, tty, pts, shm).
+        if op.dst.starts_with("/proc") || op.dst.starts_with("/dev") {
+            continue;
+        }
+        let enclosing = sbx_fs::plan::enclosing(&plan.ops, i);
+        // The host object at the destination, when it lies in a bind.
+        let host = enclosing.and_then(|j| match plan.ops[j].what {
+            What::Bind { src, .. } => op
+                .dst
+                .strip_prefix(&plan.ops[j].dst)
+                .ok()
+                .map(|rel| plan.sources[src].path.join(rel)),
+            _ => None,
+        });
+        // A hidden or protected object the caller itself cannot open is
+        // hidden already (runsc's gofer opens files as the caller; rootless,
+        // a mount over it would fail): /etc/gshadow for a user.
+        if matches!(op.what, What::Deny | What::ReadOnly)
+            && let Some(h) = &host
+            && std::fs::File::open(h)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+        {
+            continue;
+        }
+        match &op.what {
+            What::Bind { src, ro } => {
+                out.push(bind(&op.dst, &plan.sources[*src].path, *ro));
+            }
+            What::Tmpfs { size, mode, .. } => out.push(tmpfs(&op.dst, *size, *mode, false)),
+            What::Symlink { target } => {
+                if enclosing.is_some() {
+                    return Err(Failure::new(format!(
+                        "gvisor: symlink {} inside a mount is not supported",
+                        op.dst.display()
+                    )));
+                }
+                let at = b.rootfs.join(op.dst.strip_prefix("/").unwrap_or(&op.dst));
+                if let Some(d) = at.parent() {
+                    std::fs::create_dir_all(d)
+                        .map_err(|e| Failure::new(format!("gvisor: {}: {e}", d.display())))?;
+                }
+                std::os::unix::fs::symlink(target, &at)
+                    .map_err(|e| Failure::new(format!("gvisor: {}: {e}", at.display())))?;
+            }
+            What::Deny => match op.kind {
+                Kind::Dir => out.push(tmpfs(&op.dst, 4096, 0, true)),
+                Kind::File => out.push(bind(&op.dst, &b.denied_file, true)),
+            },
+            What::Empty => match op.kind {
+                Kind::Dir => out.push(tmpfs(&op.dst, 4096, 0o555, true)),
+                Kind::File => out.push(bind(&op.dst, &b.empty_file, true)),
+            },
+            What::ReadOnly => {
+                let Some(h) = host else {
+                    tracing::debug!(dst = %op.dst.display(), "read-only op outside a bind: nothing to protect");
+                    continue;
+                };
+                out.push(bind(&op.dst, &h, true));
+            }
+            What::Proc | What::Devpts => {}
+        }
+        // Mount points at the top level are made in the (read-only) root.
+        if enclosing.is_none() && !matches!(op.what, What::Symlink { .. }) {
+            make_mount_point(&b.rootfs, op)?;
+        }
+    }
+    Ok(out)
+}
+
+fn make_mount_point(rootfs: &Path, op: &Op) -> Result<(), Failure> {
+    let at = rootfs.join(op.dst.strip_prefix("/").unwrap_or(&op.dst));
+    let err = |e: std::io::Error| Failure::new(format!("gvisor: {}: {e}", at.display()));
+    if at.symlink_metadata().is_ok() {
+        return Ok(());
+    }
+    match op.kind {
+        Kind::Dir => std::fs::create_dir_all(&at).map_err(err),
+        Kind::File => {
+            if let Some(d) = at.parent() {
+                std::fs::create_dir_all(d).map_err(err)?;
+            }
+            std::fs::write(&at, b"").map_err(err)
+        }
+    }
+}
+
+fn rlimit(kind: &str, n: u64) -> Value {
+    json!({"type": kind, "hard": n, "soft": n})
+}
+
+fn nofile() -> (u64, u64) {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscall on a local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return (1024, 1024);
+    }
+    (r.rlim_cur, r.rlim_max)
+}
+
+/// RLIMIT_NPROC inside gVisor (which enforces it: a fork fails with
+/// EAGAIN). Under sbx-cgroup the host-side pids limit also counts gVisor's
+/// own threads, its gofer and a ptrace stub thread per task, so the guest
+/// gets less than half of it: a fork bomb then meets EAGAIN inside instead
+/// of taking the whole sandbox down at the host limit.
+pub fn guest_nproc(pids: u64, under_cgroup: bool) -> u64 {
+    if under_cgroup {
+        (pids.saturating_sub(128) / 16).max(8)
+    } else {
+        pids
+    }
+}
+
+/// config.json.
+fn config(a: &Args, mounts: Vec<Value>) -> Result<Value, Failure> {
+    let mut env: Vec<String> = Vec::new();
+    for (k, v) in sbx_core::chain::current_env() {
+        if k == "SBX_AUDIT_FD" || k == sbx_core::supervise::ENV_SUPERVISOR {
+            continue;
+        }
+        match (k.to_str(), v.to_str()) {
+            (Some(k), Some(v)) => env.push(format!("{k}={v}")),
+            _ => tracing::warn!(?k, "environment variable that is not UTF-8 left out"),
+        }
+    }
+    let args: Vec<String> = a
+        .cmd
+        .iter()
+        .map(|w| {
+            w.to_str().map(str::to_string).ok_or_else(|| {
+                Failure::new(format!(
+                    "gvisor: the command word {w:?} is not UTF-8 (an OCI bundle cannot carry it)"
+                ))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let mut rl = Vec::new();
+    if let Some(f) = &a.fsize {
+        let n = sbx_core::units::parse_size(f)
+            .map_err(|e| Failure::new(format!("--fsize {f}: {e}")))?;
+        rl.push(rlimit("RLIMIT_FSIZE", n));
+    }
+    if let Some(n) = a.pids {
+        rl.push(rlimit(
+            "RLIMIT_NPROC",
+            guest_nproc(n, a.cgroup_bin.is_some()),
+        ));
+    }
+    let (soft, hard) = nofile();
+    rl.push(json!({"type": "RLIMIT_NOFILE", "soft": soft, "hard": hard}));
+    rl.push(rlimit("RLIMIT_CORE", 0));
+    let cwd = a
+        .chdir
+        .as_ref()
+        .map(|c| c.display().to_string())
+        .unwrap_or_else(|| "/".into());
+    let none: [&str; 0] = [];
+    Ok(json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 0, "gid": 0},
+            "args": args,
+            "env": env,
+            "cwd": cwd,
+            "capabilities": {"bounding": none, "effective": none, "inheritable": none,
+                             "permitted": none, "ambient": none},
+            "noNewPrivileges": true,
+            "rlimits": rl,
+        },
+        "root": {"path": "rootfs", "readonly": true},
+        "hostname": "sbx",
+        "mounts": mounts,
+        "linux": {
+            "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"},
+                           {"type": "uts"}, {"type": "mount"}],
+        },
+    }))
+}
+
+fn euid() -> u32 {
+    // SAFETY: cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// runsc's global flags.
+fn runsc_globals(state: &Path) -> Vec<OsString> {
+    let mut v = Vec::new();
+    if euid() != 0 {
+        v.push(os("--rootless"));
+    }
+    v.extend([
+        os("--root"),
+        os(state),
+        os("--platform=ptrace"),
+        os("--network=none"),
+        os("--ignore-cgroups"),
+    ]);
+    // runsc's own debug logs, for diagnosing a sandbox that does not start.
+    if let Some(d) = std::env::var_os("SBX_GVISOR_DEBUG_LOG") {
+        let mut dir = d;
+        dir.push("/");
+        v.push(os("--debug"));
+        let mut f = os("--debug-log=");
+        f.push(dir);
+        v.push(f);
+    }
+    v
+}
+
+/// Deletes the container (if runsc still knows it) and the directory.
+fn teardown(runsc: &Path, state: &Path, id: &str, dir: &Path) {
+    if state.join(id).exists() || std::fs::read_dir(state).is_ok_and(|mut d| d.next().is_some()) {
+        let _ = Command::new(runsc)
+            .args(runsc_globals(state))
+            .args(["delete", "--force", id])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), Failure> {
+    let mut p = [0 as RawFd; 2];
+    // SAFETY: pipe2 fills the array.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(Failure::new(format!(
+            "gvisor: pipe: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: fresh fds we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) })
+}
+
+/// The guardian: cleans up when `trigger` reaches EOF (this process gone or
+/// done), then closes `done`.
+struct Guardian {
+    trigger: Option<OwnedFd>,
+    done: Option<OwnedFd>,
+}
+
+impl Guardian {
+    fn start(runsc: &Path, state: &Path, id: &str, dir: &Path) -> Result<Guardian, Failure> {
+        let (tr, tw) = pipe()?;
+        let (dr, dw) = pipe()?;
+        // SAFETY: sbx-policy is single-threaded here; the child only uses
+        // what it needs and ends with _exit.
+        match unsafe { libc::fork() } {
+            -1 => Err(Failure::new(format!(
+                "gvisor: fork: {}",
+                std::io::Error::last_os_error()
+            ))),
+            0 => {
+                drop(tw);
+                drop(dr);
+                unsafe {
+                    libc::setsid();
+                    if libc::fork() != 0 {
+                        libc::_exit(0);
+                    }
+                    libc::chdir(c"/".as_ptr());
+                }
+                sbx_fs::placeholder::close_others(&[tr.as_raw_fd(), dw.as_raw_fd()]);
+                unsafe {
+                    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                    if null >= 0 {
+                        for fd in 0..3 {
+                            libc::dup2(null, fd);
+                        }
+                    }
+                }
+                let mut f = std::fs::File::from(tr);
+                let mut buf = [0u8; 16];
+                loop {
+                    match f.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(_) => continue,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(_) => break,
+                    }
+                }
+                teardown(runsc, state, id, dir);
+                drop(dw);
+                unsafe { libc::_exit(0) }
+            }
+            child => {
+                drop(tr);
+                drop(dw);
+                let mut st = 0;
+                // SAFETY: reaping the intermediate child we forked.
+                unsafe { libc::waitpid(child, &mut st, 0) };
+                Ok(Guardian {
+                    trigger: Some(tw),
+                    done: Some(dr),
+                })
+            }
+        }
+    }
+
+    /// Lets the guardian run its (idempotent) cleanup and waits for it,
+    /// ten seconds at most.
+    fn finish(&mut self) {
+        drop(self.trigger.take());
+        if let Some(d) = self.done.take() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                let mut pfd = libc::pollfd {
+                    fd: d.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                let n = unsafe { libc::poll(&mut pfd, 1, left.as_millis() as i32 + 1) };
+                if n < 0
+                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+                {
+                    continue;
+                }
+                if n <= 0 {
+                    break;
+                }
+                let mut b = [0u8; 1];
+                // SAFETY: reading into a local buffer.
+                let r = unsafe { libc::read(d.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+                if r <= 0 {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Where the private directory goes: $TMPDIR when every directory on its
+/// path can be traversed by others (runsc's sandbox process, an
+/// unprivileged user, makes its chroot in a subdirectory), else /tmp.
+fn temp_base() -> PathBuf {
+    let t = std::env::temp_dir();
+    let ok = t.is_absolute()
+        && t.ancestors().all(|a| {
+            std::fs::metadata(a).is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o001 != 0)
+        });
+    if ok { t } else { PathBuf::from("/tmp") }
+}
+
+/// `sbx-policy gvisor`: builds the bundle, runs it, cleans up.
+pub fn run(a: Args) -> Result<i32, Failure> {
+    let tmp_size = sbx_core::units::parse_size(&a.tmp_size)
+        .map_err(|e| Failure::new(format!("--tmp-size {}: {e}", a.tmp_size)))?;
+    let timeout = match &a.timeout {
+        Some(t) => Some(
+            sbx_core::units::parse_duration(t)
+                .map_err(|e| Failure::new(format!("--timeout {t}: {e}")))?,
+        ),
+        None => None,
+    };
+    if !a.runsc.is_file() {
+        return Err(Failure::new(format!(
+            "--runsc {}: no such file",
+            a.runsc.display()
+        )));
+    }
+    let plan = fs_plan(&a)?;
+    check_command(&a.cmd[0], &plan)?;
+
+    let dir = tempfile::Builder::new()
+        .prefix("sbx-gvisor-")
+        .tempdir_in(temp_base())
+        .map_err(|e| Failure::new(format!("gvisor: temporary directory: {e}")))?
+        .keep();
+    let id = format!(
+        "sbx-{}-{}",
+        std::process::id(),
+        dir.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("x")
+            .trim_start_matches("sbx-gvisor-")
+    );
+    let state = dir.join("state");
+    let mut guardian = match Guardian::start(&a.runsc, &state, &id, &dir) {
+        Ok(g) => g,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
+    let r = run_in(&a, &plan, &dir, &state, &id, tmp_size, timeout);
+    teardown(&a.runsc, &state, &id, &dir);
+    guardian.finish();
+    r
+}
+
+fn run_in(
+    a: &Args,
+    plan: &Plan,
+    dir: &Path,
+    state: &Path,
+    id: &str,
+    tmp_size: u64,
+    timeout: Option<Duration>,
+) -> Result<i32, Failure> {
+    let io =
+        |what: &Path, e: std::io::Error| Failure::new(format!("gvisor: {}: {e}", what.display()));
+    let b = Bundle {
+        dir: dir.join("bundle"),
+        rootfs: dir.join("bundle/rootfs"),
+        denied_file: dir.join("denied"),
+        empty_file: dir.join("empty"),
+    };
+    std::fs::create_dir_all(&b.rootfs).map_err(|e| io(&b.rootfs, e))?;
+    std::fs::create_dir(state).map_err(|e| io(state, e))?;
+    for (f, mode) in [(&b.denied_file, 0o000), (&b.empty_file, 0o444)] {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(f)
+            .map_err(|e| io(f, e))?;
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(mode)).map_err(|e| io(f, e))?;
+    }
+    // Mount points missing on the host, inside the binds: sbx-fs's
+    // placeholders, reaped if we are killed.
+    let mut ph = sbx_fs::host_placeholders(plan)?;
+    if let Err(e) = ph.start_reaper() {
+        ph.cleanup();
+        return Err(e.into());
+    }
+    let r = (|| {
+        let mounts = mounts(plan, &b, tmp_size)?;
+        let cfg = config(a, mounts)?;
+        let text = serde_json::to_string_pretty(&cfg).map_err(|e| Failure::new(e.to_string()))?;
+        let cfg_path = b.dir.join("config.json");
+        std::fs::write(&cfg_path, text).map_err(|e| io(&cfg_path, e))?;
+        // runsc's sandbox process (an unprivileged user as root) makes its
+        // chroot on $TMPDIR: an empty directory of ours it can reach; the
+        // rest (bundle, state) stays private to the caller.
+        let chroot = dir.join("chroot");
+        std::fs::create_dir(&chroot).map_err(|e| io(&chroot, e))?;
+        std::fs::set_permissions(&chroot, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| io(&chroot, e))?;
+        for (d, mode) in [
+            (&b.dir, 0o700),
+            (&state.to_path_buf(), 0o700),
+            (&dir.to_path_buf(), 0o711),
+        ] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| io(d, e))?;
+        }
+        supervise(a, &b, state, id, &cfg, timeout, &ph)
+    })();
+    let left = ph.cleanup();
+    if !left.is_empty() {
+        tracing::warn!(
+            ?left,
+            "placeholders left (still in use by another sandbox?)"
+        );
+    }
+    r
+}
+
+fn supervise(
+    a: &Args,
+    b: &Bundle,
+    state: &Path,
+    id: &str,
+    cfg: &Value,
+    timeout: Option<Duration>,
+    ph: &sbx_fs::placeholder::Placeholders,
+) -> Result<i32, Failure> {
+    let mut argv: Vec<OsString> = Vec::new();
+    if let Some(c) = &a.cgroup_bin {
+        argv.push(os(c));
+        if let Some(m) = &a.memory {
+            argv.extend([os("--memory"), os(m)]);
+        }
+        if let Some(n) = a.pids {
+            argv.extend([os("--pids"), os(n.to_string())]);
+        }
+        if let Some(c) = &a.cpus {
+            argv.extend([os("--cpus"), os(c)]);
+        }
+        if let Some(t) = &a.timeout {
+            argv.extend([os("--timeout"), os(t)]);
+        }
+        argv.push(os("--"));
+    }
+    argv.push(os(&a.runsc));
+    argv.extend(runsc_globals(state));
+    argv.extend([os("run"), os("--bundle"), os(&b.dir), os(id)]);
+    let mut cmd = sbx_core::supervise::command(&argv, None)?;
+    cmd.env_remove("SBX_AUDIT_FD");
+    cmd.env("TMPDIR", b.dir.parent().unwrap_or(&b.dir).join("chroot"));
+    let mut keep: Vec<RawFd> = ph.fds();
+    if let Some(au) = sbx_core::audit::get()
+        && let Some(fd) = au.handoff(&argv[0], &mut cmd)
+    {
+        keep.push(fd);
+    }
+    sbx_core::audit::emit(
+        "gvisor_start",
+        Severity::Info,
+        json!({
+            "runsc": a.runsc,
+            "container": id,
+            "dir": b.dir.parent(),
+            "rootless": euid() != 0,
+            "platform": "ptrace",
+            "network": "none",
+            "cgroup": a.cgroup_bin.is_some(),
+            "mounts": cfg["mounts"].as_array().map(|m| m.len()).unwrap_or(0),
+            "binds": cfg["mounts"].as_array().map(|m| m.iter()
+                .filter(|x| x["type"] == "bind" && x["source"] != json!(b.denied_file) && x["source"] != json!(b.empty_file))
+                .map(|x| format!("{} {}", x["options"][1].as_str().unwrap_or(""), x["destination"].as_str().unwrap_or("")))
+                .collect::<Vec<_>>()).unwrap_or_default(),
+            "command": sbx_core::chain::show(&a.cmd),
+        }),
+    );
+    let mut child = Supervisor::spawn(cmd, &keep)?;
+    // Without sbx-cgroup the wall clock is watched here.
+    let deadline = match (&a.cgroup_bin, timeout) {
+        (None, Some(t)) => Some(Instant::now() + t),
+        _ => None,
+    };
+    let io = |e: std::io::Error| Failure::new(format!("gvisor: waiting for runsc: {e}"));
+    match child.wait(deadline).map_err(io)? {
+        Wake::Exited(st) => Ok(sbx_core::exit::from_status(st)),
+        Wake::Deadline => {
+            sbx_core::audit::emit(
+                "timeout",
+                Severity::Alert,
+                json!({"timeout_ms": timeout.map(|t| t.as_millis() as u64), "container": id}),
+            );
+            child.terminate(Duration::from_secs(5)).map_err(io)?;
+            Ok(TIMED_OUT)
+        }
+        Wake::ParentDied => {
+            child.kill().map_err(io)?;
+            Ok(sbx_core::exit::TOOL_FAILED)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(rw: &Path, deny: &[&str]) -> Args {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct W {
+            #[command(flatten)]
+            a: Args,
+        }
+        let mut v: Vec<OsString> =
+            vec![os("t"), os("--runsc"), os("/bin/true"), os("--rw"), os(rw)];
+        for d in deny {
+            v.extend([os("--deny"), os(d)]);
+        }
+        v.extend([
+            os("--pids"),
+            os("2048"),
+            os("--fsize"),
+            os("1M"),
+            os("--"),
+            os("sh"),
+        ]);
+        W::parse_from(v).a
+    }
+
+    #[test]
+    fn the_plan_becomes_oci_mounts() {
+        let d = tempfile::tempdir().unwrap();
+        let proj = d.path().canonicalize().unwrap().join("p");
+        std::fs::create_dir_all(proj.join("secret")).unwrap();
+        std::fs::create_dir_all(proj.join(".git/hooks")).unwrap();
+        std::fs::write(proj.join("key.pem"), "k").unwrap();
+        let a = args(&proj, &[&format!("{}/secret", proj.display()), "*.pem"]);
+        let plan = fs_plan(&a).unwrap();
+        let b = Bundle {
+            dir: d.path().join("b"),
+            rootfs: d.path().join("b/rootfs"),
+            denied_file: d.path().join("denied"),
+            empty_file: d.path().join("empty"),
+        };
+        std::fs::create_dir_all(&b.rootfs).unwrap();
+        let m = mounts(&plan, &b, 1 << 20).unwrap();
+        let find = |dst: &Path| {
+            m.iter()
+                .find(|x| x["destination"] == json!(dst))
+                .unwrap_or_else(|| panic!("no mount at {}: {m:?}", dst.display()))
+                .clone()
+        };
+        assert_eq!(find(&proj)["options"], json!(["rbind", "rw"]));
+        assert_eq!(find(Path::new("/usr"))["options"], json!(["rbind", "ro"]));
+        let s = find(&proj.join("secret"));
+        assert_eq!(s["type"], "tmpfs");
+        assert!(s["options"].as_array().unwrap().contains(&json!("mode=0")));
+        assert!(s["options"].as_array().unwrap().contains(&json!("ro")));
+        let k = find(&proj.join("key.pem"));
+        assert_eq!(k["source"], json!(b.denied_file));
+        assert_eq!(
+            find(&proj.join(".git/hooks"))["options"],
+            json!(["rbind", "ro"])
+        );
+        // A missing .claude is a placeholder mount (an empty read-only dir).
+        let c = find(&proj.join(".claude"));
+        assert!(
+            c["options"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("mode=555"))
+        );
+        // Nothing of the host's /proc or /dev: gVisor's own.
+        assert!(m.iter().all(|x| {
+            let d = x["destination"].as_str().unwrap();
+            d == "/proc"
+                || d == "/dev"
+                || d == "/dev/pts"
+                || d == "/dev/shm"
+                || !(d.starts_with("/proc") || d.starts_with("/dev"))
+        }));
+        // Symlinked system directories are symlinks in the root.
+        for l in ["bin", "lib", "sbin"] {
+            if Path::new("/").join(l).is_symlink() {
+                assert!(b.rootfs.join(l).is_symlink(), "{l}");
+            }
+        }
+        let cfg = config(&a, m).unwrap();
+        assert_eq!(cfg["root"]["readonly"], true);
+        assert_eq!(cfg["process"]["noNewPrivileges"], true);
+        assert_eq!(cfg["process"]["capabilities"]["bounding"], json!([]));
+        let rl = cfg["process"]["rlimits"].as_array().unwrap();
+        assert!(
+            rl.contains(&json!({"type": "RLIMIT_FSIZE", "hard": 1u64 << 20, "soft": 1u64 << 20}))
+        );
+        assert!(rl.contains(&json!({"type": "RLIMIT_NPROC", "hard": 2048, "soft": 2048})));
+    }
+
+    #[test]
+    fn guest_processes_leave_room_for_gvisor_under_the_cgroup() {
+        assert_eq!(guest_nproc(2048, false), 2048);
+        assert_eq!(guest_nproc(2048, true), 120);
+        assert_eq!(guest_nproc(64, true), 8);
+    }
+}

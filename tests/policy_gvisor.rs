@@ -1,0 +1,455 @@
+//! End to end: `sbx-policy chain --trust zero` (not latency-sensitive) runs
+//! the command in gVisor (runsc --platform=ptrace, an OCI bundle built from
+//! the grants): the command sees gVisor's kernel, its edits land in the
+//! project, denied paths cannot be read, the control files stay read-only,
+//! no network leads out, the exit status passes through, and nothing is
+//! left behind (temp dir, runsc state, processes, placeholders), also when
+//! the sandbox is SIGKILLed. As root (inside sbx-cgroup) and as the
+//! unprivileged test user (runsc --rootless).
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sbx_testutil::testnet::TestNet;
+use sbx_testutil::{As, assert_event, audit_events, code, identities, run_as, stderr, stdout};
+
+const PY: &str = "/usr/bin/python3";
+const PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+
+fn runsc() -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
+        .map(|d| d.join("runsc"))
+        .find(|p| p.is_file())
+}
+
+fn write(p: &Path, s: &str) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, s).unwrap();
+}
+
+fn chown_r(p: &Path) {
+    if let (true, Some((u, g))) = (sbx_testutil::is_root(), sbx_testutil::test_user()) {
+        let _ = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{u}:{g}"))
+            .arg(p)
+            .status();
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.email=t@example.invalid",
+            "-c",
+            "user.name=t",
+            "-c",
+            "safe.directory=*",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
+    stdout(&out)
+}
+
+struct Project {
+    _d: tempfile::TempDir,
+    root: PathBuf,
+    home: PathBuf,
+    log: PathBuf,
+}
+
+const SETTINGS: &str = r#"{
+  "permissions": {
+    "allow": ["Read(~/**)", "Edit(./src/**)"],
+    "deny": ["Read(~/.ssh/**)", "Read(./.env)", "Edit(./docs/**)"]
+  }
+}
+"#;
+
+fn project(who: As) -> Project {
+    let d = sbx_testutil::shared_tempdir();
+    let base = d.path().canonicalize().unwrap();
+    let root = base.join("proj");
+    let home = base.join("home");
+    write(&root.join("src/lib.sh"), "one() { echo 1; }\n");
+    write(&root.join("docs/readme.txt"), "docs\n");
+    write(&root.join(".env"), "API_KEY=sk-live-secret\n");
+    write(
+        &home.join(".ssh/id_rsa"),
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n",
+    );
+    write(&home.join(".gitconfig"), "[user]\n\tname = agent\n");
+    git(&root, &["init", "-q", "-b", "main"]);
+    git(&root, &["add", "-A"]);
+    git(&root, &["commit", "-qm", "init"]);
+    write(&root.join(".claude/settings.json"), SETTINGS);
+    if who == As::User {
+        chown_r(&base);
+    }
+    let log = base.join("audit.jsonl");
+    Project {
+        _d: d,
+        root,
+        home,
+        log,
+    }
+}
+
+fn chain_cmd(p: &Project, script: &str, who: As) -> Command {
+    let mut c = sbx_testutil::tool("sbx-policy");
+    c.arg("--audit-log").arg(&p.log);
+    c.args([
+        "chain",
+        "--trust",
+        "zero",
+        "--managed",
+        "/nonexistent/m.json",
+    ]);
+    c.arg("--home").arg(&p.home);
+    c.args(["--memory", "512M", "--pids", "256", "--tmp-size", "32M"]);
+    c.args(["--", "sh", "-c", script]);
+    c.current_dir(&p.root)
+        .env("PATH", PATH)
+        .env("HOME", &p.home)
+        .env("H", &p.home);
+    run_as(&mut c, who);
+    c
+}
+
+fn marker(out: &str, key: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in:\n{out}"))
+        .to_string()
+}
+
+/// Processes whose command line mentions `needle` (runsc's, with the
+/// private directory's path in their --root/--bundle).
+fn procs_with(needle: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
+            let c = String::from_utf8_lossy(&c).replace('\0', " ");
+            if c.contains(needle) {
+                v.push(format!("{}: {c}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    v
+}
+
+/// The private directory sbx-policy gvisor made (from its audit event).
+fn private_dir(p: &Project) -> PathBuf {
+    let evs = audit_events(&p.log);
+    let e = evs
+        .iter()
+        .find(|e| e["event"] == "gvisor_start")
+        .unwrap_or_else(|| panic!("no gvisor_start event: {evs:?}"));
+    PathBuf::from(e["dir"].as_str().unwrap())
+}
+
+/// Nothing of the sandbox is left: no private directory (runsc's state is
+/// in it), no process of it, no placeholder in the project. Waits (bounded)
+/// for the guardian when the sandbox was killed.
+fn assert_nothing_left(p: &Project, within: Duration) {
+    let dir = private_dir(p);
+    let needle = dir.display().to_string();
+    assert!(needle.contains("sbx-gvisor-"), "{needle}");
+    let deadline = Instant::now() + within;
+    loop {
+        let exists = dir.exists();
+        let procs = procs_with(&needle);
+        if !exists && procs.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind: dir {needle} exists={exists}, processes {procs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The sbx-fs placeholders for the invariants are gone from the tree.
+    let st = git(&p.root, &["status", "--porcelain", "--ignored"]);
+    for l in st.lines() {
+        assert!(
+            l.ends_with("src/lib.sh") || l.contains(".claude/") || l.contains("src/new.txt"),
+            "unexpected change in the project: {st}"
+        );
+    }
+}
+
+#[test]
+fn zero_trust_runs_in_gvisor_with_the_grants() {
+    if runsc().is_none() {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    }
+    if let Some(why) = TestNet::unavailable() {
+        sbx_testutil::skip!("{why}");
+    }
+    // A real server on a test host (own network namespace) and one on the
+    // host's loopback: neither may be reachable from inside.
+    let mut net = TestNet::new().expect("test network");
+    let web = net.add_host("gv-web").unwrap();
+    let srv = tempfile::tempdir().unwrap();
+    write(&srv.path().join("index.html"), "hello\n");
+    net.spawn(
+        &web,
+        "gvweb",
+        &[
+            PY,
+            "-m",
+            "http.server",
+            "-b",
+            &web.ip.to_string(),
+            "-d",
+            srv.path().to_str().unwrap(),
+            "80",
+        ],
+    )
+    .unwrap();
+    net.wait_tcp(SocketAddr::new(web.ip.into(), 80), Duration::from_secs(20))
+        .unwrap();
+    let lo = TcpListener::bind("127.0.0.1:0").unwrap();
+    let lo_port = lo.local_addr().unwrap().port();
+
+    for who in identities() {
+        let p = project(who);
+        let script = format!(
+            r#"
+uname -r; echo KERNEL=$(uname -r)
+dmesg 2>/dev/null | grep -q gVisor; echo DMESG=$?
+echo 'two() {{ echo 2; }}' >> src/lib.sh; echo EDIT=$?
+echo new > src/new.txt; echo NEW=$?
+cat .env 2>/dev/null; echo DOTENV=$?
+cat "$H/.ssh/id_rsa" 2>/dev/null; echo SSH=$?
+cat "$H/.gitconfig" >/dev/null; echo GITCONFIG=$?
+echo x >> docs/readme.txt 2>/dev/null; echo DOCS=$?
+echo '{{"permissions":{{"allow":["Bash"]}}}}' > .claude/settings.json 2>/dev/null; echo SETTINGS=$?
+printf '#!/bin/sh\necho evil\n' > .git/hooks/pre-commit 2>/dev/null; echo HOOK=$?
+cat /etc/shadow >/dev/null 2>&1; echo SHADOW=$?
+[ -e /proc/{hostpid} ]; echo HOSTPROC=$?
+{PY} -c 'import socket; socket.create_connection(("127.0.0.1", {lo_port}), 5)' 2>/dev/null; echo LOOPBACK=$?
+{PY} -c 'import socket; socket.create_connection(("{ip}", 80), 5)' 2>/dev/null; echo RAWIP=$?
+echo IFACES=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ,)
+exit 7
+"#,
+            hostpid = std::process::id(),
+            ip = web.ip,
+        );
+        let out = chain_cmd(&p, &script, who).output().unwrap();
+        let so = stdout(&out);
+        let se = stderr(&out);
+        let ctx = format!("{who:?}\nstdout:\n{so}\nstderr:\n{se}");
+        assert_eq!(code(&out), 7, "exit status passed through: {ctx}");
+        // gVisor's kernel, not the host's.
+        let host_release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        assert_ne!(marker(&so, "KERNEL"), host_release.trim(), "{ctx}");
+        assert_eq!(marker(&so, "DMESG"), "0", "gVisor's dmesg: {ctx}");
+        // Work lands in the project.
+        assert_eq!(marker(&so, "EDIT"), "0", "{ctx}");
+        assert_eq!(marker(&so, "NEW"), "0", "{ctx}");
+        assert!(
+            std::fs::read_to_string(p.root.join("src/lib.sh"))
+                .unwrap()
+                .contains("two()")
+        );
+        assert_eq!(
+            std::fs::read_to_string(p.root.join("src/new.txt")).unwrap(),
+            "new\n"
+        );
+        assert_eq!(marker(&so, "GITCONFIG"), "0", "Read(~/**): {ctx}");
+        // Denied and protected paths.
+        for k in [
+            "DOTENV", "SSH", "DOCS", "SETTINGS", "HOOK", "SHADOW", "HOSTPROC",
+        ] {
+            assert_ne!(marker(&so, k), "0", "{k} must fail: {ctx}");
+        }
+        assert!(
+            !so.contains("sk-live-secret") && !so.contains("OPENSSH"),
+            "{ctx}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(p.root.join("docs/readme.txt")).unwrap(),
+            "docs\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(p.root.join(".claude/settings.json")).unwrap(),
+            SETTINGS
+        );
+        assert!(!p.root.join(".git/hooks/pre-commit").exists());
+        // No network: neither the host's loopback nor a raw IP.
+        assert_ne!(marker(&so, "LOOPBACK"), "0", "{ctx}");
+        assert_ne!(marker(&so, "RAWIP"), "0", "{ctx}");
+        assert_eq!(marker(&so, "IFACES"), "lo,", "only loopback inside: {ctx}");
+        // The log: the chain's tier, then the gVisor step.
+        assert_event(&p.log, "chain", "info", |e| {
+            e["tier"].as_str().unwrap_or("").contains("gVisor")
+        });
+        assert_event(&p.log, "gvisor_start", "info", |e| {
+            e["platform"] == "ptrace"
+                && e["network"] == "none"
+                && e["rootless"] == (who == As::User)
+                && e["cgroup"] == (who == As::Root)
+        });
+        let ids: std::collections::BTreeSet<String> = audit_events(&p.log)
+            .iter()
+            .map(|e| e["sbx_id"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(ids.len(), 1, "one SBX_ID: {ids:?}");
+        assert_nothing_left(&p, Duration::from_secs(5));
+    }
+    drop(lo);
+}
+
+#[test]
+fn zero_trust_print_shows_the_gvisor_step() {
+    if runsc().is_none() {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    }
+    for who in identities() {
+        let p = project(who);
+        let mut c2 = sbx_testutil::tool("sbx-policy");
+        c2.args([
+            "chain",
+            "--print",
+            "--trust",
+            "zero",
+            "--managed",
+            "/nonexistent/m.json",
+        ]);
+        c2.arg("--home").arg(&p.home);
+        c2.args(["--", "make", "test"]);
+        c2.current_dir(&p.root)
+            .env("PATH", PATH)
+            .env("HOME", &p.home);
+        run_as(&mut c2, who);
+        let out = c2.output().unwrap();
+        let so = stdout(&out);
+        assert_eq!(code(&out), 0, "{so}{}", stderr(&out));
+        assert!(so.contains("# tier: zero trust: gVisor"), "{so}");
+        assert!(so.contains(" gvisor --runsc "), "{so}");
+        assert!(so.contains("--rw ") && so.contains("--deny "), "{so}");
+        assert_eq!(
+            so.contains("--cgroup-bin"),
+            who == As::Root,
+            "sbx-cgroup as root only: {so}"
+        );
+        assert!(so.trim_end().ends_with("make test"), "{so}");
+    }
+}
+
+#[test]
+fn zero_trust_killed_leaves_nothing_behind() {
+    if runsc().is_none() {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    }
+    for who in identities() {
+        let p = project(who);
+        let mut c = chain_cmd(&p, "echo READY; exec sleep 600", who);
+        c.stdout(Stdio::piped()).stderr(Stdio::null());
+        let mut child = c.spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().map(|l| l.unwrap());
+        assert_eq!(first.as_deref(), Some("READY"), "{who:?}");
+        // Everything of the sandbox is up (runsc processes with the
+        // private directory in their command line).
+        let dir = private_dir(&p);
+        assert!(!procs_with(&dir.display().to_string()).is_empty());
+        // SIGKILL the step that built the sandbox (sbx-policy exec'd itself
+        // into `sbx-policy gvisor`): no cleanup code of it runs.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_nothing_left(&p, Duration::from_secs(30));
+    }
+}
+
+#[test]
+fn zero_trust_bombs_are_bounded_as_root() {
+    if runsc().is_none() {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    }
+    if !sbx_testutil::is_root() {
+        sbx_testutil::skip!(
+            "sbx-cgroup needs root here: the gVisor tier has no cgroup unprivileged"
+        );
+    }
+    // Fork bomb: gVisor refuses the forks past RLIMIT_NPROC (derived from
+    // --pids, below the host-side pids limit of sbx-cgroup), the command
+    // goes on and its status passes through.
+    let p = project(As::Root);
+    let script = "i=0; n=0; while [ $i -lt 300 ]; do (sleep 3 &) 2>/dev/null || n=$((n+1)); i=$((i+1)); done; echo FAILED=$n; exit 3";
+    let out = chain_cmd(&p, script, As::Root).output().unwrap();
+    let so = stdout(&out);
+    let ctx = format!("stdout:\n{so}\nstderr:\n{}", stderr(&out));
+    assert_eq!(code(&out), 3, "{ctx}");
+    assert_ne!(marker(&so, "FAILED"), "0", "forks refused inside: {ctx}");
+    assert_event(&p.log, "cgroup_summary", "info", |e| {
+        e["pids_limit_hits"] == 0 && e["exit_code"] == 3
+    });
+    assert_nothing_left(&p, Duration::from_secs(5));
+
+    // Memory bomb: the whole gVisor sandbox is inside sbx-cgroup's memory
+    // limit: it is OOM-killed there (137), the host is not touched.
+    let p = project(As::Root);
+    let script = format!("{PY} -c 'b=[]\nwhile True: b.append(b\"x\" * (8<<20))'; echo SURVIVED");
+    let out = chain_cmd(&p, &script, As::Root).output().unwrap();
+    let so = stdout(&out);
+    let ctx = format!("stdout:\n{so}\nstderr:\n{}", stderr(&out));
+    assert_eq!(code(&out), 137, "{ctx}");
+    assert!(!so.contains("SURVIVED"), "{ctx}");
+    assert_event(&p.log, "cgroup_summary", "alert", |e| {
+        e["oom_kills"].as_u64().unwrap_or(0) >= 1
+    });
+    assert_nothing_left(&p, Duration::from_secs(5));
+}
+
+#[test]
+fn zero_trust_command_not_found_or_not_executable() {
+    if runsc().is_none() {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    }
+    for who in identities() {
+        let p = project(who);
+        let plain = p.root.join("src/lib.sh");
+        for (prog, want) in [
+            ("no-such-program-sbx", 127),
+            ("./no/such/file", 127),
+            (plain.to_str().unwrap(), 126),
+        ] {
+            let mut c = sbx_testutil::tool("sbx-policy");
+            c.args([
+                "chain",
+                "--trust",
+                "zero",
+                "--managed",
+                "/nonexistent/m.json",
+            ]);
+            c.arg("--home").arg(&p.home);
+            c.args(["--", prog]);
+            c.current_dir(&p.root)
+                .env("PATH", PATH)
+                .env("HOME", &p.home);
+            run_as(&mut c, who);
+            let out = c.output().unwrap();
+            assert_eq!(code(&out), want, "{who:?} {prog}: {}", stderr(&out));
+            assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+        }
+    }
+}
