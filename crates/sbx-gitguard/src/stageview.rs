@@ -158,7 +158,7 @@ mod tests {
     fn whiteout(p: &Path) {
         fs::create_dir_all(p.parent().unwrap()).unwrap();
         let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-        let r = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o000, 0) };
+        let r = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR, 0) };
         assert_eq!(r, 0, "mknod whiteout: {}", io::Error::last_os_error());
     }
 
