@@ -1,12 +1,12 @@
 //! `--git-stage DIR`: the repository's `.git` seen through an overlay whose
-//! upper layer is `DIR/upper`. git commits, branches and tags inside the
+//! upper layer is `DIR/git/upper`. git commits, branches and tags inside the
 //! sandbox, while the host's `.git` (HEAD, objects/, refs/: invariants) is
 //! never written by it; sbx-gitguard verifies what landed in the stage and
 //! imports it after the command (`sbx-gitguard run --stage DIR`).
 //!
 //! The stage, made by sbx-gitguard: `DIR/gitdir` (one line, the canonical
-//! git dir), `DIR/upper/` and `DIR/work/` (empty, one file system), all
-//! owned by the caller and writable by nobody else.
+//! git dir), `DIR/git/upper/` and `DIR/git/work/` (empty, one file
+//! system), all owned by the caller and writable by nobody else.
 
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -66,8 +66,9 @@ pub fn open(dir: &Path) -> Result<Stage, StageError> {
     }
     let uid = unsafe { libc::geteuid() };
     private_dir(dir, dir, uid, false)?;
-    let upper = dir.join("upper");
-    let work = dir.join("work");
+    private_dir(dir, &dir.join("git"), uid, false)?;
+    let upper = dir.join("git/upper");
+    let work = dir.join("git/work");
     private_dir(dir, &upper, uid, true)?;
     private_dir(dir, &work, uid, true)?;
     let (u, w) = (
@@ -123,7 +124,7 @@ mod tests {
     fn stage(gitdir: &str) -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        for s in ["upper", "work"] {
+        for s in ["git", "git/upper", "git/work"] {
             std::fs::create_dir(d.path().join(s)).unwrap();
             std::fs::set_permissions(d.path().join(s), std::fs::Permissions::from_mode(0o700))
                 .unwrap();
@@ -140,7 +141,7 @@ mod tests {
         let s = stage(g.to_str().unwrap());
         let st = open(s.path()).unwrap();
         assert_eq!(st.gitdir, g);
-        assert_eq!(st.upper, s.path().join("upper"));
+        assert_eq!(st.upper, s.path().join("git/upper"));
     }
 
     #[test]
@@ -161,14 +162,14 @@ mod tests {
         // Group-writable upper.
         let s = stage(g.to_str().unwrap());
         std::fs::set_permissions(
-            s.path().join("upper"),
+            s.path().join("git/upper"),
             std::fs::Permissions::from_mode(0o770),
         )
         .unwrap();
         assert!(msg(&s).contains("writable by nobody else"), "{}", msg(&s));
         // A non-empty upper (a stage used twice).
         let s = stage(g.to_str().unwrap());
-        std::fs::write(s.path().join("upper/HEAD"), "x").unwrap();
+        std::fs::write(s.path().join("git/upper/HEAD"), "x").unwrap();
         assert!(msg(&s).contains("not empty"), "{}", msg(&s));
         // gitdir a symlink.
         let s = stage(g.to_str().unwrap());

@@ -61,7 +61,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "GIT STAGE",
-            "--git-stage DIR lets git commit inside the sandbox while .git/HEAD, .git/objects/ and .git/refs/ of the host stay unwritten. DIR is made by sbx-gitguard run --stage (or by hand): DIR/gitdir names the canonical path of one .git directory, which must lie in a writable bind; DIR/upper and DIR/work are empty directories on one file system; all three are owned by the caller and writable by nobody else, or sbx-fs refuses to start (exit 125). That .git is then shown through an overlay (lower: the real .git, opened and checked like every bind source; upper: DIR/upper), so every write git makes there (objects, refs, HEAD, index, logs, packed-refs) lands in DIR/upper and none in the host's .git. .git/config and .git/hooks/ stay protected on top of the overlay (guard nodes, alerts as above). After the command, sbx-gitguard verifies what DIR/upper holds and imports it (objects re-hashed, refs and HEAD checked); nothing else is ever copied back. Without sbx-gitguard, DIR/upper is simply what the sandbox tried to write.",
+            "--git-stage DIR lets git commit inside the sandbox while .git/HEAD, .git/objects/ and .git/refs/ of the host stay unwritten. DIR is made by sbx-gitguard run --stage (or by hand): DIR/gitdir names the canonical path of one .git directory, which must lie in a writable bind; DIR/git/upper and DIR/git/work are empty directories on one file system; all three are owned by the caller and writable by nobody else, or sbx-fs refuses to start (exit 125). That .git is then shown through an overlay (lower: the real .git, opened and checked like every bind source; upper: DIR/git/upper), so every write git makes there (objects, refs, HEAD, index, logs, packed-refs) lands in DIR/git/upper and none in the host's .git. .git/config and .git/hooks/ stay protected on top of the overlay (guard nodes, alerts as above). After the command, sbx-gitguard verifies what DIR/git/upper holds and imports it (objects re-hashed, refs and HEAD checked); nothing else is ever copied back. Without sbx-gitguard, DIR/git/upper is simply what the sandbox tried to write.",
         ),
         (
             "WHAT EXISTS ON THE HOST WHILE IT RUNS",
@@ -146,7 +146,7 @@ pub struct Cli {
     pub no_default_deny: bool,
 
     /// Show the .git directory named in DIR/gitdir through an overlay whose
-    /// upper layer is DIR/upper: git can commit there, the host's .git is
+    /// upper layer is DIR/git/upper: git can commit there, the host's .git is
     /// not written (sbx-gitguard run --stage makes DIR and imports it).
     #[arg(long, value_name = "DIR")]
     pub git_stage: Option<PathBuf>,

@@ -24,13 +24,13 @@ fn repo_and_stage(s: &Scratch) -> PathBuf {
     git(&s.proj(), s.who, &["add", "f"]);
     git(&s.proj(), s.who, &["commit", "-qm", "one"]);
     let stage = s.path("sbx-git-stage-t");
-    s.mkdir("sbx-git-stage-t/upper");
-    s.mkdir("sbx-git-stage-t/work");
+    s.mkdir("sbx-git-stage-t/git/upper");
+    s.mkdir("sbx-git-stage-t/git/work");
     s.write(
         "sbx-git-stage-t/gitdir",
         &format!("{}\n", s.proj().join(".git").display()),
     );
-    for d in ["", "upper", "work"] {
+    for d in ["", "git", "git/upper", "git/work"] {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(stage.join(d), std::fs::Permissions::from_mode(0o700)).unwrap();
     }
@@ -65,7 +65,7 @@ fn commits_branches_and_tags_land_in_the_stage_only() {
             1
         );
         // What git wrote is in the upper layer.
-        let upper = stage.join("upper");
+        let upper = stage.join("git/upper");
         assert_eq!(
             std::fs::read_to_string(upper.join("HEAD")).unwrap(),
             "ref: refs/heads/feature\n"
@@ -108,10 +108,10 @@ fn a_stage_that_is_not_well_formed_is_refused() {
         let (out, _) = s.run(&["--ro", &p, "--git-stage", &st], "echo RAN");
         sbx_testutil::assert_usage_error(&out, "is not the .git directory of a writable bind");
         // A stage whose upper is not empty (used twice).
-        s.write("sbx-git-stage-t/upper/x", "");
+        s.write("sbx-git-stage-t/git/upper/x", "");
         let (out, _) = s.run_rw(&["--git-stage", &st], "echo RAN");
         sbx_testutil::assert_usage_error(&out, "is not empty");
-        std::fs::remove_file(stage.join("upper/x")).unwrap();
+        std::fs::remove_file(stage.join("git/upper/x")).unwrap();
         // gitdir naming something that is not a .git directory.
         s.write("sbx-git-stage-t/gitdir", "/etc\n");
         let (out, _) = s.run_rw(&["--git-stage", &st], "echo RAN");

@@ -18,7 +18,6 @@ pub mod refs;
 pub mod rules;
 pub mod snapshot;
 pub mod stage;
-pub mod stageview;
 pub mod verify;
 
 use std::ffi::OsString;
