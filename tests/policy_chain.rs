@@ -213,7 +213,7 @@ const SETTINGS: &str = r#"{
   "permissions": {
     "allow": [
       "Read(~/**)",
-      "Edit(./src/**)",
+      "Edit(./**)",
       "Bash(sh)", "Bash(cat)", "Bash(git:*)", "Bash(curl:*)", "Bash(ls)", "Bash(head)",
       "Bash(/usr/bin/python3:*)", "Bash(mount)", "Bash(unshare)", "Bash(getent)", "Bash(chmod)",
       "Bash(sleep)", "Bash(grep)", "Bash(npm run test:*)",
@@ -312,10 +312,23 @@ fn agent_work_and_attacks_through_the_whole_chain() {
             "0",
             "Read(~/**) grants the home: {ctx}"
         );
-        // `git commit` inside: sbx-fs keeps .git/objects and refs read-only
-        // (its invariant), so the commit is refused; the edit stays in the
-        // work tree for the user to commit.
-        assert_ne!(marker(&so, "COMMIT"), "0", "{ctx}");
+        // `git commit` inside: git writes into the stage (sbx-fs
+        // --git-stage; the host's .git/objects, refs and HEAD stay
+        // invariants) and sbx-gitguard imports the verified commit after
+        // the command.
+        assert_eq!(marker(&so, "COMMIT"), "0", "{ctx}");
+        assert_eq!(
+            git(&p.root, &["log", "-1", "--format=%s"]).trim(),
+            "agent work",
+            "{ctx}"
+        );
+        git(&p.root, &["fsck", "--strict", "--no-progress"]);
+        assert!(
+            git(&p.root, &["status", "--porcelain", "--untracked-files=no"])
+                .trim()
+                .is_empty(),
+            "the index was imported with the commit: {ctx}"
+        );
         assert!(
             std::fs::read_to_string(p.root.join("src/lib.sh"))
                 .unwrap()
@@ -378,8 +391,26 @@ fn agent_work_and_attacks_through_the_whole_chain() {
             e["tool"] == "sbx-seccomp"
         });
         // The alerts the layers observe.
+        // File refusals, seen by sbx-fs's guard file system.
+        let path_has = |e: &Value, s: &str| e["path"].as_str().is_some_and(|p| p.contains(s));
+        for what in ["/.ssh", "/.env", "/.aws"] {
+            assert_event(&p.log, "fs_denied", "alert", |e| path_has(e, what));
+        }
+        for what in [
+            ".claude/settings.json",
+            ".git/hooks/pre-commit",
+            ".git/config",
+        ] {
+            assert_event(&p.log, "fs_write_denied", "alert", |e| path_has(e, what));
+        }
+        assert_event(&p.log, "tmp_full", "alert", |e| e["path"] == "/tmp");
+        assert_event(&p.log, "ref_imported", "info", |e| {
+            e["ref"] == "refs/heads/main"
+        });
         // Execs outside the allowlist (Landlock refuses, the notifier sees).
-        assert_event(&p.log, "exec_denied", "alert", |e| e["path"] == "/usr/bin/id");
+        assert_event(&p.log, "exec_denied", "alert", |e| {
+            e["path"] == "/usr/bin/id"
+        });
         assert_event(&p.log, "exec_denied", "alert", |e| {
             e["path"].as_str().is_some_and(|x| x.ends_with("/src/myid"))
         });

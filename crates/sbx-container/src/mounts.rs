@@ -203,7 +203,7 @@ pub fn plan(
             });
             let mut ops: Vec<Op> = sbx_fs::deny::apply(&rules, &s, &dst, home.as_deref());
             if writable {
-                ops.extend(sbx_fs::plan::invariants(&s, &dst));
+                ops.extend(sbx_fs::plan::invariants(&s, &dst, None));
             }
             for op in ops {
                 let host = match op.dst.strip_prefix(&dst) {

@@ -351,10 +351,14 @@ fn low(
         cfg(&mut l, "sbx-creds");
         layers.push(l);
     }
+    let stage = git_stage(p);
     if p.git_repo {
         let mut l = vec![os(tool("sbx-gitguard")?), os("run")];
         cfg(&mut l, "sbx-gitguard");
         l.extend([os("--repo"), os(&p.cwd)]);
+        if let Some(s) = &stage {
+            l.extend([os("--stage"), os(s)]);
+        }
         layers.push(l);
     }
     let cgroup = o.cgroup.unwrap_or_else(|| nix_euid() == 0);
@@ -406,6 +410,9 @@ fn low(
         l.extend([os("--chdir"), os(&p.cwd)]);
     }
     l.extend([os("--tmp-size"), os(&p.limits.tmp_size)]);
+    if let Some(s) = &stage {
+        l.extend([os("--git-stage"), os(s)]);
+    }
     let mut sl = vec![os(&seccomp), os("--profile"), os("default")];
     if let Some(allowed) = &p.exec_allow {
         // sbx-seccomp applies the execute allowlist (Landlock) and reports
@@ -442,6 +449,21 @@ fn low(
         env: Vec::new(),
         notes,
     })
+}
+
+/// Where this turn's git commits are staged: when the project is a
+/// repository whose .git directory is writable by the grants, sbx-fs shows
+/// it through an overlay onto this directory and sbx-gitguard imports what
+/// it verifies after the command (the host's .git/HEAD, objects and refs
+/// stay invariants). Named after the sandbox id: one stage per turn.
+fn git_stage(p: &Policy) -> Option<PathBuf> {
+    let git = p.cwd.join(".git");
+    let writable = p.rw.iter().any(|r| git.starts_with(r));
+    if !p.git_repo || !writable || !git.is_dir() {
+        return None;
+    }
+    let id = sbx_core::id::get().map_or_else(|| std::process::id().to_string(), str::to_string);
+    Some(std::env::temp_dir().join(format!("sbx-git-stage-{id}")))
 }
 
 /// The interpreter a script names on its #! line (`env X` resolves X).

@@ -282,6 +282,13 @@ fn mounts(plan: &Plan, b: &Bundle, tmp_size: u64) -> Result<Vec<Value>, Failure>
                 out.push(bind(&op.dst, &h, true));
             }
             What::Proc | What::Devpts => {}
+            // The gVisor tier builds its plan without --git-stage.
+            What::Overlay { .. } => {
+                return Err(Failure::new(format!(
+                    "gvisor: the git stage overlay at {} is not supported",
+                    op.dst.display()
+                )));
+            }
         }
         // Mount points at the top level are made in the (read-only) root.
         if enclosing.is_none() && !matches!(op.what, What::Symlink { .. }) {
