@@ -578,7 +578,15 @@ fn scan_refs(
                 continue;
             };
             if is_whiteout(&m) {
-                out.insert(name, Change::Whiteout);
+                // A whited-out directory deletes every loose ref below it.
+                let lower = git_dir.join(&name);
+                if fs::symlink_metadata(&lower).is_ok_and(|m| m.is_dir()) {
+                    for r in loose_below(git_dir, &lower) {
+                        out.insert(r, Change::Whiteout);
+                    }
+                } else {
+                    out.insert(name, Change::Whiteout);
+                }
                 continue;
             }
             let ft = m.file_type();
@@ -616,25 +624,34 @@ fn scan_refs(
         // deleted.
         if d != upper && is_opaque(&d) {
             let lower = git_dir.join("refs").join(rel(upper, &d));
-            let mut ls = vec![lower.clone()];
-            while let Some(l) = ls.pop() {
-                let Ok(rd) = fs::read_dir(&l) else { continue };
-                for e in rd.filter_map(|e| e.ok()) {
-                    let p = e.path();
-                    let r = rel(&git_dir.join("refs"), &p);
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        ls.push(p);
-                    } else if !upper.join(&r).exists()
-                        && fs::symlink_metadata(upper.join(&r)).is_err()
-                    {
-                        out.insert(format!("refs/{r}"), Change::Whiteout);
-                    }
+            for r in loose_below(git_dir, &lower) {
+                let in_upper = upper.join(r.strip_prefix("refs/").unwrap_or(&r));
+                if fs::symlink_metadata(&in_upper).is_err() {
+                    out.entry(r).or_insert(Change::Whiteout);
                 }
             }
             let _ = present;
         }
     }
     Ok(out)
+}
+
+/// The loose refs (as `refs/...` names) in a directory of the real refs.
+fn loose_below(git_dir: &Path, dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut ls = vec![(dir.to_path_buf(), 0usize)];
+    while let Some((l, depth)) = ls.pop() {
+        let Ok(rd) = fs::read_dir(&l) else { continue };
+        for e in rd.filter_map(|e| e.ok()) {
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() && depth < 32 => ls.push((p, depth + 1)),
+                Ok(t) if t.is_file() => out.push(rel(git_dir, &p)),
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 fn refused(ev: &mut Events, name: &str, reason: impl Into<String>) {
@@ -834,6 +851,8 @@ pub fn import(
             }
         }
     };
+    // packed-refs as the host had it before the command.
+    let host_packed = then.clone().unwrap_or_else(|| packed.clone());
     if let Some(then) = &then {
         let names: BTreeSet<&String> = then.keys().chain(packed.keys()).collect();
         for name in names {
@@ -897,6 +916,13 @@ pub fn import(
     ]
     .into_iter()
     .flatten()
+    // Branches checked out in linked worktrees are not deleted either.
+    .chain(
+        crate::layout::worktree_dirs(git_dir)
+            .iter()
+            .filter_map(|w| fs::read(w.join("HEAD")).ok())
+            .filter_map(|b| head_branch(&b)),
+    )
     .collect();
     for (name, change) in changes {
         if !git2::Reference::is_valid_name(&name) || !refs::valid_refname(&name) {
@@ -927,7 +953,21 @@ pub fn import(
             }
             // Deleted as a loose file: what the sandbox saw then is the
             // packed-refs entry (that file is shared), if any.
-            Change::Whiteout => packed.get(&name).cloned(),
+            // git deletes a ref from packed-refs as well, and git gc packs
+            // the value the loose file had: a whited-out loose ref whose
+            // packed entry is still the host's old, different value was
+            // removed by hand, and is taken as the deletion it meant, never
+            // as a rewind to the stale packed value.
+            Change::Whiteout => match packed.get(&name) {
+                Some(p)
+                    if Some(p) != old.as_ref()
+                        && host_packed.get(&name) == Some(p)
+                        && fs::symlink_metadata(git_dir.join(&name)).is_ok() =>
+                {
+                    None
+                }
+                p => p.cloned(),
+            },
         };
         if want == old {
             continue;

@@ -188,6 +188,21 @@ fn deleting_a_branch_is_imported_with_its_old_id_but_not_the_checked_out_one_or_
     }
 }
 
+#[test]
+fn removing_the_refs_directories_deletes_no_checked_out_branch() {
+    for who in identities() {
+        // refs/heads whited out as a directory: each loose branch in it is
+        // a deletion; main (checked out here) and wtb (checked out in the
+        // linked worktree) are refused; the packed tags stay visible.
+        attack(
+            who,
+            "rm -rf .git/refs/heads .git/refs/tags",
+            "ref_refused",
+            |e| e["ref"] == "refs/heads/wtb" && e["reason"] == "deleting the checked-out branch",
+        );
+    }
+}
+
 /// An attack from inside the sandbox: refused with its alert, the
 /// repository as it was, fsck clean, the stage gone.
 fn attack(who: As, agent: &str, event: &str, pred: impl Fn(&serde_json::Value) -> bool) {
