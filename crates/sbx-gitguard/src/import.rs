@@ -761,8 +761,19 @@ pub fn import(
         }
     }
     // Phase two: verified into the quarantine.
-    let mut quar = Quarantine::create(&private.path().join("quarantine"), &git_dir.join("objects"))
-        .map_err(ImportError::Write)?;
+    // (No new object, the common case: no quarantine to make; the real
+    // store answers.)
+    let mut quar = if listed.iter().all(Vec::is_empty) {
+        Quarantine {
+            q: crate::verify::open(git_dir)
+                .map_err(|e| ImportError::Write(e.message().to_string()))?,
+            new: BTreeMap::new(),
+            migrated: HashSet::new(),
+        }
+    } else {
+        Quarantine::create(&private.path().join("quarantine"), &git_dir.join("objects"))
+            .map_err(ImportError::Write)?
+    };
     for ((dir, label), ids) in sources.iter().zip(&listed) {
         quarantine_source(dir, label, ids, &mut quar, ev).map_err(ImportError::Write)?;
     }
