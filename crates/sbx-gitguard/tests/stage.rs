@@ -418,6 +418,13 @@ fn bad_input_is_refused_before_anything_runs() {
         sbx_testutil::chown_to_test_user(&s);
         assert_usage_error(&run(s.to_str().unwrap(), w), "already exists");
         std::fs::remove_dir(&s).unwrap();
+        // Inside the work tree.
+        let inside = f.w.join("sbx-git-stage-in");
+        assert_usage_error(
+            &run(inside.to_str().unwrap(), w),
+            "inside the repository's work tree",
+        );
+        assert!(!inside.exists());
         // Parent missing.
         let p = f.dir.join("nope/sbx-git-stage-x");
         assert_usage_error(&run(p.to_str().unwrap(), w), "parent");
