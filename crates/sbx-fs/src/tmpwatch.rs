@@ -16,6 +16,8 @@ pub const INTERVAL: Duration = Duration::from_millis(200);
 /// fails with ENOSPC).
 pub const FULL_BELOW: u64 = 64 * 1024;
 
+const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
+
 pub struct TmpWatch {
     fd: OwnedFd,
     size: u64,
@@ -38,6 +40,12 @@ impl TmpWatch {
         }
         let mut st: libc::statfs = unsafe { std::mem::zeroed() };
         if unsafe { libc::fstatfs(self.fd.as_raw_fd(), &mut st) } != 0 {
+            return;
+        }
+        // Only the sandbox's own tmpfs (a user bind over /tmp is not ours
+        // to report on).
+        if st.f_type != TMPFS_MAGIC {
+            self.alerted = true;
             return;
         }
         let free = st.f_bavail * st.f_bsize as u64;

@@ -27,6 +27,25 @@ fn ok(out: &std::process::Output) -> String {
     so
 }
 
+/// Whether `who` can open /dev/fuse (scripts/setup makes it 0666, as the
+/// fuse3 package intends); the alert tests skip otherwise (and fail under
+/// SBX_MUST_WORK=1).
+fn fuse_usable(who: sbx_testutil::As) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata("/dev/fuse") {
+        Ok(m) => who == sbx_testutil::As::Root || m.permissions().mode() & 0o006 == 0o006,
+        Err(_) => false,
+    }
+}
+
+macro_rules! need_fuse {
+    ($who:expr) => {
+        if !fuse_usable($who) {
+            sbx_testutil::skip!("/dev/fuse is not usable as {:?} (run scripts/setup)", $who);
+        }
+    };
+}
+
 fn ends(e: &Value, suffix: &str) -> bool {
     e["path"].as_str().is_some_and(|p| p.ends_with(suffix))
 }
@@ -78,6 +97,7 @@ fn project(s: &Scratch) {
 #[test]
 fn reading_denied_paths_is_refused_and_logged() {
     for who in identities() {
+        need_fuse!(who);
         let s = Scratch::new(who);
         s.write("home/.ssh/id_ed25519", "PRIVATE-KEY-MATERIAL\n");
         s.write("home/.ssh/config", "Host x\n");
@@ -133,6 +153,7 @@ fn writing_protected_paths_is_refused_and_logged_reading_works() {
         sbx_testutil::skip!("git not installed");
     }
     for who in identities() {
+        need_fuse!(who);
         let s = Scratch::new(who);
         project(&s);
         let before = s.snapshot();
@@ -181,6 +202,7 @@ fn a_flood_of_denied_opens_is_one_line() {
         sbx_testutil::skip!("python3 not installed");
     }
     for who in identities() {
+        need_fuse!(who);
         let s = Scratch::new(who);
         s.write("proj/.env", "DOTENV-SECRET\n");
         let script = "python3 -c '\nimport os\nn=0\nfor i in range(10000):\n  try:\n    os.close(os.open(\".env\", os.O_RDONLY))\n  except PermissionError:\n    n+=1\nprint(\"refused\", n)'";
@@ -304,6 +326,7 @@ fn passthrough_keeps_file_modes() {
     if !sbx_testutil::is_root() {
         sbx_testutil::skip!("needs root to run the sandbox as another uid");
     }
+    need_fuse!(sbx_testutil::As::Root);
     let s = Scratch::new(sbx_testutil::As::Root);
     s.write("proj/.claude/settings.json", "{\"ok\":1}\n");
     s.write("proj/.claude/private.json", "ROOT-ONLY\n");
@@ -327,6 +350,7 @@ fn passthrough_keeps_file_modes() {
 #[test]
 fn creating_missing_protected_entries_is_logged() {
     for who in identities() {
+        need_fuse!(who);
         let s = Scratch::new(who);
         // A repository without hooks, a project without .claude.
         s.mkdir("proj/.git/objects");

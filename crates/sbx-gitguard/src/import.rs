@@ -322,69 +322,128 @@ fn give_back(git_dir: &Path, rel_path: &str, owner: Option<(u32, u32)>) {
     }
 }
 
-/// Whether every object reachable from `id` is in the store, walking only
-/// through objects this import wrote (what was there before was checked
-/// when the snapshot was taken). Returns the first missing object.
-fn missing_below(
-    repo: &git2::Repository,
-    id: git2::Oid,
-    new: &HashSet<git2::Oid>,
-) -> Option<String> {
-    let odb = repo.odb().ok()?;
-    let mut seen: HashSet<git2::Oid> = HashSet::new();
-    let mut todo = vec![id];
-    while let Some(o) = todo.pop() {
-        if !seen.insert(o) {
-            continue;
-        }
-        if !new.contains(&o) {
-            if !odb.exists(o) {
-                return Some(o.to_string());
-            }
-            continue;
-        }
-        let Ok(obj) = repo.find_object(o, None) else {
-            return Some(o.to_string());
-        };
-        match obj.kind() {
-            Some(git2::ObjectType::Commit) => {
-                let c = obj.as_commit()?;
-                todo.push(c.tree_id());
-                todo.extend(c.parent_ids());
-            }
-            Some(git2::ObjectType::Tree) => {
-                let t = obj.as_tree()?;
-                for e in t.iter() {
-                    if e.kind() != Some(git2::ObjectType::Commit) {
-                        todo.push(e.id());
-                    }
-                }
-            }
-            Some(git2::ObjectType::Tag) => todo.push(obj.as_tag()?.target_id()),
-            _ => {}
-        }
-    }
-    None
+/// New objects are first written into a quarantine (a private bare
+/// repository that also sees the real store as an alternate, as git's
+/// receive-pack quarantine does) and move into the real store only when an
+/// accepted ref or HEAD needs them with a complete history (blobs, which
+/// link to nothing, also for the index). So a refused or partial history
+/// never leaves a broken link behind.
+struct Quarantine {
+    q: git2::Repository,
+    new: BTreeMap<git2::Oid, git2::ObjectType>,
+    migrated: HashSet<git2::Oid>,
 }
 
-/// Reads every object of one source (a private dir holding loose objects or
-/// one pack) and writes the new ones into the real store.
-#[allow(clippy::too_many_arguments)]
-fn import_source(
+impl Quarantine {
+    fn create(dir: &Path, real_objects: &Path) -> Result<Quarantine, String> {
+        let q = git2::Repository::init_bare(dir).map_err(|e| e.message().to_string())?;
+        q.odb()
+            .and_then(|o| o.add_disk_alternate(&real_objects.to_string_lossy()))
+            .map_err(|e| e.message().to_string())?;
+        Ok(Quarantine {
+            q,
+            new: BTreeMap::new(),
+            migrated: HashSet::new(),
+        })
+    }
+
+    /// Type of an object in the real store or the quarantine.
+    fn kind(&self, id: git2::Oid) -> Option<git2::ObjectType> {
+        self.q.odb().ok()?.read_header(id).ok().map(|(_, k)| k)
+    }
+
+    /// The new objects reachable from `id`, walking only through new ones
+    /// (what the real store had was checked when the snapshot was taken),
+    /// or the first object that is missing.
+    fn closure(&self, id: git2::Oid) -> Result<Vec<git2::Oid>, String> {
+        let odb = self.q.odb().map_err(|e| e.message().to_string())?;
+        let mut seen: HashSet<git2::Oid> = HashSet::new();
+        let mut out = Vec::new();
+        let mut todo = vec![id];
+        while let Some(o) = todo.pop() {
+            if !seen.insert(o) {
+                continue;
+            }
+            if !self.new.contains_key(&o) {
+                if !odb.exists(o) {
+                    return Err(o.to_string());
+                }
+                continue;
+            }
+            out.push(o);
+            let obj = self.q.find_object(o, None).map_err(|_| o.to_string())?;
+            match obj.kind() {
+                Some(git2::ObjectType::Commit) => {
+                    let c = obj.as_commit().ok_or_else(|| o.to_string())?;
+                    todo.push(c.tree_id());
+                    todo.extend(c.parent_ids());
+                }
+                Some(git2::ObjectType::Tree) => {
+                    let t = obj.as_tree().ok_or_else(|| o.to_string())?;
+                    for e in t.iter() {
+                        if e.kind() != Some(git2::ObjectType::Commit) {
+                            todo.push(e.id());
+                        }
+                    }
+                }
+                Some(git2::ObjectType::Tag) => {
+                    todo.push(obj.as_tag().ok_or_else(|| o.to_string())?.target_id())
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Moves objects from the quarantine into the real store.
+    fn migrate(
+        &mut self,
+        ids: &[git2::Oid],
+        real: &git2::Odb,
+        written: &mut Vec<String>,
+    ) -> Result<(), String> {
+        let qodb = self.q.odb().map_err(|e| e.message().to_string())?;
+        for &id in ids {
+            if self.migrated.contains(&id) || real.exists(id) {
+                self.migrated.insert(id);
+                continue;
+            }
+            let obj = qodb
+                .read(id)
+                .map_err(|e| format!("reading {id} back: {}", e.message()))?;
+            let w = real
+                .write(obj.kind(), obj.data())
+                .map_err(|e| format!("writing {id}: {}", e.message()))?;
+            if w != id {
+                return Err(format!("object {id} hashed to {w} when written"));
+            }
+            self.migrated.insert(id);
+            let s = id.to_string();
+            written.push(format!("objects/{}/{}", &s[..2], &s[2..]));
+        }
+        Ok(())
+    }
+}
+
+fn open_source(src_dir: &Path) -> Result<git2::Odb<'static>, git2::Error> {
+    let o = git2::Odb::new()?;
+    o.add_disk_alternate(&src_dir.to_string_lossy())?;
+    Ok(o)
+}
+
+/// Phase one for one source (a private dir holding loose objects or one
+/// pack): lists its objects and counts the new ones against the limits,
+/// reading only headers. Nothing is written.
+fn list_source(
     src_dir: &Path,
     label: &str,
     real: &git2::Odb,
-    new: &mut HashSet<git2::Oid>,
     out: &mut Outcome,
     read_count: &mut u64,
     limits: &Limits,
     ev: &mut Events,
-    written_paths: &mut Vec<String>,
-) -> Result<(), String> {
-    let odb = match git2::Odb::new().and_then(|o| {
-        o.add_disk_alternate(&src_dir.to_string_lossy())?;
-        Ok(o)
-    }) {
+) -> Result<Vec<git2::Oid>, String> {
+    let odb = match open_source(src_dir) {
         Ok(o) => o,
         Err(e) => {
             ev.push(
@@ -392,7 +451,7 @@ fn import_source(
                 Severity::Alert,
                 json!({ "path": label, "reason": e.message() }),
             );
-            return Ok(());
+            return Ok(Vec::new());
         }
     };
     let mut ids = Vec::new();
@@ -406,8 +465,9 @@ fn import_source(
             Severity::Alert,
             json!({ "path": label, "reason": format!("cannot list its objects: {}", e.message()) }),
         );
-        return Ok(());
+        return Ok(Vec::new());
     }
+    let mut fresh = Vec::new();
     for id in ids {
         *read_count += 1;
         if *read_count > limits.max_objects {
@@ -420,8 +480,8 @@ fn import_source(
             out.objects_present += 1;
             continue;
         }
-        // Inflated size first: a small object file can inflate to a huge
-        // object (a zlib bomb); new objects count against --stage-max-bytes.
+        // Inflated size from the header: a small object file can inflate
+        // to a huge object (a zlib bomb).
         if let Ok((size, _)) = odb.read_header(id) {
             out.bytes_inflated += size as u64;
             if out.bytes_inflated > limits.max_bytes {
@@ -431,8 +491,29 @@ fn import_source(
                 ));
             }
         }
-        // Strict hash verification is on: a read checks the content hashes
-        // to the name it is read under.
+        fresh.push(id);
+    }
+    Ok(fresh)
+}
+
+/// Phase two: reads each new object with hash verification (strict hash
+/// verification is on: a read checks the content hashes to the name it is
+/// read under) and writes it into the quarantine.
+fn quarantine_source(
+    src_dir: &Path,
+    label: &str,
+    ids: &[git2::Oid],
+    quar: &mut Quarantine,
+    ev: &mut Events,
+) -> Result<(), String> {
+    let Ok(odb) = open_source(src_dir) else {
+        return Ok(());
+    };
+    let qodb = quar.q.odb().map_err(|e| e.message().to_string())?;
+    for &id in ids {
+        if quar.new.contains_key(&id) {
+            continue;
+        }
         let obj = match odb.read(id) {
             Ok(o) => o,
             Err(e) => {
@@ -444,16 +525,18 @@ fn import_source(
                 continue;
             }
         };
-        let w = real
+        let w = qodb
             .write(obj.kind(), obj.data())
-            .map_err(|e| format!("writing {id}: {}", e.message()))?;
+            .map_err(|e| format!("quarantine {id}: {}", e.message()))?;
         if w != id {
-            return Err(format!("object {id} hashed to {w} when written"));
+            ev.push(
+                "object_refused",
+                Severity::Alert,
+                json!({ "path": label, "object": id.to_string(), "reason": format!("hashes to {w}") }),
+            );
+            continue;
         }
-        new.insert(id);
-        out.objects_written += 1;
-        let s = id.to_string();
-        written_paths.push(format!("objects/{}/{}", &s[..2], &s[2..]));
+        quar.new.insert(id, obj.kind());
     }
     Ok(())
 }
@@ -495,7 +578,15 @@ fn scan_refs(
                 continue;
             };
             if is_whiteout(&m) {
-                out.insert(name, Change::Whiteout);
+                // A whited-out directory deletes every loose ref below it.
+                let lower = git_dir.join(&name);
+                if fs::symlink_metadata(&lower).is_ok_and(|m| m.is_dir()) {
+                    for r in loose_below(git_dir, &lower) {
+                        out.insert(r, Change::Whiteout);
+                    }
+                } else {
+                    out.insert(name, Change::Whiteout);
+                }
                 continue;
             }
             let ft = m.file_type();
@@ -533,25 +624,34 @@ fn scan_refs(
         // deleted.
         if d != upper && is_opaque(&d) {
             let lower = git_dir.join("refs").join(rel(upper, &d));
-            let mut ls = vec![lower.clone()];
-            while let Some(l) = ls.pop() {
-                let Ok(rd) = fs::read_dir(&l) else { continue };
-                for e in rd.filter_map(|e| e.ok()) {
-                    let p = e.path();
-                    let r = rel(&git_dir.join("refs"), &p);
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        ls.push(p);
-                    } else if !upper.join(&r).exists()
-                        && fs::symlink_metadata(upper.join(&r)).is_err()
-                    {
-                        out.insert(format!("refs/{r}"), Change::Whiteout);
-                    }
+            for r in loose_below(git_dir, &lower) {
+                let in_upper = upper.join(r.strip_prefix("refs/").unwrap_or(&r));
+                if fs::symlink_metadata(&in_upper).is_err() {
+                    out.entry(r).or_insert(Change::Whiteout);
                 }
             }
             let _ = present;
         }
     }
     Ok(out)
+}
+
+/// The loose refs (as `refs/...` names) in a directory of the real refs.
+fn loose_below(git_dir: &Path, dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut ls = vec![(dir.to_path_buf(), 0usize)];
+    while let Some((l, depth)) = ls.pop() {
+        let Ok(rd) = fs::read_dir(&l) else { continue };
+        for e in rd.filter_map(|e| e.ok()) {
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() && depth < 32 => ls.push((p, depth + 1)),
+                Ok(t) if t.is_file() => out.push(rel(git_dir, &p)),
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 fn refused(ev: &mut Events, name: &str, reason: impl Into<String>) {
@@ -651,45 +751,33 @@ pub fn import(
             ),
         }
     }
-    let mut new: HashSet<git2::Oid> = HashSet::new();
+    // Phase one: count and bound, nothing written.
     let mut read_count = 0u64;
-    let mut written = Vec::new();
+    let mut listed = Vec::new();
     for (dir, label) in &sources {
-        if let Err(e) = import_source(
-            dir,
-            label,
-            &real,
-            &mut new,
-            &mut out,
-            &mut read_count,
-            limits,
-            ev,
-            &mut written,
-        ) {
-            if e.contains("--stage-max") {
-                // Objects already written are unreferenced (git gc prunes
-                // them); no ref or HEAD is touched.
-                return Ok(exceeded(out, e, ev));
-            }
-            return Err(ImportError::Write(e));
+        match list_source(dir, label, &real, &mut out, &mut read_count, limits, ev) {
+            Ok(ids) => listed.push(ids),
+            Err(e) => return Ok(exceeded(out, e, ev)),
         }
     }
-    drop(private);
-    for w in &written {
-        give_back(git_dir, w, owner);
+    // Phase two: verified into the quarantine.
+    // (No new object, the common case: no quarantine to make; the real
+    // store answers.)
+    let mut quar = if listed.iter().all(Vec::is_empty) {
+        Quarantine {
+            q: crate::verify::open(git_dir)
+                .map_err(|e| ImportError::Write(e.message().to_string()))?,
+            new: BTreeMap::new(),
+            migrated: HashSet::new(),
+        }
+    } else {
+        Quarantine::create(&private.path().join("quarantine"), &git_dir.join("objects"))
+            .map_err(ImportError::Write)?
+    };
+    for ((dir, label), ids) in sources.iter().zip(&listed) {
+        quarantine_source(dir, label, ids, &mut quar, ev).map_err(ImportError::Write)?;
     }
-    if out.objects_written > 0 || found.skipped > 0 {
-        ev.push(
-            "objects_imported",
-            Severity::Info,
-            json!({
-                "written": out.objects_written,
-                "present": out.objects_present,
-                "skipped_files": found.skipped,
-                "whiteouts_ignored": found.whiteouts,
-            }),
-        );
-    }
+    let mut written = Vec::new();
 
     // 2. Refs.
     let mut changes = match scan_refs(&stage.refs_upper(), git_dir, ev, limits) {
@@ -774,6 +862,8 @@ pub fn import(
             }
         }
     };
+    // packed-refs as the host had it before the command.
+    let host_packed = then.clone().unwrap_or_else(|| packed.clone());
     if let Some(then) = &then {
         let names: BTreeSet<&String> = then.keys().chain(packed.keys()).collect();
         for name in names {
@@ -837,6 +927,13 @@ pub fn import(
     ]
     .into_iter()
     .flatten()
+    // Branches checked out in linked worktrees are not deleted either.
+    .chain(
+        crate::layout::worktree_dirs(git_dir)
+            .iter()
+            .filter_map(|w| fs::read(w.join("HEAD")).ok())
+            .filter_map(|b| head_branch(&b)),
+    )
     .collect();
     for (name, change) in changes {
         if !git2::Reference::is_valid_name(&name) || !refs::valid_refname(&name) {
@@ -867,7 +964,21 @@ pub fn import(
             }
             // Deleted as a loose file: what the sandbox saw then is the
             // packed-refs entry (that file is shared), if any.
-            Change::Whiteout => packed.get(&name).cloned(),
+            // git deletes a ref from packed-refs as well, and git gc packs
+            // the value the loose file had: a whited-out loose ref whose
+            // packed entry is still the host's old, different value was
+            // removed by hand, and is taken as the deletion it meant, never
+            // as a rewind to the stale packed value.
+            Change::Whiteout => match packed.get(&name) {
+                Some(p)
+                    if Some(p) != old.as_ref()
+                        && host_packed.get(&name) == Some(p)
+                        && fs::symlink_metadata(git_dir.join(&name)).is_ok() =>
+                {
+                    None
+                }
+                p => p.cloned(),
+            },
         };
         if want == old {
             continue;
@@ -928,7 +1039,7 @@ pub fn import(
                     refused(ev, &name, "not an object id");
                     continue;
                 };
-                let Ok((_, kind)) = real.read_header(id) else {
+                let Some(kind) = quar.kind(id) else {
                     refused(ev, &name, format!("object {o} does not exist"));
                     continue;
                 };
@@ -940,13 +1051,20 @@ pub fn import(
                     refused(ev, &name, "moving an existing tag");
                     continue;
                 }
-                if let Some(m) = missing_below(&repo, id, &new) {
-                    refused(
-                        ev,
-                        &name,
-                        format!("incomplete history: object {m} is missing"),
-                    );
-                    continue;
+                match quar.closure(id) {
+                    Err(m) => {
+                        refused(
+                            ev,
+                            &name,
+                            format!("incomplete history: object {m} is missing"),
+                        );
+                        continue;
+                    }
+                    Ok(ids) => {
+                        if let Err(e) = quar.migrate(&ids, &real, &mut written) {
+                            return Err(ImportError::Write(e));
+                        }
+                    }
                 }
                 let ff = match &old {
                     Some(Value::Oid(p)) => git2::Oid::from_str(p)
@@ -1008,17 +1126,14 @@ pub fn import(
                     }
                 }
                 Value::Oid(o) => match git2::Oid::from_str(o) {
-                    Ok(id)
-                        if real
-                            .read_header(id)
-                            .is_ok_and(|(_, k)| k == git2::ObjectType::Commit) =>
-                    {
-                        match missing_below(&repo, id, &new) {
-                            Some(m) => Err(format!("incomplete history: object {m} is missing")),
-                            None => repo
-                                .reference("HEAD", id, true, &msg)
-                                .map(|_| ())
-                                .map_err(|e| e.message().to_string()),
+                    Ok(id) if quar.kind(id) == Some(git2::ObjectType::Commit) => {
+                        match quar.closure(id) {
+                            Err(m) => Err(format!("incomplete history: object {m} is missing")),
+                            Ok(ids) => quar.migrate(&ids, &real, &mut written).and_then(|()| {
+                                repo.reference("HEAD", id, true, &msg)
+                                    .map(|_| ())
+                                    .map_err(|e| e.message().to_string())
+                            }),
                         }
                     }
                     _ => Err(format!("HEAD names {o}, which is not an existing commit")),
@@ -1047,6 +1162,36 @@ pub fn import(
             }
         }
     }
+
+    // New blobs link to nothing: they come in even when no ref needs them
+    // (content staged in the index without a commit).
+    let blobs: Vec<git2::Oid> = quar
+        .new
+        .iter()
+        .filter(|(_, k)| **k == git2::ObjectType::Blob)
+        .map(|(id, _)| *id)
+        .collect();
+    quar.migrate(&blobs, &real, &mut written)
+        .map_err(ImportError::Write)?;
+    for w in &written {
+        give_back(git_dir, w, owner);
+    }
+    out.objects_written = written.len() as u64;
+    if !quar.new.is_empty() || found.skipped > 0 || found.whiteouts > 0 {
+        ev.push(
+            "objects_imported",
+            Severity::Info,
+            json!({
+                "written": out.objects_written,
+                "present": out.objects_present,
+                "not_needed": quar.new.len() as u64 - out.objects_written.min(quar.new.len() as u64),
+                "skipped_files": found.skipped,
+                "whiteouts_ignored": found.whiteouts,
+            }),
+        );
+    }
+    drop(quar);
+    drop(private);
 
     // 4. The index, with the whole-.git overlay (the split overlays let
     // the sandbox write the real one): taken when libgit2 reads it; `tidy`

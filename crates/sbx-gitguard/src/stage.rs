@@ -51,6 +51,10 @@ pub enum StageError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "--stage {0}: inside the repository's work tree, where the sandbox can write; put it elsewhere (e.g. $XDG_RUNTIME_DIR)"
+    )]
+    InWorkTree(PathBuf),
     #[error("--stage {0}: in use by a running sbx-gitguard (its lock is held)")]
     InUse(PathBuf),
 }
@@ -150,6 +154,16 @@ pub fn plain_git_dir(l: &Layout) -> Result<PathBuf, StageError> {
         return Err(StageError::NotPlain(w.clone()));
     }
     Ok(dotgit)
+}
+
+/// Refuses a stage inside the work tree (the sandbox writes there).
+pub fn outside_work_tree(dir: &Path, l: &Layout) -> Result<(), StageError> {
+    for w in l.work_trees() {
+        if dir.starts_with(&w) {
+            return Err(StageError::InWorkTree(dir.to_path_buf()));
+        }
+    }
+    Ok(())
 }
 
 /// A live stage: the lock is held until it is dropped; `remove` deletes it.

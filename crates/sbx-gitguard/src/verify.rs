@@ -543,6 +543,7 @@ fn revert_files(
                 fsutil::restore(&p2, &s2).map_err(|e| e.to_string())
             },
         );
+        soften_generated(ctx, check, rel, cur);
     }
     // New: remove (skip what a removed parent took with it).
     let mut removed: Vec<String> = Vec::new();
@@ -575,7 +576,27 @@ fn revert_files(
                 fsutil::remove(&p2).map_err(|e| e.to_string())
             },
         );
+        soften_generated(ctx, check, rel, Some(cur));
         removed.push(rel.clone());
+    }
+}
+
+/// `info/refs` is rewritten by git itself in normal work (`git gc` and
+/// `git repack` run update-server-info): it is reverted like every file of
+/// the clean-up list, but reported as info, not as tampering.
+fn soften_generated(ctx: &mut Ctx, check: &str, rel: &str, cur: Option<&FileSnap>) {
+    if check != "extra_files"
+        || rel != "info/refs"
+        || !cur.is_some_and(|c| c.kind == fsutil::Kind::File)
+    {
+        return;
+    }
+    if let Some(f) = ctx.report.findings.last_mut()
+        && !f.unrecoverable
+    {
+        f.severity = Severity::Info;
+        f.found
+            .push_str(" (git gc/repack writes it: update-server-info)");
     }
 }
 

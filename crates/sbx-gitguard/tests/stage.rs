@@ -62,7 +62,9 @@ fn fsck_strict(f: &Fixture) {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         o.status.success() && !err.contains("error") && !err.contains("missing"),
-        "git fsck --strict: {err}"
+        "git fsck --strict ({}): {err}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout)
     );
     f.assert_fsck_clean();
 }
@@ -125,6 +127,16 @@ fn commits_branch_tag_and_gc_in_the_sandbox_are_imported() {
         // The reflog names the sandbox.
         let log = f.git_ok(&f.w, &["reflog", "show", "--format=%gs", "main"]);
         assert!(log.contains("sbx-gitguard: from sandbox"), "{log}");
+        // Legitimate work raises no alert (the info/refs git gc rewrites is
+        // reverted as info).
+        let alerts: Vec<_> = sbx_testutil::audit_events(&f.audit)
+            .into_iter()
+            .filter(|e| e["severity"] == "alert")
+            .collect();
+        assert!(
+            alerts.is_empty(),
+            "{who:?}: alerts for legitimate work: {alerts:?}"
+        );
     }
 }
 
@@ -176,6 +188,21 @@ fn deleting_a_branch_is_imported_with_its_old_id_but_not_the_checked_out_one_or_
     }
 }
 
+#[test]
+fn removing_the_refs_directories_deletes_no_checked_out_branch() {
+    for who in identities() {
+        // refs/heads whited out as a directory: each loose branch in it is
+        // a deletion; main (checked out here) and wtb (checked out in the
+        // linked worktree) are refused; the packed tags stay visible.
+        attack(
+            who,
+            "rm -rf .git/refs/heads .git/refs/tags",
+            "ref_refused",
+            |e| e["ref"] == "refs/heads/wtb" && e["reason"] == "deleting the checked-out branch",
+        );
+    }
+}
+
 /// An attack from inside the sandbox: refused with its alert, the
 /// repository as it was, fsck clean, the stage gone.
 fn attack(who: As, agent: &str, event: &str, pred: impl Fn(&serde_json::Value) -> bool) {
@@ -203,6 +230,29 @@ fn a_ref_to_a_missing_object_is_refused() {
             |e| {
                 e["ref"] == "refs/heads/evil"
                     && e["reason"].as_str().unwrap().contains("does not exist")
+            },
+        );
+    }
+}
+
+#[test]
+fn a_commit_with_an_incomplete_history_is_refused_and_leaves_no_broken_link() {
+    for who in identities() {
+        // A well-formed commit whose tree does not exist anywhere: it must
+        // not even reach the object store (fsck would report the broken
+        // link of an unreachable object too).
+        attack(
+            who,
+            "C=$(printf 'tree 0123456789012345678901234567890123456789\nparent %s\nauthor a <a@b> 1 +0000\ncommitter a <a@b> 1 +0000\n\nbroken\n' $(git rev-parse HEAD) | git hash-object -t commit -w --stdin --literally)
+             echo $C > .git/refs/heads/broken
+             git update-ref refs/heads/main $C",
+            "ref_refused",
+            |e| {
+                e["ref"] == "refs/heads/broken"
+                    && e["reason"]
+                        .as_str()
+                        .unwrap()
+                        .contains("incomplete history: object 0123456789012345678901234567890123456789")
             },
         );
     }
@@ -368,6 +418,13 @@ fn bad_input_is_refused_before_anything_runs() {
         sbx_testutil::chown_to_test_user(&s);
         assert_usage_error(&run(s.to_str().unwrap(), w), "already exists");
         std::fs::remove_dir(&s).unwrap();
+        // Inside the work tree.
+        let inside = f.w.join("sbx-git-stage-in");
+        assert_usage_error(
+            &run(inside.to_str().unwrap(), w),
+            "inside the repository's work tree",
+        );
+        assert!(!inside.exists());
         // Parent missing.
         let p = f.dir.join("nope/sbx-git-stage-x");
         assert_usage_error(&run(p.to_str().unwrap(), w), "parent");
