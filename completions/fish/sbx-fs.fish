@@ -10,6 +10,7 @@ complete -c sbx-fs -l setenv -d 'Set K to V in the command\'s environment' -r
 complete -c sbx-fs -l unsetenv -d 'Remove K from the command\'s environment' -r
 complete -c sbx-fs -l uid -d 'User id inside the sandbox (default: the caller\'s)' -r
 complete -c sbx-fs -l gid -d 'Group id inside the sandbox (default: the caller\'s)' -r
+complete -c sbx-fs -l git-stage -d 'Show the .git directory named in DIR/gitdir through an overlay whose upper layer is DIR/git/upper: git can commit there, the host\'s .git is not written (sbx-gitguard run --stage makes DIR and imports it)' -r -F
 complete -c sbx-fs -l tmp-size -d 'Size limit of /tmp, /dev/shm and the $HOME tmpfs' -r
 complete -c sbx-fs -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-fs -l clearenv -d 'Start the command with an empty environment (before --setenv)'

@@ -33,9 +33,13 @@ complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "run" -d '
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "snapshot" -d 'Write a snapshot of the repository to FILE'
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "check" -d 'Check the repository (against a snapshot, when given); change nothing'
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "repair" -d 'Compare the repository with a snapshot and repair it'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "import" -d 'Import a git stage (commits made in a sandbox) into the repository, then remove the stage'
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l repo -d 'The repository: the top of a work tree (main or linked) or a bare git dir' -r -F
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l lock-wait -d 'How long to wait for a concurrent git process\'s lock files to go' -r
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l stage -d 'Create a git stage DIR (named sbx-git-stage-*, must not exist) for sbx-fs --git-stage; after the command, import it and remove it' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l stage-max-objects -d 'Most files and objects an import reads from a stage' -r
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l stage-max-bytes -d 'Most bytes of object files (loose objects and packs) an import reads from a stage, and most bytes the new objects inflate to' -r
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l alert-only -d 'Report and alert only; repair nothing'
@@ -68,8 +72,18 @@ complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand repair" -l ful
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand repair" -l json -d 'Print the report as JSON'
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand repair" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand repair" -s h -l help -d 'Print help'
-complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair help" -f -a "run" -d 'Snapshot the repository, run CMD under supervision, verify, repair, report'
-complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair help" -f -a "snapshot" -d 'Write a snapshot of the repository to FILE'
-complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair help" -f -a "check" -d 'Check the repository (against a snapshot, when given); change nothing'
-complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair help" -f -a "repair" -d 'Compare the repository with a snapshot and repair it'
-complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand import" -l repo -d 'The repository: the top of a work tree (main or linked) or a bare git dir' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand import" -l lock-wait -d 'How long to wait for a concurrent git process\'s lock files to go' -r
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand import" -l stage -d 'The stage directory (named sbx-git-stage-*)' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand import" -l stage-max-objects -d 'Most files and objects an import reads from a stage' -r
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand import" -l stage-max-bytes -d 'Most bytes of object files (loose objects and packs) an import reads from a stage, and most bytes the new objects inflate to' -r
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand import" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand import" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand import" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand import" -s h -l help -d 'Print help'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import help" -f -a "run" -d 'Snapshot the repository, run CMD under supervision, verify, repair, report'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import help" -f -a "snapshot" -d 'Write a snapshot of the repository to FILE'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import help" -f -a "check" -d 'Check the repository (against a snapshot, when given); change nothing'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import help" -f -a "repair" -d 'Compare the repository with a snapshot and repair it'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import help" -f -a "import" -d 'Import a git stage (commits made in a sandbox) into the repository, then remove the stage'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
