@@ -27,6 +27,29 @@ fn sbx_run_confines_a_command_to_its_project() {
         std::fs::create_dir_all(&other).unwrap();
         std::fs::write(other.join("secret"), "s\n").unwrap();
         std::fs::write(proj.join(".env"), "KEY=1\n").unwrap();
+        let git = |args: &[&str]| {
+            // The tree may belong to the test user: root's git must still look.
+            let out = Command::new("git")
+                .current_dir(&proj)
+                .args(["-c", "safe.directory=*"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
+            stdout(&out)
+        };
+        git(&["init", "-q", "-b", "main"]);
+        std::fs::write(proj.join(".gitignore"), ".env\n").unwrap();
+        git(&["add", ".gitignore"]);
+        git(&[
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-qm",
+            "init",
+        ]);
         if who == As::User {
             let _ = Command::new("chown")
                 .arg("-R")
@@ -46,7 +69,8 @@ fn sbx_run_confines_a_command_to_its_project() {
             "-c",
             "echo built > out.txt; echo W=$?; cat \"$OTHER/secret\" 2>/dev/null; echo R=$?; \
              cat .env 2>/dev/null; echo E=$?; \
-             (exec 3<>/dev/tcp/192.0.2.1/80) 2>/dev/null; getent hosts example.com >/dev/null 2>&1; echo N=$?",
+             getent hosts example.com >/dev/null 2>&1; echo N=$?; \
+             git add out.txt && git -c user.email=a@b.invalid -c user.name=agent commit -qm built; echo C=$?",
         ]);
         c.env("SBX_BIN", bin_dir())
             .env("OTHER", &other)
@@ -73,11 +97,15 @@ fn sbx_run_confines_a_command_to_its_project() {
             !so.contains("N=0"),
             "no name resolves without an allowlist: {ctx}"
         );
+        // git commits inside; sbx-gitguard imports the commit after.
+        assert!(so.contains("C=0"), "{ctx}");
+        assert_eq!(git(&["log", "-1", "--format=%s"]).trim(), "built", "{ctx}");
+        git(&["fsck", "--strict", "--no-progress"]);
         let evs = audit_events(&log);
         let ids: std::collections::BTreeSet<_> =
             evs.iter().map(|e| e["sbx_id"].to_string()).collect();
         assert_eq!(ids.len(), 1, "one sandbox id: {ids:?}");
-        for t in ["sbx-net", "sbx-fs", "sbx-seccomp"] {
+        for t in ["sbx-gitguard", "sbx-net", "sbx-fs", "sbx-seccomp"] {
             assert!(evs.iter().any(|e| e["tool"] == t), "{t} logged: {ctx}");
         }
     }
