@@ -200,15 +200,53 @@ fn hexname(s: &str, len: usize) -> bool {
     s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// What the sandbox left at the top of one of the upper layer's
+/// directories (`objects`, `refs`). The sandbox made them (they are copies
+/// up of the host's directories, or whatever it put in their place), so the
+/// root is checked like every entry below it: a symlink is never followed
+/// (it could name any directory the host user can read).
+enum Root {
+    /// Not in the upper layer: the sandbox left the host's as it was.
+    Absent,
+    /// Removed (`rm -rf .git/refs`): a whiteout.
+    Whiteout,
+    Dir,
+    /// A symlink, a file, a device: refused.
+    Other(&'static str),
+}
+
+fn root(p: &Path) -> Root {
+    match fs::symlink_metadata(p) {
+        Err(_) => Root::Absent,
+        Ok(m) if is_whiteout(&m) => Root::Whiteout,
+        Ok(m) if m.is_dir() => Root::Dir,
+        Ok(m) if m.file_type().is_symlink() => Root::Other("symbolic link (never followed)"),
+        Ok(_) => Root::Other("not a directory"),
+    }
+}
+
 fn scan_objects(upper: &Path, ev: &mut Events, limits: &Limits) -> Result<Found, String> {
     let mut f = Found::default();
+    match root(upper) {
+        Root::Dir => {}
+        Root::Absent => return Ok(f),
+        // `rm -rf .git/objects`: the import never deletes an object.
+        Root::Whiteout => {
+            f.whiteouts += 1;
+            return Ok(f);
+        }
+        Root::Other(why) => {
+            ev.push(
+                "stage_entry_refused",
+                Severity::Alert,
+                json!({ "path": "objects", "reason": why }),
+            );
+            return Ok(f);
+        }
+    }
     let mut stack = vec![(upper.to_path_buf(), 0usize)];
     while let Some((d, depth)) = stack.pop() {
-        let rd = match fs::read_dir(&d) {
-            Ok(r) => r,
-            Err(e) if e.kind() == io::ErrorKind::NotFound && d == upper => return Ok(f),
-            Err(e) => return Err(format!("{}: {e}", d.display())),
-        };
+        let rd = fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
         for e in rd.filter_map(|e| e.ok()) {
             f.files += 1;
             if f.files > limits.max_objects {
@@ -554,15 +592,30 @@ fn scan_refs(
     limits: &Limits,
 ) -> Result<BTreeMap<String, Change>, String> {
     let mut out = BTreeMap::new();
+    match root(upper) {
+        Root::Dir => {}
+        Root::Absent => return Ok(out),
+        // `rm -rf .git/refs`: every loose ref the host has is removed (and
+        // goes through the rules like any deletion).
+        Root::Whiteout => {
+            for r in loose_below(git_dir, &git_dir.join("refs")) {
+                out.insert(r, Change::Whiteout);
+            }
+            return Ok(out);
+        }
+        Root::Other(why) => {
+            ev.push(
+                "stage_entry_refused",
+                Severity::Alert,
+                json!({ "path": "refs", "reason": why }),
+            );
+            return Ok(out);
+        }
+    }
     let mut n = 0u64;
     let mut stack = vec![(upper.to_path_buf(), 0usize)];
     while let Some((d, depth)) = stack.pop() {
-        let rd = match fs::read_dir(&d) {
-            Ok(r) => r,
-            Err(e) if e.kind() == io::ErrorKind::NotFound && d == upper => return Ok(out),
-            Err(e) => return Err(format!("{}: {e}", d.display())),
-        };
-        let mut present = BTreeSet::new();
+        let rd = fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
         for e in rd.filter_map(|e| e.ok()) {
             n += 1;
             if n > limits.max_objects {
@@ -572,7 +625,6 @@ fn scan_refs(
                 ));
             }
             let p = e.path();
-            present.insert(e.file_name());
             let name = format!("refs/{}", rel(upper, &p));
             let Ok(m) = fs::symlink_metadata(&p) else {
                 continue;
@@ -621,8 +673,8 @@ fn scan_refs(
         }
         // An opaque directory hides every lower entry it does not list:
         // the real loose refs below it that the stage does not have were
-        // deleted.
-        if d != upper && is_opaque(&d) {
+        // deleted (refs/ itself too: `rm -rf .git/refs; mkdir .git/refs`).
+        if is_opaque(&d) {
             let lower = git_dir.join("refs").join(rel(upper, &d));
             for r in loose_below(git_dir, &lower) {
                 let in_upper = upper.join(r.strip_prefix("refs/").unwrap_or(&r));
@@ -630,7 +682,6 @@ fn scan_refs(
                     out.entry(r).or_insert(Change::Whiteout);
                 }
             }
-            let _ = present;
         }
     }
     Ok(out)
@@ -684,17 +735,16 @@ fn text(v: &Option<Value>) -> Json {
 /// Imports the stage into the repository whose plain git dir is `git_dir`.
 /// Never writes anything the rules refuse; every refusal is an alert.
 ///
-/// `packed_before` is packed-refs as the snapshot taken before the command
-/// saw it (None: there was none), when there is a snapshot: packed-refs is
-/// not in the stage (the sandbox writes the real file, e.g. `git gc`, `git
-/// pack-refs`, deleting a packed ref), so it is put back as it was and the
-/// refs the sandbox changed in it go through the same rules as the stage's.
+/// The stage's upper layer holds everything git wrote in the sandbox (the
+/// host's .git was its read-only lower layer): only `objects/`, `refs/`,
+/// `HEAD`, `packed-refs` and `index` are read from it, each by its rules;
+/// the rest (config, hooks, logs, info/, modules/, ORIG_HEAD...) never
+/// reaches the host.
 pub fn import(
     git_dir: &Path,
     stage: &Paths,
     limits: &Limits,
     sbx_id: &str,
-    packed_before: Option<Option<&crate::fsutil::FileSnap>>,
     ev: &mut Events,
 ) -> Result<Outcome, ImportError> {
     let mut out = Outcome::default();
@@ -784,136 +834,69 @@ pub fn import(
         Ok(c) => c,
         Err(e) => return Ok(exceeded(out, e, ev)),
     };
-    // packed-refs as the sandbox left it: with the split overlays it wrote
-    // the real file (shared), with the whole-.git overlay its copy is in the
-    // upper layer. Whiteouts resolve against it; the refs it added, changed
-    // or dropped against `then` (what the host had) go through the rules.
-    let real_pr = git_dir.join("packed-refs");
+    // packed-refs as the sandbox left it: the upper layer's copy (git
+    // rewrote it: `git gc`, `git pack-refs`, deleting a packed ref), a
+    // whiteout (all packed refs removed), or absent (the host's, which the
+    // sandbox never wrote). Whiteouts of loose refs resolve against it; the
+    // refs it added, changed or dropped against the host's go through
+    // the rules. The host's packed-refs itself is only ever changed
+    // by libgit2 applying accepted updates.
+    let host_packed = refs::read_packed(git_dir).unwrap_or_default();
     let parse_packed = |bytes: &[u8]| -> Result<BTreeMap<String, Value>, String> {
         let t = tempfile::tempdir().map_err(|e| e.to_string())?;
         fs::write(t.path().join("packed-refs"), bytes).map_err(|e| e.to_string())?;
         refs::read_packed(t.path()).map_err(|e| e.to_string())
     };
-    let real_packed = refs::read_packed(git_dir);
-    let mut restore: Option<Option<&crate::fsutil::FileSnap>> = None;
-    let (packed, then): (BTreeMap<String, Value>, Option<BTreeMap<String, Value>>) = if stage
-        .whole()
-    {
-        let host = real_packed.unwrap_or_default();
-        let up = stage.git_upper().join("packed-refs");
-        match fs::symlink_metadata(&up) {
-            Err(_) => (host, None),
-            Ok(m) if is_whiteout(&m) => (BTreeMap::new(), Some(host)),
-            Ok(m) if m.is_file() => {
-                match stage::read_small(&up, limits.max_bytes)
-                    .map_err(|e| e.to_string())
-                    .and_then(|b| parse_packed(&b))
-                {
-                    Ok(p) => (p, Some(host)),
-                    Err(e) => {
-                        refused(
-                            ev,
-                            "packed-refs",
-                            format!("the sandbox's packed-refs is unreadable: {e}"),
-                        );
-                        (host, None)
-                    }
-                }
+    let pr = stage.packed_refs();
+    let packed: BTreeMap<String, Value> = match fs::symlink_metadata(&pr) {
+        Err(_) => host_packed.clone(),
+        Ok(m) if is_whiteout(&m) => BTreeMap::new(),
+        Ok(m) if m.is_file() => match stage::read_small(&pr, limits.max_bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|b| parse_packed(&b))
+        {
+            Ok(p) => p,
+            Err(e) => {
+                refused(
+                    ev,
+                    "packed-refs",
+                    format!("the sandbox's packed-refs is unreadable: {e}"),
+                );
+                host_packed.clone()
             }
-            Ok(_) => {
-                ev.push(
-                        "stage_entry_refused",
-                        Severity::Alert,
-                        json!({ "path": "packed-refs", "reason": "not a regular file (never followed)" }),
-                    );
-                (host, None)
-            }
-        }
-    } else {
-        match packed_before {
-            None => (real_packed.unwrap_or_default(), None),
-            Some(before) => {
-                let then = match before {
-                    Some(b) => parse_packed(&b.bytes()).unwrap_or_default(),
-                    None => BTreeMap::new(),
-                };
-                let now = crate::fsutil::read(&real_pr).ok().flatten();
-                let same = match (before, &now) {
-                    (Some(b), Some(n)) => b.same(n),
-                    (None, None) => true,
-                    _ => false,
-                };
-                if same {
-                    (then, None)
-                } else {
-                    restore = Some(before);
-                    match real_packed {
-                        Ok(p) => (p, Some(then)),
-                        Err(e) => {
-                            refused(
-                                ev,
-                                "packed-refs",
-                                format!("the sandbox left an unreadable packed-refs: {e}"),
-                            );
-                            (then, None)
-                        }
-                    }
-                }
-            }
-        }
-    };
-    // packed-refs as the host had it before the command.
-    let host_packed = then.clone().unwrap_or_else(|| packed.clone());
-    if let Some(then) = &then {
-        let names: BTreeSet<&String> = then.keys().chain(packed.keys()).collect();
-        for name in names {
-            if then.get(name) == packed.get(name) || changes.contains_key(name) {
-                continue;
-            }
-            // A real loose ref hides the packed entry (from the sandbox as
-            // well: the lower layer has it).
-            if fs::symlink_metadata(git_dir.join(name)).is_ok() {
-                continue;
-            }
-            let c = match packed.get(name) {
-                Some(v) => Change::Set(v.to_text().into_bytes()),
-                None => Change::Whiteout,
-            };
-            changes.insert(name.clone(), c);
-        }
-    }
-    drop(real);
-    let repo = match restore {
-        None => repo,
-        Some(before) => {
-            let r = match before {
-                Some(b) => crate::fsutil::restore(&real_pr, b),
-                None => crate::fsutil::remove(&real_pr),
-            };
-            if let Err(e) = r {
-                return Err(ImportError::Io {
-                    path: real_pr,
-                    source: e,
-                });
-            }
+        },
+        Ok(_) => {
             ev.push(
-                "packed_refs_restored",
-                Severity::Info,
-                json!({ "path": real_pr, "reason": "written by the command; its ref changes go through the import rules" }),
+                "stage_entry_refused",
+                Severity::Alert,
+                json!({ "path": "packed-refs", "reason": "not a regular file (never followed)" }),
             );
-            // A fresh handle: the ref database as it is now.
-            drop(repo);
-            crate::verify::open(git_dir)
-                .map_err(|e| ImportError::Repo(git_dir.to_path_buf(), e.message().to_string()))?
+            host_packed.clone()
         }
     };
-    let real = repo
-        .odb()
-        .map_err(|e| ImportError::Repo(git_dir.to_path_buf(), e.message().to_string()))?;
+    let names: BTreeSet<&String> = host_packed.keys().chain(packed.keys()).collect();
+    for name in names {
+        if host_packed.get(name) == packed.get(name) || changes.contains_key(name) {
+            continue;
+        }
+        // A real loose ref hides the packed entry (from the sandbox as
+        // well: the lower layer has it).
+        if fs::symlink_metadata(git_dir.join(name)).is_ok() {
+            continue;
+        }
+        let c = match packed.get(name) {
+            Some(v) => Change::Set(v.to_text().into_bytes()),
+            None => Change::Whiteout,
+        };
+        changes.insert(name.clone(), c);
+    }
     let head_before = fs::read(git_dir.join("HEAD")).unwrap_or_default();
-    let head_stage = match stage.head() {
-        Some(h) => stage::read_small(&h, 4096),
-        None => Ok(head_before.clone()),
+    // Absent from the upper layer: the sandbox left HEAD as it was. A
+    // whiteout (HEAD removed), a symlink or a directory is unreadable here
+    // and refused below.
+    let head_stage = match fs::symlink_metadata(stage.head()) {
+        Err(_) => Ok(head_before.clone()),
+        Ok(_) => stage::read_small(&stage.head(), 4096),
     };
     let head_branch = |b: &[u8]| -> Option<String> {
         match Value::parse(&String::from_utf8_lossy(b)) {
@@ -962,9 +945,8 @@ pub fn import(
                 }
                 Some(v)
             }
-            // Deleted as a loose file: what the sandbox saw then is the
-            // packed-refs entry (that file is shared), if any.
-            // git deletes a ref from packed-refs as well, and git gc packs
+            // Deleted as a loose file: what the sandbox saw then is its
+            // packed-refs entry, if any. git deletes a ref from packed-refs as well, and git gc packs
             // the value the loose file had: a whited-out loose ref whose
             // packed entry is still the host's old, different value was
             // removed by hand, and is taken as the deletion it meant, never
@@ -1193,39 +1175,141 @@ pub fn import(
     drop(quar);
     drop(private);
 
-    // 4. The index, with the whole-.git overlay (the split overlays let
-    // the sandbox write the real one): taken when libgit2 reads it; `tidy`
-    // then rebuilds it.
-    if stage.whole() {
-        let up = stage.git_upper().join("index");
-        if fs::symlink_metadata(&up).is_ok_and(|m| m.is_file()) {
-            let tmp = git_dir.join(format!(".sbx-gitguard-index.{}", std::process::id()));
-            let _ = fs::remove_file(&tmp);
-            let r = copy_nofollow(&up, &tmp)
-                .map_err(|e| e.to_string())
-                .and_then(|()| {
-                    git2::Index::open(&tmp)
-                        .map(|_| ())
-                        .map_err(|e| e.message().to_string())
-                })
-                .and_then(|()| fs::rename(&tmp, git_dir.join("index")).map_err(|e| e.to_string()));
-            match r {
-                Ok(()) => {
-                    give_back(git_dir, "index", owner);
-                    out.index_replaced = true;
-                }
-                Err(e) => {
-                    let _ = fs::remove_file(&tmp);
-                    ev.push(
-                        "index_unreadable",
-                        Severity::Warn,
-                        json!({ "path": "index", "reason": format!("the sandbox's index was not taken: {e}") }),
-                    );
-                }
-            }
+    // 4. The index.
+    take_index(git_dir, &stage.index(), owner, &mut out, ev);
+    Ok(out)
+}
+
+/// The sandbox's index (in the upper layer when git wrote it: `git add`,
+/// `git commit`, `git checkout`, even `git status` refreshing it) replaces
+/// the host's, so the work tree the sandbox left and HEAD agree on the host
+/// as they did inside. It is copied without following symlinks, read with
+/// libgit2 (its checksum verified; an index libgit2 cannot read, e.g. a
+/// split index whose shared part stayed in the stage, is not taken), and
+/// written anew before it replaces the host's: without cached trees (the
+/// sandbox can name any tree there, and a cached tree the host does not
+/// have would make the next `git commit` on the host write a broken
+/// commit), without extensions libgit2 does not write (fsmonitor token,
+/// untracked cache), and with every entry whose blob did not come in reset
+/// to HEAD's version (the file in the work tree untouched: it shows as
+/// modified) or dropped when HEAD has none.
+fn take_index(
+    git_dir: &Path,
+    up: &Path,
+    owner: Option<(u32, u32)>,
+    out: &mut Outcome,
+    ev: &mut Events,
+) {
+    match fs::symlink_metadata(up) {
+        Err(_) => return,
+        // `rm .git/index`: the host keeps its own (the work tree is
+        // compared against it, nothing is lost).
+        Ok(m) if is_whiteout(&m) => return,
+        Ok(m) if m.is_file() => {}
+        Ok(_) => {
+            ev.push(
+                "stage_entry_refused",
+                Severity::Alert,
+                json!({ "path": "index", "reason": "not a regular file (never followed)" }),
+            );
+            return;
         }
     }
-    Ok(out)
+    let tmp = git_dir.join(format!(".sbx-gitguard-index.{}", std::process::id()));
+    let _ = fs::remove_file(&tmp);
+    let r = copy_nofollow(up, &tmp)
+        .map_err(|e| e.to_string())
+        .and_then(|()| rebuild_index(git_dir, &tmp, owner))
+        .and_then(|counts| {
+            fs::rename(&tmp, git_dir.join("index"))
+                .map(|()| counts)
+                .map_err(|e| e.to_string())
+        });
+    match r {
+        Ok((entries, reset, dropped)) => {
+            give_back(git_dir, "index", owner);
+            out.index_replaced = true;
+            ev.push(
+                "index_rebuilt",
+                if reset + dropped > 0 {
+                    Severity::Warn
+                } else {
+                    Severity::Info
+                },
+                json!({ "entries": entries, "reset_to_head": reset, "dropped": dropped,
+                        "reason": "the sandbox's index, without cached trees; entries naming objects that were not imported reset to HEAD" }),
+            );
+        }
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            ev.push(
+                "index_unreadable",
+                Severity::Warn,
+                json!({ "path": "index", "reason": format!("the sandbox's index was not taken: {e}") }),
+            );
+        }
+    }
+}
+
+/// Rewrites the index file `path` (a private copy) as `take_index` says;
+/// returns (entries kept, reset to HEAD, dropped).
+fn rebuild_index(
+    git_dir: &Path,
+    path: &Path,
+    owner: Option<(u32, u32)>,
+) -> Result<(usize, usize, usize), String> {
+    let repo = crate::verify::open(git_dir).map_err(|e| e.message().to_string())?;
+    let odb = repo.odb().map_err(|e| e.message().to_string())?;
+    let mut idx = git2::Index::open(path).map_err(|e| e.message().to_string())?;
+    let head_tree = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+    // git stages intent-to-add entries (`git add -N`) and empty files as
+    // the empty blob without necessarily writing it: it is written here so
+    // such an entry stays valid.
+    let empty =
+        git2::Oid::hash_object(git2::ObjectType::Blob, b"").map_err(|e| e.message().to_string())?;
+    let entries: Vec<git2::IndexEntry> = idx.iter().collect();
+    let (mut reset, mut dropped) = (0usize, 0usize);
+    let mut keep = Vec::with_capacity(entries.len());
+    for mut e in entries {
+        let gitlink = e.mode & 0o170000 == 0o160000;
+        if e.id == empty && !odb.exists(empty) {
+            odb.write(git2::ObjectType::Blob, b"")
+                .map_err(|e| e.message().to_string())?;
+            let s = empty.to_string();
+            give_back(git_dir, &format!("objects/{}/{}", &s[..2], &s[2..]), owner);
+        }
+        if gitlink || odb.exists(e.id) {
+            keep.push(e);
+            continue;
+        }
+        let p = String::from_utf8_lossy(&e.path).into_owned();
+        match head_tree
+            .as_ref()
+            .and_then(|t| t.get_path(Path::new(&p)).ok())
+            .filter(|te| odb.exists(te.id()))
+        {
+            Some(te) => {
+                e.id = te.id();
+                e.mode = te.filemode() as u32;
+                // Stat data that cannot match: git looks at the file again.
+                e.file_size = 0;
+                e.mtime = git2::IndexTime::new(0, 0);
+                keep.push(e);
+                reset += 1;
+            }
+            None => dropped += 1,
+        }
+    }
+    idx.clear().map_err(|e| e.message().to_string())?;
+    let mut kept = 0usize;
+    for e in &keep {
+        match idx.add(e) {
+            Ok(()) => kept += 1,
+            Err(_) => dropped += 1,
+        }
+    }
+    idx.write().map_err(|e| e.message().to_string())?;
+    Ok((kept, reset, dropped))
 }
 
 fn exceeded(mut out: Outcome, what: String, ev: &mut Events) -> Outcome {
@@ -1236,142 +1320,4 @@ fn exceeded(mut out: Outcome, what: String, ev: &mut Events) -> Outcome {
     );
     out.exceeded = Some(what);
     out
-}
-
-/// After an import: what the sandbox wrote straight into the real git dir
-/// (git does not keep its index and reflogs under objects/ or refs/) must
-/// not name objects that did not come in. Reflog entries naming a missing
-/// object are dropped; when the index changed during the command, it is
-/// rebuilt without its cached trees (a cache-tree naming a tree the host
-/// does not have would make the next `git commit` write a broken commit),
-/// and entries whose blob did not come in are reset to HEAD's version (the
-/// file in the work tree is untouched; it shows as modified).
-pub fn tidy(git_dir: &Path, index_changed: bool, ev: &mut Events) {
-    let Ok(repo) = crate::verify::open(git_dir) else {
-        return;
-    };
-    let Ok(odb) = repo.odb() else { return };
-    let owner = owner_of(git_dir);
-    let ok = |s: &str| {
-        s.bytes().all(|b| b == b'0') || git2::Oid::from_str(s).is_ok_and(|o| odb.exists(o))
-    };
-    // Reflogs.
-    let logs = git_dir.join("logs");
-    let mut stack = vec![logs.clone()];
-    let mut files = 0usize;
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = fs::read_dir(&d) else { continue };
-        for e in rd.filter_map(|e| e.ok()) {
-            let p = e.path();
-            let Ok(m) = fs::symlink_metadata(&p) else {
-                continue;
-            };
-            if m.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            files += 1;
-            if !m.is_file() || files > 100_000 {
-                continue;
-            }
-            let Ok(text) = fs::read(&p) else { continue };
-            let text = String::from_utf8_lossy(&text);
-            let mut keep = String::with_capacity(text.len());
-            let mut dropped = 0usize;
-            for l in text.lines() {
-                let mut it = l.split(' ');
-                let (a, b) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
-                if ok(a) && ok(b) {
-                    keep.push_str(l);
-                    keep.push('\n');
-                } else {
-                    dropped += 1;
-                }
-            }
-            if dropped > 0 {
-                let _ = crate::fsutil::write_atomic(
-                    &p,
-                    keep.as_bytes(),
-                    m.mode() & 0o777,
-                    Some((m.uid(), m.gid())),
-                );
-                ev.push(
-                    "reflog_pruned",
-                    Severity::Info,
-                    json!({ "reflog": rel(git_dir, &p), "dropped": dropped, "reason": "entries naming objects that were not imported" }),
-                );
-            }
-        }
-    }
-    // The index.
-    let ip = git_dir.join("index");
-    if !index_changed || !ip.exists() {
-        return;
-    }
-    let mut idx = match git2::Index::open(&ip) {
-        Ok(i) => i,
-        Err(e) => {
-            ev.push(
-                "index_unreadable",
-                Severity::Warn,
-                json!({ "path": ip, "reason": e.message() }),
-            );
-            return;
-        }
-    };
-    let head_tree = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
-    let entries: Vec<git2::IndexEntry> = idx.iter().collect();
-    let mut reset = 0usize;
-    let mut dropped = 0usize;
-    let mut out = Vec::with_capacity(entries.len());
-    for mut e in entries {
-        let gitlink = e.mode & 0o170000 == 0o160000;
-        if gitlink || odb.exists(e.id) {
-            out.push(e);
-            continue;
-        }
-        let path = String::from_utf8_lossy(&e.path).into_owned();
-        match head_tree
-            .as_ref()
-            .and_then(|t| t.get_path(Path::new(&path)).ok())
-            .filter(|te| odb.exists(te.id()))
-        {
-            Some(te) => {
-                e.id = te.id();
-                e.mode = te.filemode() as u32;
-                // Stat data that cannot match: git looks at the file again.
-                e.file_size = 0;
-                e.mtime = git2::IndexTime::new(0, 0);
-                out.push(e);
-                reset += 1;
-            }
-            None => dropped += 1,
-        }
-    }
-    idx.clear().ok();
-    for e in &out {
-        if idx.add(e).is_err() {
-            dropped += 1;
-        }
-    }
-    match idx.write() {
-        Ok(()) => {
-            give_back(git_dir, "index", owner);
-            ev.push(
-                "index_rebuilt",
-                if reset + dropped > 0 {
-                    Severity::Warn
-                } else {
-                    Severity::Info
-                },
-                json!({ "entries": out.len(), "reset_to_head": reset, "dropped": dropped,
-                        "reason": "written by the command; cached trees dropped, entries naming objects that were not imported reset" }),
-            );
-        }
-        Err(e) => ev.push(
-            "index_unreadable",
-            Severity::Warn,
-            json!({ "path": ip, "reason": e.message() }),
-        ),
-    }
 }

@@ -471,7 +471,6 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
             objects::restat(&u.path.join("objects"), &mut u.packs);
         }
     }
-    let index_before = stage_plan.as_ref().and_then(|(_, g)| index_stat(g));
     let mut cmd = sbx_core::supervise::command(&a.cmd, None)?;
     let keep: Vec<i32> = sbx_core::audit::get()
         .and_then(|au| au.handoff(&a.cmd[0], &mut cmd))
@@ -488,19 +487,7 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     let mut import_failed = None;
     if let Some(st) = &stage {
         let (_, git_dir) = stage_plan.as_ref().unwrap();
-        let packed_before = snap
-            .units
-            .iter()
-            .find(|u| &u.path == git_dir)
-            .and_then(|u| u.refs.as_ref())
-            .map(|r| r.packed_refs.clone());
-        let outcome = import_stage(
-            git_dir,
-            st,
-            &limits,
-            packed_before.as_ref().map(|p| p.as_ref()),
-            index_stat(git_dir) != index_before,
-        );
+        let outcome = import_stage(git_dir, st, &limits);
         // A failed import still gets the check and repair below.
         match outcome {
             Ok(outcome) => {
@@ -560,15 +547,10 @@ fn import_stage(
     git_dir: &Path,
     st: &stage::Stage,
     limits: &import::Limits,
-    packed_before: Option<Option<&fsutil::FileSnap>>,
-    index_changed: bool,
 ) -> Result<import::Outcome, Failure> {
     let sbx_id = sbx_core::id::get().unwrap_or("unknown");
     let mut ev = import::Events::default();
-    let r = import::import(git_dir, &st.paths, limits, sbx_id, packed_before, &mut ev);
-    if let Ok(o) = &r {
-        import::tidy(git_dir, index_changed || o.index_replaced, &mut ev);
-    }
+    let r = import::import(git_dir, &st.paths, limits, sbx_id, &mut ev);
     ev.finish();
     for (name, sev, fields) in &ev.list {
         audit(name, *sev, fields.clone());
@@ -601,20 +583,6 @@ fn import_stage(
         }),
     );
     Ok(o)
-}
-
-/// Identity and times of the index file, to see whether the command wrote it.
-fn index_stat(git_dir: &Path) -> Option<(u64, u64, i64, i64, i64, i64)> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::symlink_metadata(git_dir.join("index")).ok()?;
-    Some((
-        m.ino(),
-        m.size(),
-        m.mtime(),
-        m.mtime_nsec(),
-        m.ctime(),
-        m.ctime_nsec(),
-    ))
 }
 
 /// What the import wrote becomes what the check expects, so it is not
@@ -653,7 +621,7 @@ fn cmd_import(a: ImportArgs) -> Result<i32, Failure> {
     let git_dir = stage::plain_git_dir(&l)?;
     let st = stage::Stage::open(&a.stage, &git_dir)?;
     ensure_unlocked(&l, wait)?;
-    let o = import_stage(&git_dir, &st, &limits, None, true)?;
+    let o = import_stage(&git_dir, &st, &limits)?;
     let dir = st.paths.dir.clone();
     st.remove()
         .map_err(|e| Failure::new(format!("cannot remove the stage {}: {e}", dir.display())))?;

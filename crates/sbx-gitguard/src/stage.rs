@@ -1,19 +1,25 @@
 //! The git stage: where commits made inside the sandbox land (sbx-fs
-//! `--git-stage DIR` mounts overlays whose upper layers are here), its
-//! creation, its lock, its removal, and the reaping of stale stages.
+//! `--git-stage DIR` mounts one overlay over the repository's whole `.git`
+//! whose upper layer is here), its creation, its lock, its removal, and the
+//! reaping of stale stages.
 //!
-//! Layout (the contract sbx-fs consumes; names are fixed):
+//! Layout (the contract sbx-fs consumes and checks; names are fixed):
 //!
 //! ```text
 //! DIR/                 0700, owned by the user running sbx-gitguard
-//! DIR/gitdir           the canonical path of the repository's .git directory
-//! DIR/objects/upper/   overlay upperdir for .git/objects
-//! DIR/objects/work/    overlay workdir
-//! DIR/refs/upper/      overlay upperdir for .git/refs
-//! DIR/refs/work/       overlay workdir
-//! DIR/HEAD             a copy of .git/HEAD (bound writable over it)
+//! DIR/gitdir           one line: the canonical path of the repository's .git directory
+//! DIR/git/             0700, the caller's
+//! DIR/git/upper/       empty: overlay upperdir for the whole .git (lowerdir: the real .git)
+//! DIR/git/work/        empty: overlay workdir (same file system as upper)
 //! DIR/.lock            flock(LOCK_EX) held by the live `run`
 //! ```
+//!
+//! sbx-fs refuses a stage whose DIR, DIR/git, DIR/git/upper or DIR/git/work
+//! is not owned by the caller or is group/other-writable, or whose upper
+//! and work are not empty. Everything git writes inside the sandbox lands in
+//! DIR/git/upper; the host's .git is never written by the sandbox, and the
+//! import reads only `objects/`, `refs/`, `HEAD`, `packed-refs` and `index`
+//! from the upper layer.
 
 use std::fs;
 use std::io::{self, Write};
@@ -78,40 +84,26 @@ impl Paths {
             dir: dir.to_path_buf(),
         }
     }
-    /// The upper layer of an overlay over the whole .git (the alternative
-    /// mount, under which git can rename over HEAD).
+    /// The upper layer of the overlay over the whole .git.
     pub fn git_upper(&self) -> PathBuf {
         self.dir.join("git/upper")
     }
-    /// Whether the sandbox used the whole-.git overlay: its upper layer is
-    /// not empty.
-    pub fn whole(&self) -> bool {
-        fs::symlink_metadata(self.git_upper()).is_ok_and(|m| m.is_dir())
-            && fs::read_dir(self.git_upper()).is_ok_and(|mut rd| rd.next().is_some())
-    }
     pub fn objects_upper(&self) -> PathBuf {
-        if self.whole() {
-            self.git_upper().join("objects")
-        } else {
-            self.dir.join("objects/upper")
-        }
+        self.git_upper().join("objects")
     }
     pub fn refs_upper(&self) -> PathBuf {
-        if self.whole() {
-            self.git_upper().join("refs")
-        } else {
-            self.dir.join("refs/upper")
-        }
+        self.git_upper().join("refs")
     }
-    /// The sandbox's HEAD; None when it left it as it was (whole-.git
-    /// overlay without HEAD in its upper layer).
-    pub fn head(&self) -> Option<PathBuf> {
-        if self.whole() {
-            let h = self.git_upper().join("HEAD");
-            fs::symlink_metadata(&h).is_ok().then_some(h)
-        } else {
-            Some(self.dir.join("HEAD"))
-        }
+    /// The sandbox's HEAD, packed-refs and index: absent when it left the
+    /// host's as they were (the lower layer).
+    pub fn head(&self) -> PathBuf {
+        self.git_upper().join("HEAD")
+    }
+    pub fn packed_refs(&self) -> PathBuf {
+        self.git_upper().join("packed-refs")
+    }
+    pub fn index(&self) -> PathBuf {
+        self.git_upper().join("index")
     }
     pub fn gitdir_file(&self) -> PathBuf {
         self.dir.join("gitdir")
@@ -208,7 +200,6 @@ impl Stage {
             return Err(StageError::Exists(dir));
         }
         let parent = dir.parent().unwrap().to_path_buf();
-        let head = fs::read(git_dir.join("HEAD")).map_err(io_at(git_dir))?;
         let tmp = tempfile::Builder::new()
             .prefix(BUILDING)
             .tempdir_in(&parent)
@@ -227,17 +218,7 @@ impl Stage {
         }
         let mut b = fs::DirBuilder::new();
         b.mode(0o700);
-        for d in [
-            "objects",
-            "objects/upper",
-            "objects/work",
-            "refs",
-            "refs/upper",
-            "refs/work",
-            "git",
-            "git/upper",
-            "git/work",
-        ] {
+        for d in ["git", "git/upper", "git/work"] {
             b.create(t.join(d)).map_err(io_at(t))?;
         }
         let mut g = fs::OpenOptions::new()
@@ -249,14 +230,7 @@ impl Stage {
         g.write_all(git_dir.as_os_str().as_bytes())
             .and_then(|()| g.write_all(b"\n"))
             .map_err(io_at(t))?;
-        let mut h = fs::OpenOptions::new()
-            .create_new(true)
-            .write(true)
-            .mode(0o644)
-            .open(t.join("HEAD"))
-            .map_err(io_at(t))?;
-        h.write_all(&head).map_err(io_at(t))?;
-        drop((g, h));
+        drop(g);
         rename_noreplace(t, &dir).map_err(|e| {
             if e.raw_os_error() == Some(libc::EEXIST) {
                 StageError::Exists(dir.clone())
@@ -304,10 +278,12 @@ impl Stage {
                 git_dir.display()
             )));
         }
-        for d in [p.objects_upper(), p.refs_upper()] {
-            if !fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir()) {
-                return Err(inv(&format!("{} is not a directory", d.display())));
-            }
+        let up = p.git_upper();
+        if !fs::symlink_metadata(&up).is_ok_and(|m| m.is_dir() && m.uid() == euid()) {
+            return Err(inv(&format!(
+                "{} is not a directory of the caller's",
+                up.display()
+            )));
         }
         let lock = match open_nofollow(&p.lock()) {
             Ok(f) => {

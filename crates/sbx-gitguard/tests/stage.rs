@@ -1,9 +1,9 @@
-//! The git stage: commits made inside a sandbox whose .git/objects and
-//! .git/refs are overlays with their upper layers in the stage, and whose
-//! .git/HEAD is the stage's copy bound over it, exactly as sbx-fs
-//! --git-stage mounts them (built here with unshare + mount, as root and as
-//! the unprivileged user with userxattr). The real `git` CLI judges the
-//! repository afterwards.
+//! The git stage: commits made inside a sandbox whose whole .git is an
+//! overlay (lowerdir the real .git, upperdir DIR/git/upper, workdir
+//! DIR/git/work) with config and hooks/ read-only on top, exactly as sbx-fs
+//! --git-stage mounts it (built here with unshare + mount, as root and as
+//! the unprivileged user with userxattr). The real `git` CLI works inside
+//! and judges the repository afterwards.
 
 mod common;
 
@@ -16,20 +16,12 @@ use sbx_testutil::{As, assert_event, assert_usage_error, code, identities, stder
 /// Mounts the stage the way sbx-fs does, then runs $3 in the work tree.
 const MOUNT: &str = r#"set -e
 S=$1; R=$2
-o=""; [ "$(id -u)" = 0 ] && [ -n "$SBX_USERNS" ] && o=",userxattr"
-mount -t overlay overlay -o "lowerdir=$R/.git/objects,upperdir=$S/objects/upper,workdir=$S/objects/work$o" "$R/.git/objects"
-mount -t overlay overlay -o "lowerdir=$R/.git/refs,upperdir=$S/refs/upper,workdir=$S/refs/work$o" "$R/.git/refs"
-mount --bind "$S/HEAD" "$R/.git/HEAD"
-cd "$R"
-exec sh -ec "$3"
-"#;
-
-/// The alternative: one overlay over the whole .git (upper layer in
-/// DIR/git/upper), under which git can rename over HEAD.
-const MOUNT_WHOLE: &str = r#"set -e
-S=$1; R=$2
-o=""; [ "$(id -u)" = 0 ] && [ -n "$SBX_USERNS" ] && o=",userxattr"
+o=""; [ -n "$SBX_USERNS" ] && o=",userxattr"
 mount -t overlay overlay -o "lowerdir=$R/.git,upperdir=$S/git/upper,workdir=$S/git/work$o" "$R/.git"
+for p in config hooks; do
+  mount --bind "$R/.git/$p" "$R/.git/$p"
+  mount -o remount,bind,ro "$R/.git/$p"
+done
 cd "$R"
 exec sh -ec "$3"
 "#;
@@ -40,10 +32,6 @@ fn stage_path(f: &Fixture, name: &str) -> PathBuf {
 
 /// `sbx-gitguard run --repo W --stage S [extra] -- unshare ... <agent>`.
 fn staged(f: &Fixture, stage: &Path, extra: &[&str], agent: &str) -> Output {
-    staged_with(f, MOUNT, stage, extra, agent)
-}
-
-fn staged_with(f: &Fixture, mount: &str, stage: &Path, extra: &[&str], agent: &str) -> Output {
     let w = f.w.to_str().unwrap();
     let s = stage.to_str().unwrap();
     let mut args = vec!["run", "--repo", w, "--stage", s];
@@ -53,8 +41,18 @@ fn staged_with(f: &Fixture, mount: &str, stage: &Path, extra: &[&str], agent: &s
         As::Root => args.extend_from_slice(&["unshare", "-m"]),
         As::User => args.extend_from_slice(&["unshare", "-Urm", "env", "SBX_USERNS=1"]),
     }
-    args.extend_from_slice(&["sh", "-c", mount, "sh", s, w, agent]);
+    args.extend_from_slice(&["sh", "-c", MOUNT, "sh", s, w, agent]);
     f.guard(&args)
+}
+
+/// The host's index matches the imported HEAD and the work tree.
+fn clean_status(f: &Fixture) {
+    assert_eq!(
+        f.git_ok(&f.w, &["status", "--porcelain", "--untracked-files=no"]),
+        "",
+        "{:?}: git status is not clean",
+        f.who
+    );
 }
 
 fn fsck_strict(f: &Fixture) {
@@ -85,16 +83,12 @@ fn commits_branch_tag_and_gc_in_the_sandbox_are_imported() {
         let f = Fixture::new(who);
         let s = stage_path(&f, "work");
         let main_before = rev(&f, "main");
-        // A file bind over .git/HEAD cannot be renamed over, so `git
-        // checkout -b` cannot switch HEAD there (EBUSY); the branch is made
-        // and HEAD written in place, which is what checkout -b amounts to.
         let out = staged(
             &f,
             &s,
             &[],
             "echo x > x; git add x; git commit -qm agent-one
-             git branch feature
-             printf 'ref: refs/heads/feature\\n' > .git/HEAD
+             git checkout -q -b feature
              echo y > y; git add y; git commit -qm agent-two
              git tag v9
              git gc -q",
@@ -108,10 +102,7 @@ fn commits_branch_tag_and_gc_in_the_sandbox_are_imported() {
             f.git_ok(&f.w, &["symbolic-ref", "HEAD"]).trim(),
             "refs/heads/feature"
         );
-        assert_eq!(
-            f.git_ok(&f.w, &["status", "--porcelain", "--untracked-files=no"]),
-            ""
-        );
+        clean_status(&f);
         fsck_strict(&f);
         assert_event(&f.audit, "ref_imported", "info", |e| {
             e["ref"] == "refs/heads/main"
@@ -127,8 +118,14 @@ fn commits_branch_tag_and_gc_in_the_sandbox_are_imported() {
         // The reflog names the sandbox.
         let log = f.git_ok(&f.w, &["reflog", "show", "--format=%gs", "main"]);
         assert!(log.contains("sbx-gitguard: from sandbox"), "{log}");
-        // Legitimate work raises no alert (the info/refs git gc rewrites is
-        // reverted as info).
+        // The sandbox's index came in, rebuilt: nothing reset or dropped.
+        assert_event(&f.audit, "index_rebuilt", "info", |e| {
+            e["reset_to_head"] == 0 && e["dropped"] == 0
+        });
+        assert_event(&f.audit, "git_stage_imported", "info", |e| {
+            e["refused"] == 0 && e["head_changed"] == true
+        });
+        // Legitimate work raises no alert.
         let alerts: Vec<_> = sbx_testutil::audit_events(&f.audit)
             .into_iter()
             .filter(|e| e["severity"] == "alert")
@@ -149,6 +146,7 @@ fn amend_is_imported_and_logged() {
         let out = staged(&f, &s, &[], "git commit -q --amend -m amended");
         assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
         assert!(subjects(&f, "main").starts_with("amended\n"));
+        clean_status(&f);
         assert_event(&f.audit, "ref_imported", "info", |e| {
             e["ref"] == "refs/heads/main" && e["old"] == old.as_str() && e["fast_forward"] == false
         });
@@ -197,6 +195,17 @@ fn removing_the_refs_directories_deletes_no_checked_out_branch() {
         attack(
             who,
             "rm -rf .git/refs/heads .git/refs/tags",
+            "ref_refused",
+            |e| e["ref"] == "refs/heads/wtb" && e["reason"] == "deleting the checked-out branch",
+        );
+        // refs/ itself whited out, or made opaque (removed and made anew):
+        // every loose ref the host has is a deletion, by the same rules.
+        attack(who, "rm -rf .git/refs", "ref_refused", |e| {
+            e["ref"] == "refs/heads/main" && e["reason"] == "deleting the checked-out branch"
+        });
+        attack(
+            who,
+            "rm -rf .git/refs; mkdir -p .git/refs/heads .git/refs/tags",
             "ref_refused",
             |e| e["ref"] == "refs/heads/wtb" && e["reason"] == "deleting the checked-out branch",
         );
@@ -283,6 +292,16 @@ fn a_garbage_head_is_refused() {
         attack(who, "printf garbage > .git/HEAD", "ref_refused", |e| {
             e["ref"] == "HEAD"
         });
+        // Removed: a whiteout in the upper layer.
+        attack(who, "rm .git/HEAD", "ref_refused", |e| {
+            e["ref"] == "HEAD" && e["reason"].as_str().unwrap().contains("unreadable")
+        });
+        attack(
+            who,
+            "rm .git/HEAD; ln -s ../../HEAD .git/HEAD",
+            "ref_refused",
+            |e| e["ref"] == "HEAD" && e["reason"].as_str().unwrap().contains("unreadable"),
+        );
     }
 }
 
@@ -358,6 +377,123 @@ fn symlinks_in_the_stage_are_refused_never_followed() {
         e["ref"] == "refs/heads/link" && e["reason"].as_str().unwrap().contains("symbolic link")
     });
     assert_eq!(rev(&f, "refs/heads/link"), "");
+}
+
+#[test]
+fn objects_or_refs_replaced_by_a_symlink_are_never_followed() {
+    for who in identities() {
+        // Another repository the host user can read (the sandbox would not
+        // see it): .git/objects and .git/refs in the upper layer become
+        // symlinks to its own; nothing of it may come in.
+        let f = Fixture::new(who);
+        let other = f.sh(
+            &f.dir,
+            "git init -q other && cd other && echo s > secret && git add secret && git commit -qm secret && git rev-parse HEAD",
+        );
+        assert!(other.status.success());
+        let secret = String::from_utf8_lossy(&other.stdout).trim().to_string();
+        let s = stage_path(&f, "symroot");
+        let before = f.state();
+        let out = staged(
+            &f,
+            &s,
+            &[],
+            "rm -rf .git/objects .git/refs
+             ln -s \"$D/other/.git/objects\" .git/objects
+             ln -s \"$D/other/.git/refs\" .git/refs",
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert_eq!(f.state(), before, "{who:?}: the repository changed");
+        for what in ["objects", "refs"] {
+            assert_event(&f.audit, "stage_entry_refused", "alert", |e| {
+                e["path"] == what && e["reason"].as_str().unwrap().contains("symbolic link")
+            });
+        }
+        let o = f.git(&f.w, &["cat-file", "-e", &secret]);
+        assert!(
+            !o.status.success(),
+            "{who:?}: the other repository's commit came in"
+        );
+        fsck_strict(&f);
+        assert!(!s.exists());
+    }
+}
+
+#[test]
+fn what_git_writes_elsewhere_in_the_git_dir_never_reaches_the_host() {
+    for who in identities() {
+        // config and hooks/ are read-only inside (as sbx-fs mounts them);
+        // what the sandbox can write elsewhere in .git (a submodule's
+        // config, info/, logs, config.worktree) stays in the stage.
+        let f = Fixture::new(who);
+        let s = stage_path(&f, "elsewhere");
+        let main = rev(&f, "main");
+        let config = std::fs::read(f.w.join(".git/config")).unwrap();
+        let out = staged(
+            &f,
+            &s,
+            &[],
+            "! git config core.fsmonitor \"touch $MARK\" 2>/dev/null
+             ! cp /bin/true .git/hooks/pre-commit 2>/dev/null
+             git -C sub config core.fsmonitor \"touch $MARK\"
+             git config -f .git/config.worktree core.fsmonitor \"touch $MARK\"
+             echo '* filter=evil' > .git/info/attributes
+             echo '0000 1111 x <x> 1 +0000 evil' >> .git/logs/HEAD
+             echo x > x; git add x; git commit -qm agent",
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert!(subjects(&f, "main").starts_with("agent\n"), "{who:?}");
+        assert_eq!(rev(&f, "main~1"), main);
+        assert_eq!(std::fs::read(f.w.join(".git/config")).unwrap(), config);
+        assert!(!f.w.join(".git/config.worktree").exists());
+        assert!(!f.w.join(".git/hooks/pre-commit").exists());
+        assert!(!f.w.join(".git/info/attributes").exists());
+        let sub = f.git(&f.w.join("sub"), &["config", "--get-all", "core.fsmonitor"]);
+        assert!(
+            !String::from_utf8_lossy(&sub.stdout).contains("touch"),
+            "{who:?}: the submodule's config changed"
+        );
+        clean_status(&f);
+        fsck_strict(&f);
+        f.assert_nothing_runs();
+        assert!(!s.exists());
+    }
+}
+
+#[test]
+fn the_sandboxs_index_is_taken_without_cached_trees_or_missing_objects() {
+    for who in identities() {
+        // Staged without a commit: the blob comes in with the index, the
+        // tree `git write-tree` cached does not (no ref needs it). An entry
+        // naming an object that exists nowhere is reset to HEAD's version.
+        let f = Fixture::new(who);
+        let s = stage_path(&f, "index");
+        let out = staged(
+            &f,
+            &s,
+            &[],
+            &format!(
+                "echo q > q; git add q; git write-tree >/dev/null
+                 git update-index --info-only --cacheinfo 100644,{ZERO_REF},a"
+            ),
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert_event(&f.audit, "index_rebuilt", "warn", |e| {
+            e["reset_to_head"] == 1 && e["dropped"] == 0
+        });
+        // q is staged on the host, a is as HEAD has it.
+        assert_eq!(
+            f.git_ok(&f.w, &["status", "--porcelain", "--untracked-files=no"]),
+            "A  q\n",
+            "{who:?}"
+        );
+        // A commit on the host writes its own trees: no broken link.
+        f.git_ok(&f.w, &["commit", "-qm", "host"]);
+        assert_eq!(f.git_ok(&f.w, &["show", "HEAD:q"]), "q\n");
+        clean_status(&f);
+        fsck_strict(&f);
+        assert!(!s.exists());
+    }
 }
 
 #[test]
@@ -453,11 +589,10 @@ fn bad_input_is_refused_before_anything_runs() {
         // import: a stage of another repository.
         let other = stage_path(&f, "other");
         std::fs::create_dir(&other).unwrap();
-        for d in ["objects/upper", "refs/upper"] {
+        for d in ["git/upper", "git/work"] {
             std::fs::create_dir_all(other.join(d)).unwrap();
         }
         std::fs::write(other.join("gitdir"), "/elsewhere/.git\n").unwrap();
-        std::fs::copy(f.w.join(".git/HEAD"), other.join("HEAD")).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o700)).unwrap();
         if who == As::User {
@@ -507,7 +642,7 @@ fn start_killable(f: &Fixture, s: &Path, agent: &str) -> std::process::Child {
     // harness's timeout; the run has nothing else to wait for).
     let up = std::fs::read_to_string(&fifo).unwrap();
     assert_eq!(up.trim(), "up");
-    assert!(s.join("objects/upper").is_dir());
+    assert!(s.join("git/upper").is_dir());
     child
 }
 
@@ -528,6 +663,7 @@ fn a_killed_runs_stage_can_be_imported_by_hand_or_is_reaped_by_the_next_run() {
         let o = f.guard(&["import", "--repo", w, "--stage", sa.to_str().unwrap()]);
         assert_eq!(code(&o), 0, "{who:?}: {}", stderr(&o));
         assert!(subjects(&f, "main").starts_with("by-hand\n"), "{who:?}");
+        clean_status(&f);
         assert!(!sa.exists());
         fsck_strict(&f);
         // 2. A run killed, then the next run beside it reaps its stage.
@@ -553,52 +689,5 @@ fn a_killed_runs_stage_can_be_imported_by_hand_or_is_reaped_by_the_next_run() {
             e["stage"] == sb.to_str().unwrap()
         });
         fsck_strict(&f);
-    }
-}
-
-#[test]
-fn with_an_overlay_over_the_whole_git_dir_checkout_b_works_and_is_imported() {
-    for who in identities() {
-        let f = Fixture::new(who);
-        let s = stage_path(&f, "whole");
-        let main = rev(&f, "main");
-        let v1 = rev(&f, "v1");
-        let out = staged_with(
-            &f,
-            MOUNT_WHOLE,
-            &s,
-            &[],
-            "git checkout -q -b feature
-             echo x > x; git add x; git commit -qm agent-one
-             git tag v9
-             git tag -f v1 HEAD >/dev/null 2>&1
-             git gc -q
-             git config core.fsmonitor \"touch $MARK\"",
-        );
-        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
-        assert!(!s.exists());
-        assert_eq!(
-            f.git_ok(&f.w, &["symbolic-ref", "HEAD"]).trim(),
-            "refs/heads/feature"
-        );
-        assert!(subjects(&f, "feature").starts_with("agent-one\n"));
-        assert_eq!(rev(&f, "main"), main);
-        assert_eq!(rev(&f, "v9"), rev(&f, "feature"));
-        assert_eq!(rev(&f, "v1"), v1, "{who:?}: an existing tag moved");
-        assert_event(&f.audit, "ref_refused", "alert", |e| {
-            e["ref"] == "refs/tags/v1" && e["reason"] == "moving an existing tag"
-        });
-        assert_event(&f.audit, "ref_imported", "info", |e| {
-            e["ref"] == "HEAD" && e["new"] == "ref: refs/heads/feature"
-        });
-        // The sandbox's index came in: the commit's file is not staged
-        // against the new HEAD.
-        assert_eq!(
-            f.git_ok(&f.w, &["status", "--porcelain", "--untracked-files=no"]),
-            ""
-        );
-        fsck_strict(&f);
-        // The config write stayed in the stage.
-        f.assert_nothing_runs();
     }
 }
