@@ -17,7 +17,7 @@ use sbx_testutil::{As, assert_event, assert_usage_error, code, identities, stder
 const MOUNT: &str = r#"set -e
 S=$1; R=$2
 o=""; [ -n "$SBX_USERNS" ] && o=",userxattr"
-mount -t overlay overlay -o "lowerdir=$R/.git,upperdir=$S/git/upper,workdir=$S/git/work$o" "$R/.git"
+mount -t overlay overlay -o "nosuid,nodev,lowerdir=$R/.git,upperdir=$S/git/upper,workdir=$S/git/work$o" "$R/.git"
 for p in config hooks; do
   mount --bind "$R/.git/$p" "$R/.git/$p"
   mount -o remount,bind,ro "$R/.git/$p"
