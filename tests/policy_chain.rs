@@ -5,51 +5,16 @@
 //! as the unprivileged test user (sbx-cgroup needs root here: the fork and
 //! memory bombs run as root only).
 
+mod common;
+use common::*;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use sbx_testutil::testnet::{Host, TestNet};
 use sbx_testutil::{As, assert_event, audit_events, identities, run_as, stderr, stdout};
 use serde_json::Value;
-
-const PY: &str = "/usr/bin/python3";
-const PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
-
-fn write(p: &Path, s: &str) {
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, s).unwrap();
-}
-
-fn chown_r(p: &Path) {
-    if let (true, Some((u, g))) = (sbx_testutil::is_root(), sbx_testutil::test_user()) {
-        let _ = Command::new("chown")
-            .arg("-R")
-            .arg(format!("{u}:{g}"))
-            .arg(p)
-            .status();
-    }
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args([
-            "-c",
-            "user.email=t@example.invalid",
-            "-c",
-            "user.name=t",
-            "-c",
-            "safe.directory=*",
-        ])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-    stdout(&out)
-}
 
 /// A project (git repository with tests), a home with secrets, settings.
 struct Project {

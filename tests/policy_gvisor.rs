@@ -7,57 +7,23 @@
 //! the sandbox is SIGKILLed. As root (inside sbx-cgroup) and as the
 //! unprivileged test user (runsc --rootless).
 
+mod common;
+use common::*;
+
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sbx_testutil::testnet::TestNet;
 use sbx_testutil::{As, assert_event, audit_events, code, identities, run_as, stderr, stdout};
 
-const PY: &str = "/usr/bin/python3";
-const PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
-
 fn runsc() -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
         .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
         .map(|d| d.join("runsc"))
         .find(|p| p.is_file())
-}
-
-fn write(p: &Path, s: &str) {
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, s).unwrap();
-}
-
-fn chown_r(p: &Path) {
-    if let (true, Some((u, g))) = (sbx_testutil::is_root(), sbx_testutil::test_user()) {
-        let _ = Command::new("chown")
-            .arg("-R")
-            .arg(format!("{u}:{g}"))
-            .arg(p)
-            .status();
-    }
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args([
-            "-c",
-            "user.email=t@example.invalid",
-            "-c",
-            "user.name=t",
-            "-c",
-            "safe.directory=*",
-        ])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-    stdout(&out)
 }
 
 struct Project {
