@@ -377,7 +377,7 @@ impl Drop for DirLock {
 }
 
 /// How long the reaper waits for a dying sandbox to release the shared lock.
-const REAPER_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+const REAPER_SETTLE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The reaper: detached from the terminal, holding only what it needs,
 /// it waits for sbx-fs (pid `owner`) to exit and removes what is left.
