@@ -3,7 +3,7 @@
 //! Each tool applies one layer and then runs the next command of the chain.
 //! This crate holds what they must all do the same way: the argv rules
 //! (`--`, `--config`), the exit status rules, SBX_ID, the audit log, tracing,
-//! fd hygiene, signal forwarding and die-with-parent.
+//! fd hygiene, fd passing, signal forwarding and die-with-parent.
 
 pub mod audit;
 pub mod chain;
@@ -12,6 +12,7 @@ pub mod exit;
 pub mod fds;
 pub mod id;
 pub mod man;
+pub mod passfd;
 pub mod signals;
 pub mod sigsys;
 pub mod supervise;

@@ -91,11 +91,11 @@ fn setup_and_run(mut a: InitArgs) -> Result<i32, Failure> {
     // served by the outer sbx-fs. When it cannot be, the ops run as plain
     // placeholders and read-only binds (the outer sbx-fs logs why).
     let chan_fd = a.chan.take();
-    let chan = chan_fd.as_ref().map_or(-1, |f| f.as_raw_fd());
+    let chan = chan_fd.as_ref().map(|f| f.as_fd());
     let guarded = !a.guards.is_empty() && {
         match setup_guard(&mut root, a.uid, a.gid, a.userns) {
             Ok(dev) => {
-                handoff::send(chan, handoff::TAG_FUSE, "", Some(dev.as_raw_fd()))
+                handoff::send(chan, handoff::TAG_FUSE, "", Some(dev.as_fd()))
                     .map_err(|e| Failure::new(format!("hand the guard fs to sbx-fs: {e}")))?;
                 true
             }
@@ -116,7 +116,7 @@ fn setup_and_run(mut a: InitArgs) -> Result<i32, Failure> {
     }
     // /tmp, for the outer sbx-fs to notice when it fills up.
     if let Ok(Some(t)) = root.mkpath(std::path::Path::new("/tmp"), crate::plan::Kind::Dir, false) {
-        let _ = handoff::send(chan, handoff::TAG_TMP, "", Some(t.as_raw_fd()));
+        let _ = handoff::send(chan, handoff::TAG_TMP, "", Some(t.as_fd()));
     }
     drop(chan_fd);
     root.pivot()?;

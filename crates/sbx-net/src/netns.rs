@@ -7,7 +7,9 @@
 use std::ffi::CString;
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use sbx_core::passfd;
 
 use crate::netlink::{LO_INDEX, Rtnl};
 use crate::nft::{Layout, Nft};
@@ -42,19 +44,7 @@ pub struct Handed {
 }
 
 pub fn channel() -> Result<(OwnedFd, OwnedFd), NetnsError> {
-    let mut sv = [0; 2];
-    let r = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            sv.as_mut_ptr(),
-        )
-    };
-    if r != 0 {
-        return Err(NetnsError::SocketPair(io::Error::last_os_error()));
-    }
-    Ok(unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) })
+    sbx_core::passfd::seqpacket_pair().map_err(NetnsError::SocketPair)
 }
 
 fn write_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
@@ -147,38 +137,6 @@ fn listener(ip: IpAddr, port: u16, tcp: bool) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Sends `fds` (or an error text with none) over the channel.
-fn send(chan: RawFd, msg: &[u8], fds: &[RawFd]) -> io::Result<()> {
-    let mut iov = libc::iovec {
-        iov_base: msg.as_ptr() as *mut _,
-        iov_len: msg.len(),
-    };
-    let mut cbuf = [0u64; 8];
-    let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
-    mh.msg_iov = &mut iov;
-    mh.msg_iovlen = 1;
-    if !fds.is_empty() {
-        let space = unsafe { libc::CMSG_SPACE((fds.len() * 4) as u32) } as usize;
-        mh.msg_control = cbuf.as_mut_ptr().cast();
-        mh.msg_controllen = space;
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&mh);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as usize;
-            std::ptr::copy_nonoverlapping(
-                fds.as_ptr(),
-                libc::CMSG_DATA(c).cast::<RawFd>(),
-                fds.len(),
-            );
-        }
-    }
-    if unsafe { libc::sendmsg(chan, &mh, libc::MSG_NOSIGNAL) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 impl Prepared {
     /// Runs in the child after fork. On failure the reason is sent to the
     /// supervisor as text and the exec is stopped.
@@ -186,17 +144,23 @@ impl Prepared {
         let mut why = String::new();
         match self.setup(&mut why) {
             Ok(h) => {
-                let mut fds = vec![h.tcp4.as_raw_fd(), h.udp4.as_raw_fd()];
-                if let Some((t6, u6)) = &h.v6 {
-                    fds.push(t6.as_raw_fd());
-                    fds.push(u6.as_raw_fd());
-                }
-                send(self.chan.as_raw_fd(), b"ok", &fds)
+                // No allocation here (a forked child): the fds on the stack.
+                let v4 = [h.tcp4.as_fd(), h.udp4.as_fd()];
+                let both;
+                let fds: &[BorrowedFd<'_>] = match &h.v6 {
+                    Some((t6, u6)) => {
+                        both = [v4[0], v4[1], t6.as_fd(), u6.as_fd()];
+                        &both
+                    }
+                    None => &v4,
+                };
+                passfd::send_fds(self.chan.as_fd(), b"ok", fds)?;
+                Ok(())
                 // `h` drops here: the sandbox keeps no handle on them.
             }
             Err(e) => {
                 let msg = format!("E{why}: {e}");
-                let _ = send(self.chan.as_raw_fd(), msg.as_bytes(), &[]);
+                let _ = passfd::send_fds(self.chan.as_fd(), msg.as_bytes(), &[]);
                 Err(e)
             }
         }
@@ -291,48 +255,15 @@ fn fmt_map(b: &mut [u8; 64], id: u32) -> usize {
 /// when the child sent nothing (it failed before the set-up ran).
 pub fn receive(chan: &OwnedFd) -> Result<Option<Handed>, NetnsError> {
     let mut buf = [0u8; 4096];
-    let mut cbuf = [0u64; 16];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
+    // Not waiting: the child sends before its exec, and Supervisor::spawn
+    // returned after that exec (or its failure).
+    let (n, fds) = match passfd::try_recv_fds(chan.as_fd(), &mut buf) {
+        Ok(Some(m)) => (m.len, m.fds),
+        // The child closed its end without a word.
+        Ok(None) => (0, Vec::new()),
+        Err(e) if e.would_block() => return Ok(None),
+        Err(e) => return Err(NetnsError::Recv(e.into())),
     };
-    let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
-    mh.msg_iov = &mut iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = cbuf.as_mut_ptr().cast();
-    mh.msg_controllen = std::mem::size_of_val(&cbuf);
-    let n = loop {
-        let n = unsafe {
-            libc::recvmsg(
-                chan.as_raw_fd(),
-                &mut mh,
-                libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(None),
-                _ => return Err(NetnsError::Recv(e)),
-            }
-        }
-        break n as usize;
-    };
-    let mut fds = Vec::new();
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&mh);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
-                let p = libc::CMSG_DATA(c).cast::<RawFd>();
-                for i in 0..count {
-                    fds.push(OwnedFd::from_raw_fd(*p.add(i)));
-                }
-            }
-            c = libc::CMSG_NXTHDR(&mh, c);
-        }
-    }
     let msg = &buf[..n];
     if let Some(t) = msg.strip_prefix(b"E") {
         return Err(NetnsError::Child(String::from_utf8_lossy(t).into_owned()));

@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, IntoRawFd, RawFd};
 
 use seccompiler::BpfProgram;
 
@@ -92,7 +92,7 @@ pub enum NotifyError {
     #[error("fork of the notifier")]
     Fork(#[source] io::Error),
     #[error("passing the listener fd to the notifier")]
-    Pass(#[source] io::Error),
+    Pass(#[source] sbx_core::passfd::PassFdError),
 }
 
 /// `--deny` with the default action: its rules join the notify filter (a
@@ -211,19 +211,9 @@ impl Notifier {
         audit_fd: Option<RawFd>,
         exec: Option<crate::execwatch::ExecWatch>,
     ) -> Result<Self, NotifyError> {
-        let mut sv = [0; 2];
-        if unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                sv.as_mut_ptr(),
-            )
-        } != 0
-        {
-            return Err(NotifyError::Socket(io::Error::last_os_error()));
-        }
-        let (ours, theirs) = (sv[0], sv[1]);
+        let (ours, theirs) = sbx_core::passfd::seqpacket_pair().map_err(NotifyError::Socket)?;
+        // Raw from here: both processes close them by hand across the forks.
+        let (ours, theirs) = (ours.into_raw_fd(), theirs.into_raw_fd());
         let mid = unsafe { libc::fork() };
         if mid < 0 {
             return Err(NotifyError::Fork(io::Error::last_os_error()));
@@ -258,13 +248,22 @@ impl Notifier {
 
     /// Hands `listener` to the notifier and closes it and the socket here.
     pub fn pass(mut self, listener: RawFd) -> Result<(), NotifyError> {
-        let r = send_fd(self.sock, listener);
+        // One zero byte with the fd: a message of the fd alone would read
+        // as end of stream.
+        // SAFETY: both fds are open and ours until closed just below.
+        let r = unsafe {
+            sbx_core::passfd::send_fds(
+                BorrowedFd::borrow_raw(self.sock),
+                &[0],
+                &[BorrowedFd::borrow_raw(listener)],
+            )
+        };
         unsafe {
             libc::close(listener);
             libc::close(self.sock);
         }
         self.sock = -1;
-        r.map_err(NotifyError::Pass)
+        r.map(drop).map_err(NotifyError::Pass)
     }
 }
 
@@ -274,64 +273,6 @@ impl Drop for Notifier {
         if self.sock >= 0 {
             unsafe { libc::close(self.sock) };
         }
-    }
-}
-
-fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut cbuf = vec![0u8; space];
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
-        if libc::sendmsg(sock, &msg, 0) != 1 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-fn recv_fd(sock: RawFd) -> Option<RawFd> {
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut cbuf = vec![0u8; space];
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    loop {
-        let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        if n <= 0 {
-            return None;
-        }
-        break;
-    }
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        if c.is_null() || (*c).cmsg_type != libc::SCM_RIGHTS {
-            return None;
-        }
-        Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>()))
     }
 }
 
@@ -411,9 +352,14 @@ fn notifier_main(
             unsafe { libc::close(fd) };
         }
     }
-    let Some(listener) = recv_fd(sock) else {
+    // EOF (sbx-seccomp dropped the Notifier without a listener) or any
+    // error: nothing to serve.
+    // SAFETY: `sock` is open until closed below.
+    let got = sbx_core::passfd::recv_fds(unsafe { BorrowedFd::borrow_raw(sock) }, &mut [0u8; 1]);
+    let Some(listener) = got.ok().flatten().and_then(|m| m.fds.into_iter().next()) else {
         unsafe { libc::_exit(0) }
     };
+    let listener = listener.into_raw_fd();
     unsafe { libc::close(sock) };
     serve(listener, &names, exec);
     unsafe { libc::_exit(0) }
