@@ -13,6 +13,7 @@ pub mod fds;
 pub mod id;
 pub mod man;
 pub mod passfd;
+pub mod pidfd;
 pub mod signals;
 pub mod sigsys;
 pub mod supervise;

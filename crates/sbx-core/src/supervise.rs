@@ -11,7 +11,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -70,14 +70,6 @@ pub struct Supervisor {
     child_is_sbx: bool,
 }
 
-fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
 static PARENT: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
 
 /// Opens (once, at start-up) the pidfd of our supervising parent, if an sbx
@@ -114,7 +106,7 @@ fn parent_watch() -> Result<Option<OwnedFd>, Failure> {
     if ppid != pid {
         return Err(Failure::new("the supervising sbx tool died before start"));
     }
-    pidfd_open(pid)
+    crate::pidfd::open(pid)
         .map(Some)
         .map_err(|e| Failure::new(format!("pidfd_open of supervisor {pid}: {e}")))
 }
@@ -164,7 +156,8 @@ impl Supervisor {
         let pid = child.id() as i32;
         // std's Child would not be waited for by Drop; we reap with waitpid.
         drop(child);
-        let pidfd = pidfd_open(pid).map_err(|e| Failure::new(format!("pidfd_open {pid}: {e}")))?;
+        let pidfd =
+            crate::pidfd::open(pid).map_err(|e| Failure::new(format!("pidfd_open {pid}: {e}")))?;
         let sigfd = SignalFd::with_flags(
             &crate::signals::forwarded_set(),
             SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
@@ -194,22 +187,7 @@ impl Supervisor {
         if self.status.is_some() {
             return Ok(());
         }
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
-                sig as i32,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        };
-        if r != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::ESRCH) {
-                return Err(e);
-            }
-        }
-        Ok(())
+        crate::pidfd::send_signal(self.pidfd.as_fd(), sig as i32)
     }
 
     /// Waits until the child exits, the deadline passes or our parent dies,

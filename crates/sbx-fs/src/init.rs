@@ -66,7 +66,7 @@ fn setup_and_run(mut a: InitArgs) -> Result<i32, Failure> {
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
     }
-    if crate::sys::pidfd_exited(a.owner.as_raw_fd()) {
+    if crate::sys::pidfd_exited(a.owner.as_fd()) {
         return Err(Failure::new("sbx-fs exited before the sandbox started"));
     }
     // Away from the terminal's process group: the outer sbx-fs forwards

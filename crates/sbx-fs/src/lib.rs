@@ -697,14 +697,14 @@ fn supervise(pid: libc::pid_t, sigfd: &SignalFd, watch: &mut Watch) -> i32 {
         }
         if fds[1].revents != 0 {
             while let Ok(Some(info)) = sigfd.read_signal() {
-                let _ = sys::pidfd_send_signal(pidfd.as_raw_fd(), info.ssi_signo as i32);
+                let _ = sys::pidfd_send_signal(pidfd.as_fd(), info.ssi_signo as i32);
             }
         }
         if fds[0].revents != 0 {
             return wait_blocking(pid);
         }
         if fds[2].revents != 0 {
-            let _ = sys::pidfd_send_signal(pidfd.as_raw_fd(), libc::SIGKILL);
+            let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
             return wait_blocking(pid);
         }
     }

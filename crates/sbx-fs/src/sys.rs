@@ -302,35 +302,11 @@ pub fn mount_propagation(p: &Path, flags: libc::c_ulong) -> io::Result<()> {
     } as libc::c_long)
 }
 
-pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
-    fd_result(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })
-}
-
-pub fn pidfd_send_signal(fd: RawFd, sig: i32) -> io::Result<()> {
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd,
-            sig,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    match unit_result(r) {
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
-        other => other,
-    }
-}
-
-/// Whether `fd` (a pidfd) is readable now (the process exited).
-pub fn pidfd_exited(fd: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    unsafe { libc::poll(&mut p, 1, 0) > 0 }
-}
+// pidfds are sbx-core's (one implementation for every supervisor); the
+// seam keeps its names.
+pub use sbx_core::pidfd::{
+    exited as pidfd_exited, open as pidfd_open, send_signal as pidfd_send_signal,
+};
 
 /// The path the kernel reports for an fd (for messages and rule matching).
 pub fn fd_path(fd: RawFd) -> io::Result<std::path::PathBuf> {

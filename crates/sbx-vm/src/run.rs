@@ -130,7 +130,7 @@ fn run_vm(plan: Plan, creds: Option<&crate::creds::Creds>) -> Result<i32, Failur
                "tmpfs_mib": plan.tmpfs >> 20, "kernel": plan.files.kernel.display().to_string(),
                "rootfs": plan.files.rootfs.display().to_string(), "net": if plan.net { "sbx-net" } else { "none" }}),
     );
-    let pidfd = session::pidfd_open(running.sup.pid())
+    let pidfd = sbx_core::pidfd::open(running.sup.pid())
         .map_err(|e| Failure::new(format!("pidfd_open: {e}")))?;
     let (c2, l2) = (console.clone(), vmm_log.clone());
     let vmm = session::Vmm {

@@ -4,7 +4,7 @@
 //! exit status; enforces --boot-timeout and --timeout.
 
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -72,21 +72,8 @@ pub struct Vmm {
 
 impl Vmm {
     pub fn exited(&self) -> bool {
-        let mut p = libc::pollfd {
-            fd: self.pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+        sbx_core::pidfd::exited(self.pidfd.as_fd())
     }
-}
-
-pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 fn signalfd() -> Result<SignalFd, SessionError> {
