@@ -12,7 +12,7 @@
 //! blocked signal mask (SIGTERM, SIGINT, SIGHUP... stay pending), and stays
 //! in the caller's own cgroups, outside the sandbox.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use crate::group::SandboxGroup;
@@ -28,11 +28,7 @@ pub struct Watcher {
 impl Watcher {
     /// Forks the watcher for `group`. Call while single-threaded.
     pub fn start(group: &SandboxGroup, leaf: Option<Leaf>) -> std::io::Result<Self> {
-        let mut fds = [0; 2];
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let (rx, tx) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (rx, tx) = sbx_core::fds::pipe()?;
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(std::io::Error::last_os_error());

@@ -1,6 +1,12 @@
 //! fd hygiene: only 0, 1, 2 and the fds a tool names reach the next command.
 
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
+
+/// A pipe (read end, write end), both close-on-exec.
+pub fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = std::io::pipe()?;
+    Ok((r.into(), w.into()))
+}
 
 /// Marks every fd >= 3 close-on-exec, except `keep` (whose CLOEXEC flag is
 /// cleared). Async-signal-safe: usable between fork and exec.
@@ -33,4 +39,29 @@ pub fn open_fds() -> Vec<RawFd> {
         .unwrap_or_default();
     v.sort_unstable();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn pipe_is_cloexec_and_carries_bytes() {
+        let (r, w) = pipe().unwrap();
+        for fd in [r.as_raw_fd(), w.as_raw_fd()] {
+            let f = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+            assert_eq!(f & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+        }
+        assert_eq!(
+            unsafe { libc::write(w.as_raw_fd(), b"x".as_ptr().cast(), 1) },
+            1
+        );
+        let mut b = [0u8; 1];
+        assert_eq!(
+            unsafe { libc::read(r.as_raw_fd(), b.as_mut_ptr().cast(), 1) },
+            1
+        );
+        assert_eq!(&b, b"x");
+    }
 }

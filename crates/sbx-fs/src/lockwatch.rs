@@ -43,14 +43,6 @@ pub struct LockWatch {
     guarded: std::collections::HashSet<PathBuf>,
 }
 
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut p = [0 as RawFd; 2];
-    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) })
-}
-
 impl LockWatch {
     /// Watches each (host O_PATH fd of a .git directory, sandbox path) for
     /// the lock files of the `guarded` files in it. Forks: call while
@@ -85,8 +77,8 @@ impl LockWatch {
         if map.is_empty() {
             return Ok(None);
         }
-        let (ev_r, ev_w) = pipe()?;
-        let (alive_r, alive_w) = pipe()?;
+        let (ev_r, ev_w) = sbx_core::fds::pipe()?;
+        let (alive_r, alive_w) = sbx_core::fds::pipe()?;
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
             0 => helper(ino.as_raw_fd(), alive_r.as_raw_fd(), ev_w.as_raw_fd()),

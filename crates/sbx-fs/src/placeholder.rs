@@ -10,7 +10,7 @@
 //! directory, still empty).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Component, Path, PathBuf};
 
 use crate::plan::{Kind, Source};
@@ -174,11 +174,7 @@ impl Placeholders {
         if self.list.is_empty() {
             return Ok(());
         }
-        let mut p = [0 as RawFd; 2];
-        if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(PlaceholderError::Reaper(io::Error::last_os_error()));
-        }
-        let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        let (r, w) = sbx_core::fds::pipe().map_err(PlaceholderError::Reaper)?;
         let me = unsafe { libc::getpid() };
         match unsafe { libc::fork() } {
             -1 => Err(PlaceholderError::Reaper(io::Error::last_os_error())),

@@ -3,7 +3,7 @@
 //! readiness, so the payload never enters user space.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::io::Interest;
@@ -11,15 +11,16 @@ use tokio::net::TcpStream;
 
 const CHUNK: usize = 1 << 20;
 
+/// A non-blocking pipe for splice.
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut p = [0; 2];
-    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
+    let (r, w) = sbx_core::fds::pipe()?;
+    for fd in [r.as_raw_fd(), w.as_raw_fd()] {
+        unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
     }
     // A bigger pipe means fewer wake-ups per megabyte; the default 64 KiB
     // still works when the limit is lower.
-    unsafe { libc::fcntl(p[1], libc::F_SETPIPE_SZ, CHUNK as libc::c_int) };
-    Ok(unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) })
+    unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, CHUNK as libc::c_int) };
+    Ok((r, w))
 }
 
 fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {

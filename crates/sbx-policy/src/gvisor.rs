@@ -31,7 +31,7 @@
 
 use std::ffi::OsString;
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -456,16 +456,7 @@ fn teardown(runsc: &Path, state: &Path, id: &str, dir: &Path) {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), Failure> {
-    let mut p = [0 as RawFd; 2];
-    // SAFETY: pipe2 fills the array.
-    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(Failure::new(format!(
-            "gvisor: pipe: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    // SAFETY: fresh fds we own.
-    Ok(unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) })
+    sbx_core::fds::pipe().map_err(|e| Failure::new(format!("gvisor: pipe: {e}")))
 }
 
 /// The guardian: cleans up when `trigger` reaches EOF (this process gone or

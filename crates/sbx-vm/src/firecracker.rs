@@ -281,12 +281,7 @@ enum Watch {
 /// its byte first. The forwarded signals stay blocked in the reaper (as in
 /// sbx-vm), so a Ctrl-C to the group does not take it before it is needed.
 fn death_watch() -> io::Result<Watch> {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    let mut p = [0i32; 2];
-    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+    let (r, w) = sbx_core::fds::pipe()?;
     match unsafe { libc::fork() } {
         -1 => Err(io::Error::last_os_error()),
         0 => {
