@@ -180,9 +180,18 @@ struct Fixture {
     root: PathBuf,
 }
 
+static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+
+/// Statics are never dropped: the fixture's tree is removed at exit.
+extern "C" fn remove_fixture() {
+    if let Some(f) = FIXTURE.get() {
+        let _ = fs::remove_dir_all(&f.root);
+    }
+}
+
 fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| {
+    FIXTURE.get_or_init(|| {
+        unsafe { libc::atexit(remove_fixture) };
         let dir = tempfile::Builder::new()
             .prefix("sbx-path-p")
             .tempdir()
