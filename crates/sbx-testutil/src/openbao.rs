@@ -79,6 +79,8 @@ pub fn start(bin: &Path, opts: &Options) -> Result<Server, String> {
                 &format!("-dev-listen-address=127.0.0.1:{port}"),
                 &format!("-dev-root-token-id={root2}"),
                 "-log-level=warn",
+                // No ~/.vault-token left in the shared temp dir.
+                "-dev-no-store-token",
             ])
             .args(&tls_args)
             .env_remove("VAULT_TOKEN")
