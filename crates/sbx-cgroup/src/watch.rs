@@ -72,7 +72,7 @@ fn run(group: &SandboxGroup, leaf: Option<Leaf>, rx: OwnedFd) -> ! {
     let audit_fd: Option<RawFd> = sbx_core::audit::get().and_then(|a| a.raw_fd());
     let mut keep = vec![rx.as_raw_fd()];
     keep.extend(audit_fd);
-    close_others(&keep);
+    sbx_core::fds::close_all_except(&keep);
     let mut group = group.without_fds();
     let mut b = [0u8; 1];
     let n = loop {
@@ -109,13 +109,4 @@ fn run(group: &SandboxGroup, leaf: Option<Leaf>, rx: OwnedFd) -> ! {
         }),
     );
     unsafe { libc::_exit(if res.is_ok() { 0 } else { 1 }) };
-}
-
-fn close_others(keep: &[RawFd]) {
-    let fds: Vec<RawFd> = sbx_core::fds::open_fds();
-    for fd in fds {
-        if fd > 2 && !keep.contains(&fd) {
-            unsafe { libc::close(fd) };
-        }
-    }
 }

@@ -29,6 +29,45 @@ pub fn cloexec_all_except(keep: &[RawFd]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Closes every fd >= 3 not in `keep`: what a forked helper does first, so
+/// it holds nothing of its parent's open. No allocation, only
+/// close_range(2) over the gaps between the kept fds (in ascending order):
+/// usable between fork and exec.
+pub fn close_all_except(keep: &[RawFd]) {
+    let mut from: u32 = 3;
+    loop {
+        // The smallest kept fd at or above `from`.
+        let next = keep
+            .iter()
+            .filter_map(|&f| u32::try_from(f).ok())
+            .filter(|&f| f >= from)
+            .min();
+        let Some(fd) = next else { break };
+        if fd > from {
+            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0) };
+        }
+        from = fd + 1;
+    }
+    unsafe { libc::syscall(libc::SYS_close_range, from, u32::MAX, 0) };
+}
+
+/// Points fds 0, 1 and 2 at /dev/null, so that a helper process holds
+/// none of its parent's terminal or pipes (a reader of them sees EOF when
+/// the parent is done). Async-signal-safe.
+pub fn stdio_to_dev_null() {
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+    }
+}
+
 /// The open fds of this process (for tests and diagnostics).
 pub fn open_fds() -> Vec<RawFd> {
     let mut v: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
@@ -63,5 +102,26 @@ mod tests {
             1
         );
         assert_eq!(&b, b"x");
+    }
+
+    /// In a forked child: only the kept fds (and 0-2) survive.
+    #[test]
+    fn close_all_except_keeps_only_what_is_named() {
+        let (a, b) = pipe().unwrap();
+        let (c, d) = pipe().unwrap();
+        let (keep1, keep2) = (a.as_raw_fd(), d.as_raw_fd());
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            close_all_except(&[keep2, keep1]);
+            let open = |fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
+            let ok = open(keep1) && open(keep2) && !open(b.as_raw_fd()) && !open(c.as_raw_fd());
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut st = 0;
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            "status {st}"
+        );
     }
 }

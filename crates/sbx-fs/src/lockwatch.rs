@@ -170,17 +170,9 @@ impl LockWatch {
 fn helper(ino: RawFd, alive: RawFd, ev: RawFd) -> ! {
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            for fd in 0..3 {
-                libc::dup2(null, fd);
-            }
-            if null > 2 {
-                libc::close(null);
-            }
-        }
     }
-    crate::placeholder::close_others(&[ino, alive, ev]);
+    sbx_core::fds::stdio_to_dev_null();
+    sbx_core::fds::close_all_except(&[ino, alive, ev]);
     let mut buf = [0u8; 4096];
     let forward = |buf: &mut [u8; 4096]| loop {
         let n = unsafe { libc::read(ino, buf.as_mut_ptr().cast(), buf.len()) };

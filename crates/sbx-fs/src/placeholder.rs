@@ -380,23 +380,15 @@ const REAPER_SETTLE: std::time::Duration = std::time::Duration::from_secs(20);
 fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder]) -> ! {
     unsafe {
         libc::setsid();
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            for fd in 0..3 {
-                libc::dup2(null, fd);
-            }
-            if null > 2 {
-                libc::close(null);
-            }
-        }
         libc::chdir(c"/".as_ptr());
     }
+    sbx_core::fds::stdio_to_dev_null();
     let mut keep: Vec<RawFd> = list
         .iter()
         .flat_map(|p| [p.parent.as_raw_fd(), p.root.as_raw_fd()])
         .collect();
     keep.push(done.as_raw_fd());
-    close_others(&keep);
+    sbx_core::fds::close_all_except(&keep);
     let Ok(pidfd) = sys::pidfd_open(owner) else {
         remove_all(list, REAPER_SETTLE);
         unsafe { libc::_exit(0) }
@@ -424,19 +416,4 @@ fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder]) -> ! {
         remove_all(list, REAPER_SETTLE);
     }
     unsafe { libc::_exit(0) }
-}
-
-/// Closes every fd >= 3 not in `keep`.
-pub fn close_others(keep: &[RawFd]) {
-    let mut k: Vec<RawFd> = keep.iter().copied().filter(|f| *f >= 3).collect();
-    k.sort_unstable();
-    let mut from: u32 = 3;
-    for fd in k {
-        let fd = fd as u32;
-        if fd > from {
-            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0) };
-        }
-        from = fd + 1;
-    }
-    unsafe { libc::syscall(libc::SYS_close_range, from, u32::MAX, 0) };
 }

@@ -487,15 +487,8 @@ impl Guardian {
                     }
                     libc::chdir(c"/".as_ptr());
                 }
-                sbx_fs::placeholder::close_others(&[tr.as_raw_fd(), dw.as_raw_fd()]);
-                unsafe {
-                    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-                    if null >= 0 {
-                        for fd in 0..3 {
-                            libc::dup2(null, fd);
-                        }
-                    }
-                }
+                sbx_core::fds::close_all_except(&[tr.as_raw_fd(), dw.as_raw_fd()]);
+                sbx_core::fds::stdio_to_dev_null();
                 let mut f = std::fs::File::from(tr);
                 let mut buf = [0u8; 16];
                 loop {

@@ -334,24 +334,12 @@ fn notifier_main(
         libc::setsid();
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         libc::prctl(libc::PR_SET_NAME, c"sbx-seccomp-ntf".as_ptr(), 0, 0, 0);
-        // Nothing of CMD's: stdio to /dev/null (a reader of CMD's pipes must
-        // see EOF when CMD exits), every other fd closed.
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            for fd in 0..3 {
-                libc::dup2(null, fd);
-            }
-            if null > 2 {
-                libc::close(null);
-            }
-        }
     }
+    // Nothing of CMD's: stdio to /dev/null (a reader of CMD's pipes must see
+    // EOF when CMD exits), every other fd closed.
+    sbx_core::fds::stdio_to_dev_null();
     let keep: Vec<RawFd> = [Some(sock), audit_fd].into_iter().flatten().collect();
-    for fd in sbx_core::fds::open_fds() {
-        if fd > 2 && !keep.contains(&fd) {
-            unsafe { libc::close(fd) };
-        }
-    }
+    sbx_core::fds::close_all_except(&keep);
     // EOF (sbx-seccomp dropped the Notifier without a listener) or any
     // error: nothing to serve.
     // SAFETY: `sock` is open until closed below.
