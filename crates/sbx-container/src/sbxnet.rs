@@ -66,20 +66,6 @@ pub fn interfaces(dev: &str) -> Vec<String> {
         .collect()
 }
 
-/// Whether the only routes lead to `lo`, a default route among them (what
-/// sbx-net sets up; the same test as sbx-vm's `--net sbx-net`).
-pub fn routes_only_lo(table: &str) -> bool {
-    let rows: Vec<Vec<&str>> = table
-        .lines()
-        .skip(1)
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    let has_default = rows
-        .iter()
-        .any(|r| r.get(1) == Some(&"00000000") && r.first() == Some(&"lo"));
-    has_default && rows.iter().all(|r| r.first() == Some(&"lo"))
-}
-
 /// Why this process is not in a namespace made by sbx-net, if it is not.
 pub fn not_in_sbx_net() -> Option<String> {
     let ours = link("/proc/self/ns/net")?;
@@ -105,7 +91,7 @@ pub fn not_in_sbx_net() -> Option<String> {
             "not inside sbx-net's network namespace: {SBX_NET_V4} is not on lo ({HOW})"
         ));
     }
-    if !routes_only_lo(&std::fs::read_to_string("/proc/self/net/route").unwrap_or_default()) {
+    if !sbx_core::sbxnet::in_sbx_net_namespace() {
         return Some(format!(
             "not inside sbx-net's network namespace: no default route on lo ({HOW})"
         ));
@@ -207,16 +193,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sbx_net_namespace_is_recognised_by_its_routes_and_interfaces() {
-        let head =
-            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n";
-        assert!(routes_only_lo(&format!(
-            "{head}lo\t00000000\t00000000\t0001\t0\t0\t0\t00000000\t0\t0\t0\n"
-        )));
-        assert!(!routes_only_lo(&format!(
-            "{head}eth0\t00000000\t0100A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
-        )));
-        assert!(!routes_only_lo(head));
+    fn interfaces_are_read_from_proc_net_dev() {
         let dev = "Inter-|   Receive\n face |bytes\n    lo: 0 0 0\n  eth0: 1 2 3\n";
         assert_eq!(interfaces(dev), ["lo", "eth0"]);
     }

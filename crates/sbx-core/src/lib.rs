@@ -14,6 +14,7 @@ pub mod id;
 pub mod man;
 pub mod passfd;
 pub mod pidfd;
+pub mod sbxnet;
 pub mod signals;
 pub mod sigsys;
 pub mod supervise;

@@ -132,7 +132,7 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
         .map(|s| duration("timeout", s))
         .transpose()?;
     let boot_timeout = duration("boot-timeout", &cli.boot_timeout)?;
-    if cli.net == Net::SbxNet && !in_sbx_net_namespace() {
+    if cli.net == Net::SbxNet && !sbx_core::sbxnet::in_sbx_net_namespace() {
         return Err(Failure::new(
             "--net sbx-net: not inside sbx-net's network namespace (run sbx-net ... -- sbx-vm --net sbx-net ...)",
         ));
@@ -413,39 +413,4 @@ fn collect_secrets(cli: &Cli) -> Result<(Option<Zeroizing<String>>, Vec<String>)
         )),
         names,
     ))
-}
-
-/// Whether this process is in a network namespace made by sbx-net: its only
-/// routes lead to `lo` (a default route on lo, which sbx-net's NAT rules
-/// turn into its gateway), no other interface carries a route.
-pub fn in_sbx_net_namespace() -> bool {
-    routes_only_lo(&std::fs::read_to_string("/proc/net/route").unwrap_or_default())
-}
-
-pub fn routes_only_lo(table: &str) -> bool {
-    let rows: Vec<Vec<&str>> = table
-        .lines()
-        .skip(1)
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    let has_default = rows
-        .iter()
-        .any(|r| r.get(1) == Some(&"00000000") && r.first() == Some(&"lo"));
-    has_default && rows.iter().all(|r| r.first() == Some(&"lo"))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn sbx_net_namespace_is_recognised_by_its_routes() {
-        let head =
-            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n";
-        assert!(super::routes_only_lo(&format!(
-            "{head}lo\t00000000\t00000000\t0001\t0\t0\t0\t00000000\t0\t0\t0\n"
-        )));
-        assert!(!super::routes_only_lo(&format!(
-            "{head}eth0\t00000000\t0100A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
-        )));
-        assert!(!super::routes_only_lo(head));
-    }
 }
