@@ -133,29 +133,21 @@ static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 /// what engines send (Podman reports a transient container state
 /// "stopped" that the typed model rejects).
 pub async fn raw_get(path: &str) -> Option<(u16, String)> {
-    let url = URL.get()?;
-    let buf = http10(
-        url,
-        &format!(
-            "GET /v{}.{}{path} HTTP/1.0\r\nHost: engine\r\n\r\n",
-            MIN_API.0, MIN_API.1
-        ),
-    )
-    .await?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let code = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, body.to_string()))
+    raw_request("GET", path, "").await
 }
 
 /// A POST without a body, as [`raw_get`]; for the few libpod endpoints
 /// the Docker API has no equivalent of (`/libpod/containers/ID/init`).
 pub async fn raw_post(path: &str) -> Option<(u16, String)> {
+    raw_request("POST", path, "Content-Length: 0\r\n").await
+}
+
+async fn raw_request(method: &str, path: &str, headers: &str) -> Option<(u16, String)> {
     let url = URL.get()?;
     let buf = http10(
         url,
         &format!(
-            "POST /v{}.{}{path} HTTP/1.0\r\nHost: engine\r\nContent-Length: 0\r\n\r\n",
+            "{method} /v{}.{}{path} HTTP/1.0\r\nHost: engine\r\n{headers}\r\n",
             MIN_API.0, MIN_API.1
         ),
     )
