@@ -205,10 +205,8 @@ fn api_configuration_jail_and_mmds() {
     vm.assert_clean();
 }
 
-/// Starts a jailed Firecracker under sbx-vm (its own process group) and
-/// returns the child, the jail root and the jail id.
-fn jailed_start(vm: &Vm, guest: &Path, jail_base: &Path) -> (std::process::Child, PathBuf, String) {
-    use std::os::unix::process::CommandExt;
+/// sbx-vm with the jailed Firecracker under `jail_base` around `true`.
+fn jailed(vm: &Vm, guest: &Path, jail_base: &Path, boot_timeout: &str) -> std::process::Command {
     let mut c = vm.cmd(guest);
     c.args([
         "--backend",
@@ -219,10 +217,18 @@ fn jailed_start(vm: &Vm, guest: &Path, jail_base: &Path) -> (std::process::Child
     ])
     .arg("--jail-base")
     .arg(jail_base)
-    .args(["--boot-timeout", "120s", "--", "true"])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .process_group(0);
+    .args(["--boot-timeout", boot_timeout, "--", "true"]);
+    c
+}
+
+/// Starts a jailed Firecracker under sbx-vm (its own process group) and
+/// returns the child, the jail root and the jail id.
+fn jailed_start(vm: &Vm, guest: &Path, jail_base: &Path) -> (std::process::Child, PathBuf, String) {
+    use std::os::unix::process::CommandExt;
+    let mut c = jailed(vm, guest, jail_base, "120s");
+    c.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
     let child = c.spawn().unwrap();
     let ev = wait_event(&vm.audit, Duration::from_secs(60), |e| {
         e["event"] == "vm_firecracker_started"
@@ -306,20 +312,7 @@ fn stale_jail_reaped_on_next_start() {
         1,
         "the jailed Firecracker outlives sbx-vm and its reaper"
     );
-    let out = vm
-        .cmd(&guest)
-        .args([
-            "--backend",
-            "firecracker",
-            "--no-kvm-check",
-            "--firecracker",
-            FC,
-        ])
-        .arg("--jail-base")
-        .arg(&jail_base)
-        .args(["--boot-timeout", "1s", "--", "true"])
-        .output()
-        .unwrap();
+    let out = jailed(&vm, &guest, &jail_base, "1s").output().unwrap();
     assert_eq!(code(&out), 125);
     assert_event(&vm.audit, "vm_stale_reaped", "warn", |e| {
         e["jail"].as_str().is_some_and(|j| root.starts_with(j))
