@@ -36,3 +36,21 @@ pub fn block_forwarded() -> nix::Result<()> {
 pub fn unblock_all() -> nix::Result<()> {
     pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
 }
+
+/// A terminating signal (TERM, INT, HUP, QUIT) that arrived while the
+/// forwarded signals were blocked and is still pending: a tool that spent
+/// time before starting its command (fetching secrets) then does not start
+/// it.
+pub fn pending_termination() -> Option<i32> {
+    // SAFETY: sigpending fills the zeroed set it is given.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        if libc::sigpending(&mut set) != 0 {
+            return None;
+        }
+        [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT]
+            .into_iter()
+            .find(|&s| libc::sigismember(&set, s) == 1)
+    }
+}

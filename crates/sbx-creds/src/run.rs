@@ -59,21 +59,6 @@ fn wipe_environ_value(name: &str) {
     }
 }
 
-/// Whether a terminating signal arrived while the secrets were fetched
-/// (the forwarded signals are blocked): then the command never starts.
-fn pending_termination() -> Option<i32> {
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        if libc::sigpending(&mut set) != 0 {
-            return None;
-        }
-        [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT]
-            .into_iter()
-            .find(|&s| libc::sigismember(&set, s) == 1)
-    }
-}
-
 fn report_failures(rep: &RevokeReport) {
     for f in &rep.failed {
         eprintln!("{TOOL}: revocation failed: {f}");
@@ -101,7 +86,7 @@ pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
         code
     };
 
-    if let Some(sig) = pending_termination() {
+    if let Some(sig) = sbx_core::signals::pending_termination() {
         emit(
             "cancelled",
             Severity::Warn,

@@ -185,21 +185,6 @@ impl Creds {
     }
 }
 
-/// Whether a terminating signal arrived while the secrets were fetched
-/// (the forwarded signals are blocked, so it is still pending).
-pub fn pending_termination() -> Option<i32> {
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        if libc::sigpending(&mut set) != 0 {
-            return None;
-        }
-        [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT]
-            .into_iter()
-            .find(|&s| libc::sigismember(&set, s) == 1)
-    }
-}
-
 /// Overwrites the strings of a JSON value before it is dropped.
 fn zero_value(v: &mut Value) {
     match v {

@@ -58,7 +58,7 @@ pub fn run(mut plan: Plan) -> Result<i32, Failure> {
         return run_vm(plan, None);
     };
     let creds = crate::creds::open(cp)?;
-    if let Some(sig) = crate::creds::pending_termination() {
+    if let Some(sig) = sbx_core::signals::pending_termination() {
         // As sbx-creds: a terminating signal while the secrets were
         // fetched, so no VM starts.
         audit::emit(
