@@ -337,10 +337,6 @@ fn copy_nofollow(from: &Path, to: &Path) -> io::Result<()> {
     Ok(())
 }
 
-fn owner_of(p: &Path) -> Option<(u32, u32)> {
-    fs::metadata(p).ok().map(|m| (m.uid(), m.gid()))
-}
-
 /// As root for another user's repository: gives what libgit2 created
 /// (owned by root) to the owner of the git dir, from `base` down to `p`.
 fn give_back(git_dir: &Path, rel_path: &str, owner: Option<(u32, u32)>) {
@@ -753,7 +749,7 @@ pub fn import(
     let real = repo
         .odb()
         .map_err(|e| ImportError::Repo(git_dir.to_path_buf(), e.message().to_string()))?;
-    let owner = owner_of(git_dir);
+    let owner = crate::fsutil::owner(git_dir);
     let msg = format!("sbx-gitguard: from sandbox {sbx_id}");
 
     // 1. Objects: found, bounded, copied to a private place (no symlink
