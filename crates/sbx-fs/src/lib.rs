@@ -674,35 +674,36 @@ fn start_sweeps(spec: &Spec, plan: &Plan) -> Result<(Vec<protect::Sweep>, PathBu
         })
         .filter(|s| s.kind == Kind::Dir)
         .collect();
-    let q = spec.quarantine.clone().or_else(protect::default_quarantine);
     if rw.is_empty() {
-        return Ok((Vec::new(), q.unwrap_or_default()));
+        return Ok((Vec::new(), PathBuf::new()));
     }
-    let Some(q) = q else {
-        return Err(Failure::new(
-            "no quarantine directory for the end sweep: set --quarantine DIR (or HOME)",
-        ));
+    let inside = |q: &std::path::Path| {
+        let q = protect::canonical_prefix(q);
+        rw.iter()
+            .find(|s| q.starts_with(&s.path))
+            .map(|s| s.path.clone())
     };
-    // Compared canonically: the longest existing prefix, resolved.
-    let mut canon = q.clone();
-    let mut tail = Vec::new();
-    while std::fs::symlink_metadata(&canon).is_err() {
-        let (Some(parent), Some(name)) = (canon.parent(), canon.file_name()) else {
-            break;
-        };
-        tail.push(name.to_os_string());
-        canon = parent.to_path_buf();
-    }
-    let mut canon = canon.canonicalize().unwrap_or(canon);
-    canon.extend(tail.iter().rev());
-    let q = canon;
-    if let Some(s) = rw.iter().find(|s| q.starts_with(&s.path)) {
-        return Err(Failure::new(format!(
-            "--quarantine {}: inside the writable bind {} (it must lie outside every writable bind)",
-            q.display(),
-            s.path.display()
-        )));
-    }
+    let q = match &spec.quarantine {
+        Some(q) => {
+            if let Some(b) = inside(q) {
+                return Err(Failure::new(format!(
+                    "--quarantine {}: inside the writable bind {} (it must lie outside every writable bind)",
+                    q.display(),
+                    b.display()
+                )));
+            }
+            protect::canonical_prefix(q)
+        }
+        None => protect::default_quarantines()
+            .into_iter()
+            .find(|q| inside(q).is_none())
+            .map(|q| protect::canonical_prefix(&q))
+            .ok_or_else(|| {
+                Failure::new(
+                    "no quarantine directory outside the writable binds: set --quarantine DIR",
+                )
+            })?,
+    };
     let mut sweeps = Vec::new();
     for s in rw {
         let sw = protect::Sweep::start(&s.path, spec.scan_limit)

@@ -492,7 +492,7 @@ impl Sweep {
             }
             let replaced = self.known.iter().any(|k| k.rel == rel);
             let dest = quarantine_path(quarantine, &self.root, &rel);
-            let moved = move_out(&p, &dest);
+            let moved = move_out(quarantine, &p, &dest);
             audit::emit(
                 if replaced {
                     "fs_protected_replaced"
@@ -557,18 +557,44 @@ fn is_empty(p: &Path) -> bool {
     }
 }
 
-/// The default quarantine directory: `$XDG_STATE_HOME/sbx/quarantine`, or
-/// `~/.local/state/sbx/quarantine`.
-pub fn default_quarantine() -> Option<PathBuf> {
+/// The default quarantine directories, in order of preference:
+/// `$XDG_STATE_HOME/sbx/quarantine`, `~/.local/state/sbx/quarantine`,
+/// `/var/tmp/sbx-quarantine-<uid>` (the first one outside every writable
+/// bind is used).
+pub fn default_quarantines() -> Vec<PathBuf> {
+    let mut v = Vec::new();
     if let Some(x) = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from)
         && x.is_absolute()
     {
-        return Some(x.join("sbx/quarantine"));
+        v.push(x.join("sbx/quarantine"));
     }
-    std::env::var_os("HOME")
+    if let Some(h) = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute())
-        .map(|h| h.join(".local/state/sbx/quarantine"))
+    {
+        v.push(h.join(".local/state/sbx/quarantine"));
+    }
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    v.push(PathBuf::from(format!("/var/tmp/sbx-quarantine-{uid}")));
+    v
+}
+
+/// `path` resolved as far as it exists (the rest appended): for
+/// comparing it with the canonical bind sources.
+pub fn canonical_prefix(path: &Path) -> PathBuf {
+    let mut canon = path.to_path_buf();
+    let mut tail = Vec::new();
+    while std::fs::symlink_metadata(&canon).is_err() {
+        let (Some(parent), Some(name)) = (canon.parent(), canon.file_name()) else {
+            break;
+        };
+        tail.push(name.to_os_string());
+        canon = parent.to_path_buf();
+    }
+    let mut canon = canon.canonicalize().unwrap_or(canon);
+    canon.extend(tail.iter().rev());
+    canon
 }
 
 /// `quarantine/<sbx id>/<bind root, flattened>/<rel>`.
@@ -586,8 +612,21 @@ fn quarantine_path(quarantine: &Path, root: &Path, rel: &Path) -> PathBuf {
 
 /// Moves `from` to `to` (a rename; across file systems a copy, then the
 /// removal of `from`). Symlinks are moved as symlinks, never followed.
-fn move_out(from: &Path, to: &Path) -> std::io::Result<()> {
+fn move_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(quarantine)?;
+    // Ours, a real directory (a shared /var/tmp could hold another's).
+    let m = std::fs::symlink_metadata(quarantine)?;
+    // SAFETY: geteuid cannot fail.
+    if !m.is_dir() || m.uid() != unsafe { libc::geteuid() } || m.mode() & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{}: not a directory of ours, writable by nobody else",
+            quarantine.display()
+        )));
+    }
     if let Some(parent) = to.parent() {
         std::fs::DirBuilder::new()
             .recursive(true)
