@@ -108,11 +108,20 @@ fn setup_and_run(mut a: InitArgs) -> Result<i32, Failure> {
     // Host fds of the passthrough nodes: the server has its own.
     a.guards.nodes.clear();
     a.guards.git_dirs.clear();
+    // Pins go in parent first, each before every op deeper than it.
+    let mut pins = a.plan.pins.iter().peekable();
     for (i, op) in a.plan.ops.iter().enumerate() {
+        let d = crate::plan::depth(&op.dst);
+        while let Some(p) = pins.next_if(|p| crate::plan::depth(p) < d) {
+            root.pin(p)?;
+        }
         match a.guards.by_op.get(&i) {
             Some(g) if guarded => root.apply_guard(op, *g)?,
             _ => root.apply(op, &a.plan.sources)?,
         }
+    }
+    for p in pins {
+        root.pin(p)?;
     }
     // /tmp, for the outer sbx-fs to notice when it fills up.
     if let Ok(Some(t)) = root.mkpath(std::path::Path::new("/tmp"), crate::plan::Kind::Dir, false) {

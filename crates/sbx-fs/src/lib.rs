@@ -23,6 +23,7 @@ pub mod namespaces;
 pub mod placeholder;
 pub mod plan;
 pub mod proc;
+pub mod protect;
 pub mod spec;
 pub mod sys;
 pub mod tmpwatch;
@@ -151,6 +152,19 @@ pub struct Cli {
     #[arg(long, value_name = "DIR")]
     pub git_stage: Option<PathBuf>,
 
+    /// How many directory entries the search for protected names (.env,
+    /// credentials*, .git, .claude ...) may read per bind; beyond it sbx-fs
+    /// refuses to start (exit 125) rather than leave part of the tree
+    /// unprotected.
+    #[arg(long, value_name = "N", default_value_t = protect::DEFAULT_SCAN_LIMIT)]
+    pub scan_limit: usize,
+
+    /// Where control files created during the run (a new .claude/, .vscode/,
+    /// .mcp.json ... in a writable bind) are moved at the end (default
+    /// $XDG_STATE_HOME/sbx/quarantine or ~/.local/state/sbx/quarantine).
+    #[arg(long, value_name = "DIR")]
+    pub quarantine: Option<PathBuf>,
+
     /// Size limit of /tmp, /dev/shm and the $HOME tmpfs.
     #[arg(long, value_name = "SIZE", default_value = spec::DEFAULT_TMP_SIZE)]
     pub tmp_size: String,
@@ -204,7 +218,17 @@ pub fn build_spec(cli: &Cli) -> Result<Spec, Failure> {
     for s in &cli.setenv {
         env_ops.push(spec::parse_setenv(s)?);
     }
+    if let Some(q) = &cli.quarantine
+        && !q.is_absolute()
+    {
+        return Err(Failure::new(format!(
+            "--quarantine '{}': must be an absolute path",
+            q.display()
+        )));
+    }
     Ok(Spec {
+        scan_limit: cli.scan_limit,
+        quarantine: cli.quarantine.clone(),
         binds,
         tmpfs,
         deny: cli.deny.clone(),
@@ -314,12 +338,16 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
         .collect();
     let mut extra = Vec::new();
     for (i, dst) in &bind_dsts {
-        extra.extend(deny::apply(
+        let ops = deny::apply_limited(
             &rules,
             &plan.sources[*i],
             dst,
             host_home.as_deref(),
-        ));
+            spec.scan_limit,
+        )
+        .inspect_err(|e| e.alert())
+        .map_err(|e| Failure::new(e.to_string()))?;
+        extra.extend(ops);
     }
     let stage = match &spec.git_stage {
         Some(d) => Some(gitstage::open(d)?),
@@ -329,7 +357,9 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
     for (i, dst) in &user_binds {
         if plan.sources[*i].rw {
             let g = stage.as_ref().map(|s| s.gitdir.as_path());
-            let ops = plan::invariants(&plan.sources[*i], dst, g);
+            let ops = plan::invariants_limited(&plan.sources[*i], dst, g, spec.scan_limit)
+                .inspect_err(|e| e.alert())
+                .map_err(|e| Failure::new(e.to_string()))?;
             staged |= ops.iter().any(|o| matches!(o.what, What::Overlay { .. }));
             extra.extend(ops);
         }
@@ -363,7 +393,38 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
     }
     plan.ops.extend(extra);
     plan::order(&mut plan.ops);
+    plan.pins = pins_of(&plan, &user_binds);
     Ok(plan)
+}
+
+/// The ancestors of every protected path inside a writable bind (up to the
+/// bind's root): they are pinned (bound onto themselves) so that no rename
+/// of a directory above a protection can carry it away.
+fn pins_of(plan: &Plan, user_binds: &[(usize, PathBuf)]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for (i, dst) in user_binds {
+        if !plan.sources[*i].rw || plan.sources[*i].kind != Kind::Dir {
+            continue;
+        }
+        let protected: Vec<&std::path::Path> = plan
+            .ops
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o.what,
+                    What::Deny | What::Empty | What::ReadOnly | What::Overlay { .. }
+                ) && o.dst.starts_with(dst)
+                    && &o.dst != dst
+            })
+            .map(|o| o.dst.as_path())
+            .collect();
+        out.extend(protect::pins(dst, &protected));
+    }
+    // A path that is a mount point of the plan already needs no pin.
+    out.retain(|p| !plan.ops.iter().any(|o| &o.dst == p));
+    out.sort_by(|a, b| plan::depth(a).cmp(&plan::depth(b)).then(a.cmp(b)));
+    out.dedup();
+    out
 }
 
 /// Creates the mount points the plan needs inside binds (on the host).
@@ -416,6 +477,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     };
 
     let plan = build_plan(&spec, &env)?;
+    let (sweeps, quarantine) = start_sweeps(&spec, &plan)?;
     let cwd = std::env::current_dir().ok();
     let mut fallback_dirs = Vec::new();
     if let Some(c) = cwd {
@@ -522,7 +584,9 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     drop(plan);
     drop(exec_fd);
     drop(owner);
-    let alerts = Arc::new(Mutex::new(guard::Alerts::default()));
+    let alerts = Arc::new(Mutex::new(guard::Alerts::for_nodes(
+        guards.nodes.iter().map(|n| n.path.clone()),
+    )));
     let git_dirs = std::mem::take(&mut guards.git_dirs);
     let ids = fuse::server::Ids {
         userns,
@@ -588,8 +652,66 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             serde_json::json!({ "left": left.iter().map(|p| p.display().to_string()).collect::<Vec<_>>() }),
         );
     }
+    // The sandbox is gone (its PID namespace died with init) and nothing
+    // has run on the host since: take out the control files it created.
+    for s in &sweeps {
+        s.finish(&quarantine);
+    }
     audit::emit("end", Severity::Info, serde_json::json!({ "status": code }));
     Ok(code)
+}
+
+/// Records the control entries of every writable bind (for the end sweep)
+/// and picks the quarantine directory, which must lie outside every
+/// writable bind (the sandbox could plant symlinks there otherwise).
+fn start_sweeps(spec: &Spec, plan: &Plan) -> Result<(Vec<protect::Sweep>, PathBuf), Failure> {
+    let rw: Vec<&plan::Source> = plan
+        .ops
+        .iter()
+        .filter_map(|o| match o.what {
+            What::Bind { src, ro: false } if o.why == "bind" => Some(&plan.sources[src]),
+            _ => None,
+        })
+        .filter(|s| s.kind == Kind::Dir)
+        .collect();
+    if rw.is_empty() {
+        return Ok((Vec::new(), PathBuf::new()));
+    }
+    let inside = |q: &std::path::Path| {
+        let q = protect::canonical_prefix(q);
+        rw.iter()
+            .find(|s| q.starts_with(&s.path))
+            .map(|s| s.path.clone())
+    };
+    let q = match &spec.quarantine {
+        Some(q) => {
+            if let Some(b) = inside(q) {
+                return Err(Failure::new(format!(
+                    "--quarantine {}: inside the writable bind {} (it must lie outside every writable bind)",
+                    q.display(),
+                    b.display()
+                )));
+            }
+            protect::canonical_prefix(q)
+        }
+        None => protect::default_quarantines()
+            .into_iter()
+            .find(|q| inside(q).is_none())
+            .map(|q| protect::canonical_prefix(&q))
+            .ok_or_else(|| {
+                Failure::new(
+                    "no quarantine directory outside the writable binds: set --quarantine DIR",
+                )
+            })?,
+    };
+    let mut sweeps = Vec::new();
+    for s in rw {
+        let sw = protect::Sweep::start(&s.path, spec.scan_limit)
+            .inspect_err(|e| e.alert())
+            .map_err(|e| Failure::new(e.to_string()))?;
+        sweeps.push(sw);
+    }
+    Ok((sweeps, q))
 }
 
 /// Waits for init's word on the guard file system: the /dev/fuse fd when

@@ -49,6 +49,11 @@ pub enum EnvOp {
 
 #[derive(Debug, Clone)]
 pub struct Spec {
+    /// `--scan-limit`: entries one bind's search for protected names may
+    /// read (beyond it the run is refused).
+    pub scan_limit: usize,
+    /// `--quarantine`: where the end sweep moves what it takes out.
+    pub quarantine: Option<PathBuf>,
     pub binds: Vec<BindSpec>,
     pub tmpfs: Vec<TmpfsSpec>,
     pub deny: Vec<OsString>,

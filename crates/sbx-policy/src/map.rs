@@ -204,20 +204,9 @@ fn grant_shape(
 
 /// Paths an sbx-fs invariant keeps read-only (or hidden) wherever they are.
 fn invariant_of(p: &Path, home: Option<&Path>) -> Option<&'static str> {
-    let comps: Vec<String> = p.iter().map(|c| c.to_string_lossy().into_owned()).collect();
-    for (i, c) in comps.iter().enumerate() {
-        let next = comps.get(i + 1).map(String::as_str);
-        if c == ".git" && matches!(next, Some("HEAD" | "config" | "objects" | "refs" | "hooks")) {
-            return Some(".git/HEAD, config, objects, refs and hooks stay read-only");
-        }
-        if c == ".claude" {
-            if next.is_some_and(|n| n.starts_with("settings") && n.ends_with(".json")) {
-                return Some(".claude/settings*.json stay read-only");
-            }
-            if matches!(next, Some("skills" | "commands")) {
-                return Some(".claude/skills and commands stay read-only");
-            }
-        }
+    // The one list: sbx-fs's own (`sbx_fs::protect::CONTROL`).
+    if let Some((_, note)) = sbx_fs::protect::invariant_of(p) {
+        return Some(note);
     }
     if p == Path::new("/etc/shadow") || p == Path::new("/etc/gshadow") {
         return Some("/etc/shadow and /etc/gshadow stay hidden");
