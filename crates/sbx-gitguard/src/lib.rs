@@ -14,6 +14,7 @@ pub mod import;
 pub mod keep;
 pub mod layout;
 pub mod objects;
+pub mod plant;
 pub mod refs;
 pub mod rules;
 pub mod snapshot;
@@ -103,6 +104,9 @@ pub enum Command {
     /// Import a git stage (commits made in a sandbox) into the repository,
     /// then remove the stage.
     Import(ImportArgs),
+    /// Snapshot the repositories of writable directories, run CMD, then
+    /// quarantine every repository planted there (for any project, git or not).
+    Plants(plant::PlantsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -235,6 +239,7 @@ pub fn main() -> ! {
             Command::Check(a) => cmd_check(a),
             Command::Repair(a) => cmd_repair(a),
             Command::Import(a) => cmd_import(a),
+            Command::Plants(a) => plant::cmd_plants(a),
         }
     })
 }

@@ -874,9 +874,22 @@ fn new_unit(ctx: &mut Ctx, u: &Unit, main_wt: Option<&Path>) {
 
 /// Bare-repository-shaped dirs, nested repositories and `.git` files that
 /// appeared in a work tree.
-fn scan_tree(ctx: &mut Ctx, root: &Path, before: &Scan, known: &BTreeSet<PathBuf>) {
+fn scan_tree(
+    ctx: &mut Ctx,
+    root: &Path,
+    before: &Scan,
+    known: &BTreeSet<PathBuf>,
+    users: &BTreeSet<(u64, u64)>,
+) {
     let now = layout::scan(root);
+    // A git dir of the snapshot found at a new path was the user's, renamed
+    // away (and maybe replaced by a plant): never removed here (`plants`
+    // puts it back).
+    let users_own = |d: &Path| layout::ident(d).is_some_and(|i| users.contains(&i));
     for d in now.bare_shaped.difference(&before.bare_shaped) {
+        if users_own(d) {
+            continue;
+        }
         let d2 = d.clone();
         ctx.fix(
             "bare_repo",
@@ -890,7 +903,7 @@ fn scan_tree(ctx: &mut Ctx, root: &Path, before: &Scan, known: &BTreeSet<PathBuf
         );
     }
     for d in now.nested.difference(&before.nested) {
-        if !layout::is_git_dir_shaped(d) {
+        if !layout::is_git_dir_shaped(d) || users_own(d) {
             continue;
         }
         let keys: Vec<String> = snapshot::config_entries(d)
@@ -1274,7 +1287,8 @@ pub fn verify(
         }
         let empty = Scan::default();
         let before = snap.scans.get(&root).unwrap_or(&empty);
-        scan_tree(&mut ctx, &root, before, &known);
+        let users: BTreeSet<(u64, u64)> = snap.units.iter().map(|u| (u.dev, u.ino)).collect();
+        scan_tree(&mut ctx, &root, before, &known, &users);
     }
     // Refs, HEAD and objects of every git dir that has them.
     let mut common_refs: Option<BTreeMap<String, Value>> = None;

@@ -361,6 +361,17 @@ fn low(
         }
         layers.push(l);
     }
+    // Repositories planted anywhere the command can write (git runs their
+    // fsmonitor and hooks on the host later), git project or not: checked
+    // right after the command, before the repository's own check.
+    let writable: Vec<&PathBuf> = p.rw.iter().filter(|r| r.is_dir()).collect();
+    if !writable.is_empty() {
+        let mut l = vec![os(tool("sbx-gitguard")?), os("plants")];
+        for r in writable {
+            l.extend([os("--dir"), os(r)]);
+        }
+        layers.push(l);
+    }
     let cgroup = o.cgroup.unwrap_or_else(|| nix_euid() == 0);
     if cgroup {
         let mut l = vec![
