@@ -214,3 +214,78 @@ fn sbx_policy_chain_does_not_hand_the_log_to_sbx_x() {
         assert_fake_tool_got_nothing(&out, &s.log, &["sbx-fs", "sbx-seccomp"]);
     }
 }
+
+/// sbx-fs with the log at `log` and `proj` writable; the command would
+/// leave a marker file if it ran.
+fn fs_with_log(s: &Setup, log: &Path, who: As) -> Output {
+    let mut c = sbx_testutil::tool("sbx-fs");
+    c.arg("--audit-log")
+        .arg(log)
+        .arg("--rw")
+        .arg(&s.proj)
+        .arg("--chdir")
+        .arg(&s.proj)
+        .args(["--", "sh", "-c", "echo ran > ran.txt"]);
+    c.env("PATH", PATH).current_dir(&s.proj);
+    run_as(&mut c, who);
+    c.output().unwrap()
+}
+
+#[test]
+fn a_log_the_sandbox_could_write_is_refused() {
+    for who in identities() {
+        let s = setup(who);
+        // 1. Inside the writable project (the README's old Makefile).
+        let inside = s.proj.join(".sbx-audit.jsonl");
+        let out = fs_with_log(&s, &inside, who);
+        sbx_testutil::assert_usage_error(&out, &inside.display().to_string());
+        assert!(stderr(&out).contains(&format!("writable bind {}", s.proj.display())));
+        assert!(!s.proj.join("ran.txt").exists(), "the command ran");
+
+        // 2. Reached through a symlink outside the bind.
+        let link = s.base.join("log-link.jsonl");
+        std::os::unix::fs::symlink(&inside, &link).unwrap();
+        let out = fs_with_log(&s, &link, who);
+        sbx_testutil::assert_usage_error(&out, &inside.display().to_string());
+        assert!(!s.proj.join("ran.txt").exists(), "the command ran");
+
+        // 3. Outside, but with a hard link inside the bind.
+        let outside = s.base.join("hard.jsonl");
+        std::fs::write(&outside, "").unwrap();
+        std::fs::hard_link(&outside, s.proj.join("hard-link.jsonl")).unwrap();
+        if who == As::User {
+            chown_r(&s.base);
+        }
+        let out = fs_with_log(&s, &outside, who);
+        sbx_testutil::assert_usage_error(&out, "hard links");
+        assert!(!s.proj.join("ran.txt").exists(), "the command ran");
+
+        // 4. The same through scripts/sbx-run.
+        let mut c = Command::new("sh");
+        c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/sbx-run"))
+            .arg("-C")
+            .arg(&s.proj)
+            .arg("-l")
+            .arg(&inside)
+            .args(["--", "sh", "-c", "echo ran > ran.txt"]);
+        c.env("SBX_BIN", bin_dir())
+            .env("PATH", PATH)
+            .env_remove("SBX_ID")
+            .env_remove("SBX_AUDIT_LOG")
+            .current_dir(&s.base);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert_eq!(code(&out), 125, "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("is inside the writable bind"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!s.proj.join("ran.txt").exists(), "the command ran");
+
+        // A log outside every writable bind is accepted.
+        let out = fs_with_log(&s, &s.log, who);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(s.proj.join("ran.txt").exists());
+    }
+}

@@ -10,6 +10,7 @@
 //! sbx-fs forwards signals, waits, removes the placeholders and exits with
 //! the command's status.
 
+pub mod auditlog;
 pub mod caps;
 pub mod deny;
 pub mod dev;
@@ -409,6 +410,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let exec_fd = chain::open_tool(&prog, env_get(&env, "PATH").map(|p| p.as_os_str()));
 
     let plan = build_plan(&spec, &env)?;
+    auditlog::refuse_log_in_writable_bind(&plan)?;
     let cwd = std::env::current_dir().ok();
     let mut fallback_dirs = Vec::new();
     if let Some(c) = cwd {
