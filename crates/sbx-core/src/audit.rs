@@ -3,8 +3,9 @@
 //! One event is one line, written with one `write(2)` on an `O_APPEND` fd, so
 //! the lines of every tool of a chain interleave whole. The first tool opens
 //! the file (`--audit-log PATH` or `SBX_AUDIT_LOG`); it hands the open fd to
-//! the next tool through `SBX_AUDIT_FD` only when that next command is an sbx
-//! tool, so the sandboxed program itself never holds a writable handle to the
+//! the next tool through `SBX_AUDIT_FD` only when that next command is a
+//! real sbx tool, decided by file identity ([`crate::toolid`]), never by
+//! name; so the sandboxed program itself never holds a writable handle to the
 //! log and needs no path to it inside the sandbox.
 
 use std::ffi::OsStr;
@@ -53,6 +54,8 @@ pub fn init(tool: &'static str, path: Option<&Path>) -> Result<&'static Audit, A
     if let Some(a) = GLOBAL.get() {
         return Ok(a);
     }
+    // Before any namespace or root change: which files are the real tools.
+    crate::toolid::init();
     let fd = match path {
         Some(p) => Some(open_log(p)?),
         None => inherited_fd()?,
@@ -151,29 +154,45 @@ impl Audit {
         }
     }
 
-    /// Environment for the next command: the fd (kept open across exec) when
-    /// it is an sbx tool, nothing otherwise. Returns the fd to keep.
+    /// Environment for the next command spawned as `cmd` (built by
+    /// [`crate::supervise::command`]): the fd (kept open across exec) and the
+    /// trusted tool set when `cmd` execs a trusted sbx tool (by identity,
+    /// see [`crate::toolid`]; `next_program` is only for messages), nothing
+    /// otherwise. Returns the fd to keep.
     pub fn handoff(&self, next_program: &OsStr, cmd: &mut std::process::Command) -> Option<RawFd> {
         cmd.env_remove(ENV_PATH);
         cmd.env_remove(ENV_FD);
-        match (self.raw_fd(), crate::chain::is_sbx_tool(next_program)) {
-            (Some(fd), true) => {
-                cmd.env(ENV_FD, fd.to_string());
-                Some(fd)
-            }
-            _ => None,
-        }
-    }
-
-    /// Same as [`Audit::handoff`] for tools that `execve` in place: returns
-    /// the (name, value) to add to the environment and clears `FD_CLOEXEC`.
-    pub fn handoff_exec(&self, next_program: &OsStr) -> Option<(String, String)> {
-        let fd = self.raw_fd()?;
-        if !crate::chain::is_sbx_tool(next_program) {
+        cmd.env_remove(crate::toolid::ENV);
+        if !crate::chain::is_sbx_tool(cmd.get_program()) {
+            tracing::debug!(program = %next_program.to_string_lossy(), "not an sbx tool: no audit fd");
             return None;
         }
+        cmd.env(crate::toolid::ENV, crate::toolid::env_value());
+        let fd = self.raw_fd()?;
+        cmd.env(ENV_FD, fd.to_string());
+        Some(fd)
+    }
+}
+
+/// For a tool that execs in place ([`crate::chain::exec`]): the audit
+/// variables of `env` are dropped, then, when the next program is a trusted
+/// sbx tool (`to_tool`), the trusted set and the audit fd (its close-on-exec
+/// flag cleared) are set.
+pub(crate) fn prepare_exec_env(
+    env: &mut Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    to_tool: bool,
+) {
+    for k in [ENV_PATH, ENV_FD, crate::toolid::ENV] {
+        crate::chain::unset_env(env, OsStr::new(k));
+    }
+    if !to_tool {
+        return;
+    }
+    crate::chain::set_env(env, crate::toolid::ENV, crate::toolid::env_value());
+    if let Some(fd) = get().and_then(|a| a.raw_fd()) {
+        // SAFETY: clears FD_CLOEXEC on our own open fd, just before exec.
         unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
-        Some((ENV_FD.to_string(), fd.to_string()))
+        crate::chain::set_env(env, ENV_FD, fd.to_string());
     }
 }
 

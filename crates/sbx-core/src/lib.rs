@@ -19,6 +19,7 @@ pub mod sbxnet;
 pub mod signals;
 pub mod sigsys;
 pub mod supervise;
+pub mod toolid;
 pub mod units;
 
 pub use audit::Severity;

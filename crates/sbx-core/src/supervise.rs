@@ -52,7 +52,7 @@ pub fn command(
         None => std::env::var_os("PATH"),
     };
     let resolved = chain::resolve(prog, path_var.as_deref())?;
-    let mut cmd = Command::new(resolved);
+    let mut cmd = Command::new(chain::spawn_program(resolved));
     cmd.arg0(prog).args(&argv[1..]);
     if let Some(e) = env {
         cmd.env_clear();

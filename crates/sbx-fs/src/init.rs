@@ -202,16 +202,9 @@ fn exec_command(a: &InitArgs) -> ! {
         eprintln!("sbx-fs: dropping privileges: {e}");
         unsafe { libc::_exit(exit::TOOL_FAILED) }
     }
-    let mut env = a.env.clone();
-    let argv0 = a.argv[0].as_os_str();
-    let mut keep = Vec::new();
-    if let Some(au) = audit::get()
-        && let Some((k, v)) = au.handoff_exec(argv0)
-    {
-        chain::set_env(&mut env, k, v);
-        keep.extend(au.raw_fd());
-    }
-    if let Err(e) = sbx_core::fds::cloexec_all_except(&keep) {
+    let env = a.env.clone();
+    // chain::exec/exec_fd hand the audit fd to a trusted sbx tool only.
+    if let Err(e) = sbx_core::fds::cloexec_all_except(&[]) {
         eprintln!("sbx-fs: fd hygiene: {e}");
         unsafe { libc::_exit(exit::TOOL_FAILED) }
     }

@@ -10,6 +10,7 @@
 //! sbx-fs forwards signals, waits, removes the placeholders and exits with
 //! the command's status.
 
+pub mod auditlog;
 pub mod caps;
 pub mod deny;
 pub mod dev;
@@ -46,7 +47,7 @@ pub const TOOL: &str = "sbx-fs";
 pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
     about: "Runs CMD in new mount, PID, IPC and UTS namespaces (plus a user namespace when sbx-fs lacks CAP_SYS_ADMIN) under a root made only of what is granted: the system directories read-only, the --ro/--rw binds, a fresh /proc of the new PID namespace with the host-revealing entries masked, a minimal /dev, a fresh size-limited /tmp and an empty tmpfs $HOME. The host's secrets (a default deny list plus --deny) are hidden, and .git/.claude control files inside writable binds are always read-only. A PID-1 init inside reaps zombies, forwards signals and exits with the command's status. sbx-fs creates no network namespace: that is sbx-net's job, before sbx-fs in the chain.",
     exit_status: "The command's exit status, unchanged; 128+N when it was killed by signal N. 125 when sbx-fs itself fails (bad usage, a bind source that does not exist, a refused mount, a setup step inside the namespaces), with one line on stderr; nothing is left mounted or created on the host. 126 when CMD was found but could not be executed, 127 when it was not found (looked up with the sandbox's PATH, inside the new root).",
-    inherited_state: "CMD inherits: the new mount, PID, IPC and UTS namespaces (and the user namespace when one was made), its own session (setsid: it has no controlling terminal, so TIOCSTI cannot inject into the caller's), no capability at all (bounding, ambient, permitted, effective and inheritable sets empty) and no_new_privs, the identity --uid/--gid (default the caller's), the environment after --clearenv/--unsetenv/--setenv, fds 0, 1 and 2 only, and the working directory --chdir (default: the caller's directory when it exists inside, else $HOME, else /). The network namespace is the caller's. When CMD is an sbx tool (its name starts with sbx-) it also inherits the audit log fd (SBX_AUDIT_FD), and it is executed from an fd opened before the root changed, so it need not exist inside the sandbox; any other CMD never sees the audit log and is looked up with PATH inside the sandbox.",
+    inherited_state: "CMD inherits: the new mount, PID, IPC and UTS namespaces (and the user namespace when one was made), its own session (setsid: it has no controlling terminal, so TIOCSTI cannot inject into the caller's), no capability at all (bounding, ambient, permitted, effective and inheritable sets empty) and no_new_privs, the identity --uid/--gid (default the caller's), the environment after --clearenv/--unsetenv/--setenv, fds 0, 1 and 2 only, and the working directory --chdir (default: the caller's directory when it exists inside, else $HOME, else /). The network namespace is the caller's. When CMD is one of the real sbx tool binaries (by file identity, not name) it also inherits the audit log fd (SBX_AUDIT_FD), and it is executed from an fd opened before the root changed, so it need not exist inside the sandbox; any other CMD never sees the audit log and is looked up with PATH inside the sandbox.",
     extra: &[
         (
             "FILESYSTEM",
@@ -463,20 +464,14 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let uid = spec.uid.unwrap_or(outer_uid);
     let gid = spec.gid.unwrap_or(outer_gid);
 
-    // The next program: an sbx tool is opened now, on the host.
+    // The next program: a real sbx tool (by file identity, not name) is
+    // opened now, on the host, and executed from that fd; anything else is
+    // looked up inside the sandbox.
     let prog = cli.cmd[0].clone();
-    let exec_fd = if chain::is_sbx_tool(&prog) {
-        let path = env_get(&env, "PATH").cloned();
-        let p = chain::resolve(&prog, path.as_deref())?;
-        let fd = sys::openat2(libc::AT_FDCWD, &p, libc::O_PATH, 0, 0).map_err(|e| {
-            Failure::with_code(sbx_core::exit::NOT_FOUND, format!("{}: {e}", p.display()))
-        })?;
-        Some(fd)
-    } else {
-        None
-    };
+    let exec_fd = chain::open_tool(&prog, env_get(&env, "PATH").map(|p| p.as_os_str()));
 
     let plan = build_plan(&spec, &env)?;
+    auditlog::refuse_log_in_writable_bind(&plan)?;
     let (sweeps, quarantine) = start_sweeps(&spec, &plan)?;
     let cwd = std::env::current_dir().ok();
     let mut fallback_dirs = Vec::new();

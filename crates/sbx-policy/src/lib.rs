@@ -331,11 +331,7 @@ fn run_chain(c: ChainArgs) -> Result<i32, Failure> {
     for (k, v) in &plan.env {
         sbx_core::chain::set_env(&mut env, k.clone(), v.clone());
     }
-    if let Some(a) = sbx_core::audit::get()
-        && let Some((k, v)) = a.handoff_exec(&argv[0])
-    {
-        sbx_core::chain::set_env(&mut env, k, v);
-    }
+    // chain::exec hands the audit fd to a next sbx tool (by identity).
     Err(sbx_core::chain::exec(&argv, &env))
 }
 

@@ -434,14 +434,9 @@ allows executing only: {})",
     // run_main blocked the signals a supervisor forwards; CMD must not
     // inherit that mask (Ctrl-C and SIGTERM would not reach it).
     sbx_core::signals::unblock_all().map_err(|e| Failure::new(format!("sigprocmask: {e}")))?;
-    let mut env = env;
-    let mut keep = Vec::new();
-    if let Some((k, v)) = sbx_core::audit::get().and_then(|a| a.handoff_exec(&cli.cmd[0])) {
-        keep.extend(v.parse::<i32>().ok());
-        sbx_core::chain::set_env(&mut env, k, v);
-    }
-    // Only 0, 1, 2 (and the audit fd for a next sbx tool) reach CMD.
-    sbx_core::fds::cloexec_all_except(&keep)
+    // Only 0, 1, 2 reach CMD (chain::exec hands the audit fd to a next
+    // sbx tool, by identity).
+    sbx_core::fds::cloexec_all_except(&[])
         .map_err(|e| Failure::new(format!("close-on-exec: {e}")))?;
     Err(sbx_core::chain::exec(&cli.cmd, &env))
 }
