@@ -173,9 +173,24 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = TunnelLimits::default().max_distinct_per_window)]
     pub max_subdomains: usize,
 
-    /// The window of --max-subdomains.
+    /// Queries for allowed names a client may make per window, cache hits and repeats
+    /// included (0: no limit).
+    #[arg(long, value_name = "N", default_value_t = TunnelLimits::default().max_queries_per_window)]
+    pub max_queries: usize,
+
+    /// The window of --max-subdomains and --max-queries.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_dur)]
     pub subdomain_window: Duration,
+
+    /// A client, for the rate limits and budgets, is its IPv4 source address masked to N bits.
+    #[arg(long, value_name = "BITS", default_value_t = ProxyConfig::default().client_prefix_v4,
+          value_parser = clap::value_parser!(u8).range(0..=32))]
+    pub client_prefix4: u8,
+
+    /// The same for IPv6 sources.
+    #[arg(long, value_name = "BITS", default_value_t = ProxyConfig::default().client_prefix_v6,
+          value_parser = clap::value_parser!(u8).range(0..=128))]
+    pub client_prefix6: u8,
 
     /// Refused answers per client per second (0: no limit); beyond, refused queries are dropped.
     #[arg(long, value_name = "N", default_value_t = ProxyConfig::default().refused_rate)]
@@ -300,8 +315,11 @@ impl Cli {
                 max_entropy: self.max_entropy,
                 entropy_min_len: self.entropy_min_len,
                 max_distinct_per_window: self.max_subdomains,
+                max_queries_per_window: self.max_queries,
                 window: self.subdomain_window,
             },
+            client_prefix_v4: self.client_prefix4,
+            client_prefix_v6: self.client_prefix6,
             refused_rate: self.refused_rate,
             refused_burst: self.refused_burst,
             rebind_allow: self.rebind_allow.clone(),

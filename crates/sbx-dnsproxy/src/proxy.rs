@@ -18,7 +18,7 @@ use crate::allow::{AllowError, Allowlist, DomainSet, Match};
 use crate::answers::AnswerLog;
 use crate::cache::{Cache, Outcome};
 use crate::config::ProxyConfig;
-use crate::guard::{self, RefusalLimiter, SubdomainTracker, Verdict};
+use crate::guard::{self, QueryBudget, RefusalLimiter, SubdomainTracker, Verdict};
 use crate::nftset::{NftError, NftSets};
 use crate::rebind;
 use crate::stats::Stats;
@@ -47,6 +47,7 @@ pub struct DnsProxy {
     answers: Arc<AnswerLog>,
     cache: Cache,
     tracker: SubdomainTracker,
+    budget: QueryBudget,
     limiter: RefusalLimiter,
     stats: Stats,
     nft: Option<NftSets>,
@@ -111,6 +112,7 @@ impl DnsProxy {
             answers: Arc::new(AnswerLog::new(cfg.answer_grace)),
             cache: Cache::new(cfg.cache_size),
             tracker: SubdomainTracker::default(),
+            budget: QueryBudget::default(),
             limiter: RefusalLimiter::new(cfg.refused_rate, cfg.refused_burst),
             stats: Stats::default(),
             nft,
@@ -357,11 +359,20 @@ impl DnsProxy {
         });
         let q = &req.queries[0];
         let qtype = q.query_type();
-        let ascii = q.name().to_ascii();
-        let name = ascii
-            .strip_suffix('.')
-            .unwrap_or(&ascii)
-            .to_ascii_lowercase();
+        // The name from its wire labels: one whose labels hold a byte that
+        // is not a hostname character (`x\.allowed.test` is ONE label with
+        // a dot in it) is refused before anything else looks at it.
+        let Some(name) = crate::allow::name_from_wire(q.name()) else {
+            Stats::inc(&self.stats.refused_not_allowlisted);
+            let ascii = q.name().to_ascii();
+            let shown = ascii.strip_suffix('.').unwrap_or(&ascii);
+            let r = Refusal {
+                reason: "bad_name",
+                detail: "a label holds a byte that is not a hostname character".into(),
+                rcode: ResponseCode::Refused,
+            };
+            return self.refuse(&req, client, shown, qtype, r, limit);
+        };
 
         if let Some(r) = self.check(&name, qtype, q.query_class(), client.ip()) {
             return self.refuse(&req, client, &name, qtype, r, limit);
@@ -433,10 +444,15 @@ impl DnsProxy {
             Match::Exact => "",
             Match::Wildcard(sfx) => &name[..name.len() - sfx.len() - 1],
         };
-        let sus = guard::static_check(&self.cfg.tunnel, name, below).or_else(|| match m {
-            Match::Wildcard(sfx) => self.tracker.check(&self.cfg.tunnel, client, sfx, name),
-            Match::Exact => None,
-        });
+        let who = self.client_key(client);
+        let sus = guard::static_check(&self.cfg.tunnel, name, below)
+            .or_else(|| match m {
+                Match::Wildcard(sfx) => self.tracker.check(&self.cfg.tunnel, who, sfx, name),
+                Match::Exact => None,
+            })
+            // Every query for an allowed name counts, whatever the cache
+            // answers: repeats and TTL-0 names carry data by their choice.
+            .or_else(|| self.budget.check(&self.cfg.tunnel, who));
         if let Some(s) = sus {
             Stats::inc(&self.stats.refused_tunnel);
             return refused(s.reason(), s.detail());
@@ -458,6 +474,12 @@ impl DnsProxy {
         })
     }
 
+    /// The client a query counts against (its address masked to the
+    /// configured prefix; inside sbx-net every client is the sandbox).
+    fn client_key(&self, ip: IpAddr) -> IpAddr {
+        guard::client_key(ip, self.cfg.client_prefix_v4, self.cfg.client_prefix_v6)
+    }
+
     /// Rate limit, alert, and the reply `build` makes (when not dropped).
     fn refuse_with(
         &self,
@@ -467,7 +489,7 @@ impl DnsProxy {
         r: &Refusal,
         build: impl FnOnce() -> Option<Vec<u8>>,
     ) -> Option<Vec<u8>> {
-        match self.limiter.check(client.ip()) {
+        match self.limiter.check(self.client_key(client.ip())) {
             Verdict::Answer => {
                 alert_refused(name, &qtype.to_string(), client, r.reason, &r.detail);
                 build()
@@ -493,7 +515,7 @@ impl DnsProxy {
         reason: &'static str,
         rcode: ResponseCode,
     ) -> Option<Vec<u8>> {
-        match self.limiter.check(client.ip()) {
+        match self.limiter.check(self.client_key(client.ip())) {
             Verdict::Answer => {
                 alert_refused("", "", client, reason, &format!("{} bytes", query.len()));
                 let mut out = query[..12].to_vec();
@@ -824,9 +846,10 @@ fn record_ips(r: &Record) -> Vec<IpAddr> {
     }
 }
 
+/// A name of an upstream answer as the allowlist sees it; one that is not
+/// a hostname becomes a string no allowlist entry or chain name equals.
 fn lc(n: &Name) -> String {
-    let a = n.to_ascii();
-    a.strip_suffix('.').unwrap_or(&a).to_ascii_lowercase()
+    crate::allow::name_from_wire(n).unwrap_or_else(|| format!("\\bad:{}", n.to_ascii()))
 }
 
 fn alert_refused(name: &str, qtype: &str, client: SocketAddr, reason: &str, detail: &str) {

@@ -97,8 +97,15 @@ pub struct NameRule {
 
 impl NameRule {
     /// Whether `qname` (any case, trailing dot or not) is covered.
+    /// Only plain hostnames match (see `sbx_dnsproxy::allow::is_hostname`):
+    /// a name whose presentation form hides a dot inside a label
+    /// (`x\.example.com`) or holds any other byte a hostname cannot
+    /// (an SNI can carry anything) matches nothing.
     pub fn matches(&self, qname: &str) -> bool {
         let q = qname.trim_end_matches('.').to_ascii_lowercase();
+        if !sbx_dnsproxy::allow::is_hostname(&q) {
+            return false;
+        }
         if self.wildcard {
             q.len() > self.name.len() + 1
                 && q.ends_with(&self.name)
@@ -473,6 +480,17 @@ mod tests {
         let w = name("*.example.com:443");
         assert!(w.matches("a.example.com") && w.matches("a.b.example.com"));
         assert!(!w.matches("example.com") && !w.matches("badexample.com"));
+        // One label holding a dot, as a presentation form shows it, and
+        // other bytes no hostname has: never under the wildcard.
+        for bad in [
+            "x\\.example.com",
+            "a b.example.com",
+            "a..example.com",
+            "a\\000.example.com",
+            "\u{e9}.example.com",
+        ] {
+            assert!(!w.matches(bad), "{bad}");
+        }
         assert_eq!(w.ports.to_string(), "443");
         for b in [
             "*.com",

@@ -183,6 +183,10 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         upstreams,
         rebind_allow: cli.dns_rebind_allow.clone(),
         nxdomain_for_refused: cli.dns_nxdomain,
+        // Every DNS client here is the sandbox: rate limits and tunnelling
+        // budgets are the sandbox's, whatever source address it uses.
+        client_prefix_v4: 0,
+        client_prefix_v6: 0,
         ..Default::default()
     })
     .map_err(|e| Failure::new(e.to_string()))?;
