@@ -383,7 +383,7 @@ impl SandboxGroup {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                     // A stale group of ours (owner gone) is reaped and made again.
-                    if crate::owner::reap_if_stale(&path, self.real) {
+                    if crate::owner::reap_if_stale(&t.hier, &path, self.real) {
                         std::fs::create_dir(&path)
                             .map_err(|e| GroupError::Create(path.display().to_string(), e))?;
                     } else {
@@ -500,6 +500,18 @@ impl SandboxGroup {
             std::fs::write(p.join(file), val).map_err(io_set(file, p))?;
         }
         Ok(())
+    }
+
+    /// A group found on the host (a stale one), to kill and remove.
+    pub fn adopt(name: &str, dirs: Vec<GroupDir>, real: bool) -> Self {
+        SandboxGroup {
+            name: name.to_string(),
+            dirs,
+            procs: Vec::new(),
+            killed: 0,
+            signalled: Default::default(),
+            real,
+        }
     }
 
     /// A copy without the join fds (for the watcher).

@@ -14,6 +14,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::discover::Hierarchy;
+use crate::group::{GroupDir, SandboxGroup, Target};
+
 const XATTRS: [&str; 2] = ["trusted.sbx.owner", "user.sbx.owner"];
 const TAG: &str = "sbx-cgroup ";
 
@@ -115,77 +118,111 @@ pub fn read_owner(dir: &Path) -> Option<Owner> {
     None
 }
 
-/// Kills and removes `dir` if it is a group of ours whose owner is gone.
-/// Returns whether it did.
-pub fn reap_if_stale(dir: &Path, real: bool) -> bool {
+/// The owner of `dir` when it is a group of ours (`sbx-*`, with the
+/// record) whose owner is gone; None otherwise.
+fn stale_owner(dir: &Path) -> Option<Owner> {
     let is_ours = dir
         .file_name()
         .and_then(|n| n.to_str())
         .is_some_and(|n| n.starts_with("sbx-"));
     if !is_ours {
-        return false;
+        return None;
     }
-    let Some(owner) = read_owner(dir) else {
-        return false;
-    };
-    if owner.alive() {
-        return false;
-    }
-    let mut pids = Vec::new();
-    collect(dir, &mut pids);
-    // Freeze-less kill loop: SIGKILL until empty (bounded).
-    for _ in 0..200 {
-        let mut pids = Vec::new();
-        collect(dir, &mut pids);
-        if pids.is_empty() {
-            break;
+    read_owner(dir).filter(|o| !o.alive())
+}
+
+/// How long the kill loop may take on a stale group before it is reported.
+const STALE_KILL_LIMIT: Duration = Duration::from_secs(10);
+
+/// Kills and removes a stale group given as its dirs (one per hierarchy,
+/// the same name): all at once, so that a v1 group left FROZEN in the
+/// freezer hierarchy is thawed while its processes are killed (a frozen
+/// task does not die of SIGKILL until it is thawed), and a v2 group is
+/// emptied with `cgroup.kill`. Returns whether every dir is gone.
+fn reap_group(name: &str, dirs: Vec<GroupDir>, owner: &Owner, real: bool) -> bool {
+    let started = std::time::Instant::now();
+    let was_frozen = dirs.iter().any(|d| {
+        std::fs::read_to_string(d.path.join("freezer.state")).is_ok_and(|s| s.trim() != "THAWED")
+            || std::fs::read_to_string(d.path.join("cgroup.freeze")).is_ok_and(|s| s.trim() == "1")
+    });
+    // A v2 group frozen through cgroup.freeze is thawed first (v1 freezer
+    // groups are thawed by the kill loop itself).
+    for d in dirs.iter().filter(|d| d.hier.v2) {
+        let f = d.path.join("cgroup.freeze");
+        if std::fs::read_to_string(&f).is_ok_and(|s| s.trim() == "1") {
+            let _ = std::fs::write(&f, "0");
         }
-        for p in pids {
-            unsafe { libc::kill(p, libc::SIGKILL) };
-        }
-        std::thread::sleep(Duration::from_millis(5));
     }
-    let ok = crate::group::remove_tree(dir, real, Duration::from_secs(2)).is_ok();
+    let mut g = SandboxGroup::adopt(name, dirs, real);
+    let res = g.destroy(STALE_KILL_LIMIT);
     sbx_core::audit::emit(
         "stale_group_reaped",
         sbx_core::Severity::Warn,
         serde_json::json!({
-            "cgroup": dir.display().to_string(),
+            "cgroup": g.dirs.iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>(),
             "owner_pid": owner.pid,
             "owner_sbx_id": owner.id,
-            "processes_killed": pids.len(),
-            "removed": ok,
+            "was_frozen": was_frozen,
+            "processes_killed": g.killed,
+            "removed": res.is_ok(),
+            "reap_ms": started.elapsed().as_millis() as u64,
         }),
     );
-    ok
+    if let Err(e) = &res {
+        tracing::warn!("stale group {name}: {}", sbx_core::exit::error_chain(e));
+    }
+    res.is_ok()
 }
 
-fn collect(dir: &Path, out: &mut Vec<i32>) {
-    if let Ok(s) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-        out.extend(s.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
-    }
-    if let Ok(rd) = std::fs::read_dir(dir) {
+/// Kills and removes `dir` (in hierarchy `hier`) if it is a group of ours
+/// whose owner is gone. Returns whether it did.
+pub fn reap_if_stale(hier: &Hierarchy, dir: &Path, real: bool) -> bool {
+    let Some(owner) = stale_owner(dir) else {
+        return false;
+    };
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let d = GroupDir {
+        hier: hier.clone(),
+        path: dir.to_path_buf(),
+    };
+    reap_group(&name, vec![d], &owner, real)
+}
+
+/// Reaps the stale `sbx-*` groups directly under every target's parent:
+/// the dirs of one group in all hierarchies are killed and removed
+/// together (see [`reap_group`]). Returns how many groups were reaped.
+pub fn reap_stale(targets: &[Target], real: bool) -> usize {
+    let mut found: Vec<(String, Owner, Vec<GroupDir>)> = Vec::new();
+    for t in targets {
+        let Ok(rd) = std::fs::read_dir(&t.parent) else {
+            continue;
+        };
         for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                collect(&e.path(), out);
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let p = e.path();
+            let Some(owner) = stale_owner(&p) else {
+                continue;
+            };
+            let name = e.file_name().to_string_lossy().into_owned();
+            let d = GroupDir {
+                hier: t.hier.clone(),
+                path: p,
+            };
+            match found.iter_mut().find(|f| f.0 == name) {
+                Some(f) => f.2.push(d),
+                None => found.push((name, owner, vec![d])),
             }
         }
     }
-}
-
-/// Reaps the stale `sbx-*` groups directly under `parent`.
-pub fn reap_stale(parent: &Path, real: bool) -> usize {
-    let Ok(rd) = std::fs::read_dir(parent) else {
-        return 0;
-    };
-    let mut n = 0;
-    for e in rd.flatten() {
-        let p = e.path();
-        if e.file_type().is_ok_and(|t| t.is_dir()) && reap_if_stale(&p, real) {
-            n += 1;
-        }
-    }
-    n
+    found
+        .into_iter()
+        .filter(|(name, owner, dirs)| reap_group(name, dirs.clone(), owner, real))
+        .count()
 }
 
 #[cfg(test)]

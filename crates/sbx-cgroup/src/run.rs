@@ -65,9 +65,7 @@ pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
     let mut cmd = supervise::command(&cli.cmd, None)?;
 
     // 2. Stale groups of dead supervisors under the same parents.
-    for t in &targets {
-        owner::reap_stale(&t.parent, true);
-    }
+    owner::reap_stale(&targets, host.root == std::path::Path::new("/"));
 
     // 3. The group, then the watcher that removes it if we die.
     let id = sbx_core::id::get().unwrap_or("unknown").to_string();

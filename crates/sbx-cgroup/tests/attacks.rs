@@ -296,3 +296,147 @@ fn supervisor_and_watcher_both_killed_then_the_next_start_reaps_the_group() {
         e["removed"] == true
     });
 }
+
+/// Issue 16: the supervisor and its watcher SIGKILLed while the v1 freezer
+/// group is FROZEN (the watcher dies between its freeze and its thaw). The
+/// frozen escapee does not die of SIGKILL (it sits in D state) until the
+/// group is thawed. The next start thaws, empties and removes the group at
+/// once (before the fix it spent ~13 s and freed nothing).
+#[test]
+fn a_frozen_stale_group_is_thawed_emptied_and_removed_promptly() {
+    let p = parent_or_skip!();
+    let marker = unique("frozen-");
+    let script = format!("setsid sh -c 'sleep 1000; : {marker}' & sleep 1000; : {marker}");
+    let mut child = p
+        .cmd()
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || procs_with(&marker)
+        .len()
+        >= 2));
+    let watchers = children_named(child.id(), "sbx-cg-watch");
+    assert_eq!(watchers.len(), 1, "one watcher");
+    let group = std::fs::read_dir(p.dir_with("freezer"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|d| d.is_dir())
+        .expect("the sandbox group in the freezer hierarchy");
+    // The worst point: the watcher has frozen the group and signalled its
+    // processes when it is killed, so the thaw never comes.
+    std::fs::write(group.join("freezer.state"), "FROZEN").unwrap();
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::fs::read_to_string(group.join("freezer.state")).is_ok_and(|s| s.trim() == "FROZEN")
+    }));
+    unsafe { libc::kill(watchers[0], libc::SIGKILL) };
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    let frozen = procs_with(&marker);
+    assert!(!frozen.is_empty(), "frozen processes stay");
+    for &pid in &frozen {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !procs_with(&marker).is_empty(),
+        "a frozen task survives SIGKILL until thawed (else this test proves nothing)"
+    );
+    // The next sbx-cgroup under the same parent: prompt, and nothing left.
+    let t0 = std::time::Instant::now();
+    let out = run(p.cmd().args(["--", "true"]));
+    let took = t0.elapsed();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(took < Duration::from_secs(3), "next start took {took:?}");
+    assert!(
+        wait_until(Duration::from_secs(2), || procs_with(&marker).is_empty()),
+        "processes of the frozen stale group alive"
+    );
+    p.assert_no_group();
+    let ev = assert_event(&p.log(), "stale_group_reaped", "warn", |e| {
+        e["removed"] == true
+    });
+    assert_eq!(ev["was_frozen"], true, "{ev}");
+    assert!(ev["processes_killed"].as_u64() >= Some(1), "{ev}");
+}
+
+/// Issue 16, cgroup v2 (the small real v2 tree of this hybrid host): a stale
+/// group frozen through `cgroup.freeze` with a live process is thawed,
+/// emptied through `cgroup.kill` and removed by the reaper, promptly.
+#[test]
+fn a_frozen_stale_v2_group_is_killed_and_removed() {
+    use sbx_cgroup::discover::{Host, discover};
+    use sbx_cgroup::group::Target;
+    use sbx_cgroup::owner::{Owner, reap_stale};
+    if !is_root() {
+        skip!("needs root (a group in the real v2 tree)");
+    }
+    let Some(v2) = discover(&Host::default()).ok().and_then(|l| l.v2) else {
+        skip!("no cgroup v2 hierarchy");
+    };
+    let Some(own) = v2.dir_of(&v2.own) else {
+        skip!("own v2 group not visible");
+    };
+    if !own.join("cgroup.kill").exists() && own != v2.mount {
+        skip!("no cgroup.kill (kernel < 5.14)");
+    }
+    struct Cleanup(std::path::PathBuf, Option<std::process::Child>);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            if let Some(c) = self.1.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            let _ = std::fs::write(self.0.join("sbx-stale/cgroup.freeze"), "0");
+            let _ = std::fs::write(self.0.join("sbx-stale/cgroup.kill"), "1");
+            for _ in 0..100 {
+                let _ = std::fs::remove_dir(self.0.join("sbx-stale"));
+                if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    let parent = own.join(unique("sbxt-v2-"));
+    if std::fs::create_dir(&parent).is_err() {
+        skip!("cannot create a group in the v2 tree");
+    }
+    let mut guard = Cleanup(parent.clone(), None);
+    let group = parent.join("sbx-stale");
+    std::fs::create_dir(&group).unwrap();
+    let child = std::process::Command::new("sleep")
+        .arg("1000")
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    guard.1 = Some(child);
+    std::fs::write(group.join("cgroup.procs"), pid.to_string()).unwrap();
+    let me = Owner::me("v2stale");
+    Owner {
+        start: me.start + 1,
+        ..me
+    }
+    .record(&group);
+    std::fs::write(group.join("cgroup.freeze"), "1").unwrap();
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::fs::read_to_string(group.join("cgroup.events"))
+            .is_ok_and(|s| s.lines().any(|l| l == "frozen 1"))
+    }));
+    let t0 = std::time::Instant::now();
+    let n = reap_stale(
+        &[Target {
+            hier: v2.clone(),
+            parent: parent.clone(),
+            enable: Vec::new(),
+        }],
+        true,
+    );
+    assert_eq!(n, 1, "the stale group is reaped");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    assert!(!group.exists(), "group removed");
+    let st = guard.1.as_mut().unwrap().wait().unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?}");
+}
