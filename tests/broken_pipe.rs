@@ -28,6 +28,11 @@ const SILENT: &[(&str, &str, &str)] = &[
     ),
     ("sbx-gitguard", "snapshot", "writes --output FILE"),
     (
+        "sbx-gitguard",
+        "plants",
+        "a supervisor like run: findings go to stderr; CMD's stdout is CMD's",
+    ),
+    (
         "sbx-policy",
         "gvisor",
         "CMD's stdout is CMD's (runsc gets the caller's fds)",
