@@ -549,6 +549,125 @@ impl Sweep {
     }
 }
 
+/// The MCP servers of `~/.claude.json` (a file Claude Code writes all the
+/// time, so it cannot be read-only): when a writable bind covers it, its
+/// `mcpServers` (top level and each project's) are recorded at the start
+/// and put back at the end if the run changed them.
+#[derive(Debug)]
+pub struct McpGuard {
+    path: PathBuf,
+    original: Vec<u8>,
+    servers: serde_json::Value,
+}
+
+fn mcp_servers(v: &serde_json::Value) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    out.insert("".into(), v.get("mcpServers").cloned().unwrap_or_default());
+    if let Some(p) = v.get("projects").and_then(|p| p.as_object()) {
+        for (k, x) in p {
+            out.insert(k.clone(), x.get("mcpServers").cloned().unwrap_or_default());
+        }
+    }
+    serde_json::Value::Object(out)
+}
+
+impl McpGuard {
+    /// `path` is `~/.claude.json` when a writable bind covers it.
+    pub fn start(path: &Path) -> Option<McpGuard> {
+        let m = std::fs::symlink_metadata(path).ok()?;
+        if !m.is_file() {
+            return None;
+        }
+        let original = std::fs::read(path).ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&original).ok()?;
+        Some(McpGuard {
+            path: path.to_path_buf(),
+            servers: mcp_servers(&v),
+            original,
+        })
+    }
+
+    /// After the sandbox is gone: the servers as they were, the rest of the
+    /// file as the run left it; the changed file goes to the quarantine.
+    pub fn finish(&self, quarantine: &Path) {
+        let now = std::fs::symlink_metadata(&self.path)
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|_| std::fs::read(&self.path).ok());
+        let parsed = now
+            .as_ref()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok());
+        let fixed = match &parsed {
+            Some(v) if mcp_servers(v) == self.servers => return,
+            Some(v) => {
+                let mut v = v.clone();
+                if let Some(o) = v.as_object_mut() {
+                    match self.servers.get("") {
+                        Some(serde_json::Value::Null) | None => {
+                            o.remove("mcpServers");
+                        }
+                        Some(x) => {
+                            o.insert("mcpServers".into(), x.clone());
+                        }
+                    }
+                }
+                if let Some(p) = v.get_mut("projects").and_then(|p| p.as_object_mut()) {
+                    for (k, x) in p.iter_mut() {
+                        let Some(o) = x.as_object_mut() else { continue };
+                        match self.servers.get(k) {
+                            Some(serde_json::Value::Null) | None => {
+                                o.remove("mcpServers");
+                            }
+                            Some(s) => {
+                                o.insert("mcpServers".into(), s.clone());
+                            }
+                        }
+                    }
+                }
+                serde_json::to_vec_pretty(&v).unwrap_or_else(|_| self.original.clone())
+            }
+            // Not a JSON file any more (or not a file): the original.
+            None => self.original.clone(),
+        };
+        let dest = quarantine_path(quarantine, Path::new("/"), Path::new(".claude.json"));
+        let result = if now.is_some() {
+            // Kept in place (its inode, mode and owner): a copy of what the
+            // run left goes to the quarantine, then the content is fixed.
+            copy_out(quarantine, &self.path, &dest).and_then(|_| {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .truncate(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&self.path)?
+                    .write_all(&fixed)
+            })
+        } else {
+            move_out(quarantine, &self.path, &dest).and_then(|_| {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&self.path)?
+                    .write_all(&fixed)
+            })
+        };
+        audit::emit(
+            "fs_protected_restored",
+            Severity::Alert,
+            json!({
+                "path": self.path.display().to_string(),
+                "key": "mcpServers",
+                "quarantined": result.as_ref().ok().map(|_| dest.display().to_string()),
+                "error": result.err().map(|e| e.to_string()),
+            }),
+        );
+    }
+}
+
 fn is_empty(p: &Path) -> bool {
     match std::fs::symlink_metadata(p) {
         Ok(m) if m.is_dir() => std::fs::read_dir(p).is_ok_and(|mut r| r.next().is_none()),
@@ -610,9 +729,29 @@ fn quarantine_path(quarantine: &Path, root: &Path, rel: &Path) -> PathBuf {
     quarantine.join(id).join(flat).join(rel)
 }
 
+/// Copies `from` to `to` inside the quarantine (checked as for [`move_out`]).
+fn copy_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
+    prepare_quarantine(quarantine, to)?;
+    copy_tree(from, to)
+}
+
 /// Moves `from` to `to` (a rename; across file systems a copy, then the
 /// removal of `from`). Symlinks are moved as symlinks, never followed.
 fn move_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
+    prepare_quarantine(quarantine, to)?;
+    match std::fs::rename(from, to) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            copy_tree(from, to)?;
+            remove_tree(from)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates the quarantine (0700) and `to`'s parent in it; the quarantine
+/// must be a directory of ours that nobody else can write.
+fn prepare_quarantine(quarantine: &Path, to: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -633,14 +772,7 @@ fn move_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
             .mode(0o700)
             .create(parent)?;
     }
-    match std::fs::rename(from, to) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            copy_tree(from, to)?;
-            remove_tree(from)
-        }
-        Err(e) => Err(e),
-    }
+    Ok(())
 }
 
 fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
