@@ -493,7 +493,14 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         .iter()
         .map(|p| p.shown.display().to_string())
         .collect();
-    if let Err(e) = ph.start_reaper() {
+    // The reaper also runs the end sweep if sbx-fs is killed.
+    let after: Option<Box<dyn FnOnce()>> = if sweeps.is_empty() && mcp.is_none() {
+        None
+    } else {
+        let (sw, m, q) = (sweeps.clone(), mcp.clone(), quarantine.clone());
+        Some(Box::new(move || end_checks(&sw, m.as_ref(), &q)))
+    };
+    if let Err(e) = ph.start_reaper_with(after) {
         ph.cleanup();
         return Err(e.into());
     }
@@ -581,6 +588,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         });
     }
     drop(init_chan);
+    ph.tell_sandbox(pid);
     drop(plan);
     drop(exec_fd);
     drop(owner);
@@ -644,6 +652,11 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             serde_json::json!({ "alerts": a.emitted, "alerts_suppressed": a.suppressed }),
         );
     }
+    // The sandbox is gone (its PID namespace died with init) and nothing
+    // has run on the host since: take out the control files it created
+    // (placeholders are skipped; the reaper is released only after, so a
+    // kill meanwhile leaves the sweep to it).
+    end_checks(&sweeps, mcp.as_ref(), &quarantine);
     let left = ph.cleanup();
     if !left.is_empty() {
         audit::emit(
@@ -652,14 +665,6 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             serde_json::json!({ "left": left.iter().map(|p| p.display().to_string()).collect::<Vec<_>>() }),
         );
     }
-    // The sandbox is gone (its PID namespace died with init) and nothing
-    // has run on the host since: take out the control files it created.
-    for s in &sweeps {
-        s.finish(&quarantine);
-    }
-    if let Some(m) = &mcp {
-        m.finish(&quarantine);
-    }
     audit::emit("end", Severity::Info, serde_json::json!({ "status": code }));
     Ok(code)
 }
@@ -667,6 +672,16 @@ fn run(cli: Cli) -> Result<i32, Failure> {
 /// Records the control entries of every writable bind (for the end sweep)
 /// and picks the quarantine directory, which must lie outside every
 /// writable bind (the sandbox could plant symlinks there otherwise).
+/// The end sweep of every writable bind and the MCP servers check.
+fn end_checks(sweeps: &[protect::Sweep], mcp: Option<&protect::McpGuard>, q: &std::path::Path) {
+    for s in sweeps {
+        s.finish(q);
+    }
+    if let Some(m) = mcp {
+        m.finish(q);
+    }
+}
+
 type EndChecks = (Vec<protect::Sweep>, Option<protect::McpGuard>, PathBuf);
 
 fn start_sweeps(spec: &Spec, plan: &Plan) -> Result<EndChecks, Failure> {

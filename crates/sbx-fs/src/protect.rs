@@ -396,7 +396,7 @@ struct Known {
 
 /// The control entries of one writable bind at the start, and the check
 /// at the end.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Sweep {
     root: PathBuf,
     limit: usize,
@@ -553,7 +553,7 @@ impl Sweep {
 /// time, so it cannot be read-only): when a writable bind covers it, its
 /// `mcpServers` (top level and each project's) are recorded at the start
 /// and put back at the end if the run changed them.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct McpGuard {
     path: PathBuf,
     original: Vec<u8>,

@@ -418,3 +418,55 @@ fn the_mcp_servers_of_claude_json_are_put_back() {
         assert!(kept.iter().any(|k| k.ends_with(".claude.json")), "{kept:?}");
     }
 }
+
+#[test]
+fn a_sigkill_of_sbx_fs_still_takes_out_the_control_files() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        s.mkdir("proj/pkg");
+        s.mkdir("q");
+        let before = s.snapshot();
+        let q = quarantine(&s);
+        let marker = sbx_testutil::unique("SBXFSPROTKILL");
+        let log = s.log();
+        let p = s.proj();
+        let pp = p.to_str().unwrap();
+        let mut c = s.cmd(
+            &log,
+            &["--rw", pp, "--chdir", pp, "--quarantine", q.to_str().unwrap()],
+            &format!(
+                "mkdir -p pkg/.vscode && echo '{{}}' > pkg/.vscode/tasks.json && echo x > .envrc; sleep 600; : {marker}"
+            ),
+        );
+        c.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut child = c.spawn().unwrap();
+        assert!(
+            eventually(|| p.join(".envrc").exists() && !pids_with(&marker).is_empty()),
+            "sandbox did not start"
+        );
+        // SAFETY: our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        let gone = || {
+            !p.join(".envrc").exists()
+                && !p.join("pkg/.vscode").exists()
+                && pids_with(&marker).is_empty()
+        };
+        assert!(
+            eventually(gone) || eventually(gone) || eventually(gone),
+            "the reaper did not sweep"
+        );
+        for rel in [".envrc", "pkg/.vscode"] {
+            let host = p.join(rel);
+            assert_event(&log, "fs_protected_created", "alert", |e| {
+                e["path"] == host.to_str().unwrap() && e["quarantined"].is_string()
+            });
+        }
+        assert!(eventually(
+            || !p.join(".git").exists() && !p.join(".claude").exists()
+        ));
+        empty_quarantine(&s);
+        s.assert_clean(&before);
+    }
+}
