@@ -362,7 +362,7 @@ fn invariants_in(
     // The other control entries, where they exist (one that appears
     // during the run is the end sweep's: see crate::protect::Sweep).
     for inv in crate::protect::CONTROL {
-        if inv.rel.starts_with(".git") || inv.rel == ".claude" {
+        if inv.rel.starts_with(".git/") || inv.rel == ".claude" {
             continue;
         }
         if let Some(m) = look(inv.rel) {

@@ -99,6 +99,7 @@ fn renaming_an_ancestor_does_not_lift_a_protection() {
              try mv deep/a/b/c/d/e deep/moved; try rmdir deep/a/b/c/d/e/f/g/h/i; \
              mkdir other; try {exchange} app other; try {exchange} deep/a/b/c deep/a/b/x; \
              try ln sub/.git/config hard; try rm -rf app; \
+             try mv \"$PWD\" \"$PWD.moved\"; ln -s other swap; try mv -T swap app; rm -f swap; \
              cat deep/a/b/c/d/e/f/g/h/i/.env 2>/dev/null && echo ESCAPED deep-read; \
              rmdir other; true"
         );
@@ -112,7 +113,7 @@ fn renaming_an_ancestor_does_not_lift_a_protection() {
             &script,
         );
         let so = ok(&out);
-        assert_eq!(so.matches("refused").count(), 11, "{so}\n{}", stderr(&out));
+        assert_eq!(so.matches("refused").count(), 13, "{so}\n{}", stderr(&out));
         // The follow-up writes are the observable part (the renames fail
         // with EBUSY in the VFS, before any file system is asked).
         assert_event(&log, "fs_denied", "alert", |e| {
@@ -467,6 +468,53 @@ fn a_sigkill_of_sbx_fs_still_takes_out_the_control_files() {
             || !p.join(".git").exists() && !p.join(".claude").exists()
         ));
         empty_quarantine(&s);
+        s.assert_clean(&before);
+    }
+}
+
+#[test]
+fn existing_control_files_are_read_only_at_any_depth() {
+    for who in identities() {
+        need_fuse!(who);
+        let s = Scratch::new(who);
+        for (rel, body) in [
+            ("proj/.mcp.json", "{\"mcpServers\":{}}\n"),
+            ("proj/.envrc", "export A=1\n"),
+            ("proj/.gitmodules", "\n"),
+            ("proj/.vscode/tasks.json", "{}\n"),
+            ("proj/.idea/workspace.xml", "<x/>\n"),
+            ("proj/.git/HEAD", "ref: refs/heads/main\n"),
+            ("proj/.git/info/attributes", "\n"),
+            ("proj/a/b/c/d/e/f/pkg/.claude/agents/x.md", "agent\n"),
+            ("proj/a/b/c/d/e/f/pkg/.vscode/settings.json", "{}\n"),
+        ] {
+            s.write(rel, body);
+        }
+        s.mkdir("q");
+        let before = s.snapshot();
+        let q = quarantine(&s);
+        let script = "for f in .mcp.json .envrc .gitmodules .vscode/tasks.json .idea/workspace.xml \
+                .git/info/attributes a/b/c/d/e/f/pkg/.claude/agents/x.md a/b/c/d/e/f/pkg/.vscode/settings.json; do \
+                if echo evil >> $f; then echo ESCAPED $f; else echo refused; fi; done; \
+             if echo '* filter=x' > .git/info/new; then echo ESCAPED info-new; else echo refused; fi; \
+             cat .mcp.json a/b/c/d/e/f/pkg/.claude/agents/x.md";
+        let (out, log) = s.run_rw(&["--quarantine", q.to_str().unwrap()], script);
+        let so = ok(&out);
+        assert_eq!(so.matches("refused").count(), 9, "{so}\n{}", stderr(&out));
+        assert!(so.contains("mcpServers") && so.contains("agent"), "{so}");
+        for p in [
+            "/proj/.mcp.json",
+            "/proj/.envrc",
+            "/proj/.gitmodules",
+            "/proj/.vscode/tasks.json",
+            "/proj/.idea/workspace.xml",
+            "/proj/.git/info/attributes",
+            "/proj/.git/info/new",
+            "/pkg/.claude/agents/x.md",
+            "/pkg/.vscode/settings.json",
+        ] {
+            assert_event(&log, "fs_write_denied", "alert", |e| ends(e, p));
+        }
         s.assert_clean(&before);
     }
 }
