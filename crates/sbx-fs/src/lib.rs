@@ -614,6 +614,13 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         Some(_) => {
             let guarded = guards.nodes.iter().map(|n| n.path.clone()).collect();
             lockwatch::LockWatch::start(&git_dirs, guarded)
+                .inspect_err(|e| {
+                    audit::emit(
+                        "lockwatch_unavailable",
+                        Severity::Warn,
+                        serde_json::json!({ "reason": e.to_string() }),
+                    )
+                })
                 .ok()
                 .flatten()
         }
