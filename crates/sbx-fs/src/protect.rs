@@ -401,6 +401,8 @@ pub struct Sweep {
     root: PathBuf,
     limit: usize,
     known: Vec<Known>,
+    /// The `.git` directories at the start (relative, device, inode).
+    repos: Vec<(PathBuf, u64, u64)>,
 }
 
 fn identity(p: &Path) -> Option<(u64, u64)> {
@@ -410,8 +412,15 @@ fn identity(p: &Path) -> Option<(u64, u64)> {
 }
 
 /// Finds every control entry (first component of [`CONTROL`] outside
-/// `.git`, and the `.git` entries themselves) below `root`.
-fn find_controls(root: &Path, limit: usize) -> Result<Vec<PathBuf>, ScanError> {
+/// `.git`, and the `.git` entries of the repositories in `repos`, or of
+/// every repository when None) below `root`; also returns the `.git`
+/// directories found (relative, device, inode).
+#[allow(clippy::type_complexity)]
+fn find_controls(
+    root: &Path,
+    limit: usize,
+    repos: Option<&[(PathBuf, u64, u64)]>,
+) -> Result<(Vec<PathBuf>, Vec<(PathBuf, u64, u64)>), ScanError> {
     let names = swept_names();
     let mut out = Vec::new();
     let mut gits = Vec::new();
@@ -421,35 +430,49 @@ fn find_controls(root: &Path, limit: usize) -> Result<Vec<PathBuf>, ScanError> {
             return Step::Skip;
         }
         if n == ".git" && dir {
-            gits.push(rel.join(n));
+            let r = rel.join(n);
+            if let Some((dev, ino)) = identity(&root.join(&r)) {
+                gits.push((r, dev, ino));
+            }
         }
         Step::Descend
     })?;
-    for g in gits {
+    for g in &gits {
+        // A repository that appeared during the run is planted or made by
+        // the agent: sbx-gitguard's to judge (issue 13 section 4), not
+        // taken apart here.
+        if repos.is_some_and(|r| !r.contains(g)) {
+            continue;
+        }
         for i in CONTROL.iter().filter(|i| i.rel.starts_with(".git/")) {
-            let rel = g.join(&i.rel[5..]);
+            let rel = g.0.join(&i.rel[5..]);
             if std::fs::symlink_metadata(root.join(&rel)).is_ok() {
                 out.push(rel);
             }
         }
     }
-    Ok(out)
+    Ok((out, gits))
 }
 
 impl Sweep {
     /// Records the control entries of the writable bind `root` (before any
     /// placeholder exists).
     pub fn start(root: &Path, limit: usize) -> Result<Sweep, ScanError> {
-        let found = find_controls(root, limit)?;
+        let (found, gits) = find_controls(root, limit, None)?;
         let known = found
             .into_iter()
             .filter(|rel| !crate::placeholder::is_placeholder(&root.join(rel)))
             .filter_map(|rel| identity(&root.join(&rel)).map(|(dev, ino)| Known { rel, dev, ino }))
             .collect();
+        let repos = gits
+            .into_iter()
+            .filter(|(r, _, _)| !crate::placeholder::is_placeholder(&root.join(r)))
+            .collect();
         Ok(Sweep {
             root: root.to_path_buf(),
             limit,
             known,
+            repos,
         })
     }
 
@@ -462,8 +485,8 @@ impl Sweep {
     /// is moved to `quarantine`; an original moved away is put back.
     /// Each finding is an alert.
     pub fn finish(&self, quarantine: &Path) {
-        let found = match find_controls(&self.root, self.limit) {
-            Ok(f) => f,
+        let found = match find_controls(&self.root, self.limit, Some(&self.repos)) {
+            Ok((f, _)) => f,
             Err(e) => {
                 audit::emit(
                     "fs_sweep_incomplete",

@@ -145,6 +145,12 @@ fn control_files_created_at_any_depth_are_taken_out_and_alerted() {
         need_fuse!(who);
         let s = Scratch::new(who);
         s.write("proj/pkg/index.js", "1\n");
+        // A nested repository without .git/info: one created in the run
+        // (exclude hides files from git status, attributes name drivers)
+        // is taken out too.
+        s.write("proj/sub/.git/HEAD", "ref: refs/heads/main\n");
+        s.mkdir("proj/sub/.git/objects");
+        s.mkdir("proj/sub/.git/refs");
         s.mkdir("q");
         let before = s.snapshot();
         let q = quarantine(&s);
@@ -158,6 +164,8 @@ fn control_files_created_at_any_depth_are_taken_out_and_alerted() {
              mkdir -p {ten}/.vscode && echo '{{}}' > {ten}/.vscode/launch.json; \
              if echo '{{}}' > .claude/settings.local.json; then echo ESCAPED top-claude; fi; \
              if mkdir .claude/agents; then echo ESCAPED top-agents; fi; \
+             mkdir -p sub/.git/info && echo 'backdoor.js' > sub/.git/info/exclude; \
+             mkdir -p newrepo/.git/refs && echo 'ref: refs/heads/x' > newrepo/.git/HEAD; \
              echo kept > {ten}/notes.txt; echo done"
         );
         let (out, log) = s.run_rw(&["--quarantine", q.to_str().unwrap()], &script);
@@ -180,6 +188,7 @@ fn control_files_created_at_any_depth_are_taken_out_and_alerted() {
             "pkg/.claude",
             "a/b/c/d/e/f/g/h/i/j/.claude",
             "a/b/c/d/e/f/g/h/i/j/.vscode",
+            "sub/.git/info",
         ] {
             let host = s.path("proj").join(rel);
             assert!(
@@ -209,8 +218,11 @@ fn control_files_created_at_any_depth_are_taken_out_and_alerted() {
             std::fs::read_to_string(s.path("proj").join(ten).join("notes.txt")).unwrap(),
             "kept\n"
         );
+        // A repository created in the run is left to sbx-gitguard.
+        assert!(s.path("proj/newrepo/.git/HEAD").exists());
         empty_quarantine(&s);
         std::fs::remove_dir_all(s.path("proj/a")).unwrap();
+        std::fs::remove_dir_all(s.path("proj/newrepo")).unwrap();
         s.assert_clean(&before);
     }
 }
