@@ -310,11 +310,23 @@ pub enum Step {
 }
 
 /// Walks `root` depth-first without following symlinks, at any depth,
-/// calling `f(rel_dir, name, is_dir)` for every entry; `.git` directories
-/// are not entered. Reading more than `limit` entries is an error.
+/// calling `f(rel_dir, name, is_dir)` for every entry but symlinks;
+/// `.git` directories are not entered. Reading more than `limit` entries
+/// is an error.
 pub fn walk(
     root: &Path,
     limit: usize,
+    f: &mut dyn FnMut(&Path, &OsStr, bool) -> Step,
+) -> Result<(), ScanError> {
+    walk_links(root, limit, false, f)
+}
+
+/// [`walk`], and with `links` symlinks are shown too (as not directories,
+/// never entered): a control file may be a symlink.
+pub fn walk_links(
+    root: &Path,
+    limit: usize,
+    links: bool,
     f: &mut dyn FnMut(&Path, &OsStr, bool) -> Step,
 ) -> Result<(), ScanError> {
     let mut left = limit;
@@ -335,6 +347,9 @@ pub fn walk(
             let n = e.file_name();
             let dir = ft.is_dir() && !ft.is_symlink();
             if ft.is_symlink() {
+                if links {
+                    f(&rel, &n, false);
+                }
                 continue;
             }
             if f(&rel, &n, dir) == Step::Descend && dir && n != ".git" {
@@ -392,6 +407,9 @@ struct Known {
     rel: PathBuf,
     dev: u64,
     ino: u64,
+    /// A symlink's target (a removed symlink cannot be found by inode:
+    /// it is made again).
+    link: Option<PathBuf>,
 }
 
 /// The control entries of one writable bind at the start, and the check
@@ -424,7 +442,7 @@ fn find_controls(
     let names = swept_names();
     let mut out = Vec::new();
     let mut gits = Vec::new();
-    walk(root, limit, &mut |rel, n, dir| {
+    walk_links(root, limit, true, &mut |rel, n, dir| {
         if names.iter().any(|x| OsStr::new(x) == n) {
             out.push(rel.join(n));
             return Step::Skip;
@@ -462,7 +480,16 @@ impl Sweep {
         let known = found
             .into_iter()
             .filter(|rel| !crate::placeholder::is_placeholder(&root.join(rel)))
-            .filter_map(|rel| identity(&root.join(&rel)).map(|(dev, ino)| Known { rel, dev, ino }))
+            .filter_map(|rel| {
+                let p = root.join(&rel);
+                let link = std::fs::read_link(&p).ok();
+                identity(&p).map(|(dev, ino)| Known {
+                    rel,
+                    dev,
+                    ino,
+                    link,
+                })
+            })
             .collect();
         let repos = gits
             .into_iter()
@@ -541,7 +568,7 @@ impl Sweep {
             return;
         }
         let mut whereabouts: Vec<(usize, PathBuf)> = Vec::new();
-        let _ = walk(&self.root, self.limit, &mut |rel, n, _| {
+        let _ = walk_links(&self.root, self.limit, true, &mut |rel, n, _| {
             let p = self.root.join(rel).join(n);
             if let Some(id) = identity(&p)
                 && let Some(i) = gone.iter().position(|k| (k.dev, k.ino) == id)
@@ -553,9 +580,12 @@ impl Sweep {
         for (i, k) in gone.iter().enumerate() {
             let orig = self.root.join(&k.rel);
             let at = whereabouts.iter().find(|(j, _)| *j == i).map(|(_, r)| r);
-            let restored = match at {
-                Some(r) if std::fs::symlink_metadata(&orig).is_err() => {
+            let restored = match (at, &k.link) {
+                (Some(r), _) if std::fs::symlink_metadata(&orig).is_err() => {
                     std::fs::rename(self.root.join(r), &orig).is_ok()
+                }
+                (None, Some(target)) if std::fs::symlink_metadata(&orig).is_err() => {
+                    std::os::unix::fs::symlink(target, &orig).is_ok()
                 }
                 _ => false,
             };

@@ -530,3 +530,40 @@ fn existing_control_files_are_read_only_at_any_depth() {
         s.assert_clean(&before);
     }
 }
+
+#[test]
+fn control_files_that_are_symlinks_are_swept_and_restored() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        s.write("proj/shared/vscode/tasks.json", "{}\n");
+        s.mkdir("proj/pkg");
+        s.symlink(Path::new("shared/vscode"), "proj/.vscode");
+        s.mkdir("q");
+        let before = s.snapshot();
+        let q = quarantine(&s);
+        let script = "echo '{\"mcpServers\":{\"x\":{\"command\":\"evil\"}}}' > evil.json; \
+             ln -s ../evil.json pkg/.mcp.json; ln -s evil.json .envrc; \
+             rm .vscode && ln -s /tmp .vscode; echo planted";
+        let (out, log) = s.run_rw(&["--quarantine", q.to_str().unwrap()], script);
+        assert!(stdout(&out).contains("planted"), "{}", stderr(&out));
+        for rel in ["pkg/.mcp.json", ".envrc"] {
+            let host = s.path("proj").join(rel);
+            assert!(std::fs::symlink_metadata(&host).is_err(), "{rel} left");
+            assert_event(&log, "fs_protected_created", "alert", |e| {
+                e["path"] == host.to_str().unwrap() && e["quarantined"].is_string()
+            });
+        }
+        // The user's own symlink is back, the intruder in the quarantine.
+        let v = s.path("proj/.vscode");
+        assert_eq!(std::fs::read_link(&v).unwrap(), Path::new("shared/vscode"));
+        assert_event(&log, "fs_protected_replaced", "alert", |e| {
+            e["path"] == v.to_str().unwrap()
+        });
+        assert_event(&log, "fs_protected_moved", "alert", |e| {
+            e["path"] == v.to_str().unwrap() && e["restored"] == true
+        });
+        std::fs::remove_file(s.path("proj/evil.json")).unwrap();
+        empty_quarantine(&s);
+        s.assert_clean(&before);
+    }
+}
