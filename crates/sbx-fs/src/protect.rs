@@ -214,6 +214,42 @@ pub fn is_claude_settings(name: &str) -> bool {
 /// `$CLAUDE_CONFIG_DIR/…`, or its absolute path). Relative paths, without
 /// `..`.
 pub fn claude_hook_scripts(base: &Path) -> Vec<String> {
+    let abs = format!("{}/", base.display());
+    hook_scripts(
+        base,
+        &[
+            "~/.claude/",
+            "$HOME/.claude/",
+            "${HOME}/.claude/",
+            "$CLAUDE_CONFIG_DIR/",
+            "${CLAUDE_CONFIG_DIR}/",
+            abs.as_str(),
+        ],
+    )
+}
+
+/// The files of the project directory `base` that its
+/// `.claude/settings*.json` run (hooks and the status line run in the
+/// project directory): words of their commands starting with
+/// `$CLAUDE_PROJECT_DIR/`, `./` or the project's absolute path. Relative
+/// to `base`, without `..`.
+pub fn project_hook_scripts(base: &Path) -> Vec<String> {
+    let abs = format!("{}/", base.display());
+    hook_scripts(
+        &base.join(".claude"),
+        &[
+            "$CLAUDE_PROJECT_DIR/",
+            "${CLAUDE_PROJECT_DIR}/",
+            "./",
+            abs.as_str(),
+        ],
+    )
+}
+
+/// Words of the `command`s in the `hooks` and `statusLine` of the
+/// `settings*.json` in `settings_dir` that start with one of `prefixes`,
+/// the prefix removed (quotes dropped first: `"$CLAUDE_PROJECT_DIR"/x`).
+fn hook_scripts(settings_dir: &Path, prefixes: &[&str]) -> Vec<String> {
     fn commands(v: &serde_json::Value, out: &mut Vec<String>) {
         match v {
             serde_json::Value::Object(m) => {
@@ -231,7 +267,7 @@ pub fn claude_hook_scripts(base: &Path) -> Vec<String> {
         }
     }
     let mut cmds = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(base) {
+    if let Ok(rd) = std::fs::read_dir(settings_dir) {
         for e in rd.flatten() {
             let n = e.file_name();
             if !n.to_str().is_some_and(is_claude_settings) {
@@ -249,23 +285,15 @@ pub fn claude_hook_scripts(base: &Path) -> Vec<String> {
             }
         }
     }
-    let abs = format!("{}/", base.display());
     let mut out = Vec::new();
     for c in cmds {
+        let c: String = c.chars().filter(|ch| *ch != '"' && *ch != '\'').collect();
         for w in c.split(|ch: char| {
-            ch.is_whitespace() || ch == '"' || ch == '\'' || ch == ';' || ch == '&' || ch == '|'
+            ch.is_whitespace() || ch == ';' || ch == '&' || ch == '|' || ch == '(' || ch == ')'
         }) {
-            let rest = [
-                "~/.claude/",
-                "$HOME/.claude/",
-                "${HOME}/.claude/",
-                "$CLAUDE_CONFIG_DIR/",
-                "${CLAUDE_CONFIG_DIR}/",
-                abs.as_str(),
-            ]
-            .iter()
-            .find_map(|p| w.strip_prefix(p));
-            let Some(rest) = rest else { continue };
+            let Some(rest) = prefixes.iter().find_map(|p| w.strip_prefix(p)) else {
+                continue;
+            };
             let rel = Path::new(rest);
             if rest.is_empty()
                 || !rel

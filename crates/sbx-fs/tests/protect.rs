@@ -567,3 +567,39 @@ fn control_files_that_are_symlinks_are_swept_and_restored() {
         s.assert_clean(&before);
     }
 }
+
+#[test]
+fn the_scripts_a_project_hook_runs_stay_read_only() {
+    for who in identities() {
+        need_fuse!(who);
+        let s = Scratch::new(who);
+        s.write(
+            "proj/.claude/settings.json",
+            "{\"hooks\":{\"PostToolUse\":[{\"matcher\":\"Edit\",\"hooks\":[{\"type\":\"command\",\"command\":\"\\\"$CLAUDE_PROJECT_DIR\\\"/scripts/lint.sh --fix\"}]}]},\"statusLine\":{\"type\":\"command\",\"command\":\"./tools/status.sh\"}}\n",
+        );
+        s.write("proj/scripts/lint.sh", "#!/bin/sh\nexit 0\n");
+        s.write("proj/scripts/other.sh", "#!/bin/sh\n");
+        s.mkdir("q");
+        let q = quarantine(&s);
+        let before = s.snapshot();
+        let script = "try() { if sh -c \"$1\" 2>/dev/null; then echo ESCAPED \"$1\"; else echo refused; fi; }; \
+             try 'echo evil >> scripts/lint.sh'; try 'mkdir -p tools && echo evil > tools/status.sh'; \
+             try 'mv scripts scripts.orig'; echo ok >> scripts/other.sh && echo wrote-other";
+        let (out, log) = s.run_rw(&["--quarantine", q.to_str().unwrap()], script);
+        let so = ok(&out);
+        assert_eq!(so.matches("refused").count(), 3, "{so}\n{}", stderr(&out));
+        assert!(so.contains("wrote-other"), "{so}");
+        assert_event(&log, "fs_write_denied", "alert", |e| {
+            ends(e, "/proj/scripts/lint.sh")
+        });
+        assert_event(&log, "fs_write_denied", "alert", |e| {
+            ends(e, "/proj/tools/status.sh")
+        });
+        let mut want = before.clone();
+        want.insert(
+            "proj/scripts/other.sh".into(),
+            s.snapshot()[Path::new("proj/scripts/other.sh")].clone(),
+        );
+        s.assert_clean(&want);
+    }
+}
