@@ -551,17 +551,20 @@ impl Sweep {
                 return;
             }
         };
-        let known: HashSet<(&Path, u64, u64)> = self
+        // A symlink's inode number may be reused by the one that replaced
+        // it: its target is part of its identity.
+        let known: HashSet<(&Path, u64, u64, Option<&Path>)> = self
             .known
             .iter()
-            .map(|k| (k.rel.as_path(), k.dev, k.ino))
+            .map(|k| (k.rel.as_path(), k.dev, k.ino, k.link.as_deref()))
             .collect();
         for rel in found {
             let p = self.root.join(&rel);
             let Some((dev, ino)) = identity(&p) else {
                 continue;
             };
-            if known.contains(&(rel.as_path(), dev, ino)) {
+            let link = std::fs::read_link(&p).ok();
+            if known.contains(&(rel.as_path(), dev, ino, link.as_deref())) {
                 continue;
             }
             // Another sandbox's placeholder (empty, marked): not ours to move.
@@ -590,7 +593,10 @@ impl Sweep {
         let gone: Vec<&Known> = self
             .known
             .iter()
-            .filter(|k| identity(&self.root.join(&k.rel)) != Some((k.dev, k.ino)))
+            .filter(|k| {
+                let p = self.root.join(&k.rel);
+                identity(&p) != Some((k.dev, k.ino)) || std::fs::read_link(&p).ok() != k.link
+            })
             .collect();
         if gone.is_empty() {
             return;
@@ -598,8 +604,12 @@ impl Sweep {
         let mut whereabouts: Vec<(usize, PathBuf)> = Vec::new();
         let _ = walk_links(&self.root, self.limit, true, &mut |rel, n, _| {
             let p = self.root.join(rel).join(n);
+            // Same inode and, as inode numbers are reused, the same target
+            // (or none): a new file that took a removed link's number is not it.
             if let Some(id) = identity(&p)
-                && let Some(i) = gone.iter().position(|k| (k.dev, k.ino) == id)
+                && let Some(i) = gone
+                    .iter()
+                    .position(|k| (k.dev, k.ino) == id && std::fs::read_link(&p).ok() == k.link)
             {
                 whereabouts.push((i, rel.join(n)));
             }
