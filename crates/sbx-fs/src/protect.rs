@@ -445,7 +445,6 @@ struct Known {
 #[derive(Debug, Clone)]
 pub struct Sweep {
     root: PathBuf,
-    limit: usize,
     known: Vec<Known>,
     /// The `.git` directories at the start (relative, device, inode).
     repos: Vec<(PathBuf, u64, u64)>,
@@ -525,7 +524,6 @@ impl Sweep {
             .collect();
         Ok(Sweep {
             root: root.to_path_buf(),
-            limit,
             known,
             repos,
         })
@@ -540,7 +538,10 @@ impl Sweep {
     /// is moved to `quarantine`; an original moved away is put back.
     /// Each finding is an alert.
     pub fn finish(&self, quarantine: &Path) {
-        let found = match find_controls(&self.root, self.limit, Some(&self.repos)) {
+        // Unbounded: the sandbox could grow the tree past any limit to hide
+        // a control file behind it (the next run's search refuses to start
+        // on such a tree instead).
+        let found = match find_controls(&self.root, usize::MAX, Some(&self.repos)) {
             Ok((f, _)) => f,
             Err(e) => {
                 audit::emit(
@@ -602,7 +603,7 @@ impl Sweep {
             return;
         }
         let mut whereabouts: Vec<(usize, PathBuf)> = Vec::new();
-        let _ = walk_links(&self.root, self.limit, true, &mut |rel, n, _| {
+        let _ = walk_links(&self.root, usize::MAX, true, &mut |rel, n, _| {
             let p = self.root.join(rel).join(n);
             // Same inode and, as inode numbers are reused, the same target
             // (or none): a new file that took a removed link's number is not it.

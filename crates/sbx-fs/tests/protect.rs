@@ -603,3 +603,38 @@ fn the_scripts_a_project_hook_runs_stay_read_only() {
         s.assert_clean(&want);
     }
 }
+
+#[test]
+fn growing_the_tree_past_the_limit_does_not_hide_a_control_file() {
+    for who in identities() {
+        let s = Scratch::new(who);
+        s.mkdir("q");
+        let before = s.snapshot();
+        let q = quarantine(&s);
+        // 2000 files sorting first, then a planted .claude: the end sweep
+        // is not bounded by --scan-limit.
+        let script = "mkdir aaa && cd aaa && i=0; while [ $i -lt 2000 ]; do : > f$i; i=$((i+1)); done; cd ..; \
+             mkdir -p zzz/.claude && echo '{}' > zzz/.claude/settings.json; echo grown";
+        let (out, log) = s.run_rw(
+            &["--quarantine", q.to_str().unwrap(), "--scan-limit", "1000"],
+            script,
+        );
+        assert!(stdout(&out).contains("grown"), "{}", stderr(&out));
+        let host = s.path("proj/zzz/.claude");
+        assert!(!host.exists(), "the planted .claude is still there");
+        assert_event(&log, "fs_protected_created", "alert", |e| {
+            e["path"] == host.to_str().unwrap()
+        });
+        // The next run on that tree refuses to start (fails closed).
+        let (out, log) = s.run_rw(
+            &["--quarantine", q.to_str().unwrap(), "--scan-limit", "1000"],
+            "echo RAN",
+        );
+        assert_eq!(code(&out), 125, "{}", stderr(&out));
+        assert_event(&log, "scan_limit", "alert", |e| e["limit"] == 1000);
+        std::fs::remove_dir_all(s.path("proj/aaa")).unwrap();
+        std::fs::remove_dir_all(s.path("proj/zzz")).unwrap();
+        empty_quarantine(&s);
+        s.assert_clean(&before);
+    }
+}
