@@ -55,11 +55,11 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "DENIED PATHS",
-            "Hidden paths cannot be read, listed or created: each denied path is covered by a node of sbx-fs's own FUSE file system (see GUARD FILE SYSTEM) that stat shows as an empty mode-000 file or directory and that refuses everything else with EACCES, logging fs_denied; without a usable /dev/fuse, by an empty mode-000 read-only file or tmpfs as before. A --deny PATH is hidden in every bind that contains it (PATH is a host path; ~/ is the caller's home); when it does not exist and a writable bind contains it, a placeholder makes it impossible to create. A --deny without a slash is a name pattern (*, ?, [...]) matched in every user bind, up to 6 directories deep (at most 50000 entries per bind; .git is not searched); a pattern in the last component of a path (/etc/ssh/*_key) is matched in that directory. A bind that lies inside a denied directory is hidden entirely.\n\nThe default deny list (--no-default-deny drops it): /etc/shadow, /etc/shadow-, /etc/gshadow, /etc/gshadow-, /etc/sudoers, /etc/sudoers.d, /etc/security/opasswd, /etc/ssl/private, /etc/krb5.keytab, /etc/ssh/*_key; ~/.ssh, ~/.aws, ~/.gnupg, ~/.kube, ~/.docker/config.json, ~/.netrc, ~/.config/gcloud, ~/.git-credentials; .env and .env.* in every user bind; credentials* in every bind under a home (/home, /root, $HOME). Symlinks are never hidden themselves: inside the sandbox they resolve inside the sandbox, where their target is subject to the same rules.",
+            "Hidden paths cannot be read, listed or created: each denied path is covered by a node of sbx-fs's own FUSE file system (see GUARD FILE SYSTEM) that stat shows as an empty mode-000 file or directory and that refuses everything else with EACCES, logging fs_denied; without a usable /dev/fuse, by an empty mode-000 read-only file or tmpfs as before. A --deny PATH is hidden in every bind that contains it (PATH is a host path; ~/ is the caller's home); when it does not exist and a writable bind contains it, a placeholder makes it impossible to create. A --deny without a slash is a name pattern (*, ?, [...]) matched in every user bind at any depth (.git is not searched; at most --scan-limit entries per bind, default 1000000: beyond it sbx-fs refuses to start, exit 125, alert scan_limit, rather than leave part of the tree unsearched); a file matching it that is created during the run is hidden from the next run; a pattern in the last component of a path (/etc/ssh/*_key) is matched in that directory. A bind that lies inside a denied directory is hidden entirely.\n\nThe default deny list (--no-default-deny drops it): /etc/shadow, /etc/shadow-, /etc/gshadow, /etc/gshadow-, /etc/sudoers, /etc/sudoers.d, /etc/security/opasswd, /etc/ssl/private, /etc/krb5.keytab, /etc/ssh/*_key; ~/.ssh, ~/.aws, ~/.gnupg, ~/.kube, ~/.docker/config.json, ~/.netrc, ~/.config/gcloud, ~/.git-credentials; .env and .env.* in every user bind; credentials* in every bind under a home (/home, /root, $HOME). Symlinks are never hidden themselves: inside the sandbox they resolve inside the sandbox, where their target is subject to the same rules.",
         ),
         (
             "INVARIANTS",
-            "Whatever the configuration, inside every writable bind these are read-only: .git/HEAD, .git/config, .git/objects/, .git/refs/ and .git/hooks/ (.git/objects and .git/refs bound onto themselves read-only, the others guard file system nodes; git can still write its index, logs and the like), and the whole .claude directory, a guard file system node too (so .claude/settings*.json, whatever the name, .claude/skills/ and .claude/commands/ can be neither written nor created). Entries that do not exist are covered by an empty read-only file or directory so they cannot be created; when .git or .claude does not exist at all, an empty read-only directory takes its place. A .git file (a worktree's gitfile) is kept read-only as it is. A writable bind of a .claude directory itself (such as ~/.claude, the agent's state directory) stays writable except its settings*.json, skills/ and commands/ (settings.json and settings.local.json cannot be created when missing). They are enforced at the top of each writable bind and, for what exists, in every directory holding a .git or .claude up to 4 levels below it (at most 20000 entries are looked at per bind; node_modules is not searched); a missing .git or .claude gets a placeholder only at the top. A --rw whose source lies inside one of them is refused.",
+            "Whatever the configuration, inside every writable bind these are read-only: .git/HEAD, .git/config, .git/objects/, .git/refs/ and .git/hooks/ (.git/objects and .git/refs bound onto themselves read-only, the others guard file system nodes; git can still write its index, logs and the like), and .git/info/ where it exists, and the whole .claude directory, a guard file system node too (so .claude/settings*.json, whatever the name, .claude/skills/, commands/, agents/ and hooks/ can be neither written nor created); .mcp.json, .envrc, .gitmodules, .vscode/ and .idea/ where they exist; and the project scripts that .claude/settings*.json hooks and statusLine run ($CLAUDE_PROJECT_DIR/..., ./...), existing or not. Entries that do not exist are covered by an empty read-only file or directory so they cannot be created; when .git or .claude does not exist at all, an empty read-only directory takes its place. A .git file (a worktree's gitfile) is kept read-only as it is. A writable bind of a .claude directory itself (such as ~/.claude, the agent's state directory) stays writable except its settings*.json, skills/, commands/, agents/, hooks/, plugins/ and every script a command of its settings' hooks or statusLine names inside it (these cannot be created when missing either). They are enforced at the top of each writable bind and in every directory holding one of them, at any depth (the same --scan-limit); a missing .git or .claude gets a placeholder only at the top. Every directory between a writable bind's root and a protected or denied path is bound onto itself, so that it cannot be renamed, exchanged or removed (EBUSY, EXDEV): no rename of an ancestor carries a protection away. Control files created during the run anywhere else (a new .claude/, .vscode/, .idea/, .mcp.json, .envrc, .gitmodules) are moved at the end, after the sandbox is gone, to the quarantine directory (--quarantine), each with the alert fs_protected_created. A --rw whose source lies inside one of them is refused.",
         ),
         (
             "GIT STAGE",
@@ -75,7 +75,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "AUDIT",
-            "Events: start (info: namespaces, binds, counts, guarded), end (info: status), setup_failed (warn) for every refused setup step, seccomp_kill (alert) when a process of the sandbox dies of SIGSYS. fs_denied (alert: path as seen inside, access, caller_pid) when a denied path is read, listed, looked into, created or changed; fs_write_denied (alert: path, op, caller_pid) when a protected path is opened for writing, truncated, created, removed, renamed, linked, chmod-ed or given xattrs, and (op replace, caller_pid null, via) when git's config.lock/HEAD.lock appears beside a protected .git/config or .git/HEAD; each distinct (path, access) is logged once, at most 200 per sandbox, and fs_guard (info, at the end) counts alerts and alerts_suppressed. fs_guard_unavailable (warn, once: reason) when /dev/fuse could not be used. tmp_full (alert, once: path /tmp, size, free) when /tmp fills up (checked every 200 ms and at the end: a fill-and-delete in between is bounded by --tmp-size but may not be logged). Remounting, mounting, unmounting, chroot and pivot_root are refused by the kernel (EPERM) without sbx-fs seeing them: those have no event here (sbx-seccomp reports them).",
+            "Events: start (info: namespaces, binds, counts, guarded), end (info: status), setup_failed (warn) for every refused setup step, seccomp_kill (alert) when a process of the sandbox dies of SIGSYS. fs_denied (alert: path as seen inside, access, caller_pid) when a denied path is read, listed, looked into, created or changed; fs_write_denied (alert: path, op, caller_pid) when a protected path is opened for writing, truncated, created, removed, renamed, linked, chmod-ed or given xattrs, and (op replace, caller_pid null, via) when git's config.lock/HEAD.lock appears beside a protected .git/config or .git/HEAD; each distinct (path, access) is logged once; the first alert of each protected path is always logged, further ones (other accesses, names below it) at most 200 per sandbox, and fs_guard (info, at the end) counts alerts and alerts_suppressed. fs_protected_created / fs_protected_replaced (alert: path, quarantined) and fs_protected_moved (alert: path, found_at, restored) from the end sweep; scan_limit (alert: bind, limit, flag) when a bind holds more than --scan-limit entries. fs_guard_unavailable (warn, once: reason) when /dev/fuse could not be used. tmp_full (alert, once: path /tmp, size, free) when /tmp fills up (checked every 200 ms and at the end: a fill-and-delete in between is bounded by --tmp-size but may not be logged). Remounting, mounting, unmounting, chroot and pivot_root are refused by the kernel (EPERM) without sbx-fs seeing them: those have no event here (sbx-seccomp reports them).",
         ),
         (
             "GUARD FILE SYSTEM",
@@ -472,7 +472,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
 
     let plan = build_plan(&spec, &env)?;
     auditlog::refuse_log_in_writable_bind(&plan)?;
-    let (sweeps, quarantine) = start_sweeps(&spec, &plan)?;
+    let (sweeps, mcp, quarantine) = start_sweeps(&spec, &plan)?;
     let cwd = std::env::current_dir().ok();
     let mut fallback_dirs = Vec::new();
     if let Some(c) = cwd {
@@ -488,7 +488,14 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         .iter()
         .map(|p| p.shown.display().to_string())
         .collect();
-    if let Err(e) = ph.start_reaper() {
+    // The reaper also runs the end sweep if sbx-fs is killed.
+    let after: Option<Box<dyn FnOnce()>> = if sweeps.is_empty() && mcp.is_none() {
+        None
+    } else {
+        let (sw, m, q) = (sweeps.clone(), mcp.clone(), quarantine.clone());
+        Some(Box::new(move || end_checks(&sw, m.as_ref(), &q)))
+    };
+    if let Err(e) = ph.start_reaper_with(after) {
         ph.cleanup();
         return Err(e.into());
     }
@@ -576,6 +583,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         });
     }
     drop(init_chan);
+    ph.tell_sandbox(pid);
     drop(plan);
     drop(exec_fd);
     drop(owner);
@@ -601,6 +609,13 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         Some(_) => {
             let guarded = guards.nodes.iter().map(|n| n.path.clone()).collect();
             lockwatch::LockWatch::start(&git_dirs, guarded)
+                .inspect_err(|e| {
+                    audit::emit(
+                        "lockwatch_unavailable",
+                        Severity::Warn,
+                        serde_json::json!({ "reason": e.to_string() }),
+                    )
+                })
                 .ok()
                 .flatten()
         }
@@ -639,6 +654,11 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             serde_json::json!({ "alerts": a.emitted, "alerts_suppressed": a.suppressed }),
         );
     }
+    // The sandbox is gone (its PID namespace died with init) and nothing
+    // has run on the host since: take out the control files it created
+    // (placeholders are skipped; the reaper is released only after, so a
+    // kill meanwhile leaves the sweep to it).
+    end_checks(&sweeps, mcp.as_ref(), &quarantine);
     let left = ph.cleanup();
     if !left.is_empty() {
         audit::emit(
@@ -647,11 +667,6 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             serde_json::json!({ "left": left.iter().map(|p| p.display().to_string()).collect::<Vec<_>>() }),
         );
     }
-    // The sandbox is gone (its PID namespace died with init) and nothing
-    // has run on the host since: take out the control files it created.
-    for s in &sweeps {
-        s.finish(&quarantine);
-    }
     audit::emit("end", Severity::Info, serde_json::json!({ "status": code }));
     Ok(code)
 }
@@ -659,18 +674,38 @@ fn run(cli: Cli) -> Result<i32, Failure> {
 /// Records the control entries of every writable bind (for the end sweep)
 /// and picks the quarantine directory, which must lie outside every
 /// writable bind (the sandbox could plant symlinks there otherwise).
-fn start_sweeps(spec: &Spec, plan: &Plan) -> Result<(Vec<protect::Sweep>, PathBuf), Failure> {
-    let rw: Vec<&plan::Source> = plan
+/// The end sweep of every writable bind and the MCP servers check.
+fn end_checks(sweeps: &[protect::Sweep], mcp: Option<&protect::McpGuard>, q: &std::path::Path) {
+    for s in sweeps {
+        s.finish(q);
+    }
+    if let Some(m) = mcp {
+        m.finish(q);
+    }
+}
+
+type EndChecks = (Vec<protect::Sweep>, Option<protect::McpGuard>, PathBuf);
+
+fn start_sweeps(spec: &Spec, plan: &Plan) -> Result<EndChecks, Failure> {
+    let rw_all: Vec<&plan::Source> = plan
         .ops
         .iter()
         .filter_map(|o| match o.what {
             What::Bind { src, ro: false } if o.why == "bind" => Some(&plan.sources[src]),
             _ => None,
         })
-        .filter(|s| s.kind == Kind::Dir)
+        .collect();
+    // ~/.claude.json under a writable bind (or bound itself).
+    let mcp = std::env::var_os("HOME")
+        .map(|h| protect::canonical_prefix(&PathBuf::from(h).join(".claude.json")))
+        .filter(|p| rw_all.iter().any(|s| p.starts_with(&s.path)))
+        .and_then(|p| protect::McpGuard::start(&p));
+    let rw: Vec<&plan::Source> = rw_all
+        .into_iter()
+        .filter(|s| s.kind == Kind::Dir || mcp.is_some())
         .collect();
     if rw.is_empty() {
-        return Ok((Vec::new(), PathBuf::new()));
+        return Ok((Vec::new(), None, PathBuf::new()));
     }
     let inside = |q: &std::path::Path| {
         let q = protect::canonical_prefix(q);
@@ -700,13 +735,13 @@ fn start_sweeps(spec: &Spec, plan: &Plan) -> Result<(Vec<protect::Sweep>, PathBu
             })?,
     };
     let mut sweeps = Vec::new();
-    for s in rw {
+    for s in rw.into_iter().filter(|s| s.kind == Kind::Dir) {
         let sw = protect::Sweep::start(&s.path, spec.scan_limit)
             .inspect_err(|e| e.alert())
             .map_err(|e| Failure::new(e.to_string()))?;
         sweeps.push(sw);
     }
-    Ok((sweeps, q))
+    Ok((sweeps, mcp, q))
 }
 
 /// Waits for init's word on the guard file system: the /dev/fuse fd when

@@ -171,22 +171,48 @@ impl Placeholders {
     /// Forks the reaper (when there is anything to reap). Call after every
     /// placeholder exists and before the namespaces are made.
     pub fn start_reaper(&mut self) -> Result<(), PlaceholderError> {
-        if self.list.is_empty() {
+        self.start_reaper_with(None)
+    }
+
+    /// [`Self::start_reaper`], with `after` run by the reaper when sbx-fs
+    /// dies without having finished: once the sandbox (whose init's pid
+    /// [`Self::tell_sandbox`] gave) is gone, after the placeholders were
+    /// removed (the end sweep; see [`crate::protect`]).
+    pub fn start_reaper_with(
+        &mut self,
+        after: Option<Box<dyn FnOnce()>>,
+    ) -> Result<(), PlaceholderError> {
+        if self.list.is_empty() && after.is_none() {
             return Ok(());
         }
         let (r, w) = sbx_core::fds::pipe().map_err(PlaceholderError::Reaper)?;
+        // SAFETY: getpid cannot fail.
         let me = unsafe { libc::getpid() };
+        // SAFETY: no thread runs yet (the guard server starts later); the
+        // child only uses what it inherited and exits with _exit.
         match unsafe { libc::fork() } {
             -1 => Err(PlaceholderError::Reaper(io::Error::last_os_error())),
             0 => {
                 drop(w);
-                reaper(me, r, &self.list)
+                reaper(me, r, &self.list, after)
             }
             _ => {
                 drop(r);
                 self.reaper_pipe = Some(w);
                 Ok(())
             }
+        }
+    }
+
+    /// Tells the reaper the pid of the sandbox's init, whose end it waits
+    /// for before running its `after`.
+    pub fn tell_sandbox(&self, pid: libc::pid_t) {
+        if let Some(w) = &self.reaper_pipe {
+            let mut b = [0u8; 5];
+            b[0] = b'p';
+            b[1..].copy_from_slice(&pid.to_ne_bytes());
+            // SAFETY: a valid fd and a 5-byte buffer (atomic on a pipe).
+            unsafe { libc::write(w.as_raw_fd(), b.as_ptr().cast(), b.len()) };
         }
     }
 
@@ -377,7 +403,8 @@ const REAPER_SETTLE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The reaper: detached from the terminal, holding only what it needs,
 /// it waits for sbx-fs (pid `owner`) to exit and removes what is left.
-fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder]) -> ! {
+fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder], after: Option<Box<dyn FnOnce()>>) -> ! {
+    // SAFETY: plain syscalls on our own process.
     unsafe {
         libc::setsid();
         libc::chdir(c"/".as_ptr());
@@ -388,15 +415,42 @@ fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder]) -> ! {
         .flat_map(|p| [p.parent.as_raw_fd(), p.root.as_raw_fd()])
         .collect();
     keep.push(done.as_raw_fd());
+    // The end sweep's alerts go to the audit log.
+    keep.extend(sbx_core::audit::get().and_then(|a| a.raw_fd()));
     sbx_core::fds::close_all_except(&keep);
-    let Ok(pidfd) = sys::pidfd_open(owner) else {
+    let finish = |sandbox: Option<i32>, after: Option<Box<dyn FnOnce()>>| -> ! {
+        // The sandbox's init ends after every process of its PID namespace
+        // (the kernel kills them, then reaps them, before init's exit is
+        // seen): wait for it, boundedly, so nothing of it runs meanwhile.
+        if let Some(pid) = sandbox
+            && let Ok(fd) = sys::pidfd_open(pid)
+        {
+            let mut p = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut p, 1, REAPER_SETTLE.as_millis() as i32) };
+        } else if sandbox.is_none() && after.is_some() {
+            // sbx-fs died before it named the sandbox: init dies of
+            // PDEATHSIG; give it time to go.
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
         remove_all(list, REAPER_SETTLE);
+        if let Some(f) = after {
+            f();
+        }
+        // SAFETY: leaving the forked child without running destructors.
         unsafe { libc::_exit(0) }
     };
+    let Ok(pidfd) = sys::pidfd_open(owner) else {
+        finish(None, after)
+    };
+    // SAFETY: getppid cannot fail.
     if unsafe { libc::getppid() } != owner {
         // sbx-fs died before the watch began.
-        remove_all(list, REAPER_SETTLE);
-        unsafe { libc::_exit(0) }
+        finish(None, after)
     }
     loop {
         let mut p = libc::pollfd {
@@ -404,16 +458,24 @@ fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder]) -> ! {
             events: libc::POLLIN,
             revents: 0,
         };
+        // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut p, 1, -1) };
         if n > 0 {
             break;
         }
     }
-    let mut b = [0u8; 1];
+    // What sbx-fs wrote: 'p' + init's pid after the clone, 'd' when done.
+    let mut buf = [0u8; 64];
+    // SAFETY: a valid fd.
     unsafe { libc::fcntl(done.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-    let n = unsafe { libc::read(done.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
-    if !(n == 1 && b[0] == b'd') {
-        remove_all(list, REAPER_SETTLE);
+    // SAFETY: a valid fd and buffer.
+    let n = unsafe { libc::read(done.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    let got = &buf[..n.max(0) as usize];
+    if got.last() == Some(&b'd') {
+        // SAFETY: leaving the forked child.
+        unsafe { libc::_exit(0) }
     }
-    unsafe { libc::_exit(0) }
+    let sandbox = (got.len() >= 5 && got[0] == b'p')
+        .then(|| i32::from_ne_bytes([got[1], got[2], got[3], got[4]]));
+    finish(sandbox, after)
 }

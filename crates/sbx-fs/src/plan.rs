@@ -358,11 +358,21 @@ fn invariants_in(
     let is_claude_dir = top && s.path.file_name().is_some_and(|n| n == ".claude");
     if !is_claude_dir && (top || look(".claude").is_some()) {
         protect(".claude".to_string(), Kind::Dir, look(".claude"));
+        // The project's scripts its settings run (hooks, statusLine),
+        // existing or not; those in .claude are covered by it already.
+        for rel in crate::protect::project_hook_scripts(&base) {
+            let first = Path::new(&rel).iter().next().unwrap_or_default();
+            if crate::protect::is_control_name(first) {
+                continue;
+            }
+            let found = look(&rel);
+            protect(rel, Kind::File, found);
+        }
     }
     // The other control entries, where they exist (one that appears
     // during the run is the end sweep's: see crate::protect::Sweep).
     for inv in crate::protect::CONTROL {
-        if inv.rel.starts_with(".git") || inv.rel == ".claude" {
+        if inv.rel.starts_with(".git/") || inv.rel == ".claude" {
             continue;
         }
         if let Some(m) = look(inv.rel) {

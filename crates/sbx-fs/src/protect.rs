@@ -214,6 +214,42 @@ pub fn is_claude_settings(name: &str) -> bool {
 /// `$CLAUDE_CONFIG_DIR/…`, or its absolute path). Relative paths, without
 /// `..`.
 pub fn claude_hook_scripts(base: &Path) -> Vec<String> {
+    let abs = format!("{}/", base.display());
+    hook_scripts(
+        base,
+        &[
+            "~/.claude/",
+            "$HOME/.claude/",
+            "${HOME}/.claude/",
+            "$CLAUDE_CONFIG_DIR/",
+            "${CLAUDE_CONFIG_DIR}/",
+            abs.as_str(),
+        ],
+    )
+}
+
+/// The files of the project directory `base` that its
+/// `.claude/settings*.json` run (hooks and the status line run in the
+/// project directory): words of their commands starting with
+/// `$CLAUDE_PROJECT_DIR/`, `./` or the project's absolute path. Relative
+/// to `base`, without `..`.
+pub fn project_hook_scripts(base: &Path) -> Vec<String> {
+    let abs = format!("{}/", base.display());
+    hook_scripts(
+        &base.join(".claude"),
+        &[
+            "$CLAUDE_PROJECT_DIR/",
+            "${CLAUDE_PROJECT_DIR}/",
+            "./",
+            abs.as_str(),
+        ],
+    )
+}
+
+/// Words of the `command`s in the `hooks` and `statusLine` of the
+/// `settings*.json` in `settings_dir` that start with one of `prefixes`,
+/// the prefix removed (quotes dropped first: `"$CLAUDE_PROJECT_DIR"/x`).
+fn hook_scripts(settings_dir: &Path, prefixes: &[&str]) -> Vec<String> {
     fn commands(v: &serde_json::Value, out: &mut Vec<String>) {
         match v {
             serde_json::Value::Object(m) => {
@@ -231,7 +267,7 @@ pub fn claude_hook_scripts(base: &Path) -> Vec<String> {
         }
     }
     let mut cmds = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(base) {
+    if let Ok(rd) = std::fs::read_dir(settings_dir) {
         for e in rd.flatten() {
             let n = e.file_name();
             if !n.to_str().is_some_and(is_claude_settings) {
@@ -249,23 +285,15 @@ pub fn claude_hook_scripts(base: &Path) -> Vec<String> {
             }
         }
     }
-    let abs = format!("{}/", base.display());
     let mut out = Vec::new();
     for c in cmds {
+        let c: String = c.chars().filter(|ch| *ch != '"' && *ch != '\'').collect();
         for w in c.split(|ch: char| {
-            ch.is_whitespace() || ch == '"' || ch == '\'' || ch == ';' || ch == '&' || ch == '|'
+            ch.is_whitespace() || ch == ';' || ch == '&' || ch == '|' || ch == '(' || ch == ')'
         }) {
-            let rest = [
-                "~/.claude/",
-                "$HOME/.claude/",
-                "${HOME}/.claude/",
-                "$CLAUDE_CONFIG_DIR/",
-                "${CLAUDE_CONFIG_DIR}/",
-                abs.as_str(),
-            ]
-            .iter()
-            .find_map(|p| w.strip_prefix(p));
-            let Some(rest) = rest else { continue };
+            let Some(rest) = prefixes.iter().find_map(|p| w.strip_prefix(p)) else {
+                continue;
+            };
             let rel = Path::new(rest);
             if rest.is_empty()
                 || !rel
@@ -310,11 +338,23 @@ pub enum Step {
 }
 
 /// Walks `root` depth-first without following symlinks, at any depth,
-/// calling `f(rel_dir, name, is_dir)` for every entry; `.git` directories
-/// are not entered. Reading more than `limit` entries is an error.
+/// calling `f(rel_dir, name, is_dir)` for every entry but symlinks;
+/// `.git` directories are not entered. Reading more than `limit` entries
+/// is an error.
 pub fn walk(
     root: &Path,
     limit: usize,
+    f: &mut dyn FnMut(&Path, &OsStr, bool) -> Step,
+) -> Result<(), ScanError> {
+    walk_links(root, limit, false, f)
+}
+
+/// [`walk`], and with `links` symlinks are shown too (as not directories,
+/// never entered): a control file may be a symlink.
+pub fn walk_links(
+    root: &Path,
+    limit: usize,
+    links: bool,
     f: &mut dyn FnMut(&Path, &OsStr, bool) -> Step,
 ) -> Result<(), ScanError> {
     let mut left = limit;
@@ -335,6 +375,9 @@ pub fn walk(
             let n = e.file_name();
             let dir = ft.is_dir() && !ft.is_symlink();
             if ft.is_symlink() {
+                if links {
+                    f(&rel, &n, false);
+                }
                 continue;
             }
             if f(&rel, &n, dir) == Step::Descend && dir && n != ".git" {
@@ -392,15 +435,19 @@ struct Known {
     rel: PathBuf,
     dev: u64,
     ino: u64,
+    /// A symlink's target (a removed symlink cannot be found by inode:
+    /// it is made again).
+    link: Option<PathBuf>,
 }
 
 /// The control entries of one writable bind at the start, and the check
 /// at the end.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Sweep {
     root: PathBuf,
-    limit: usize,
     known: Vec<Known>,
+    /// The `.git` directories at the start (relative, device, inode).
+    repos: Vec<(PathBuf, u64, u64)>,
 }
 
 fn identity(p: &Path) -> Option<(u64, u64)> {
@@ -410,46 +457,75 @@ fn identity(p: &Path) -> Option<(u64, u64)> {
 }
 
 /// Finds every control entry (first component of [`CONTROL`] outside
-/// `.git`, and the `.git` entries themselves) below `root`.
-fn find_controls(root: &Path, limit: usize) -> Result<Vec<PathBuf>, ScanError> {
+/// `.git`, and the `.git` entries of the repositories in `repos`, or of
+/// every repository when None) below `root`; also returns the `.git`
+/// directories found (relative, device, inode).
+#[allow(clippy::type_complexity)]
+fn find_controls(
+    root: &Path,
+    limit: usize,
+    repos: Option<&[(PathBuf, u64, u64)]>,
+) -> Result<(Vec<PathBuf>, Vec<(PathBuf, u64, u64)>), ScanError> {
     let names = swept_names();
     let mut out = Vec::new();
     let mut gits = Vec::new();
-    walk(root, limit, &mut |rel, n, dir| {
+    walk_links(root, limit, true, &mut |rel, n, dir| {
         if names.iter().any(|x| OsStr::new(x) == n) {
             out.push(rel.join(n));
             return Step::Skip;
         }
         if n == ".git" && dir {
-            gits.push(rel.join(n));
+            let r = rel.join(n);
+            if let Some((dev, ino)) = identity(&root.join(&r)) {
+                gits.push((r, dev, ino));
+            }
         }
         Step::Descend
     })?;
-    for g in gits {
+    for g in &gits {
+        // A repository that appeared during the run is planted or made by
+        // the agent: sbx-gitguard's to judge (issue 13 section 4), not
+        // taken apart here.
+        if repos.is_some_and(|r| !r.contains(g)) {
+            continue;
+        }
         for i in CONTROL.iter().filter(|i| i.rel.starts_with(".git/")) {
-            let rel = g.join(&i.rel[5..]);
+            let rel = g.0.join(&i.rel[5..]);
             if std::fs::symlink_metadata(root.join(&rel)).is_ok() {
                 out.push(rel);
             }
         }
     }
-    Ok(out)
+    Ok((out, gits))
 }
 
 impl Sweep {
     /// Records the control entries of the writable bind `root` (before any
     /// placeholder exists).
     pub fn start(root: &Path, limit: usize) -> Result<Sweep, ScanError> {
-        let found = find_controls(root, limit)?;
+        let (found, gits) = find_controls(root, limit, None)?;
         let known = found
             .into_iter()
             .filter(|rel| !crate::placeholder::is_placeholder(&root.join(rel)))
-            .filter_map(|rel| identity(&root.join(&rel)).map(|(dev, ino)| Known { rel, dev, ino }))
+            .filter_map(|rel| {
+                let p = root.join(&rel);
+                let link = std::fs::read_link(&p).ok();
+                identity(&p).map(|(dev, ino)| Known {
+                    rel,
+                    dev,
+                    ino,
+                    link,
+                })
+            })
+            .collect();
+        let repos = gits
+            .into_iter()
+            .filter(|(r, _, _)| !crate::placeholder::is_placeholder(&root.join(r)))
             .collect();
         Ok(Sweep {
             root: root.to_path_buf(),
-            limit,
             known,
+            repos,
         })
     }
 
@@ -462,8 +538,11 @@ impl Sweep {
     /// is moved to `quarantine`; an original moved away is put back.
     /// Each finding is an alert.
     pub fn finish(&self, quarantine: &Path) {
-        let found = match find_controls(&self.root, self.limit) {
-            Ok(f) => f,
+        // Unbounded: the sandbox could grow the tree past any limit to hide
+        // a control file behind it (the next run's search refuses to start
+        // on such a tree instead).
+        let found = match find_controls(&self.root, usize::MAX, Some(&self.repos)) {
+            Ok((f, _)) => f,
             Err(e) => {
                 audit::emit(
                     "fs_sweep_incomplete",
@@ -473,17 +552,20 @@ impl Sweep {
                 return;
             }
         };
-        let known: HashSet<(&Path, u64, u64)> = self
+        // A symlink's inode number may be reused by the one that replaced
+        // it: its target is part of its identity.
+        let known: HashSet<(&Path, u64, u64, Option<&Path>)> = self
             .known
             .iter()
-            .map(|k| (k.rel.as_path(), k.dev, k.ino))
+            .map(|k| (k.rel.as_path(), k.dev, k.ino, k.link.as_deref()))
             .collect();
         for rel in found {
             let p = self.root.join(&rel);
             let Some((dev, ino)) = identity(&p) else {
                 continue;
             };
-            if known.contains(&(rel.as_path(), dev, ino)) {
+            let link = std::fs::read_link(&p).ok();
+            if known.contains(&(rel.as_path(), dev, ino, link.as_deref())) {
                 continue;
             }
             // Another sandbox's placeholder (empty, marked): not ours to move.
@@ -512,16 +594,23 @@ impl Sweep {
         let gone: Vec<&Known> = self
             .known
             .iter()
-            .filter(|k| identity(&self.root.join(&k.rel)) != Some((k.dev, k.ino)))
+            .filter(|k| {
+                let p = self.root.join(&k.rel);
+                identity(&p) != Some((k.dev, k.ino)) || std::fs::read_link(&p).ok() != k.link
+            })
             .collect();
         if gone.is_empty() {
             return;
         }
         let mut whereabouts: Vec<(usize, PathBuf)> = Vec::new();
-        let _ = walk(&self.root, self.limit, &mut |rel, n, _| {
+        let _ = walk_links(&self.root, usize::MAX, true, &mut |rel, n, _| {
             let p = self.root.join(rel).join(n);
+            // Same inode and, as inode numbers are reused, the same target
+            // (or none): a new file that took a removed link's number is not it.
             if let Some(id) = identity(&p)
-                && let Some(i) = gone.iter().position(|k| (k.dev, k.ino) == id)
+                && let Some(i) = gone
+                    .iter()
+                    .position(|k| (k.dev, k.ino) == id && std::fs::read_link(&p).ok() == k.link)
             {
                 whereabouts.push((i, rel.join(n)));
             }
@@ -530,9 +619,12 @@ impl Sweep {
         for (i, k) in gone.iter().enumerate() {
             let orig = self.root.join(&k.rel);
             let at = whereabouts.iter().find(|(j, _)| *j == i).map(|(_, r)| r);
-            let restored = match at {
-                Some(r) if std::fs::symlink_metadata(&orig).is_err() => {
+            let restored = match (at, &k.link) {
+                (Some(r), _) if std::fs::symlink_metadata(&orig).is_err() => {
                     std::fs::rename(self.root.join(r), &orig).is_ok()
+                }
+                (None, Some(target)) if std::fs::symlink_metadata(&orig).is_err() => {
+                    std::os::unix::fs::symlink(target, &orig).is_ok()
                 }
                 _ => false,
             };
@@ -546,6 +638,125 @@ impl Sweep {
                 }),
             );
         }
+    }
+}
+
+/// The MCP servers of `~/.claude.json` (a file Claude Code writes all the
+/// time, so it cannot be read-only): when a writable bind covers it, its
+/// `mcpServers` (top level and each project's) are recorded at the start
+/// and put back at the end if the run changed them.
+#[derive(Debug, Clone)]
+pub struct McpGuard {
+    path: PathBuf,
+    original: Vec<u8>,
+    servers: serde_json::Value,
+}
+
+fn mcp_servers(v: &serde_json::Value) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    out.insert("".into(), v.get("mcpServers").cloned().unwrap_or_default());
+    if let Some(p) = v.get("projects").and_then(|p| p.as_object()) {
+        for (k, x) in p {
+            out.insert(k.clone(), x.get("mcpServers").cloned().unwrap_or_default());
+        }
+    }
+    serde_json::Value::Object(out)
+}
+
+impl McpGuard {
+    /// `path` is `~/.claude.json` when a writable bind covers it.
+    pub fn start(path: &Path) -> Option<McpGuard> {
+        let m = std::fs::symlink_metadata(path).ok()?;
+        if !m.is_file() {
+            return None;
+        }
+        let original = std::fs::read(path).ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&original).ok()?;
+        Some(McpGuard {
+            path: path.to_path_buf(),
+            servers: mcp_servers(&v),
+            original,
+        })
+    }
+
+    /// After the sandbox is gone: the servers as they were, the rest of the
+    /// file as the run left it; the changed file goes to the quarantine.
+    pub fn finish(&self, quarantine: &Path) {
+        let now = std::fs::symlink_metadata(&self.path)
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|_| std::fs::read(&self.path).ok());
+        let parsed = now
+            .as_ref()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok());
+        let fixed = match &parsed {
+            Some(v) if mcp_servers(v) == self.servers => return,
+            Some(v) => {
+                let mut v = v.clone();
+                if let Some(o) = v.as_object_mut() {
+                    match self.servers.get("") {
+                        Some(serde_json::Value::Null) | None => {
+                            o.remove("mcpServers");
+                        }
+                        Some(x) => {
+                            o.insert("mcpServers".into(), x.clone());
+                        }
+                    }
+                }
+                if let Some(p) = v.get_mut("projects").and_then(|p| p.as_object_mut()) {
+                    for (k, x) in p.iter_mut() {
+                        let Some(o) = x.as_object_mut() else { continue };
+                        match self.servers.get(k) {
+                            Some(serde_json::Value::Null) | None => {
+                                o.remove("mcpServers");
+                            }
+                            Some(s) => {
+                                o.insert("mcpServers".into(), s.clone());
+                            }
+                        }
+                    }
+                }
+                serde_json::to_vec_pretty(&v).unwrap_or_else(|_| self.original.clone())
+            }
+            // Not a JSON file any more (or not a file): the original.
+            None => self.original.clone(),
+        };
+        let dest = quarantine_path(quarantine, Path::new("/"), Path::new(".claude.json"));
+        let result = if now.is_some() {
+            // Kept in place (its inode, mode and owner): a copy of what the
+            // run left goes to the quarantine, then the content is fixed.
+            copy_out(quarantine, &self.path, &dest).and_then(|_| {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .truncate(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&self.path)?
+                    .write_all(&fixed)
+            })
+        } else {
+            move_out(quarantine, &self.path, &dest).and_then(|_| {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&self.path)?
+                    .write_all(&fixed)
+            })
+        };
+        audit::emit(
+            "fs_protected_restored",
+            Severity::Alert,
+            json!({
+                "path": self.path.display().to_string(),
+                "key": "mcpServers",
+                "quarantined": result.as_ref().ok().map(|_| dest.display().to_string()),
+                "error": result.err().map(|e| e.to_string()),
+            }),
+        );
     }
 }
 
@@ -610,9 +821,29 @@ fn quarantine_path(quarantine: &Path, root: &Path, rel: &Path) -> PathBuf {
     quarantine.join(id).join(flat).join(rel)
 }
 
+/// Copies `from` to `to` inside the quarantine (checked as for [`move_out`]).
+fn copy_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
+    prepare_quarantine(quarantine, to)?;
+    copy_tree(from, to)
+}
+
 /// Moves `from` to `to` (a rename; across file systems a copy, then the
 /// removal of `from`). Symlinks are moved as symlinks, never followed.
 fn move_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
+    prepare_quarantine(quarantine, to)?;
+    match std::fs::rename(from, to) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            copy_tree(from, to)?;
+            remove_tree(from)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates the quarantine (0700) and `to`'s parent in it; the quarantine
+/// must be a directory of ours that nobody else can write.
+fn prepare_quarantine(quarantine: &Path, to: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -633,14 +864,7 @@ fn move_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
             .mode(0o700)
             .create(parent)?;
     }
-    match std::fs::rename(from, to) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            copy_tree(from, to)?;
-            remove_tree(from)
-        }
-        Err(e) => Err(e),
-    }
+    Ok(())
 }
 
 fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
