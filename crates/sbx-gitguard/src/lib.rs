@@ -16,6 +16,7 @@ pub mod layout;
 pub mod objects;
 pub mod refs;
 pub mod rules;
+pub mod sig;
 pub mod snapshot;
 pub mod stage;
 pub mod verify;
@@ -229,6 +230,8 @@ pub fn main() -> ! {
         // that exist.
         git2::opts::strict_hash_verification(true);
         git2::opts::strict_object_creation(true);
+        // Stoppable while reading; see sig.rs for what holds them back.
+        sig::allow();
         match cli.command {
             Command::Run(a) => run(a),
             Command::Snapshot(a) => cmd_snapshot(a),
@@ -300,6 +303,7 @@ fn take_snapshot(l: &layout::Layout, full: bool) -> Result<snapshot::Snapshot, F
         if let Some(s) = stats.get(&u.path) {
             u.packs = s.packs.clone();
             u.loose = s.loose.clone();
+            u.loose_stats = s.loose_stats.clone();
         }
     }
     Ok(snap)
@@ -446,6 +450,10 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         None => None,
     };
 
+    // From here to the end of the command, signals are held back (the
+    // supervisor forwards them to the command); the check afterwards is
+    // stoppable again.
+    let hold = sig::Hold::new();
     // Hard links to the object files, so objects the command deletes can
     // be linked back (repair mode only).
     let keeps: std::collections::BTreeMap<PathBuf, keep::Keep> = if a.alert_only {
@@ -469,6 +477,7 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     for u in &mut snap.units {
         if keeps.contains_key(&u.path) {
             objects::restat(&u.path.join("objects"), &mut u.packs);
+            objects::restat_loose(&u.path.join("objects"), &mut u.loose_stats);
         }
     }
     let mut cmd = sbx_core::supervise::command(&a.cmd, None)?;
@@ -481,6 +490,7 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         sup.run_to_end()
             .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?
     };
+    drop(hold);
 
     // The stage first: what it brings in is expected by the check below.
     let mut exceeded = None;
@@ -549,6 +559,8 @@ fn import_stage(
     limits: &import::Limits,
 ) -> Result<import::Outcome, Failure> {
     let sbx_id = sbx_core::id::get().unwrap_or("unknown");
+    // An import writes refs, HEAD and the index: not cut in half.
+    let _hold = sig::Hold::new();
     let mut ev = import::Events::default();
     let r = import::import(git_dir, &st.paths, limits, sbx_id, &mut ev);
     ev.finish();
@@ -657,19 +669,17 @@ fn load(against: &Path, l: &layout::Layout) -> Result<snapshot::Snapshot, Failur
 
 fn cmd_check(a: CheckArgs) -> Result<i32, Failure> {
     let wait = lock_wait(&a.repo)?;
-    let l = open_layout(&a.repo)?;
+    // Against a snapshot, a damaged repository (HEAD gone) is still found:
+    // the snapshot's identity check says whether it is the same one.
+    let l = if a.against.is_some() {
+        layout::find_damaged(&a.repo.repo)?
+    } else {
+        open_layout(&a.repo)?
+    };
     let report = match &a.against {
         Some(f) => {
             let snap = load(f, &l)?;
-            ensure_unlocked(&l, wait)?;
-            verify::verify(
-                &l,
-                &snap,
-                Mode::Check,
-                a.full,
-                Duration::ZERO,
-                &Default::default(),
-            )
+            verify::verify(&l, &snap, Mode::Check, a.full, wait, &Default::default())
         }
         None => {
             ensure_unlocked(&l, wait)?;
@@ -683,17 +693,12 @@ fn cmd_check(a: CheckArgs) -> Result<i32, Failure> {
 
 fn cmd_repair(a: RepairArgs) -> Result<i32, Failure> {
     let wait = lock_wait(&a.repo)?;
-    let l = open_layout(&a.repo)?;
+    let l = layout::find_damaged(&a.repo.repo)?;
     let snap = load(&a.against, &l)?;
-    ensure_unlocked(&l, wait)?;
-    let report = verify::verify(
-        &l,
-        &snap,
-        Mode::Repair,
-        a.full,
-        Duration::ZERO,
-        &Default::default(),
-    );
+    // Locks still there after --lock-wait are not a concurrent git's
+    // (between turns nothing else runs): they are removed and reported,
+    // never a reason to leave what was planted beside them.
+    let report = verify::verify(&l, &snap, Mode::Repair, a.full, wait, &Default::default());
     emit_report(&report, Mode::Repair);
     print_report(&report, &l, a.json, Mode::Repair);
     if let Some(f) = report.unrecoverable() {

@@ -16,6 +16,8 @@ use crate::rules::{self, Action};
 
 pub const FORMAT: &str = "sbx-gitguard-snapshot";
 pub const VERSION: u32 = 1;
+/// Most bytes of a snapshot file read.
+pub const MAX_FILE: u64 = 1 << 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -88,6 +90,10 @@ pub struct UnitSnap {
     /// either is a sign of damage.
     #[serde(default)]
     pub loose: BTreeSet<String>,
+    /// The loose objects verified in full at snapshot time (hash, size,
+    /// zlib stream), by stat: after a command only the others are read.
+    #[serde(default)]
+    pub loose_stats: BTreeMap<String, crate::objects::LooseStat>,
     pub sha256: bool,
 }
 
@@ -127,7 +133,7 @@ pub fn config_entries(git_dir: &Path) -> Vec<(PathBuf, Vec<crate::gitconfig::Ent
         .iter()
         .map(|n| git_dir.join(n))
         .filter_map(|p| {
-            let t = fs::read_to_string(&p).ok()?;
+            let t = crate::fsutil::read_text(&p, crate::fsutil::MAX_CONFIG).ok()??;
             Some((p, crate::gitconfig::parse(&t).unwrap_or_default()))
         })
         .collect()
@@ -142,7 +148,7 @@ pub fn include_files(git_dir: &Path) -> BTreeSet<PathBuf> {
             if out.len() > 64 || !out.insert(inc.clone()) {
                 continue;
             }
-            if let Ok(t) = fs::read_to_string(&inc) {
+            if let Ok(Some(t)) = crate::fsutil::read_text(&inc, crate::fsutil::MAX_CONFIG) {
                 todo.push((inc, crate::gitconfig::parse(&t).unwrap_or_default()));
             }
         }
@@ -262,6 +268,7 @@ pub fn capture_unit(u: &Unit) -> Result<UnitSnap, SnapshotError> {
         refs,
         packs: BTreeMap::new(),
         loose: BTreeSet::new(),
+        loose_stats: BTreeMap::new(),
         sha256: is_sha256(&u.path),
     })
 }
@@ -306,6 +313,8 @@ pub fn save(s: &Snapshot, path: &Path) -> Result<(), SnapshotError> {
         source,
     };
     let data = serde_json::to_vec(s).map_err(|e| w(io::Error::other(e)))?;
+    // The temp file is written and renamed in one go (no stray temp file).
+    let _hold = crate::sig::Hold::new();
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -326,10 +335,12 @@ pub fn save(s: &Snapshot, path: &Path) -> Result<(), SnapshotError> {
 
 /// Reads a snapshot and checks it belongs to the repository of `l`.
 pub fn load(path: &Path, l: &Layout) -> Result<Snapshot, SnapshotError> {
-    let data = fs::read(path).map_err(|source| SnapshotError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    // A regular file, bounded: never a FIFO or /dev/zero.
+    let data =
+        crate::fsutil::read_bounded(path, MAX_FILE).map_err(|source| SnapshotError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
     let fmt = |what: String| SnapshotError::Format {
         path: path.to_path_buf(),
         what,
