@@ -302,7 +302,10 @@ pub fn scan(root: &Path) -> Scan {
             let p = e.path();
             let top = d == root;
             if e.file_name() == ".git" {
-                if top {
+                // The top's own `.git` file (a linked worktree) is recorded
+                // too: rewritten to name another repository, git would run
+                // that repository's config.
+                if top && !ft.is_file() {
                     continue;
                 }
                 if ft.is_dir() {

@@ -840,6 +840,72 @@ fn raw_unit(ctx: &mut Ctx, us: &UnitSnap) {
             revert_files(ctx, &|_| "hooks", u, dir, files, &now);
         }
     }
+    // Entries git never makes in objects/, logs/, worktrees/, modules/
+    // that were not there at snapshot time.
+    let odd_now = snapshot::odd_entries(u, us.kind.has_objects());
+    let mut gone: Vec<String> = Vec::new();
+    for rel in odd_now.difference(&us.odd) {
+        if gone.iter().any(|g| rel.starts_with(&format!("{g}/"))) {
+            continue;
+        }
+        let p = u.join(rel);
+        let p2 = p.clone();
+        ctx.fix(
+            "extra_files",
+            u,
+            Some(&p),
+            format!("{rel} planted (not a file git makes there)"),
+            "removed",
+            vec![],
+            move || fsutil::remove(&p2).map_err(|e| e.to_string()),
+        );
+        gone.push(rel.clone());
+    }
+    // An interrupted rebase or cherry-pick whose todo runs programs (`exec`
+    // lines run at the next `git rebase --continue`): a new one is removed.
+    for (dir, todo) in [
+        ("rebase-merge", "git-rebase-todo"),
+        ("rebase-merge", "done"),
+        ("sequencer", "todo"),
+    ] {
+        let p = u.join(dir);
+        let Ok(Some(t)) = fsutil::read_text(&p.join(todo), fsutil::MAX_CONFIG) else {
+            continue;
+        };
+        let execs: Vec<&str> = t
+            .lines()
+            .filter(|l| matches!(l.split_whitespace().next(), Some("exec") | Some("x")))
+            .collect();
+        if execs.is_empty() {
+            continue;
+        }
+        let what = format!(
+            "{dir}/{todo} has exec lines ({}) that the next git rebase --continue would run",
+            execs.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
+        );
+        if us.top_level.contains(dir) {
+            ctx.note(
+                "extra_files",
+                u,
+                Some(&p),
+                what,
+                Severity::Warn,
+                "reported (it was there before)",
+                false,
+            );
+        } else {
+            let p2 = p.clone();
+            ctx.fix(
+                "extra_files",
+                u,
+                Some(&p),
+                what,
+                "removed",
+                vec![],
+                move || fsutil::remove(&p2).map_err(|e| e.to_string()),
+            );
+        }
+    }
     // Unexpected top-level entries.
     let covered: BTreeSet<&str> = rules::PROTECTED
         .iter()
@@ -1191,6 +1257,29 @@ fn refs_unit(
     }
     for (name, v) in &now {
         if rs.refs.contains_key(name) {
+            continue;
+        }
+        // A new ref git cannot use (a branch on a tree, a ref to an object
+        // that is not there or is damaged): removed, so the turn is not
+        // failed at the agent's will and git is not left with a bad ref.
+        let unusable = match v {
+            Value::Oid(o) => !ok_object(repo, o, name.starts_with("refs/heads/"), damaged),
+            _ => false,
+        };
+        if unusable {
+            let n2 = name.clone();
+            ctx.fix(
+                "refs",
+                u,
+                None,
+                format!(
+                    "{name} added pointing to {}, which is missing, damaged or not a commit",
+                    v.to_text()
+                ),
+                "removed",
+                vec![],
+                move || refs::delete(u, &n2).map_err(|e| e.to_string()),
+            );
             continue;
         }
         if name.starts_with("refs/replace/") || matches!(v, Value::Invalid(_)) {
