@@ -8,6 +8,7 @@
 //! repositories alike. `snapshot`, `check` and `repair` are the same steps
 //! one at a time.
 
+pub mod fsck;
 pub mod fsutil;
 pub mod gitconfig;
 pub mod import;
