@@ -56,6 +56,7 @@ pub fn is_hex_oid(s: &str) -> bool {
 pub fn valid_refname(s: &str) -> bool {
     s.starts_with("refs/")
         && !s.ends_with('/')
+        && !s.ends_with('.')
         && !s.contains("..")
         && !s.contains("@{")
         && !s.contains("//")

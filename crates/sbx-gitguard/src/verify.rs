@@ -1266,6 +1266,31 @@ fn refs_unit(
             Value::Oid(o) => !ok_object(repo, o, name.starts_with("refs/heads/"), damaged),
             _ => false,
         };
+        // A name git's check-ref-format refuses (t1430): git skips it with
+        // a warning, other tools may not.
+        if !refs::valid_refname(name) {
+            let n2 = name.clone();
+            ctx.fix(
+                "refs",
+                u,
+                None,
+                format!("{name} added: not a valid ref name"),
+                "removed",
+                vec![],
+                move || {
+                    fs::remove_file(u.join(&n2))
+                        .or_else(|e| {
+                            if e.kind() == std::io::ErrorKind::NotFound {
+                                Ok(())
+                            } else {
+                                Err(e)
+                            }
+                        })
+                        .map_err(|e| e.to_string())
+                },
+            );
+            continue;
+        }
         if unusable {
             let n2 = name.clone();
             ctx.fix(

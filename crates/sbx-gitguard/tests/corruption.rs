@@ -455,3 +455,56 @@ fn a_linked_worktrees_git_file_pointed_at_another_repository_is_reported_and_res
         });
     }
 }
+
+#[test]
+fn refs_with_names_git_refuses_are_removed() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let before = f.state();
+        let main = rev(&f, "main");
+        // t1430-bad-ref-name: names check-ref-format refuses, written as
+        // files the way a tool that does not check would.
+        let names = [
+            "refs/heads/.hidden",
+            "refs/heads/a..b",
+            "refs/heads/x@{1}",
+            "refs/heads/sp ace",
+            "refs/tags/trail.",
+        ];
+        let script: String = names
+            .iter()
+            .map(|n| format!("printf '{main}\\n' > '.git/{n}' && "))
+            .collect::<String>()
+            + "true";
+        let out = f.run_within(T, &[], &script);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        for n in names {
+            assert!(!f.w.join(".git").join(n).exists(), "{n} stayed");
+            assert_event(&f.audit, "git_integrity", "alert", |e| {
+                found(e).contains(n) && found(e).contains("not a valid ref name")
+            });
+        }
+        assert_eq!(f.state(), before);
+        assert_strict_fsck(&f);
+    }
+}
+
+#[test]
+fn pack_files_replaced_truncated_or_deleted_under_run_are_linked_back() {
+    // t5303-pack-corruption-resilience: a pack truncated, its index gone.
+    for who in identities() {
+        let f = Fixture::new(who);
+        let before = f.state();
+        let out = f.run_within(
+            T,
+            &[],
+            "p=$(ls .git/objects/pack/*.pack | head -1) && head -c 100 $p > t && chmod 444 t && mv -f t $p && rm -f .git/objects/pack/*.idx",
+        );
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(f.state(), before);
+        assert_strict_fsck(&f);
+        assert_event(&f.audit, "git_integrity", "alert", |e| {
+            e["check"] == "objects" && e["action"].as_str().unwrap_or("").starts_with("restored")
+        });
+    }
+}
