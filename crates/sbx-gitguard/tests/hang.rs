@@ -307,3 +307,50 @@ fn a_config_of_gigabytes_with_a_planted_fsmonitor_is_reverted() {
         f.assert_nothing_runs();
     }
 }
+
+/// The documented chain: `sbx-gitguard run -- sbx-fs --rw ... -- CMD`; the
+/// FIFO is made inside sbx-fs (packed-refs is writable there), gitguard
+/// outside still never waits on it.
+#[test]
+fn a_fifo_as_packed_refs_in_the_chain_with_sbx_fs_is_no_hang() {
+    let fs_bin = sbx_testutil::bin("sbx-gitguard").with_file_name("sbx-fs");
+    if !fs_bin.exists() {
+        if sbx_testutil::must_work() {
+            panic!("sbx-fs is not built ({})", fs_bin.display());
+        }
+        eprintln!("skipped: sbx-fs is not built ({})", fs_bin.display());
+        return;
+    }
+    for who in identities() {
+        let f = Fixture::new(who);
+        let before = f.state();
+        let d = f.dir.to_str().unwrap();
+        let out = f.guard_within(
+            T,
+            &[
+                "run",
+                "--repo",
+                w(&f),
+                "--",
+                fs_bin.to_str().unwrap(),
+                "--rw",
+                d,
+                "--chdir",
+                w(&f),
+                "--",
+                "sh",
+                "-c",
+                "rm -f .git/packed-refs; mkfifo .git/packed-refs; mkfifo .git/config; exit 3",
+            ],
+        );
+        assert_eq!(code(&out), 3, "{}", stderr(&out));
+        assert!(f.w.join(".git/packed-refs").is_file());
+        assert_eq!(f.state(), before);
+        f.assert_fsck_clean();
+        // The FIFO was made (the test proves something) and removed.
+        assert_event(&f.audit, "git_integrity", "alert", |e| {
+            e["found"].as_str().unwrap_or("").contains("a FIFO planted")
+                && e["path"].as_str().unwrap_or("").ends_with("packed-refs")
+        });
+    }
+}
