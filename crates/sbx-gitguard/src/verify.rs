@@ -1467,8 +1467,16 @@ pub fn verify(
     // FIFOs, sockets and devices first: nothing below may open one (an
     // open of a FIFO waits for a writer forever).
     let mut with_specials: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut seen_specials: BTreeSet<PathBuf> = BTreeSet::new();
     for us in &snap.units {
         for p in fsutil::specials(&us.path, ".sbx-gitguard") {
+            // modules/X is walked with its superproject and on its own.
+            if !seen_specials.insert(p.clone()) {
+                if mode != Mode::Repair {
+                    with_specials.insert(us.path.clone());
+                }
+                continue;
+            }
             if mode != Mode::Repair {
                 with_specials.insert(us.path.clone());
             }

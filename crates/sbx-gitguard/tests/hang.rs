@@ -53,12 +53,23 @@ fn fifos_as_a_loose_ref_head_and_config_between_turns_are_repaired() {
         let before = f.state();
         let o = f.sh(
             &f.w,
-            "rm .git/refs/heads/main && mkfifo .git/refs/heads/main && rm .git/config && mkfifo .git/config && mkfifo .git/info/fifo && mkfifo .git/hooks/pre-commit",
+            "rm .git/refs/heads/main && mkfifo .git/refs/heads/main && rm .git/config && mkfifo .git/config && mkfifo .git/info/fifo && mkfifo .git/hooks/pre-commit && mkfifo .git/modules/sub/fifo2",
         );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let out = f.guard_within(T, &["check", "--repo", w(&f), "--against", &s]);
         assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
         assert!(stdout(&out).contains("a FIFO planted"), "{}", stdout(&out));
+        // The submodule's git dir is walked with its superproject and on
+        // its own: reported once.
+        assert_eq!(
+            stdout(&out)
+                .lines()
+                .filter(|l| l.contains("a FIFO") && l.contains("fifo2"))
+                .count(),
+            1,
+            "{}",
+            stdout(&out)
+        );
         // check changed nothing.
         assert!(!f.w.join(".git/config").is_file());
         let out = f.guard_within(T, &["repair", "--repo", w(&f), "--against", &s]);
@@ -67,6 +78,7 @@ fn fifos_as_a_loose_ref_head_and_config_between_turns_are_repaired() {
             assert!(f.w.join(".git").join(p).is_file(), "{p}");
         }
         assert!(!f.w.join(".git/info/fifo").exists());
+        assert!(std::fs::symlink_metadata(f.w.join(".git/modules/sub/fifo2")).is_err());
         assert!(!f.w.join(".git/hooks/pre-commit").exists());
         assert_eq!(f.state(), before);
         f.assert_fsck_clean();
