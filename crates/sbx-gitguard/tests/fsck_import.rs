@@ -73,6 +73,14 @@ ref("refs/heads/evil-bad-tree-id", obj("commit", ("tree %s\nparent %s\nauthor %s
 ref("refs/tags/evil-tag-type", obj("tag", ("object %s\ntype bogus\ntag t\ntagger %s\n\nm\n" % (main, ID)).encode()))
 ref("refs/tags/evil-tag-tagger", obj("tag", ("object %s\ntype commit\ntag t\ntagger T <t@x>\n\nm\n" % main).encode()))
 ref("refs/heads/good", commit(good_tree))
+# A truncated loose object (libgit2 issue 7342 loops forever reading one).
+t = obj("commit", ("tree %s\nparent %s\nauthor %s\ncommitter %s\n\ntruncated\n" % (good_tree, main, ID, ID)).encode())
+tp = os.path.join(up, "objects", t[:2], t[2:])
+with open(tp, "rb") as f:
+    z = f.read()
+with open(tp, "wb") as f:
+    f.write(z[: len(z) // 2])
+ref("refs/heads/evil-truncated", t)
 "#;
 
 const REFUSED: &[(&str, &str)] = &[
@@ -122,6 +130,10 @@ fn objects_git_fsck_strict_rejects_never_reach_the_host() {
             assert!(!stage.exists(), "the stage was not removed");
         }
         let refs = f.git_ok(&f.w, &["for-each-ref", "--format=%(refname)"]);
+        assert!(!refs.contains("evil-truncated"), "{refs}");
+        assert_event(&f.audit, "object_refused", "alert", |e| {
+            e["reason"].as_str().unwrap_or("").contains("truncated")
+        });
         for (r, id) in REFUSED {
             assert!(!refs.contains(r), "{r} came in:\n{refs}");
             assert_event(&f.audit, "object_refused", "alert", |e| {
