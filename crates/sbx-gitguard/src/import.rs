@@ -559,6 +559,15 @@ fn quarantine_source(
                 continue;
             }
         };
+        // git fsck --strict's object checks (crate::fsck) before the store.
+        if let Err(reason) = crate::fsck::check_git2(&obj, &odb, &qodb) {
+            ev.push(
+                "object_refused",
+                Severity::Alert,
+                json!({ "path": label, "object": id.to_string(), "reason": reason }),
+            );
+            continue;
+        }
         let w = qodb
             .write(obj.kind(), obj.data())
             .map_err(|e| format!("quarantine {id}: {}", e.message()))?;
@@ -774,11 +783,22 @@ pub fn import(
     })?;
     for (p, id) in &found.loose {
         let to = loose_dir.join(&id[..2]).join(&id[2..]);
-        if let Err(e) = copy_nofollow(p, &to) {
+        // Verified in full before libgit2 reads it (it loops forever on a
+        // truncated loose object, libgit2 issue 7342).
+        if let Err(e) = copy_nofollow(p, &to)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                crate::objects::verify_loose(&to, id, id.len() == 64)
+                    .map(|_| ())
+                    .inspect_err(|_| {
+                        let _ = fs::remove_file(&to);
+                    })
+            })
+        {
             ev.push(
                 "object_refused",
                 Severity::Alert,
-                json!({ "path": format!("objects/{}", rel(&stage.objects_upper(), p)), "reason": e.to_string() }),
+                json!({ "path": format!("objects/{}", rel(&stage.objects_upper(), p)), "object": id, "reason": e.to_string() }),
             );
         }
     }

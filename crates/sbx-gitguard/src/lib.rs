@@ -8,6 +8,7 @@
 //! repositories alike. `snapshot`, `check` and `repair` are the same steps
 //! one at a time.
 
+pub mod fsck;
 pub mod fsutil;
 pub mod gitconfig;
 pub mod import;
@@ -17,6 +18,7 @@ pub mod objects;
 pub mod plant;
 pub mod refs;
 pub mod rules;
+pub mod sig;
 pub mod snapshot;
 pub mod stage;
 pub mod verify;
@@ -61,7 +63,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "OBJECTS",
-            "The structural check, every time: each pack index (magic, version, size against its object count) and pack (header, object count, trailer against the checksum its index records); packs and indexes whose inode, size, mtime or ctime changed since the snapshot are checksummed in full (all of them with --full); every loose object's header; loose objects of the snapshot that are gone and not packed; changed and new ref tips and HEAD resolve (a branch and HEAD to a commit). The full check reads every object reachable from every ref, HEAD and every ref of the snapshot, verifying its hash, and names each missing or damaged object with what needed it. Before the command, `run` keeps hard links to every pack file and loose object (in .sbx-gitguard-keep.PID inside the git dir, removed when the run ends): object files the command deletes or replaces are linked back and the full check must then pass. Files modified in place, and objects lost without kept links (repair between turns), make the repair fail (exit 125).",
+            "The structural check, every time: each pack index (magic, version, size against its object count) and pack (header, object count, trailer against the checksum its index records); packs and indexes whose inode, size, mtime or ctime changed since the snapshot are checksummed in full (all of them with --full); every loose object verified in full (inflated to its end, size as its header says, nothing after the stream, hash equal to its name) at snapshot time and, afterwards, every new or changed one (by inode, size and ctime), a damaged one never read by libgit2 nor restored to; FIFOs, sockets and devices in a git dir removed before anything is read (a snapshot refuses them); loose objects of the snapshot that are gone and not packed; changed and new ref tips and HEAD resolve (a branch and HEAD to a commit). The full check reads every object reachable from every ref, HEAD and every ref of the snapshot, verifying its hash, and names each missing or damaged object with what needed it. Before the command, `run` keeps hard links to every pack file and loose object (in .sbx-gitguard-keep.PID inside the git dir, removed when the run ends): object files the command deletes or replaces are linked back and the full check must then pass. Files modified in place, and objects lost without kept links (repair between turns), make the repair fail (exit 125).",
         ),
         (
             "LOCKS",
@@ -233,6 +235,8 @@ pub fn main() -> ! {
         // that exist.
         git2::opts::strict_hash_verification(true);
         git2::opts::strict_object_creation(true);
+        // Stoppable while reading; see sig.rs for what holds them back.
+        sig::allow();
         match cli.command {
             Command::Run(a) => run(a),
             Command::Snapshot(a) => cmd_snapshot(a),
@@ -305,6 +309,7 @@ fn take_snapshot(l: &layout::Layout, full: bool) -> Result<snapshot::Snapshot, F
         if let Some(s) = stats.get(&u.path) {
             u.packs = s.packs.clone();
             u.loose = s.loose.clone();
+            u.loose_stats = s.loose_stats.clone();
         }
     }
     Ok(snap)
@@ -451,6 +456,10 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         None => None,
     };
 
+    // From here to the end of the command, signals are held back (the
+    // supervisor forwards them to the command); the check afterwards is
+    // stoppable again.
+    let hold = sig::Hold::new();
     // Hard links to the object files, so objects the command deletes can
     // be linked back (repair mode only).
     let keeps: std::collections::BTreeMap<PathBuf, keep::Keep> = if a.alert_only {
@@ -474,6 +483,7 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     for u in &mut snap.units {
         if keeps.contains_key(&u.path) {
             objects::restat(&u.path.join("objects"), &mut u.packs);
+            objects::restat_loose(&u.path.join("objects"), &mut u.loose_stats);
         }
     }
     let mut cmd = sbx_core::supervise::command(&a.cmd, None)?;
@@ -486,6 +496,7 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         sup.run_to_end()
             .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?
     };
+    drop(hold);
 
     // The stage first: what it brings in is expected by the check below.
     let mut exceeded = None;
@@ -554,6 +565,8 @@ fn import_stage(
     limits: &import::Limits,
 ) -> Result<import::Outcome, Failure> {
     let sbx_id = sbx_core::id::get().unwrap_or("unknown");
+    // An import writes refs, HEAD and the index: not cut in half.
+    let _hold = sig::Hold::new();
     let mut ev = import::Events::default();
     let r = import::import(git_dir, &st.paths, limits, sbx_id, &mut ev);
     ev.finish();
@@ -662,19 +675,17 @@ fn load(against: &Path, l: &layout::Layout) -> Result<snapshot::Snapshot, Failur
 
 fn cmd_check(a: CheckArgs) -> Result<i32, Failure> {
     let wait = lock_wait(&a.repo)?;
-    let l = open_layout(&a.repo)?;
+    // Against a snapshot, a damaged repository (HEAD gone) is still found:
+    // the snapshot's identity check says whether it is the same one.
+    let l = if a.against.is_some() {
+        layout::find_damaged(&a.repo.repo)?
+    } else {
+        open_layout(&a.repo)?
+    };
     let report = match &a.against {
         Some(f) => {
             let snap = load(f, &l)?;
-            ensure_unlocked(&l, wait)?;
-            verify::verify(
-                &l,
-                &snap,
-                Mode::Check,
-                a.full,
-                Duration::ZERO,
-                &Default::default(),
-            )
+            verify::verify(&l, &snap, Mode::Check, a.full, wait, &Default::default())
         }
         None => {
             ensure_unlocked(&l, wait)?;
@@ -688,17 +699,12 @@ fn cmd_check(a: CheckArgs) -> Result<i32, Failure> {
 
 fn cmd_repair(a: RepairArgs) -> Result<i32, Failure> {
     let wait = lock_wait(&a.repo)?;
-    let l = open_layout(&a.repo)?;
+    let l = layout::find_damaged(&a.repo.repo)?;
     let snap = load(&a.against, &l)?;
-    ensure_unlocked(&l, wait)?;
-    let report = verify::verify(
-        &l,
-        &snap,
-        Mode::Repair,
-        a.full,
-        Duration::ZERO,
-        &Default::default(),
-    );
+    // Locks still there after --lock-wait are not a concurrent git's
+    // (between turns nothing else runs): they are removed and reported,
+    // never a reason to leave what was planted beside them.
+    let report = verify::verify(&l, &snap, Mode::Repair, a.full, wait, &Default::default());
     emit_report(&report, Mode::Repair);
     print_report(&report, &l, a.json, Mode::Repair);
     if let Some(f) = report.unrecoverable() {
