@@ -78,7 +78,14 @@ pub struct Gateway {
     pub relay: RelayMode,
     /// Relays currently counted against THREADED_MAX.
     pub threaded: std::sync::atomic::AtomicUsize,
+    /// DNS-over-TCP connections open (the sandbox is one client: at most
+    /// [`DNS_TCP_MAX`]).
+    pub dns_tcp_conns: std::sync::atomic::AtomicUsize,
 }
+
+/// DNS-over-TCP connections the sandbox may hold open at once; beyond, a
+/// new one is reset (and alerted) at once.
+pub const DNS_TCP_MAX: usize = 32;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RelayMode {
@@ -391,6 +398,23 @@ impl Gateway {
         let Some(dns) = self.dns.clone() else {
             return reset(s);
         };
+        struct Slot<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Slot<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let open = self.dns_tcp_conns.fetch_add(1, Ordering::Relaxed) + 1;
+        let _slot = Slot(&self.dns_tcp_conns);
+        if open > DNS_TCP_MAX {
+            self.deny(
+                SocketAddr::new(s.local_addr().map_or(peer.ip(), |a| a.ip()), 53),
+                "too many DNS-over-TCP connections",
+                &[],
+                json!({}),
+            );
+            return reset(s);
+        }
         loop {
             let mut lb = [0u8; 2];
             let r = tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut lb)).await;

@@ -254,6 +254,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         alert_budget: AlertBudget::new(50, 20),
         relay: gateway::RelayMode::from_env(),
         threaded: Default::default(),
+        dns_tcp_conns: Default::default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
