@@ -761,3 +761,87 @@ fn a_silent_upstream_under_load_keeps_memory_bounded() {
     assert_eq!(rcode(&m), ResponseCode::Refused);
     p.stop();
 }
+
+const TUNNEL_TARGET: &str = "mzxw6ytboi4dcnrtgq2tmnzyhe3dkmbrgizdiobv.allowed.test";
+
+/// What the upstream may hand the sandbox is capped: SVCB/HTTPS keep only
+/// alpn/no-default-alpn/port/hints (ech and unknown keys, which carry
+/// arbitrary bytes, are removed), a record whose target is off the list
+/// is dropped (alert), and an alias whose target looks like a tunnel is
+/// refused (alert). Compared with the upstream asked directly.
+#[test]
+fn downstream_content_is_capped() {
+    use hickory_proto::rr::RData;
+    let cname = format!("--cname=c.allowed.test,{TUNNEL_TARGET}");
+    let host = format!("--host-record={TUNNEL_TARGET},192.0.2.61");
+    // "1 . alpn=h2 ech=01020304 key65000=hello" and "1 evil.test. alpn=h2".
+    let up = upstream!(
+        "--dns-rr=data.allowed.test,65,000100000100030268320005000401020304fde8000568656c6c6f",
+        "--dns-rr=tgt.allowed.test,65,0001046576696c04746573740000010003026832",
+        &cname,
+        &host,
+    );
+    let keys = |m: &Message| -> Vec<Vec<u16>> {
+        m.answers
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::HTTPS(h) => {
+                    Some(h.0.svc_params.iter().map(|(k, _)| u16::from(*k)).collect())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let direct = udp_query(
+        up.addr,
+        "data.allowed.test",
+        RecordType::HTTPS,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert_eq!(
+        keys(&direct),
+        [vec![1, 5, 65000]],
+        "the upstream sends all three"
+    );
+    for who in identities() {
+        let p = Proxy::start(&up, ALLOW, who);
+        let m = p.ask("data.allowed.test", RecordType::HTTPS);
+        assert_eq!(rcode(&m), ResponseCode::NoError);
+        assert_eq!(keys(&m), [vec![1]], "only alpn is left: {m:?}");
+        let m = p.ask_tcp("data.allowed.test", RecordType::HTTPS);
+        assert_eq!(keys(&m), [vec![1]]);
+
+        let m = p.ask("tgt.allowed.test", RecordType::HTTPS);
+        assert!(
+            keys(&m).is_empty(),
+            "a target off the list is dropped: {m:?}"
+        );
+        assert!(p.events().iter().any(|e| e["event"] == "dns_answer_dropped"
+            && e["severity"] == "alert"
+            && e["reason"] == "svcb_target"));
+
+        let direct = udp_query(
+            up.addr,
+            "c.allowed.test",
+            RecordType::A,
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(
+            ips(&direct),
+            ["192.0.2.61"],
+            "the upstream follows the alias"
+        );
+        let m = p.ask("c.allowed.test", RecordType::A);
+        assert_eq!(rcode(&m), ResponseCode::Refused);
+        assert!(m.answers.is_empty());
+        assert_eq!(
+            p.refusals("c.allowed.test", "tunnel_cname_target"),
+            1,
+            "{:?}",
+            p.events()
+        );
+        p.stop();
+    }
+}
