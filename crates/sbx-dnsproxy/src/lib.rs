@@ -81,13 +81,19 @@ longer than --max-label-len, the name longer than --max-name-len, the part of th
 its wildcard entry at least --entropy-min-len characters long with a Shannon entropy above \
 --max-entropy bits per character, or when the client asked more than --max-subdomains distinct \
 names under one wildcard entry within --subdomain-window (names it already asked in the window \
-still resolve). 0 disables a check.",
+still resolve), or when the client made more than --max-queries queries for allowed names in \
+the window (cache hits and repeats count: the choice of name is a channel too). A client is its \
+source address masked to --client-prefix4 / --client-prefix6 bits (a /24, a /56), so rotating \
+source addresses changes nothing. Names are read from their wire labels: a label holding a byte \
+that is not a letter, digit, '-' or '_' (a dot inside a label: x\\.allowed.test) is refused \
+(bad_name). 0 disables a check.",
         ),
         (
             "AUDIT",
             "Every refused query is an alert event 'dns_refused' with name, qtype, client, reason \
-(not_allowlisted, qtype, class, tunnel_label_length, tunnel_name_length, tunnel_entropy, \
-tunnel_subdomain_rate, cname_not_allowlisted, rebinding, malformed, opcode, question_count) and \
+(not_allowlisted, bad_name, qtype, class, tunnel_label_length, tunnel_name_length, tunnel_entropy, \
+tunnel_subdomain_rate, tunnel_query_budget, tunnel_cname_target, cname_not_allowlisted, rebinding, \
+malformed, opcode, question_count) and \
 detail. Refused answers (and their alerts) are rate-limited per client (--refused-rate, \
 --refused-burst); what is dropped beyond is summed up in an alert 'dns_rate_limited' at most \
 once a second per client. An upstream failure is a warn event 'dns_upstream_failed'; the client \
