@@ -68,6 +68,20 @@ pub fn defaults(home: Option<&Path>) -> Vec<Rule> {
             (".netrc", Kind::File),
             (".config/gcloud", Kind::Dir),
             (".git-credentials", Kind::File),
+            // Tokens of CLIs that live in the home (issue 15): they matter
+            // when the project is the home or contains it.
+            (".vault-token", Kind::File),
+            (".config/gh/hosts.yml", Kind::File),
+            (".config/hub", Kind::File),
+            (".npmrc", Kind::File),
+            (".pypirc", Kind::File),
+            (".cargo/credentials", Kind::File),
+            (".cargo/credentials.toml", Kind::File),
+            (".gem/credentials", Kind::File),
+            (".claude/.credentials.json", Kind::File),
+            (".azure", Kind::Dir),
+            (".terraform.d/credentials.tfrc.json", Kind::File),
+            (".config/doctl", Kind::Dir),
         ] {
             v.push(Rule::Path {
                 path: h.join(rel),
