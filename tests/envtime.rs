@@ -635,3 +635,62 @@ fn raw_clock_syscall_is_refused_ordinary_programs_run() {
         assert_timers(&out, &log, &format!("{who:?} sbx-policy chain"));
     }
 }
+
+#[test]
+fn env_allowlist_in_the_gvisor_tier() {
+    let have_runsc = ["/usr/bin/runsc", "/usr/sbin/runsc", "/usr/local/bin/runsc"]
+        .iter()
+        .any(|p| Path::new(p).is_file());
+    if !have_runsc {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    }
+    for who in identities() {
+        let d = sbx_testutil::shared_tempdir();
+        let base = d.path().canonicalize().unwrap();
+        let proj = base.join("proj");
+        let home = base.join("home");
+        std::fs::create_dir_all(&proj).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        chown_r(&base);
+        let log = base.join("audit.jsonl");
+        let secrets = secrets();
+        let mut c = bounded(&sbx_testutil::bin("sbx-policy"));
+        c.arg("--audit-log").arg(&log);
+        c.args(["chain", "--trust", "zero", "--no-cgroup"])
+            .args(["--managed", "/nonexistent/managed.json", "--home"])
+            .arg(&home)
+            .args(["--pass-env", "FROM_FLAG"])
+            .args(["--", "sh", "-c", "env; echo END"]);
+        caller_env(&mut c, &secrets);
+        c.env("FROM_FLAG", "from-flag-ok")
+            .env("NOT_PASSED", "not-passed-envtime")
+            .current_dir(&proj);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        let so = stdout(&out);
+        let se = stderr(&out);
+        let ctx = format!("{who:?} gVisor: {so}\n{se}");
+        assert_eq!(out.status.code(), Some(0), "{ctx}");
+        assert!(so.contains("END"), "{ctx}");
+        for (k, v) in &secrets {
+            assert!(
+                !so.contains(v.as_str()) && !se.contains(v.as_str()),
+                "{k}: {ctx}"
+            );
+            assert!(se.contains(k), "the warning does not name {k}: {ctx}");
+        }
+        for want in ["FROM_FLAG=from-flag-ok", "LANG=C.UTF-8", "TMPDIR=/tmp"] {
+            assert!(so.lines().any(|l| l == want), "{want}: {ctx}");
+        }
+        assert!(!so.contains("not-passed-envtime"), "{ctx}");
+        let ev = assert_event(&log, "env_secret_dropped", "warn", |e| {
+            e["tool"] == "sbx-policy"
+        });
+        for (k, _) in &secrets {
+            assert!(
+                ev["names"].as_array().unwrap().iter().any(|n| n == k),
+                "{ev}"
+            );
+        }
+    }
+}

@@ -43,6 +43,16 @@ pub const DEFAULT_NAMES: &[&str] = &[
     "NO_COLOR",
     "SBX_ID",
     "SBX_LOG",
+    // Where the trusted CA certificates are (paths, no secret): TLS inside
+    // must keep working where the host uses its own CA.
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "AWS_CA_BUNDLE",
+    "PIP_CERT",
 ];
 
 /// Name prefixes that pass by default (the locale categories).
@@ -86,8 +96,18 @@ const SECRET_PARTS: &[&str] = &[
     "CONNECTION_STRING",
 ];
 
-/// Names that match the patterns but hold no secret.
-const NOT_SECRETS: &[&str] = &["SSH_AUTH_SOCK", "GPG_AGENT_INFO"];
+/// Names that match the patterns but hold no secret (socket and file
+/// paths, region and profile names).
+const NOT_SECRETS: &[&str] = &[
+    "SSH_AUTH_SOCK",
+    "GPG_AGENT_INFO",
+    "AWS_CA_BUNDLE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+];
 
 /// Prefixes of whole families of credentials.
 const SECRET_PREFIXES: &[&str] = &["AWS_", "AZURE_", "ARM_CLIENT", "OP_SESSION_"];
@@ -325,7 +345,7 @@ mod tests {
             "AWS_SECRET_ACCESS_KEY",
             "AWS_ACCESS_KEY_ID",
             "AWS_SESSION_TOKEN",
-            "AWS_PROFILE",
+            "AWS_SECURITY_TOKEN",
             "GITHUB_TOKEN",
             "GH_TOKEN",
             "ANTHROPIC_API_KEY",
@@ -366,6 +386,8 @@ mod tests {
             "XDG_SESSION_ID",
             "PASSENGER",
             "SSH_AUTH_SOCK",
+            "AWS_CA_BUNDLE",
+            "AWS_REGION",
         ] {
             assert!(!looks_secret(s), "{s}");
         }

@@ -78,7 +78,6 @@ pub fn defaults(home: Option<&Path>) -> Vec<Rule> {
             (".cargo/credentials", Kind::File),
             (".cargo/credentials.toml", Kind::File),
             (".gem/credentials", Kind::File),
-            (".claude/.credentials.json", Kind::File),
             (".azure", Kind::Dir),
             (".terraform.d/credentials.tfrc.json", Kind::File),
             (".config/doctl", Kind::Dir),
@@ -86,6 +85,17 @@ pub fn defaults(home: Option<&Path>) -> Vec<Rule> {
             v.push(Rule::Path {
                 path: h.join(rel),
                 kind,
+            });
+        }
+        // Claude Code's login. Only when it exists: a missing one needs no
+        // placeholder (the .claude invariant already keeps a .claude at the
+        // top of a writable bind from being written), and a placeholder
+        // inside the guarded .claude could not be mounted.
+        let claude = h.join(".claude/.credentials.json");
+        if std::fs::symlink_metadata(&claude).is_ok_and(|m| m.is_file()) {
+            v.push(Rule::Path {
+                path: claude,
+                kind: Kind::File,
             });
         }
     }
