@@ -8,6 +8,7 @@
 pub mod audit;
 pub mod chain;
 pub mod cli;
+pub mod envpolicy;
 pub mod escape;
 pub mod exit;
 pub mod fds;

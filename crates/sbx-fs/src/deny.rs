@@ -65,10 +65,34 @@ pub fn defaults(home: Option<&Path>) -> Vec<Rule> {
             (".netrc", Kind::File),
             (".config/gcloud", Kind::Dir),
             (".git-credentials", Kind::File),
+            // Tokens of CLIs that live in the home (issue 15): they matter
+            // when the project is the home or contains it.
+            (".vault-token", Kind::File),
+            (".config/gh/hosts.yml", Kind::File),
+            (".config/hub", Kind::File),
+            (".npmrc", Kind::File),
+            (".pypirc", Kind::File),
+            (".cargo/credentials", Kind::File),
+            (".cargo/credentials.toml", Kind::File),
+            (".gem/credentials", Kind::File),
+            (".azure", Kind::Dir),
+            (".terraform.d/credentials.tfrc.json", Kind::File),
+            (".config/doctl", Kind::Dir),
         ] {
             v.push(Rule::Path {
                 path: h.join(rel),
                 kind,
+            });
+        }
+        // Claude Code's login. Only when it exists: a missing one needs no
+        // placeholder (the .claude invariant already keeps a .claude at the
+        // top of a writable bind from being written), and a placeholder
+        // inside the guarded .claude could not be mounted.
+        let claude = h.join(".claude/.credentials.json");
+        if std::fs::symlink_metadata(&claude).is_ok_and(|m| m.is_file()) {
+            v.push(Rule::Path {
+                path: claude,
+                kind: Kind::File,
             });
         }
     }

@@ -47,7 +47,7 @@ pub const TOOL: &str = "sbx-fs";
 pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
     about: "Runs CMD in new mount, PID, IPC and UTS namespaces (plus a user namespace when sbx-fs lacks CAP_SYS_ADMIN) under a root made only of what is granted: the system directories read-only, the --ro/--rw binds, a fresh /proc of the new PID namespace with the host-revealing entries masked, a minimal /dev, a fresh size-limited /tmp and an empty tmpfs $HOME. The host's secrets (a default deny list plus --deny) are hidden, and .git/.claude control files inside writable binds are always read-only. A PID-1 init inside reaps zombies, forwards signals and exits with the command's status. sbx-fs creates no network namespace: that is sbx-net's job, before sbx-fs in the chain.",
     exit_status: "The command's exit status, unchanged; 128+N when it was killed by signal N. 125 when sbx-fs itself fails (bad usage, a bind source that does not exist, a refused mount, a setup step inside the namespaces), with one line on stderr; nothing is left mounted or created on the host. 126 when CMD was found but could not be executed, 127 when it was not found (looked up with the sandbox's PATH, inside the new root).",
-    inherited_state: "CMD inherits: the new mount, PID, IPC and UTS namespaces (and the user namespace when one was made), its own session (setsid: it has no controlling terminal, so TIOCSTI cannot inject into the caller's), no capability at all (bounding, ambient, permitted, effective and inheritable sets empty) and no_new_privs, the identity --uid/--gid (default the caller's), the environment after --clearenv/--unsetenv/--setenv, fds 0, 1 and 2 only, and the working directory --chdir (default: the caller's directory when it exists inside, else $HOME, else /). The network namespace is the caller's. When CMD is one of the real sbx tool binaries (by file identity, not name) it also inherits the audit log fd (SBX_AUDIT_FD), and it is executed from an fd opened before the root changed, so it need not exist inside the sandbox; any other CMD never sees the audit log and is looked up with PATH inside the sandbox.",
+    inherited_state: "CMD inherits: the new mount, PID, IPC and UTS namespaces (and the user namespace when one was made), its own session (setsid: it has no controlling terminal, so TIOCSTI cannot inject into the caller's), no capability at all (bounding, ambient, permitted, effective and inheritable sets empty) and no_new_privs, the identity --uid/--gid (default the caller's), an environment made of an allowlist of the caller's variables (see ENVIRONMENT) and then --clearenv/--unsetenv/--setenv, fds 0, 1 and 2 only, and the working directory --chdir (default: the caller's directory when it exists inside, else $HOME, else /). The network namespace is the caller's. When CMD is one of the real sbx tool binaries (by file identity, not name) it also inherits the audit log fd (SBX_AUDIT_FD), and it is executed from an fd opened before the root changed, so it need not exist inside the sandbox; any other CMD never sees the audit log and is looked up with PATH inside the sandbox.",
     extra: &[
         (
             "FILESYSTEM",
@@ -55,7 +55,11 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "DENIED PATHS",
-            "Hidden paths cannot be read, listed or created: each denied path is covered by a node of sbx-fs's own FUSE file system (see GUARD FILE SYSTEM) that stat shows as an empty mode-000 file or directory and that refuses everything else with EACCES, logging fs_denied; without a usable /dev/fuse, by an empty mode-000 read-only file or tmpfs as before. A --deny PATH is hidden in every bind that contains it (PATH is a host path; ~/ is the caller's home); when it does not exist and a writable bind contains it, a placeholder makes it impossible to create. A --deny without a slash is a name pattern (*, ?, [...]) matched in every user bind at any depth (.git is not searched; at most --scan-limit entries per bind, default 1000000: beyond it sbx-fs refuses to start, exit 125, alert scan_limit, rather than leave part of the tree unsearched); a file matching it that is created during the run is hidden from the next run; a pattern in the last component of a path (/etc/ssh/*_key) is matched in that directory. A bind that lies inside a denied directory is hidden entirely.\n\nThe default deny list (--no-default-deny drops it): /etc/shadow, /etc/shadow-, /etc/gshadow, /etc/gshadow-, /etc/sudoers, /etc/sudoers.d, /etc/security/opasswd, /etc/ssl/private, /etc/krb5.keytab, /etc/ssh/*_key; ~/.ssh, ~/.aws, ~/.gnupg, ~/.kube, ~/.docker/config.json, ~/.netrc, ~/.config/gcloud, ~/.git-credentials; .env and .env.* in every user bind; credentials* in every bind under a home (/home, /root, $HOME). Symlinks are never hidden themselves: inside the sandbox they resolve inside the sandbox, where their target is subject to the same rules.",
+            "Hidden paths cannot be read, listed or created: each denied path is covered by a node of sbx-fs's own FUSE file system (see GUARD FILE SYSTEM) that stat shows as an empty mode-000 file or directory and that refuses everything else with EACCES, logging fs_denied; without a usable /dev/fuse, by an empty mode-000 read-only file or tmpfs as before. A --deny PATH is hidden in every bind that contains it (PATH is a host path; ~/ is the caller's home); when it does not exist and a writable bind contains it, a placeholder makes it impossible to create. A --deny without a slash is a name pattern (*, ?, [...]) matched in every user bind at any depth (.git is not searched; at most --scan-limit entries per bind, default 1000000: beyond it sbx-fs refuses to start, exit 125, alert scan_limit, rather than leave part of the tree unsearched); a file matching it that is created during the run is hidden from the next run; a pattern in the last component of a path (/etc/ssh/*_key) is matched in that directory. A bind that lies inside a denied directory is hidden entirely.\n\nThe default deny list (--no-default-deny drops it): /etc/shadow, /etc/shadow-, /etc/gshadow, /etc/gshadow-, /etc/sudoers, /etc/sudoers.d, /etc/security/opasswd, /etc/ssl/private, /etc/krb5.keytab, /etc/ssh/*_key; ~/.ssh, ~/.aws, ~/.gnupg, ~/.kube, ~/.docker/config.json, ~/.netrc, ~/.config/gcloud, ~/.git-credentials, ~/.vault-token, ~/.config/gh/hosts.yml, ~/.config/hub, ~/.npmrc, ~/.pypirc, ~/.cargo/credentials, ~/.cargo/credentials.toml, ~/.gem/credentials, ~/.claude/.credentials.json (when it exists), ~/.azure, ~/.terraform.d/credentials.tfrc.json, ~/.config/doctl (they matter when a bind is the home or contains it); .env and .env.* in every user bind; credentials* in every bind under a home (/home, /root, $HOME). Symlinks are never hidden themselves: inside the sandbox they resolve inside the sandbox, where their target is subject to the same rules.",
+        ),
+        (
+            "ENVIRONMENT",
+            "Only an allowlist of the caller's environment reaches the command: PATH, HOME, TERM, LANG, LANGUAGE, LC_*, TZ, USER, LOGNAME, SHELL, COLORTERM, NO_COLOR, the CA-certificate paths SSL_CERT_FILE, SSL_CERT_DIR, CURL_CA_BUNDLE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, GIT_SSL_CAINFO, AWS_CA_BUNDLE and PIP_CERT, and sbx's own SBX_ID and SBX_LOG (SBX_AUDIT_FD is set again for a next sbx tool only). TMPDIR, when the caller has one, is set to /tmp (the sandbox's fresh /tmp; the caller's is a host path). --pass-env NAME passes one more variable, --pass-env 'PREFIX*' every variable whose name starts with PREFIX ('*' alone: every variable), both repeatable; --keep-env passes the whole environment, secrets included. SBX_PASS_ENV (comma-separated names or PREFIX*, as --pass-env) adds to --pass-env and never reaches the command: sbx-creds, earlier in the chain, names the secrets it injects there, so they reach the command. A variable whose name looks like a secret (TOKEN, SECRET, PASSWORD, PASSWD, KEY, APIKEY, CREDENTIAL(S), CREDS, AUTH, COOKIE, DSN, PAT as a word of the name; TOKEN, SECRET, PASSWORD, API_KEY, PRIVATE_KEY, ACCESS_KEY, CREDENTIAL, AUTHORIZATION, DATABASE_URL, CONNECTION_STRING anywhere in it; AWS_*, AZURE_*, ARM_CLIENT*, OP_SESSION_*; a word PWD besides PWD and OLDPWD themselves; not SBX_*, SSH_AUTH_SOCK, GPG_AGENT_INFO, AWS_CA_BUNDLE, AWS_REGION, AWS_DEFAULT_REGION, AWS_PROFILE, AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE) passes only when named exactly (--pass-env NAME, SBX_PASS_ENV, --setenv) or with --keep-env: a PREFIX* never passes one. Each run that drops such variables prints, once the sandbox is set up, one line on stderr naming them (never a value) and logs env_secret_dropped (warn: names); the env event (info) lists the names passed and dropped. With --clearenv nothing of the caller's is looked at.",
         ),
         (
             "INVARIANTS",
@@ -75,7 +79,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "AUDIT",
-            "Events: start (info: namespaces, binds, counts, guarded), end (info: status), setup_failed (warn) for every refused setup step, seccomp_kill (alert) when a process of the sandbox dies of SIGSYS. fs_denied (alert: path as seen inside, access, caller_pid) when a denied path is read, listed, looked into, created or changed; fs_write_denied (alert: path, op, caller_pid) when a protected path is opened for writing, truncated, created, removed, renamed, linked, chmod-ed or given xattrs, and (op replace, caller_pid null, via) when git's config.lock/HEAD.lock appears beside a protected .git/config or .git/HEAD; each distinct (path, access) is logged once; the first alert of each protected path is always logged, further ones (other accesses, names below it) at most 200 per sandbox, and fs_guard (info, at the end) counts alerts and alerts_suppressed. fs_protected_created / fs_protected_replaced (alert: path, quarantined) and fs_protected_moved (alert: path, found_at, restored) from the end sweep; scan_limit (alert: bind, limit, flag) when a bind holds more than --scan-limit entries. fs_guard_unavailable (warn, once: reason) when /dev/fuse could not be used. tmp_full (alert, once: path /tmp, size, free) when /tmp fills up (checked every 200 ms and at the end: a fill-and-delete in between is bounded by --tmp-size but may not be logged). Remounting, mounting, unmounting, chroot and pivot_root are refused by the kernel (EPERM) without sbx-fs seeing them: those have no event here (sbx-seccomp reports them).",
+            "Events: start (info: namespaces, binds, counts, guarded), end (info: status), env (info: passed, dropped, secrets_passed: names only), env_secret_dropped (warn: names) when variables that look like secrets were not passed, setup_failed (warn) for every refused setup step, seccomp_kill (alert) when a process of the sandbox dies of SIGSYS. fs_denied (alert: path as seen inside, access, caller_pid) when a denied path is read, listed, looked into, created or changed; fs_write_denied (alert: path, op, caller_pid) when a protected path is opened for writing, truncated, created, removed, renamed, linked, chmod-ed or given xattrs, and (op replace, caller_pid null, via) when git's config.lock/HEAD.lock appears beside a protected .git/config or .git/HEAD; each distinct (path, access) is logged once; the first alert of each protected path is always logged, further ones (other accesses, names below it) at most 200 per sandbox, and fs_guard (info, at the end) counts alerts and alerts_suppressed. fs_protected_created / fs_protected_replaced (alert: path, quarantined) and fs_protected_moved (alert: path, found_at, restored) from the end sweep; scan_limit (alert: bind, limit, flag) when a bind holds more than --scan-limit entries. fs_guard_unavailable (warn, once: reason) when /dev/fuse could not be used. tmp_full (alert, once: path /tmp, size, free) when /tmp fills up (checked every 200 ms and at the end: a fill-and-delete in between is bounded by --tmp-size but may not be logged). Remounting, mounting, unmounting, chroot and pivot_root are refused by the kernel (EPERM) without sbx-fs seeing them: those have no event here (sbx-seccomp reports them).",
         ),
         (
             "GUARD FILE SYSTEM",
@@ -130,6 +134,16 @@ pub struct Cli {
     /// Start the command with an empty environment (before --setenv).
     #[arg(long)]
     pub clearenv: bool,
+
+    /// Pass the caller's variable NAME too, or every variable whose name
+    /// starts with PREFIX (a secret-looking name only when named exactly).
+    #[arg(long, value_name = "NAME|PREFIX*")]
+    pub pass_env: Vec<String>,
+
+    /// Pass the caller's whole environment (secrets included), not only
+    /// the allowlist.
+    #[arg(long)]
+    pub keep_env: bool,
 
     /// User id inside the sandbox (default: the caller's).
     #[arg(long, value_name = "N")]
@@ -227,6 +241,19 @@ pub fn build_spec(cli: &Cli) -> Result<Spec, Failure> {
             q.display()
         )));
     }
+    let mut env_policy = sbx_core::envpolicy::Policy {
+        keep_all: cli.keep_env,
+        pass: Vec::new(),
+    };
+    for p in &cli.pass_env {
+        env_policy.pass.push(
+            sbx_core::envpolicy::parse_pass("--pass-env", p)
+                .map_err(|e| Failure::new(e.to_string()))?,
+        );
+    }
+    env_policy
+        .add_from_env()
+        .map_err(|e| Failure::new(e.to_string()))?;
     Ok(Spec {
         scan_limit: cli.scan_limit,
         quarantine: cli.quarantine.clone(),
@@ -237,6 +264,7 @@ pub fn build_spec(cli: &Cli) -> Result<Spec, Failure> {
         hostname: cli.hostname.clone(),
         clearenv: cli.clearenv,
         env_ops,
+        env_policy,
         uid: cli.uid,
         gid: cli.gid,
         system: !cli.no_system,
@@ -458,7 +486,7 @@ pub fn host_placeholders(plan: &Plan) -> Result<placeholder::Placeholders, Failu
 
 fn run(cli: Cli) -> Result<i32, Failure> {
     let spec = build_spec(&cli)?;
-    let env = plan::command_env(&spec);
+    let (env, filtered) = plan::command_env(&spec);
     let userns = !namespaces::have_cap_sys_admin();
     let (outer_uid, outer_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let uid = spec.uid.unwrap_or(outer_uid);
@@ -503,6 +531,10 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     // Which denied/protected paths become nodes of the guard file system.
     let mut guards = guard::select(&plan);
     let flags = namespaces::flags(userns);
+    // Said once the sandbox is set up: a refused setup stays one line.
+    if let Some(f) = &filtered {
+        sbx_core::envpolicy::report(TOOL, f);
+    }
     audit::emit(
         "start",
         Severity::Info,

@@ -412,12 +412,33 @@ fn invariants_in(
     ops
 }
 
-/// The environment the command starts with.
-pub fn command_env(spec: &Spec) -> Vec<(OsString, OsString)> {
+/// The environment the command starts with: the caller's through the
+/// environment policy (sbx_core::envpolicy; what it dropped is returned to
+/// be reported), TMPDIR pointed at the sandbox's fresh /tmp when the caller
+/// had one, then --unsetenv/--setenv. With --clearenv nothing of the
+/// caller's is looked at.
+pub fn command_env(
+    spec: &Spec,
+) -> (
+    Vec<(OsString, OsString)>,
+    Option<sbx_core::envpolicy::Filtered>,
+) {
+    let mut filtered = None;
     let mut env = if spec.clearenv {
         Vec::new()
     } else {
-        sbx_core::chain::current_env()
+        let caller = sbx_core::chain::current_env();
+        let had_tmpdir = caller.iter().any(|(k, _)| k == "TMPDIR");
+        let mut f = sbx_core::envpolicy::filter(caller, &spec.env_policy);
+        let mut env = std::mem::take(&mut f.env);
+        // The caller's TMPDIR is a host path: inside, /tmp is the sandbox's
+        // own. Passed as it is only when asked for (--pass-env TMPDIR).
+        if had_tmpdir && !env.iter().any(|(k, _)| k == "TMPDIR") {
+            sbx_core::chain::set_env(&mut env, "TMPDIR", "/tmp");
+        }
+        f.env = env.clone();
+        filtered = Some(f);
+        env
     };
     for op in &spec.env_ops {
         match op {
@@ -427,7 +448,7 @@ pub fn command_env(spec: &Spec) -> Vec<(OsString, OsString)> {
             crate::spec::EnvOp::Unset(k) => sbx_core::chain::unset_env(&mut env, k),
         }
     }
-    env
+    (env, filtered)
 }
 
 /// The deepest op before `i` whose destination is a directory containing

@@ -61,6 +61,8 @@ pub struct Spec {
     pub hostname: Option<String>,
     pub clearenv: bool,
     pub env_ops: Vec<EnvOp>,
+    /// Which of the caller's variables pass (unless --clearenv).
+    pub env_policy: sbx_core::envpolicy::Policy,
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub system: bool,

@@ -417,6 +417,10 @@ fn low(
         l.push(os("--deny"));
         l.push(os(d));
     }
+    for e in &p.pass_env {
+        l.push(os("--pass-env"));
+        l.push(os(e));
+    }
     if p.project_visible() {
         l.extend([os("--chdir"), os(&p.cwd)]);
     }

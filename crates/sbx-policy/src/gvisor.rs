@@ -77,6 +77,12 @@ pub struct Args {
     pub timeout: Option<String>,
     #[arg(long, value_name = "SIZE")]
     pub fsize: Option<String>,
+    /// Pass the caller's variable NAME (or PREFIX*) too (as sbx-fs --pass-env).
+    #[arg(long, value_name = "NAME|PREFIX*")]
+    pub pass_env: Vec<String>,
+    /// Pass the caller's whole environment (as sbx-fs --keep-env).
+    #[arg(long)]
+    pub keep_env: bool,
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
 }
@@ -103,6 +109,9 @@ pub fn layer(p: &Policy, me: &Path, runsc: &Path, cgroup: Option<&Path>) -> Vec<
     }
     for d in &p.deny {
         l.extend([os("--deny"), os(d)]);
+    }
+    for e in &p.pass_env {
+        l.extend([os("--pass-env"), os(e)]);
     }
     if p.project_visible() {
         l.extend([os("--chdir"), os(&p.cwd)]);
@@ -344,10 +353,36 @@ pub fn guest_nproc(pids: u64, under_cgroup: bool) -> u64 {
     }
 }
 
+/// The environment policy of the flags and SBX_PASS_ENV (the same as
+/// sbx-fs's: sbx_core::envpolicy).
+fn env_policy(a: &Args) -> Result<sbx_core::envpolicy::Policy, Failure> {
+    let mut p = sbx_core::envpolicy::Policy {
+        keep_all: a.keep_env,
+        pass: Vec::new(),
+    };
+    for e in &a.pass_env {
+        p.pass.push(
+            sbx_core::envpolicy::parse_pass("--pass-env", e)
+                .map_err(|e| Failure::new(format!("gvisor: {e}")))?,
+        );
+    }
+    p.add_from_env()
+        .map_err(|e| Failure::new(format!("gvisor: {e}")))?;
+    Ok(p)
+}
+
 /// config.json.
 fn config(a: &Args, mounts: Vec<Value>) -> Result<Value, Failure> {
     let mut env: Vec<String> = Vec::new();
-    for (k, v) in sbx_core::chain::current_env() {
+    let caller = sbx_core::chain::current_env();
+    let had_tmpdir = caller.iter().any(|(k, _)| k == "TMPDIR");
+    let mut filtered = sbx_core::envpolicy::filter(caller, &env_policy(a)?);
+    // The caller's TMPDIR is a host path; inside, /tmp is a fresh tmpfs.
+    if had_tmpdir && !filtered.env.iter().any(|(k, _)| k == "TMPDIR") {
+        filtered.env.push(("TMPDIR".into(), "/tmp".into()));
+    }
+    sbx_core::envpolicy::report("sbx-policy gvisor", &filtered);
+    for (k, v) in std::mem::take(&mut filtered.env) {
         if k == "SBX_AUDIT_FD" || k == sbx_core::supervise::ENV_SUPERVISOR {
             continue;
         }
@@ -583,6 +618,7 @@ pub fn run(a: Args) -> Result<i32, Failure> {
             a.runsc.display()
         )));
     }
+    env_policy(&a)?;
     let plan = fs_plan(&a)?;
     check_command(&a.cmd[0], &plan)?;
 

@@ -147,6 +147,9 @@ pub struct SourceArgs {
     /// Largest file the command may write (default 8G).
     #[arg(long, value_name = "SIZE")]
     pub fsize: Option<String>,
+    /// Pass the caller's variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env).
+    #[arg(long, value_name = "NAME|PREFIX*")]
+    pub pass_env: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -265,12 +268,22 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
     } else {
         a.search_domain.clone()
     };
-    Ok(map::build(map::Inputs {
+    for e in &a.pass_env {
+        sbx_core::envpolicy::parse_pass("--pass-env", e)
+            .map_err(|e| Failure::new(e.to_string()))?;
+    }
+    let mut p = map::build(map::Inputs {
         merged: &merged,
         ctx: rules::Ctx { cwd, home },
         search_domains,
         limits,
-    })?)
+    })?;
+    for e in &a.pass_env {
+        if !p.pass_env.contains(e) {
+            p.pass_env.push(e.clone());
+        }
+    }
+    Ok(p)
 }
 
 fn run_chain(c: ChainArgs) -> Result<i32, Failure> {

@@ -117,6 +117,9 @@ pub struct Merged {
     pub unmapped_keys: Vec<Entry>,
     /// `sandbox.enabled` from the highest file that sets it.
     pub sandbox_enabled: Option<bool>,
+    /// The names (keys) of the top-level `env` objects: variables the user
+    /// set for the agent's commands.
+    pub env_names: Vec<Entry>,
 }
 
 /// The default files, lowest precedence first, that exist.
@@ -231,6 +234,17 @@ fn merge_one(m: &mut Merged, f: &FileCtx<'_>, v: &Value) -> Result<(), SettingsE
             p.get("additionalDirectories"),
             "permissions.additionalDirectories",
         )?);
+    }
+    if let Some(e) = top.get("env") {
+        let Value::Object(e) = e else {
+            return Err(f.err(Some("env"), "'env' must be an object"));
+        };
+        for k in e.keys() {
+            m.env_names.push(Entry {
+                text: k.clone(),
+                origin: f.origin(Some(k)),
+            });
+        }
     }
     if let Some(s) = top.get("sandbox") {
         let Value::Object(s) = s else {

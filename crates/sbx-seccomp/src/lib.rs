@@ -57,7 +57,7 @@ CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET; keyctl, a
 request_key; bpf; perf_event_open; userfaultfd; io_uring_setup, io_uring_enter, \
 io_uring_register; ptrace, process_vm_readv, process_vm_writev, pidfd_getfd (see \
 --allow-ptrace); swapon, swapoff; reboot; acct; quotactl, quotactl_fd; syslog; \
-settimeofday, clock_settime, clock_adjtime, adjtimex; sethostname, setdomainname; \
+settimeofday, clock_settime, clock_adjtime, adjtimex; clock_gettime(CLOCK_MONOTONIC_RAW) as a system call (the vDSO still answers it; see TIMERS in docs/seccomp.md); sethostname, setdomainname; \
 name_to_handle_at; lookup_dcookie; vhangup; uselib, ustat, sysfs, _sysctl; personality \
 with any value but PER_LINUX (0) and the query 0xffffffff; ioctl TIOCSTI and TIOCLINUX.\n\n\
 ENOSYS: clone3, whose flags live in memory a filter cannot read: glibc and musl then fall \
