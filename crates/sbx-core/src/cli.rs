@@ -77,7 +77,9 @@ where
                     serde_json::json!({ "error": fail.message }),
                 );
             }
-            eprintln!("{tool}: {}", fail.message);
+            // Messages name paths and values the sandbox may have chosen:
+            // escaped, so no control sequence reaches the terminal.
+            eprintln!("{tool}: {}", crate::escape::terminal(&fail.message));
             fail.code
         }
     };

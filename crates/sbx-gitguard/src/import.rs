@@ -1231,11 +1231,12 @@ fn take_index(
             return;
         }
     }
+    let mut hidden = crate::index::Hidden::default();
     let tmp = git_dir.join(format!(".sbx-gitguard-index.{}", std::process::id()));
     let _ = fs::remove_file(&tmp);
     let r = copy_nofollow(up, &tmp)
         .map_err(|e| e.to_string())
-        .and_then(|()| rebuild_index(git_dir, &tmp, owner))
+        .and_then(|()| rebuild_index(git_dir, &tmp, owner, &mut hidden))
         .and_then(|counts| {
             fs::rename(&tmp, git_dir.join("index"))
                 .map(|()| counts)
@@ -1245,6 +1246,19 @@ fn take_index(
         Ok((entries, reset, dropped)) => {
             give_back(git_dir, "index", owner);
             out.index_replaced = true;
+            if !hidden.is_empty() {
+                let few = |v: &Vec<String>| v.iter().take(20).cloned().collect::<Vec<_>>();
+                ev.push(
+                    "index_hidden_cleared",
+                    Severity::Alert,
+                    json!({ "skip_worktree": few(&hidden.skip_worktree),
+                            "assume_unchanged": few(&hidden.assume_unchanged),
+                            "sparse_dirs": few(&hidden.sparse_dirs),
+                            "count": hidden.skip_worktree.len() + hidden.assume_unchanged.len() + hidden.sparse_dirs.len(),
+                            "path": "index",
+                            "reason": "the sandbox's index hid files from git status and git diff (skip-worktree, assume-unchanged, sparse directories): cleared, the host's git looks at them again" }),
+                );
+            }
             ev.push(
                 "index_rebuilt",
                 if reset + dropped > 0 {
@@ -1273,6 +1287,7 @@ fn rebuild_index(
     git_dir: &Path,
     path: &Path,
     owner: Option<(u32, u32)>,
+    hidden: &mut crate::index::Hidden,
 ) -> Result<(usize, usize, usize), String> {
     let repo = crate::verify::open(git_dir).map_err(|e| e.message().to_string())?;
     let odb = repo.odb().map_err(|e| e.message().to_string())?;
@@ -1287,6 +1302,11 @@ fn rebuild_index(
     let (mut reset, mut dropped) = (0usize, 0usize);
     let mut keep = Vec::with_capacity(entries.len());
     for mut e in entries {
+        // Flags and stat data that hide a file from the host's git.
+        if !crate::index::sanitize(&mut e, hidden) {
+            dropped += 1;
+            continue;
+        }
         let gitlink = e.mode & 0o170000 == 0o160000;
         if e.id == empty && !odb.exists(empty) {
             odb.write(git2::ObjectType::Blob, b"")
