@@ -11,6 +11,7 @@ pub mod cli;
 pub mod exit;
 pub mod fds;
 pub mod id;
+pub mod input;
 pub mod man;
 pub mod passfd;
 pub mod pidfd;
