@@ -285,7 +285,7 @@ pub fn load_section(
     path: &Path,
     tool: &str,
 ) -> Result<Option<serde_json::Map<String, Value>>, Failure> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::input::read_regular_string(path, crate::input::CONFIG_CAP)
         .map_err(|e| Failure::new(format!("--config {}: {e}", path.display())))?;
     let v: Value = serde_json::from_str(&text)
         .map_err(|e| Failure::new(format!("--config {}: not valid JSON: {e}", path.display())))?;

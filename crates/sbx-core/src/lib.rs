@@ -13,6 +13,7 @@ pub mod escape;
 pub mod exit;
 pub mod fds;
 pub mod id;
+pub mod input;
 pub mod man;
 pub mod passfd;
 pub mod pidfd;

@@ -53,7 +53,7 @@ pub enum AllowError {
         entry: String,
         why: String,
     },
-    #[error("allowlist file {path}: {why}")]
+    #[error("--allow-file {path}: {why}")]
     File { path: PathBuf, why: String },
 }
 
@@ -268,10 +268,13 @@ impl Allowlist {
 
     /// Adds the entries of a file: one per line, `#` starts a comment.
     pub fn add_file(&mut self, path: &Path) -> Result<(), AllowError> {
-        let text = std::fs::read_to_string(path).map_err(|e| AllowError::File {
-            path: path.to_path_buf(),
-            why: e.to_string(),
-        })?;
+        let text =
+            sbx_core::input::read_regular_string(path, sbx_core::input::LIST_CAP).map_err(|e| {
+                AllowError::File {
+                    path: path.to_path_buf(),
+                    why: e.to_string(),
+                }
+            })?;
         for (i, line) in text.lines().enumerate() {
             let l = line.split('#').next().unwrap_or("").trim();
             if l.is_empty() {

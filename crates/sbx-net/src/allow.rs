@@ -360,10 +360,13 @@ pub fn parse_allow_cidr(s: &str) -> Result<CidrRule, AllowError> {
 /// Reads an allow file: one entry per line (as `--allow` takes), `#`
 /// comments, blank lines ignored.
 pub fn read_allow_file(path: &Path) -> Result<Vec<Entry>, AllowError> {
-    let text = std::fs::read_to_string(path).map_err(|e| AllowError::File {
-        path: path.display().to_string(),
-        why: e.to_string(),
-    })?;
+    let text =
+        sbx_core::input::read_regular_string(path, sbx_core::input::LIST_CAP).map_err(|e| {
+            AllowError::File {
+                path: path.display().to_string(),
+                why: e.to_string(),
+            }
+        })?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();

@@ -147,7 +147,7 @@ fn need(name: &str, what: &str, o: &Options) -> Result<PathBuf, ChainError> {
 
 /// Sections of the --layers file (checked to be JSON with known sections).
 fn layer_sections(path: &Path) -> Result<Vec<String>, ChainError> {
-    let text = std::fs::read_to_string(path)
+    let text = sbx_core::input::read_regular_string(path, sbx_core::input::CONFIG_CAP)
         .map_err(|e| ChainError::Layers(path.into(), e.to_string()))?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| ChainError::Layers(path.into(), format!("not valid JSON: {e}")))?;

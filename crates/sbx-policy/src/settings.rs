@@ -33,6 +33,15 @@ pub enum Scope {
 }
 
 impl Scope {
+    /// The flag or place that named a file of this scope (for errors).
+    pub fn flag(self) -> &'static str {
+        match self {
+            Scope::Given(_) => "--settings",
+            Scope::Managed => "--managed",
+            _ => "settings file",
+        }
+    }
+
     pub fn name(self) -> String {
         match self {
             Scope::User => "user".into(),
@@ -162,11 +171,12 @@ pub fn load(files: &[(Scope, PathBuf)]) -> Result<Merged, SettingsError> {
     let mut order: Vec<&(Scope, PathBuf)> = files.iter().collect();
     order.sort_by_key(|(s, _)| std::cmp::Reverse(*s));
     for (scope, path) in order {
-        let text = std::fs::read_to_string(path).map_err(|e| SettingsError {
-            file: path.clone(),
-            line: None,
-            what: format!("cannot read: {e}"),
-        })?;
+        let text = sbx_core::input::read_regular_string(path, sbx_core::input::CONFIG_CAP)
+            .map_err(|e| SettingsError {
+                file: path.clone(),
+                line: None,
+                what: format!("cannot read ({}): {e}", scope.flag()),
+            })?;
         let v: Value = serde_json::from_str(&text).map_err(|e| SettingsError {
             file: path.clone(),
             line: Some(e.line()),

@@ -150,10 +150,12 @@ pub fn builtin(p: Profile) -> Document {
 
 /// Reads a `--policy` file and checks that seccompiler compiles each filter.
 pub fn read_policy(path: &Path) -> Result<Document, PolicyError> {
-    let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = sbx_core::input::read_regular_string(path, sbx_core::input::CONFIG_CAP).map_err(
+        |source| PolicyError::Read {
+            path: path.to_path_buf(),
+            source,
+        },
+    )?;
     let doc: Document = serde_json::from_str(&text).map_err(|e| PolicyError::Parse {
         path: path.to_path_buf(),
         msg: e.to_string(),
