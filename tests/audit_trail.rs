@@ -289,3 +289,128 @@ fn a_log_the_sandbox_could_write_is_refused() {
         assert!(s.proj.join("ran.txt").exists());
     }
 }
+
+fn audit_tool(args: &[&str], log: &Path) -> Output {
+    let mut c = sbx_testutil::tool("sbx-audit");
+    c.args(args).arg(log);
+    c.output().unwrap()
+}
+
+/// Runs a chain that leaves alerts (a denied syscall, a hidden file read).
+fn chain_with_alerts(log: &Path, proj: &Path, who: As) -> Output {
+    let mut c = sbx_testutil::tool("sbx-fs");
+    c.arg("--audit-log")
+        .arg(log)
+        .arg("--rw")
+        .arg(proj)
+        .arg("--chdir")
+        .arg(proj)
+        .arg("--")
+        .arg(sbx_testutil::bin("sbx-seccomp"))
+        .args([
+            "--profile",
+            "default",
+            "--",
+            "sh",
+            "-c",
+            "unshare -U true 2>/dev/null; cat .env 2>/dev/null; echo done",
+        ]);
+    c.env("PATH", PATH).current_dir(proj);
+    run_as(&mut c, who);
+    c.output().unwrap()
+}
+
+#[test]
+fn verify_proves_a_real_log_whole_and_finds_each_tampering() {
+    for who in identities() {
+        let s = setup(who);
+        let log = s.base.join("chained.jsonl");
+        std::fs::write(s.proj.join(".env"), "K=1\n").unwrap();
+        if who == As::User {
+            chown_r(&s.base);
+        }
+        // Two runs in parallel and one after: one chain across all of them.
+        let (a, b) = std::thread::scope(|sc| {
+            let a = sc.spawn(|| chain_with_alerts(&log, &s.proj, who));
+            let b = sc.spawn(|| chain_with_alerts(&log, &s.proj, who));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        for o in [&a, &b] {
+            assert!(stdout(o).contains("done"), "{}", stderr(o));
+        }
+        let out = chain_with_alerts(&log, &s.proj, who);
+        assert!(stdout(&out).contains("done"), "{}", stderr(&out));
+        let evs = audit_events(&log);
+        assert!(evs.iter().any(|e| e["severity"] == "alert"), "{evs:?}");
+        let ids: std::collections::BTreeSet<_> =
+            evs.iter().map(|e| e["sbx_id"].to_string()).collect();
+        assert_eq!(ids.len(), 3, "three runs share the log");
+
+        let ok = audit_tool(&["verify"], &log);
+        assert_eq!(code(&ok), 0, "{}{}", stdout(&ok), stderr(&ok));
+        let j = audit_tool(&["verify", "--json"], &log);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&j)).unwrap();
+        assert_eq!(v["ok"], true);
+        assert_eq!(v["lines"], evs.len() as u64);
+        let anchor = v["anchor"].as_str().unwrap().to_string();
+
+        let text = std::fs::read_to_string(&log).unwrap();
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let broken_at = |t: String, args: &[&str]| -> u64 {
+            let p = s.base.join("tampered.jsonl");
+            std::fs::write(&p, t).unwrap();
+            let o = audit_tool(&[&["verify", "--json"], args].concat(), &p);
+            assert_eq!(code(&o), 1, "{}", stdout(&o));
+            let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+            assert_eq!(v["ok"], false);
+            v["broken_line"].as_u64().unwrap()
+        };
+        // An alert edited into an info event.
+        let k = lines.iter().position(|l| l.contains("\"alert\"")).unwrap();
+        let mut e = lines.clone();
+        let edited = e[k].replace("\"alert\"", "\"info\"");
+        e[k] = &edited;
+        if k + 1 < lines.len() {
+            assert_eq!(broken_at(e.concat(), &[]), k as u64 + 2);
+        }
+        // A removed line, a reordered pair, a cut head.
+        let mut r = lines.clone();
+        r.remove(1);
+        assert_eq!(broken_at(r.concat(), &[]), 2);
+        let mut o = lines.clone();
+        o.swap(1, 2);
+        assert_eq!(broken_at(o.concat(), &[]), 2);
+        assert_eq!(broken_at(lines[2..].concat(), &[]), 1);
+        // A forged line appended without the chain.
+        let forged = format!(
+            "{}{}\n",
+            text,
+            r#"{"ts":"x","sbx_id":"x","tool":"sbx-fs","pid":1,"event":"end","severity":"info"}"#
+        );
+        assert_eq!(broken_at(forged, &[]), lines.len() as u64 + 1);
+        // A cut tail and an emptied log, against the anchor.
+        let cut = lines[..lines.len() - 1].concat();
+        assert!(broken_at(cut, &["--anchor", &anchor]) >= lines.len() as u64);
+        assert_eq!(broken_at(String::new(), &["--anchor", &anchor]), 1);
+
+        // The text form names the line; show escapes and filters.
+        let p = s.base.join("tampered.jsonl");
+        std::fs::write(&p, r.concat()).unwrap();
+        let t = audit_tool(&["verify"], &p);
+        assert!(stdout(&t).contains(":2: broken:"), "{}", stdout(&t));
+        let sh = audit_tool(&["show", "--severity", "alert"], &log);
+        assert_eq!(code(&sh), 0);
+        let shown = stdout(&sh);
+        assert!(
+            !shown.is_empty() && shown.lines().all(|l| l.contains(" alert ")),
+            "{shown}"
+        );
+        assert!(!shown.contains('\x1b'), "no colour off a terminal");
+        let tl = audit_tool(&["tail", "-n", "2"], &log);
+        assert_eq!(stdout(&tl).lines().count(), 2);
+        let bad = audit_tool(&["verify", "--anchor", "nope"], &log);
+        sbx_testutil::assert_usage_error(&bad, "--anchor");
+        let missing = audit_tool(&["verify"], &s.base.join("missing.jsonl"));
+        sbx_testutil::assert_usage_error(&missing, "missing.jsonl");
+    }
+}

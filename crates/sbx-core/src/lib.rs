@@ -6,6 +6,7 @@
 //! fd hygiene, fd passing, signal forwarding and die-with-parent.
 
 pub mod audit;
+pub mod auditchain;
 pub mod chain;
 pub mod cli;
 pub mod exit;
