@@ -414,3 +414,211 @@ fn verify_proves_a_real_log_whole_and_finds_each_tampering() {
         sbx_testutil::assert_usage_error(&missing, "missing.jsonl");
     }
 }
+
+#[test]
+fn the_seccomp_notifier_cannot_be_killed_from_inside() {
+    let script = r#"
+for p in /proc/[0-9]*; do
+  [ "$(cat $p/comm 2>/dev/null)" = sbx-seccomp-ntf ] && N=${p#/proc/}
+done
+echo N=$N
+kill -9 $N 2>/dev/null; echo k1=$?
+kill -9 -$N 2>/dev/null; echo k2=$?
+kill -9 -1 2>/dev/null; echo k3=$?
+python3 -c "import os; os.pidfd_open($N)" 2>/dev/null; echo k4=$?
+unshare -U true 2>/dev/null; echo u=$?
+"#;
+    for who in identities() {
+        let s = setup(who);
+        let mut c = sbx_testutil::tool("sbx-fs");
+        c.arg("--audit-log")
+            .arg(&s.log)
+            .arg("--rw")
+            .arg(&s.proj)
+            .arg("--chdir")
+            .arg(&s.proj)
+            .arg("--")
+            .arg(sbx_testutil::bin("sbx-seccomp"))
+            .args(["--profile", "default", "--", "sh", "-c", script]);
+        c.env("PATH", PATH).current_dir(&s.proj);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        let so = stdout(&out);
+        assert_eq!(code(&out), 0, "{so}{}", stderr(&out));
+        let n = marker(&so, "N");
+        assert!(!n.is_empty(), "notifier not found: {so}");
+        for k in ["k1", "k2", "k3", "k4", "u"] {
+            assert_ne!(marker(&so, k), "0", "{k} succeeded: {so}");
+        }
+        let evs = audit_events(&s.log);
+        let attacked = evs
+            .iter()
+            .filter(|e| e["event"] == "notifier_attacked" && e["severity"] == "alert")
+            .count();
+        assert_eq!(attacked, 4, "{evs:?}");
+        // Still alive afterwards: the later refusal is an alert, not a
+        // silent ENOSYS.
+        assert!(
+            evs.iter()
+                .any(|e| e["event"] == "syscall_denied" && e["syscall"] == "unshare"),
+            "{evs:?}"
+        );
+    }
+}
+
+/// Host pid of the seccomp notifier that descends from `root_pid`.
+fn notifier_under(root_pid: u32) -> Option<i32> {
+    let ppid = |p: i32| -> Option<i32> {
+        let st = std::fs::read_to_string(format!("/proc/{p}/status")).ok()?;
+        st.lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim_end() != "sbx-seccomp-ntf" {
+            continue;
+        }
+        let mut p = pid;
+        for _ in 0..8 {
+            match ppid(p) {
+                Some(q) if q == root_pid as i32 => return Some(pid),
+                Some(q) if q > 1 => p = q,
+                _ => break,
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn a_killed_notifier_and_a_dead_supervisor_are_alerts() {
+    for who in identities() {
+        let s = setup(who);
+        let go = s.proj.join("go");
+        let mut c = sbx_testutil::tool("sbx-fs");
+        c.arg("--audit-log")
+            .arg(&s.log)
+            .arg("--rw")
+            .arg(&s.proj)
+            .arg("--chdir")
+            .arg(&s.proj)
+            .arg("--")
+            .arg(sbx_testutil::bin("sbx-seccomp"))
+            .args([
+                "--profile",
+                "default",
+                "--",
+                "sh",
+                "-c",
+                "echo ready > ready; i=0; while [ ! -e go ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; \
+                 unshare -U true 2>/dev/null; echo u=$?",
+            ]);
+        c.env("PATH", PATH)
+            .current_dir(&s.proj)
+            .stdout(std::process::Stdio::piped());
+        run_as(&mut c, who);
+        let child = c.spawn().unwrap();
+        let t0 = std::time::Instant::now();
+        let mut ntf = None;
+        while t0.elapsed() < std::time::Duration::from_secs(10) {
+            if s.proj.join("ready").exists() {
+                ntf = notifier_under(child.id());
+                if ntf.is_some() {
+                    break;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // Killed from outside (the sandbox itself cannot, see above).
+        let ntf = ntf.expect("notifier found");
+        assert_eq!(unsafe { libc::kill(ntf, libc::SIGKILL) }, 0);
+        std::fs::write(&go, "").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let so = stdout(&out);
+        assert_ne!(marker(&so, "u"), "0", "{so}");
+        let evs = audit_events(&s.log);
+        assert!(
+            evs.iter().any(|e| e["event"] == "seccomp_notifier_died"
+                && e["severity"] == "alert"
+                && e["signal"] == libc::SIGKILL),
+            "{evs:?}"
+        );
+        std::fs::remove_file(&go).unwrap();
+        std::fs::remove_file(s.proj.join("ready")).unwrap();
+
+        // A supervisor killed under the chain: the next tool says so.
+        let mut c = sbx_testutil::tool("sbx-net");
+        c.arg("--audit-log")
+            .arg(&s.log)
+            .arg("--")
+            .arg(sbx_testutil::bin("sbx-fs"))
+            .arg("--rw")
+            .arg(&s.proj)
+            .arg("--chdir")
+            .arg(&s.proj)
+            .args(["--", "sh", "-c", "echo ready > ready; sleep 20"]);
+        c.env("PATH", PATH).current_dir(&s.proj);
+        run_as(&mut c, who);
+        let mut child = c.spawn().unwrap();
+        let t0 = std::time::Instant::now();
+        while !s.proj.join("ready").exists() && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(s.proj.join("ready").exists());
+        // sbx-fs (the supervisor of the rest of the chain) killed: sbx-net
+        // above it reaps it and says so.
+        let evs = audit_events(&s.log);
+        let fs_pid = evs
+            .iter()
+            .rev()
+            .find(|e| e["event"] == "net_start")
+            .and_then(|e| e["child"].as_i64())
+            .expect("net_start names its child") as i32;
+        assert_eq!(unsafe { libc::kill(fs_pid, libc::SIGKILL) }, 0);
+        let _ = child.wait();
+        let evs = audit_events(&s.log);
+        assert!(
+            evs.iter().any(|e| e["event"] == "supervisor_died"
+                && e["tool"] == "sbx-net"
+                && e["severity"] == "alert"
+                && e["signal"] == libc::SIGKILL),
+            "{evs:?}"
+        );
+    }
+}
+
+#[test]
+fn an_exhausted_alert_budget_is_an_alert() {
+    // 300 refused calls at once: the notifier's burst is 50.
+    let script = "python3 -c 'import ctypes\nl = ctypes.CDLL(None)\nfor i in range(300): l.unshare(0x10000000)'; echo done";
+    for who in identities() {
+        let s = setup(who);
+        let mut c = sbx_testutil::tool("sbx-fs");
+        c.arg("--audit-log")
+            .arg(&s.log)
+            .arg("--rw")
+            .arg(&s.proj)
+            .arg("--chdir")
+            .arg(&s.proj)
+            .arg("--")
+            .arg(sbx_testutil::bin("sbx-seccomp"))
+            .args(["--profile", "default", "--", "sh", "-c", script]);
+        c.env("PATH", PATH).current_dir(&s.proj);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert!(stdout(&out).contains("done"), "{}", stderr(&out));
+        let evs = audit_events(&s.log);
+        let ex: Vec<_> = evs
+            .iter()
+            .filter(|e| e["event"] == "alert_budget_exhausted")
+            .collect();
+        assert_eq!(ex.len(), 1, "{evs:?}");
+        assert_eq!(ex[0]["severity"], "alert");
+        assert_eq!(ex[0]["suppressed_event"], "syscall_denied");
+        assert_eq!(ex[0]["tool"], "sbx-seccomp");
+    }
+}

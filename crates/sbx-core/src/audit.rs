@@ -123,6 +123,26 @@ pub fn emit(event: &str, severity: Severity, fields: Value) {
     }
 }
 
+/// An alert budget ran out (a rate limit or a cap of `event` alerts): says
+/// so with one `alert_budget_exhausted` alert, the first time only, per
+/// event name and process. What follows is counted, not logged one by one.
+pub fn budget_exhausted(event: &str, fields: Value) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    {
+        let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+        if said.iter().any(|e| e == event) {
+            return;
+        }
+        said.push(event.to_string());
+    }
+    let mut m = match fields {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    m.insert("suppressed_event".into(), Value::String(event.to_string()));
+    emit("alert_budget_exhausted", Severity::Alert, Value::Object(m));
+}
+
 /// Mirrors an event to the diagnostics. When a log file receives it, the
 /// copy is at info level (`-v`): a second line per event on stderr would
 /// break "bad input is one line" and cost a hot path (a DNS flood) dearly.

@@ -9,6 +9,7 @@ pub mod audit;
 pub mod auditchain;
 pub mod chain;
 pub mod cli;
+pub mod deathwatch;
 pub mod exit;
 pub mod fds;
 pub mod id;

@@ -233,6 +233,9 @@ impl Alerts {
         what: &'static str,
     ) -> Option<serde_json::Value> {
         if !self.seen.insert((event, path.to_path_buf(), what)) || self.emitted >= MAX_ALERTS {
+            if self.emitted >= MAX_ALERTS {
+                sbx_core::audit::budget_exhausted(event, json!({ "cap": MAX_ALERTS }));
+            }
             self.suppressed += 1;
             return None;
         }
