@@ -44,6 +44,7 @@ pub enum AuditError {
 pub struct Audit {
     tool: &'static str,
     fd: Option<OwnedFd>,
+    chain: std::sync::Mutex<crate::auditchain::Writer>,
 }
 
 static GLOBAL: OnceLock<Audit> = OnceLock::new();
@@ -67,11 +68,16 @@ pub fn init(tool: &'static str, path: Option<&Path>) -> Result<&'static Audit, A
         std::env::remove_var(ENV_FD);
         std::env::remove_var(ENV_PATH);
     }
-    Ok(GLOBAL.get_or_init(|| Audit { tool, fd }))
+    let chain = std::sync::Mutex::new(crate::auditchain::Writer::new(
+        fd.as_ref().map(|f| f.as_raw_fd()),
+    ));
+    Ok(GLOBAL.get_or_init(|| Audit { tool, fd, chain }))
 }
 
 fn open_log(path: &Path) -> Result<OwnedFd, AuditError> {
+    // Readable too: each line is chained to the hash of the one before.
     let f = OpenOptions::new()
+        .read(true)
         .append(true)
         .create(true)
         .mode(0o600)
@@ -117,6 +123,26 @@ pub fn emit(event: &str, severity: Severity, fields: Value) {
     }
 }
 
+/// An alert budget ran out (a rate limit or a cap of `event` alerts): says
+/// so with one `alert_budget_exhausted` alert, the first time only, per
+/// event name and process. What follows is counted, not logged one by one.
+pub fn budget_exhausted(event: &str, fields: Value) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    {
+        let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+        if said.iter().any(|e| e == event) {
+            return;
+        }
+        said.push(event.to_string());
+    }
+    let mut m = match fields {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    m.insert("suppressed_event".into(), Value::String(event.to_string()));
+    emit("alert_budget_exhausted", Severity::Alert, Value::Object(m));
+}
+
 /// Mirrors an event to the diagnostics. When a log file receives it, the
 /// copy is at info level (`-v`): a second line per event on stderr would
 /// break "bad input is one line" and cost a hot path (a DNS flood) dearly.
@@ -147,9 +173,27 @@ impl Audit {
 
     /// Writes the event to the log only (no tracing line on stderr).
     pub fn record(&self, event: &str, severity: Severity, fields: Value) {
+        if self.fd.is_none() {
+            return;
+        }
+        self.append_object(common(self.tool, event, severity, fields));
+    }
+
+    /// Appends a prepared event object (with its common keys) to the log,
+    /// chained: `seq` and `prev` are set here (see [`crate::auditchain`]).
+    /// For events relayed from elsewhere (a guest's log).
+    pub fn append_object(&self, m: Map<String, Value>) {
         let Some(fd) = &self.fd else { return };
-        let line = render(self.tool, event, severity, fields);
-        if let Err(e) = write_all(fd.as_raw_fd(), line.as_bytes()) {
+        let mut w = self.chain.lock().unwrap_or_else(|e| e.into_inner());
+        let r = w.append(fd.as_raw_fd(), |seq, prev| {
+            let mut m = m.clone();
+            m.insert("seq".into(), Value::from(seq));
+            m.insert("prev".into(), Value::String(prev.to_string()));
+            let mut s = Value::Object(m).to_string();
+            s.push('\n');
+            s
+        });
+        if let Err(e) = r {
             eprintln!("{}: audit log write failed: {e}", self.tool);
         }
     }
@@ -196,23 +240,17 @@ pub(crate) fn prepare_exec_env(
     }
 }
 
-fn write_all(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        buf = &buf[n as usize..];
-    }
-    Ok(())
+/// One JSON line (unchained: no `seq`/`prev`; [`Audit::record`] chains):
+/// the common keys, then the event's own fields.
+pub fn render(tool: &str, event: &str, severity: Severity, fields: Value) -> String {
+    let mut s = Value::Object(common(tool, event, severity, fields)).to_string();
+    s.push('\n');
+    s
 }
 
-/// One JSON line: the common keys first, then the event's own fields.
-pub fn render(tool: &str, event: &str, severity: Severity, fields: Value) -> String {
+/// The event object: common keys, then the event's fields (which cannot
+/// override them, nor the chain's `seq`/`prev`).
+fn common(tool: &str, event: &str, severity: Severity, fields: Value) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("ts".into(), Value::String(timestamp_now()));
     m.insert(
@@ -229,12 +267,12 @@ pub fn render(tool: &str, event: &str, severity: Severity, fields: Value) -> Str
     if let Value::Object(extra) = fields {
         for (k, v) in extra {
             // The common keys cannot be overridden by an event's fields.
-            m.entry(k).or_insert(v);
+            if k != "seq" && k != "prev" {
+                m.entry(k).or_insert(v);
+            }
         }
     }
-    let mut s = Value::Object(m).to_string();
-    s.push('\n');
-    s
+    m
 }
 
 /// RFC 3339 UTC with milliseconds, without a date-time dependency.

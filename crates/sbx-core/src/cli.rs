@@ -30,6 +30,7 @@ pub const TOOLS: &[&str] = &[
     "sbx-vm",
     "sbx-path",
     "sbx-policy",
+    "sbx-audit",
 ];
 
 /// Flags every tool takes.

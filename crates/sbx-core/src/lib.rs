@@ -6,8 +6,10 @@
 //! fd hygiene, fd passing, signal forwarding and die-with-parent.
 
 pub mod audit;
+pub mod auditchain;
 pub mod chain;
 pub mod cli;
+pub mod deathwatch;
 pub mod envpolicy;
 pub mod escape;
 pub mod exit;

@@ -246,6 +246,7 @@ impl Supervisor {
                 return self.reap().map(Wake::Exited);
             }
             if fds.len() > 2 && fds[2].revents != 0 {
+                crate::deathwatch::supervisor_died("parent sbx tool");
                 return Ok(Wake::ParentDied);
             }
         }
@@ -266,6 +267,7 @@ impl Supervisor {
         let status = ExitStatus::from_raw(st);
         self.status = Some(status);
         crate::sigsys::report_child_exit_of(self.pid, status, self.child_is_sbx);
+        crate::deathwatch::child_tool_exited(self.pid, status, self.child_is_sbx);
         Ok(status)
     }
 

@@ -269,6 +269,7 @@ impl Alerts {
         // The first of this protected path: always.
         if !self.first.insert((event, root)) {
             if self.capped >= MAX_ALERTS {
+                sbx_core::audit::budget_exhausted(event, json!({ "cap": MAX_ALERTS }));
                 self.suppressed += 1;
                 return None;
             }

@@ -237,6 +237,7 @@ fn supervise(child: libc::pid_t, sfd: &SignalFd, owner: i32) -> Result<i32, Fail
         if fds[1].revents != 0 {
             // The outer sbx-fs is gone: so is the sandbox (our exit kills
             // every process of the PID namespace).
+            sbx_core::deathwatch::supervisor_died("sbx-fs");
             return Ok(128 + libc::SIGKILL);
         }
         if fds[0].revents == 0 {
@@ -262,6 +263,7 @@ fn reap_all(child: libc::pid_t) -> Option<i32> {
     let mut result = None;
     loop {
         let mut st = 0;
+        sbx_core::deathwatch::peek_exited();
         let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
         if pid <= 0 {
             break;

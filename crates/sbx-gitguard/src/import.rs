@@ -57,6 +57,9 @@ impl Events {
             NOTES_PER_EVENT
         };
         if *c > cap {
+            if sev == Severity::Alert {
+                sbx_core::audit::budget_exhausted(event, json!({ "cap": cap }));
+            }
             *self.suppressed.entry(k).or_default() += 1;
             return;
         }

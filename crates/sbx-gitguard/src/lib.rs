@@ -324,23 +324,8 @@ fn audit(event: &str, severity: Severity, fields: serde_json::Value) {
     let Some(a) = sbx_core::audit::get() else {
         return;
     };
-    let Some(fd) = a.raw_fd() else { return };
-    let line = sbx_core::audit::render(a.tool(), event, severity, fields);
-    let mut buf = line.as_bytes();
-    while !buf.is_empty() {
-        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-        if n < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            eprintln!(
-                "{TOOL}: audit log write failed: {}",
-                std::io::Error::last_os_error()
-            );
-            return;
-        }
-        buf = &buf[n as usize..];
-    }
+    // Chained like every line (sbx_core::auditchain).
+    a.record(event, severity, fields);
 }
 
 fn finding_fields(f: &verify::Finding) -> serde_json::Value {

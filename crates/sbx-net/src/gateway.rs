@@ -246,6 +246,7 @@ impl Gateway {
     fn deny(&self, dst: SocketAddr, reason: &str, names: &[String], extra: serde_json::Value) {
         self.stats.denied.fetch_add(1, Ordering::Relaxed);
         if !self.alert_budget.take() {
+            sbx_core::audit::budget_exhausted("net_denied", json!({}));
             self.stats.alerts_suppressed.fetch_add(1, Ordering::Relaxed);
             return;
         }

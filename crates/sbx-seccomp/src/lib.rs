@@ -82,8 +82,13 @@ unshare, the request of ioctl. Alerts are rate-limited (a burst of 50, then 5 pe
 the number suppressed is in a final syscall_denied_suppressed alert. The notifier is forked \
 before the filter is installed (it runs without it), double-forked so that it is not a \
 child of CMD, in a session of its own, not dumpable, holding only the listener and the \
-audit log; it exits when no filtered process is left. CMD never holds the listener. If CMD \
-kills the notifier, the calls still fail, with ENOSYS, and their alerts are lost. Without \
+audit log; it exits when no filtered process is left. CMD never holds the listener. CMD \
+cannot signal the notifier: kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo and \
+pidfd_open aimed at it (its pid, its process group, or kill(-1)) are refused EPERM with a \
+notifier_attacked alert (pidfd_send_signal on an fd of its /proc directory is not covered). If \
+the notifier dies anyway, the calls still fail, with ENOSYS, and their alerts are lost; under \
+sbx-fs its init reaps it and logs seccomp_notifier_died (alert). The first alert the rate limit \
+holds back is itself an alert_budget_exhausted alert (once). Without \
 an audit log, or with --action errno, denials are silent EPERM as plain seccomp gives. \
 --print shows these rows as notify(EPERM).",
         ),
@@ -359,6 +364,8 @@ allows executing only: {})",
                     if exec_watch && lf != execwatch::EXEC_FILTER {
                         execwatch::insert_block(&mut p, intercept_memfd);
                     }
+                    // Signals and pidfds aimed at the notifier go to it.
+                    notify::insert_guard(&mut p, n.pid);
                     if denials || exec_watch {
                         match notify::install_with_listener(&p) {
                             Ok(fd) => {

@@ -22,6 +22,7 @@ pub fn tools() -> Vec<(clap::Command, &'static ManInfo)> {
         (sbx_vm::Cli::command(), &sbx_vm::MAN),
         (sbx_container::Cli::command(), &sbx_container::MAN),
         (sbx_policy::Cli::command(), &sbx_policy::MAN),
+        (sbx_audit::Cli::command(), &sbx_audit::MAN),
     ]
 }
 
