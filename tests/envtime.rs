@@ -499,6 +499,23 @@ fn assert_home_secrets_hidden(
     }
 }
 
+/// Every path under `dir` (relative), sorted.
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            out.push(p.strip_prefix(dir).unwrap().to_path_buf());
+            if e.file_type().unwrap().is_dir() {
+                todo.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 fn have_fuse_for(who: As) -> bool {
     let mut c = Command::new("sh");
     c.args(["-c", "exec 3<>/dev/fuse"]);
@@ -516,6 +533,7 @@ fn home_secrets_are_hidden_when_the_project_is_the_home() {
         let base = d.path().canonicalize().unwrap();
         let (home, marks) = fake_home(&base);
         chown_r(&base);
+        let before = tree(&home);
 
         // scripts/sbx-run -C ~ (HOME is the fake home).
         let log = base.join("run.jsonl");
@@ -552,10 +570,12 @@ fn home_secrets_are_hidden_when_the_project_is_the_home() {
             &marks,
             &format!("{who:?} sbx-policy chain"),
         );
-        // Nothing of the placeholders is left in the home.
+        // The files are still there and no placeholder (for the entries
+        // that do not exist, such as ~/.config/hub) is left in the home.
         for rel in HOME_SECRETS {
             assert!(home.join(rel).is_file(), "~/{rel} changed");
         }
+        assert_eq!(tree(&home), before, "{who:?}: the home changed");
     }
 }
 

@@ -398,6 +398,19 @@ mod tests {
     }
 
     #[test]
+    fn env_names_are_collected() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("s.json");
+        std::fs::write(&a, r#"{"env": {"FOO": "1", "BAR_BAZ": "2"}}"#).unwrap();
+        let m = load(&[(Scope::Project, a.clone())]).unwrap();
+        let names: Vec<&str> = m.env_names.iter().map(|e| e.text.as_str()).collect();
+        assert_eq!(names, ["BAR_BAZ", "FOO"]);
+        std::fs::write(&a, r#"{"env": ["FOO"]}"#).unwrap();
+        let e = load(&[(Scope::Project, a)]).unwrap_err();
+        assert!(e.to_string().contains("'env' must be an object"), "{e}");
+    }
+
+    #[test]
     fn bad_json_names_file_and_line() {
         let d = tempfile::tempdir().unwrap();
         let a = d.path().join("s.json");
