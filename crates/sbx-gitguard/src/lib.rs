@@ -12,6 +12,7 @@ pub mod fsutil;
 pub mod gitconfig;
 pub mod import;
 pub mod index;
+pub mod journal;
 pub mod keep;
 pub mod layout;
 pub mod objects;
@@ -414,6 +415,9 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     let wait = lock_wait(&a.repo)?;
     let limits = a.limits.limits()?;
     let l = open_layout(&a.repo)?;
+    // An import a killed sbx-gitguard left half done is finished (or
+    // undone) before anything else looks at the repository.
+    journal::recover_at_start(&l.common_dir)?;
     // The stage's preconditions before anything is done.
     let stage_plan = match &a.stage {
         Some(dir) => {
@@ -632,6 +636,7 @@ fn cmd_import(a: ImportArgs) -> Result<i32, Failure> {
     let l = open_layout(&a.repo)?;
     let git_dir = stage::plain_git_dir(&l)?;
     let st = stage::Stage::open(&a.stage, &git_dir)?;
+    journal::recover_at_start(&git_dir)?;
     ensure_unlocked(&l, wait)?;
     let o = import_stage(&git_dir, &st, &limits)?;
     let dir = st.paths.dir.clone();
