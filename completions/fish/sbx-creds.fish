@@ -19,6 +19,7 @@ complete -c sbx-creds -l child-num-uses -d 'Number of uses of the child token (0
 complete -c sbx-creds -l ttl -d 'The session bound: every token and lease expires no later; the command is stopped when it outlives it' -r
 complete -c sbx-creds -l timeout -d 'Bound on each request to the server, connecting included' -r
 complete -c sbx-creds -l kill-grace -d 'Time between SIGTERM and SIGKILL when the TTL stops the command' -r
+complete -c sbx-creds -l kill-after -d 'After a forwarded SIGTERM/SIGINT/SIGHUP/SIGQUIT, SIGKILL the command if it still runs this long after (default 10s, or SBX_KILL_AFTER; 0 = at once)' -r
 complete -c sbx-creds -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-creds -l secret-id-wrapped -d 'The secret-id file holds a response-wrapping token to unwrap'
 complete -c sbx-creds -l kv1 -d 'KV mounts are version 1 (no detection)'

@@ -128,6 +128,10 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION")]
     pub timeout: Option<String>,
 
+    /// After a forwarded SIGTERM/SIGINT/SIGHUP/SIGQUIT, SIGKILL the command if it still runs this long after (default 10s, or SBX_KILL_AFTER; 0 = at once).
+    #[arg(long, value_name = "DURATION")]
+    pub kill_after: Option<String>,
+
     /// Parent cgroup: absolute cgroup path, or relative to the caller's own cgroup. Default: the caller's own.
     #[arg(long, value_name = "PATH")]
     pub parent: Option<String>,

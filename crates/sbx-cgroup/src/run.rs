@@ -44,6 +44,9 @@ pub fn prepare(cli: &Cli) -> Result<Prepared, Failure> {
         timeout: cli.timeout.as_deref(),
     })?;
     rlimit::preflight(&limits.rlimits)?;
+    if let Some(v) = &cli.kill_after {
+        sbx_core::supervise::parse_kill_after(v)?;
+    }
     let host = Host::default();
     let layout = discover::discover(&host)?;
     let targets = group::plan(&layout, cli.parent.as_deref(), &limits)?;

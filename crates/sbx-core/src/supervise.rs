@@ -8,6 +8,14 @@
 //! (`SBX_SUPERVISOR`). PDEATHSIG is cleared by a credential change (setuid
 //! exec, or a uid switch inside a user namespace) and fires on the death of
 //! the forking *thread*; the pidfd does neither.
+//!
+//! Stopping: a terminating signal (TERM, INT, HUP, QUIT) forwarded to a
+//! command that ignores it would leave the command running until some
+//! timeout. Every supervisor therefore escalates, as `timeout(1)
+//! --kill-after` and `docker stop` do: [`Escalation`] sends SIGKILL when the
+//! command still runs [`kill_after`] (default [`DEFAULT_KILL_AFTER`], set by
+//! a tool's `--kill-after` or `SBX_KILL_AFTER`) after the first such signal,
+//! and logs `kill_after` (warn).
 
 use std::ffi::OsString;
 use std::io;
@@ -25,6 +33,132 @@ use crate::exit::{self, Failure};
 /// Set by a supervisor in the environment of a next command that is an sbx
 /// tool: the pid that tool should watch.
 pub const ENV_SUPERVISOR: &str = "SBX_SUPERVISOR";
+
+/// Grace between the first forwarded terminating signal and SIGKILL.
+pub const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(10);
+
+/// Environment variable with the grace (a duration: `10s`, `500ms`), read
+/// when no `--kill-after` was given.
+pub const ENV_KILL_AFTER: &str = "SBX_KILL_AFTER";
+
+static KILL_AFTER: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+/// Sets the grace for this process (a tool's `--kill-after`). The first
+/// call wins.
+pub fn set_kill_after(d: Duration) {
+    let _ = KILL_AFTER.set(d);
+}
+
+/// The grace: `--kill-after`, else `SBX_KILL_AFTER`, else 10 s.
+pub fn kill_after() -> Duration {
+    *KILL_AFTER.get_or_init(|| match std::env::var(ENV_KILL_AFTER) {
+        Ok(v) => crate::units::parse_duration(&v).unwrap_or_else(|_| {
+            tracing::warn!("{ENV_KILL_AFTER}={v:?} is not a duration; using 10s");
+            DEFAULT_KILL_AFTER
+        }),
+        Err(_) => DEFAULT_KILL_AFTER,
+    })
+}
+
+/// Parses a `--kill-after` value (a duration, 0 = SIGKILL at once) and sets
+/// it; the error names the flag.
+pub fn parse_kill_after(v: &str) -> Result<Duration, Failure> {
+    let d = crate::units::parse_duration(v)
+        .map_err(|e| Failure::new(format!("--kill-after {v:?}: {e}")))?;
+    set_kill_after(d);
+    Ok(d)
+}
+
+/// Whether `sig` asks the command to stop (and so starts the grace).
+pub fn is_terminating(sig: i32) -> bool {
+    matches!(
+        sig,
+        libc::SIGTERM | libc::SIGINT | libc::SIGHUP | libc::SIGQUIT
+    )
+}
+
+/// The SIGTERM-then-SIGKILL escalation every supervisor shares: feed it
+/// each signal it forwards ([`Escalation::forwarded`]), bound its poll
+/// timeout with [`Escalation::timeout_ms`], and when [`Escalation::due`]
+/// says so, SIGKILL the command (the event is logged here).
+#[derive(Debug, Clone)]
+pub struct Escalation {
+    grace: Duration,
+    since: Option<(Instant, i32)>,
+    done: bool,
+}
+
+impl Default for Escalation {
+    fn default() -> Self {
+        Self::new(kill_after())
+    }
+}
+
+impl Escalation {
+    pub fn new(grace: Duration) -> Self {
+        Escalation {
+            grace,
+            since: None,
+            done: false,
+        }
+    }
+
+    /// A signal was forwarded to the command.
+    pub fn forwarded(&mut self, sig: i32) {
+        if self.since.is_none() && is_terminating(sig) {
+            self.since = Some((Instant::now(), sig));
+        }
+    }
+
+    /// When SIGKILL is due, if a terminating signal was forwarded.
+    pub fn kill_at(&self) -> Option<Instant> {
+        match self.since {
+            Some((t, _)) if !self.done => Some(t + self.grace),
+            _ => None,
+        }
+    }
+
+    /// `other` (a poll timeout in ms, -1 = none) bounded by the kill time.
+    pub fn timeout_ms(&self, other: i32) -> i32 {
+        let Some(at) = self.kill_at() else {
+            return other;
+        };
+        let ms = at
+            .saturating_duration_since(Instant::now())
+            .as_millis()
+            .min(i32::MAX as u128 - 1) as i32
+            + 1;
+        if other < 0 { ms } else { other.min(ms) }
+    }
+
+    /// True once, when the grace has passed: the caller sends SIGKILL.
+    /// Logs `kill_after` (warn) with the pid, the signal and the grace.
+    pub fn due(&mut self, pid: i32) -> bool {
+        match self.kill_at() {
+            Some(at) if Instant::now() >= at => {
+                self.done = true;
+                let sig = self.since.map(|s| s.1).unwrap_or(0);
+                crate::audit::emit(
+                    "kill_after",
+                    crate::Severity::Warn,
+                    serde_json::json!({
+                        "child_pid": pid,
+                        "signal": sig,
+                        "grace_ms": self.grace.as_millis() as u64,
+                    }),
+                );
+                tracing::warn!(
+                    pid,
+                    sig,
+                    "command still runs {:?} after the signal: SIGKILL",
+                    self.grace
+                );
+                true
+            }
+            _ => false,
+        }
+    }
+}
 
 /// Why [`Supervisor::wait`] returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +202,7 @@ pub struct Supervisor {
     parent: Option<RawFd>,
     status: Option<ExitStatus>,
     child_is_sbx: bool,
+    escalation: Escalation,
 }
 
 static PARENT: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
@@ -170,6 +305,7 @@ impl Supervisor {
             parent,
             status: None,
             child_is_sbx,
+            escalation: Escalation::default(),
         })
     }
 
@@ -197,6 +333,9 @@ impl Supervisor {
             return Ok(Wake::Exited(st));
         }
         loop {
+            if self.escalation.due(self.pid) {
+                self.signal(Signal::SIGKILL)?;
+            }
             let timeout_ms = match deadline {
                 None => -1,
                 Some(d) => {
@@ -204,9 +343,10 @@ impl Supervisor {
                     if now >= d {
                         return Ok(Wake::Deadline);
                     }
-                    (d - now).as_millis().min(i32::MAX as u128) as i32 + 1
+                    (d - now).as_millis().min(i32::MAX as u128 - 1) as i32 + 1
                 }
             };
+            let timeout_ms = self.escalation.timeout_ms(timeout_ms);
             let mut fds = vec![
                 libc::pollfd {
                     fd: self.pidfd.as_raw_fd(),
@@ -239,6 +379,7 @@ impl Supervisor {
                     if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
                         tracing::debug!(?sig, "forwarding signal");
                         self.signal(sig)?;
+                        self.escalation.forwarded(sig as i32);
                     }
                 }
             }

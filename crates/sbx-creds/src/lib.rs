@@ -86,6 +86,10 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", default_value = "5s")]
     pub kill_grace: String,
 
+    /// After a forwarded SIGTERM/SIGINT/SIGHUP/SIGQUIT, SIGKILL the command if it still runs this long after (default 10s, or SBX_KILL_AFTER; 0 = at once).
+    #[arg(long, value_name = "DURATION")]
+    pub kill_after: Option<String>,
+
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
@@ -194,7 +198,11 @@ impl Cli {
     /// The library request these flags describe (every spec checked).
     pub fn request(&self) -> Result<Request, Failure> {
         self.args.request_checked("timeout", &self.timeout, || {
-            duration("kill-grace", &self.kill_grace).map(|_| ())
+            duration("kill-grace", &self.kill_grace)?;
+            if let Some(v) = &self.kill_after {
+                sbx_core::supervise::parse_kill_after(v)?;
+            }
+            Ok(())
         })
     }
 }

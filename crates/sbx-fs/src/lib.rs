@@ -831,7 +831,13 @@ fn supervise(pid: libc::pid_t, sigfd: &SignalFd, watch: &mut Watch) -> i32 {
         Err(_) => return wait_blocking(pid),
     };
     let parent = sbx_core::supervise::parent_pidfd();
+    // SIGKILL of PID 1 (and so of the whole namespace) when the command
+    // ignores a forwarded SIGTERM for --kill-after (issue 16).
+    let mut escalation = sbx_core::supervise::Escalation::default();
     loop {
+        if escalation.due(pid) {
+            let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+        }
         let mut fds = vec![
             libc::pollfd {
                 fd: pidfd.as_raw_fd(),
@@ -864,6 +870,7 @@ fn supervise(pid: libc::pid_t, sigfd: &SignalFd, watch: &mut Watch) -> i32 {
         } else {
             -1
         };
+        let timeout = escalation.timeout_ms(timeout);
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
         if n < 0 {
             continue;
@@ -882,6 +889,7 @@ fn supervise(pid: libc::pid_t, sigfd: &SignalFd, watch: &mut Watch) -> i32 {
         if fds[1].revents != 0 {
             while let Ok(Some(info)) = sigfd.read_signal() {
                 let _ = sys::pidfd_send_signal(pidfd.as_fd(), info.ssi_signo as i32);
+                escalation.forwarded(info.ssi_signo as i32);
             }
         }
         if fds[0].revents != 0 {

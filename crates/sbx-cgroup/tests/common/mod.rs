@@ -104,6 +104,9 @@ impl Drop for TestParent {
         for _ in 0..100 {
             let mut busy = false;
             for c in self.children() {
+                // A test that froze a group and failed must not leave
+                // frozen (unkillable) processes behind.
+                let _ = std::fs::write(c.join("freezer.state"), "THAWED");
                 for p in pids_in(&c) {
                     unsafe { libc::kill(p, libc::SIGKILL) };
                 }

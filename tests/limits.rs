@@ -1,0 +1,173 @@
+//! Issue 16: stopping a command that ignores SIGTERM (every supervisor
+//! escalates to SIGKILL after --kill-after) and limits without root (run
+//! time, rlimits, processes and memory bounded for an unprivileged caller).
+//! As root and as the unprivileged test user where the issue says so.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sbx_testutil::{As, assert_event, code, identities, run_as, stderr, tool};
+
+/// A command that ignores SIGTERM (SIG_IGN is inherited by the `sleep` it
+/// execs), says it is ready, and would run for 1000 s.
+const TERM_PROOF: &str = "trap '' TERM; echo ready; exec sleep 1000";
+
+/// Starts `cmd` (stdout piped), waits for "ready", sends SIGTERM to the
+/// tool, and returns its exit code and how long it took to end after the
+/// signal. Bounded: the tool is SIGKILLed after 30 s.
+fn term_and_time(mut cmd: Command) -> (i32, Duration, String) {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "the command did not start");
+    let t0 = Instant::now();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let limit = Duration::from_secs(30);
+    let st = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = t0.elapsed();
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err);
+    use std::os::unix::process::ExitStatusExt;
+    let c = st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
+    (c, took, err)
+}
+
+fn log_in(d: &Path) -> std::path::PathBuf {
+    d.join("audit.jsonl")
+}
+
+/// The escalation is asserted: SIGKILL came after the grace (not before,
+/// not 1000 s later), status 137, `kill_after` (warn) logged.
+fn assert_escalated(c: i32, took: Duration, err: &str, grace: Duration, log: &Path, tool: &str) {
+    assert_eq!(c, 137, "{tool}: status {c}; stderr: {err}");
+    assert!(
+        took >= grace && took < grace + Duration::from_secs(5),
+        "{tool}: ended {took:?} after SIGTERM (grace {grace:?})"
+    );
+    let ev = assert_event(log, "kill_after", "warn", |e| e["tool"] == tool);
+    assert_eq!(ev["signal"], libc::SIGTERM, "{ev}");
+    assert_eq!(ev["grace_ms"], grace.as_millis() as u64, "{ev}");
+}
+
+#[test]
+fn sbx_cgroup_kills_a_command_that_ignores_sigterm_after_kill_after() {
+    if !sbx_testutil::is_root() {
+        sbx_testutil::skip!("sbx-cgroup needs a cgroup: root");
+    }
+    let d = sbx_testutil::shared_tempdir();
+    let mut c = tool("sbx-cgroup");
+    c.args(["--kill-after", "1s", "--audit-log"])
+        .arg(log_in(d.path()))
+        .args(["--", "sh", "-c", TERM_PROOF]);
+    let (code, took, err) = term_and_time(c);
+    assert_escalated(
+        code,
+        took,
+        &err,
+        Duration::from_secs(1),
+        &log_in(d.path()),
+        "sbx-cgroup",
+    );
+}
+
+/// The documented default: 10 s.
+#[test]
+fn the_default_grace_is_ten_seconds() {
+    for who in identities() {
+        let d = sbx_testutil::shared_tempdir();
+        let mut c = tool("sbx-fs");
+        run_as(&mut c, who);
+        c.arg("--audit-log")
+            .arg(log_in(d.path()))
+            .args(["--", "sh", "-c", TERM_PROOF]);
+        let (code, took, err) = term_and_time(c);
+        assert_escalated(
+            code,
+            took,
+            &err,
+            Duration::from_secs(10),
+            &log_in(d.path()),
+            "sbx-fs",
+        );
+    }
+}
+
+/// sbx-fs (its own PID-namespace supervisor) and sbx-gitguard (the shared
+/// Supervisor) take the grace from SBX_KILL_AFTER; root and user.
+#[test]
+fn sbx_fs_and_sbx_gitguard_escalate_too() {
+    for who in identities() {
+        let d = sbx_testutil::shared_tempdir();
+        let mut c = tool("sbx-fs");
+        run_as(&mut c, who);
+        c.env("SBX_KILL_AFTER", "1500ms")
+            .arg("--audit-log")
+            .arg(log_in(d.path()))
+            .args(["--", "sh", "-c", TERM_PROOF]);
+        let (code, took, err) = term_and_time(c);
+        assert_escalated(
+            code,
+            took,
+            &err,
+            Duration::from_millis(1500),
+            &log_in(d.path()),
+            "sbx-fs",
+        );
+
+        let repo = d.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        let ok = Command::new("git")
+            .args(["init", "-q"])
+            .arg(&repo)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        common::chown_r(d.path());
+        let log = d.path().join("gg.jsonl");
+        let mut c = tool("sbx-gitguard");
+        run_as(&mut c, who);
+        c.env("SBX_KILL_AFTER", "1s")
+            .args(["--audit-log"])
+            .arg(&log)
+            .args(["run", "--repo"])
+            .arg(&repo)
+            .args(["--", "sh", "-c", TERM_PROOF]);
+        let (code, took, err) = term_and_time(c);
+        assert_escalated(
+            code,
+            took,
+            &err,
+            Duration::from_secs(1),
+            &log,
+            "sbx-gitguard",
+        );
+    }
+}
+
+#[test]
+fn kill_after_bad_value_is_one_line_125() {
+    let out = tool("sbx-cgroup")
+        .args(["--kill-after", "soon", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 125, "{}", stderr(&out));
+    let e = stderr(&out);
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(e.contains("--kill-after"), "{e}");
+    let _ = As::Root;
+}
