@@ -19,6 +19,7 @@ pub mod input;
 pub mod man;
 pub mod passfd;
 pub mod pidfd;
+pub mod registry;
 pub mod sbxnet;
 pub mod signals;
 pub mod sigsys;

@@ -57,6 +57,10 @@ impl Placeholders {
     /// Makes sure `rel` exists beneath the bind source `s`, creating (and
     /// recording) every missing component; the last one as `kind`.
     pub fn ensure(&mut self, s: &Source, rel: &Path, kind: Kind) -> Result<(), PlaceholderError> {
+        static REAPED: std::sync::Once = std::sync::Once::new();
+        REAPED.call_once(|| {
+            reap_temporaries();
+        });
         let comps: Vec<&std::ffi::OsStr> = rel
             .components()
             .filter_map(|c| match c {
@@ -305,12 +309,19 @@ fn create_marked(dir: RawFd, name: &Path, is_dir: bool) -> io::Result<()> {
     tmp.push("-");
     tmp.push(name.as_os_str());
     let tmp = PathBuf::from(tmp);
+    // Registered (sbx_core::registry) while it exists under the temporary
+    // name: sbx-fs killed before the rename leaves it to the next run,
+    // whatever its TMPDIR, instead of in the user's project for ever.
+    let _entry = std::fs::read_link(format!("/proc/self/fd/{dir}"))
+        .ok()
+        .and_then(|d| sbx_core::registry::register(NEW_KIND, &d.join(&tmp)).ok());
     if is_dir {
         sys::mkdirat(dir, &tmp, 0o755)?;
     } else {
         sys::mkfileat(dir, &tmp, 0o644)?;
     }
     mark(dir, &tmp, is_dir);
+    sbx_core::registry::test_kill_point("fs-placeholder-tmp");
     let from = std::ffi::CString::new(tmp.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let to = std::ffi::CString::new(name.as_os_str().as_bytes())
@@ -331,6 +342,31 @@ fn create_marked(dir: RawFd, name: &Path, is_dir: bool) -> io::Result<()> {
         return Err(e);
     }
     Ok(())
+}
+
+/// The registry kind of placeholders under their temporary name.
+const NEW_KIND: &str = "sbx-fs-new";
+
+/// Removes the temporary placeholders of sbx-fs runs that died between
+/// creating one and renaming it: only an empty directory or an empty file
+/// whose name is `.sbx-fs-new-*`, never through a symlink.
+pub fn reap_temporaries() -> Vec<PathBuf> {
+    sbx_core::registry::reap(NEW_KIND, |p| {
+        let ours = p
+            .file_name()
+            .is_some_and(|n| n.as_encoded_bytes().starts_with(b".sbx-fs-new-"));
+        if !ours {
+            return Ok(());
+        }
+        let m = std::fs::symlink_metadata(p)?;
+        if m.is_dir() {
+            std::fs::remove_dir(p)
+        } else if m.is_file() && m.len() == 0 {
+            std::fs::remove_file(p)
+        } else {
+            Ok(())
+        }
+    })
 }
 
 /// Marks a new placeholder (best effort: a filesystem without user
