@@ -622,3 +622,91 @@ fn an_exhausted_alert_budget_is_an_alert() {
         assert_eq!(ex[0]["tool"], "sbx-seccomp");
     }
 }
+
+#[test]
+fn refusals_are_told_to_the_caller() {
+    for who in identities() {
+        let s = setup(who);
+        // Without a log: a program refused by --allow-exec is a line on stderr.
+        let mut c = sbx_testutil::tool("sbx-seccomp");
+        c.args([
+            "--allow-exec",
+            "/usr/bin/sh",
+            "--allow-exec",
+            "/usr/bin/dash",
+        ])
+        .args([
+            "--",
+            "/usr/bin/sh",
+            "-c",
+            "/usr/bin/id >/dev/null 2>&1; echo r=$?",
+        ]);
+        c.env("PATH", PATH).current_dir(&s.proj);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert_ne!(marker(&stdout(&out), "r"), "0", "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("ALERT exec_denied path=/usr/bin/id"),
+            "{}",
+            stderr(&out)
+        );
+
+        // With a log: one block at the end of stderr, and the file.
+        let file = s.base.join("violations.json");
+        let mut c = sbx_testutil::tool("sbx-fs");
+        c.arg("--audit-log")
+            .arg(&s.log)
+            .arg("--rw")
+            .arg(&s.proj)
+            .arg("--chdir")
+            .arg(&s.proj)
+            .arg("--")
+            .arg(sbx_testutil::bin("sbx-seccomp"))
+            .args([
+                "--profile",
+                "default",
+                "--",
+                "sh",
+                "-c",
+                "unshare -U true 2>/dev/null; unshare -U true 2>/dev/null; echo out",
+            ]);
+        c.env("PATH", PATH)
+            .env("SBX_VIOLATIONS", &file)
+            .current_dir(&s.proj);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.matches("<sandbox_violations").count(), 1, "{err}");
+        let block = &err[err.find("<sandbox_violations").unwrap()..];
+        assert!(block.trim_end().ends_with("</sandbox_violations>"), "{err}");
+        assert!(
+            block.contains("syscall_denied syscall=unshare (sbx-seccomp) x2"),
+            "{err}"
+        );
+        assert!(
+            !block.contains("earlier_alert"),
+            "another run's alerts: {err}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(v["count"], 2);
+        assert_eq!(v["violations"][0]["event"], "syscall_denied");
+
+        // A run with nothing refused prints no block.
+        let mut c = sbx_testutil::tool("sbx-fs");
+        c.arg("--audit-log")
+            .arg(&s.log)
+            .arg("--rw")
+            .arg(&s.proj)
+            .args(["--", "true"]);
+        c.env("PATH", PATH).current_dir(&s.proj);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert!(
+            !stderr(&out).contains("sandbox_violations"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
