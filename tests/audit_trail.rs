@@ -710,3 +710,53 @@ fn refusals_are_told_to_the_caller() {
         );
     }
 }
+
+#[test]
+fn one_violations_block_through_sbx_run_and_sbx_policy_chain() {
+    for who in identities() {
+        let s = setup(who);
+        let script = "unshare -U true 2>/dev/null; echo out";
+        let mut c = Command::new("sh");
+        c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/sbx-run"))
+            .arg("-C")
+            .arg(&s.proj)
+            .arg("-l")
+            .arg(&s.log)
+            .args(["--", "sh", "-c", script]);
+        c.env("SBX_BIN", bin_dir())
+            .env("PATH", PATH)
+            .env_remove("SBX_ID")
+            .env_remove("SBX_AUDIT_LOG")
+            .current_dir(&s.base);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(code(&out), 0, "{err}");
+        assert_eq!(err.matches("<sandbox_violations").count(), 1, "{err}");
+        assert!(
+            err.contains("syscall_denied syscall=unshare (sbx-seccomp)"),
+            "{err}"
+        );
+
+        let home = s.base.join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        if who == As::User {
+            chown_r(&home);
+        }
+        let mut c = sbx_testutil::tool("sbx-policy");
+        c.arg("--audit-log").arg(&s.log);
+        c.args(["chain", "--managed", "/nonexistent/managed.json", "--home"])
+            .arg(&home)
+            .args(["--", "sh", "-c", script]);
+        c.current_dir(&s.proj).env("PATH", PATH);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(code(&out), 0, "{err}");
+        assert_eq!(err.matches("<sandbox_violations").count(), 1, "{err}");
+        assert!(
+            err.contains("syscall_denied syscall=unshare (sbx-seccomp)"),
+            "{err}"
+        );
+    }
+}
