@@ -131,6 +131,14 @@ fn a_program_named_sbx_x_does_not_get_the_audit_fd() {
         run_as(&mut c, who);
         let out = c.output().unwrap();
         assert_fake_tool_got_nothing(&out, &s.log, &["sbx-fs"]);
+
+        // A supervisor (sbx-net spawns its next command) gives it nothing.
+        let mut c = sbx_testutil::tool("sbx-net");
+        c.arg("--audit-log").arg(&s.log).args(["--", "./sbx-x"]);
+        c.env("PATH", PATH).current_dir(&s.proj);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert_fake_tool_got_nothing(&out, &s.log, &["sbx-net"]);
     }
 }
 
