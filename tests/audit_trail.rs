@@ -131,6 +131,14 @@ fn a_program_named_sbx_x_does_not_get_the_audit_fd() {
         run_as(&mut c, who);
         let out = c.output().unwrap();
         assert_fake_tool_got_nothing(&out, &s.log, &["sbx-fs"]);
+
+        // A supervisor (sbx-net spawns its next command) gives it nothing.
+        let mut c = sbx_testutil::tool("sbx-net");
+        c.arg("--audit-log").arg(&s.log).args(["--", "./sbx-x"]);
+        c.env("PATH", PATH).current_dir(&s.proj);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert_fake_tool_got_nothing(&out, &s.log, &["sbx-net"]);
     }
 }
 
@@ -620,5 +628,143 @@ fn an_exhausted_alert_budget_is_an_alert() {
         assert_eq!(ex[0]["severity"], "alert");
         assert_eq!(ex[0]["suppressed_event"], "syscall_denied");
         assert_eq!(ex[0]["tool"], "sbx-seccomp");
+    }
+}
+
+#[test]
+fn refusals_are_told_to_the_caller() {
+    for who in identities() {
+        let s = setup(who);
+        // Without a log: a program refused by --allow-exec is a line on stderr.
+        let mut c = sbx_testutil::tool("sbx-seccomp");
+        c.args([
+            "--allow-exec",
+            "/usr/bin/sh",
+            "--allow-exec",
+            "/usr/bin/dash",
+        ])
+        .args([
+            "--",
+            "/usr/bin/sh",
+            "-c",
+            "/usr/bin/id >/dev/null 2>&1; echo r=$?",
+        ]);
+        c.env("PATH", PATH).current_dir(&s.proj);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert_ne!(marker(&stdout(&out), "r"), "0", "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("ALERT exec_denied path=/usr/bin/id"),
+            "{}",
+            stderr(&out)
+        );
+
+        // With a log: one block at the end of stderr, and the file.
+        let file = s.base.join("violations.json");
+        let mut c = sbx_testutil::tool("sbx-fs");
+        c.arg("--audit-log")
+            .arg(&s.log)
+            .arg("--rw")
+            .arg(&s.proj)
+            .arg("--chdir")
+            .arg(&s.proj)
+            .arg("--")
+            .arg(sbx_testutil::bin("sbx-seccomp"))
+            .args([
+                "--profile",
+                "default",
+                "--",
+                "sh",
+                "-c",
+                "unshare -U true 2>/dev/null; unshare -U true 2>/dev/null; echo out",
+            ]);
+        c.env("PATH", PATH)
+            .env("SBX_VIOLATIONS", &file)
+            .current_dir(&s.proj);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.matches("<sandbox_violations").count(), 1, "{err}");
+        let block = &err[err.find("<sandbox_violations").unwrap()..];
+        assert!(block.trim_end().ends_with("</sandbox_violations>"), "{err}");
+        assert!(
+            block.contains("syscall_denied syscall=unshare (sbx-seccomp) x2"),
+            "{err}"
+        );
+        assert!(
+            !block.contains("earlier_alert"),
+            "another run's alerts: {err}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(v["count"], 2);
+        assert_eq!(v["violations"][0]["event"], "syscall_denied");
+
+        // A run with nothing refused prints no block.
+        let mut c = sbx_testutil::tool("sbx-fs");
+        c.arg("--audit-log")
+            .arg(&s.log)
+            .arg("--rw")
+            .arg(&s.proj)
+            .args(["--", "true"]);
+        c.env("PATH", PATH).current_dir(&s.proj);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert!(
+            !stderr(&out).contains("sandbox_violations"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn one_violations_block_through_sbx_run_and_sbx_policy_chain() {
+    for who in identities() {
+        let s = setup(who);
+        let script = "unshare -U true 2>/dev/null; echo out";
+        let mut c = Command::new("sh");
+        c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/sbx-run"))
+            .arg("-C")
+            .arg(&s.proj)
+            .arg("-l")
+            .arg(&s.log)
+            .args(["--", "sh", "-c", script]);
+        c.env("SBX_BIN", bin_dir())
+            .env("PATH", PATH)
+            .env_remove("SBX_ID")
+            .env_remove("SBX_AUDIT_LOG")
+            .current_dir(&s.base);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(code(&out), 0, "{err}");
+        assert_eq!(err.matches("<sandbox_violations").count(), 1, "{err}");
+        assert!(
+            err.contains("syscall_denied syscall=unshare (sbx-seccomp)"),
+            "{err}"
+        );
+
+        let home = s.base.join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        if who == As::User {
+            chown_r(&home);
+        }
+        let mut c = sbx_testutil::tool("sbx-policy");
+        c.arg("--audit-log").arg(&s.log);
+        c.args(["chain", "--managed", "/nonexistent/managed.json", "--home"])
+            .arg(&home)
+            .args(["--", "sh", "-c", script]);
+        c.current_dir(&s.proj).env("PATH", PATH);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(code(&out), 0, "{err}");
+        assert_eq!(err.matches("<sandbox_violations").count(), 1, "{err}");
+        assert!(
+            err.contains("syscall_denied syscall=unshare (sbx-seccomp)"),
+            "{err}"
+        );
     }
 }

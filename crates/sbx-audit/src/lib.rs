@@ -238,24 +238,9 @@ fn cmd_verify(a: VerifyArgs) -> Result<i32, Failure> {
     Ok(if v.broken.is_none() { 0 } else { 1 })
 }
 
-/// Escapes control characters (and backslashes) so a name chosen inside
-/// the sandbox cannot drive the terminal.
-pub fn escape(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\\' => o.push_str("\\\\"),
-            c if c.is_control()
-                || ('\u{202a}'..='\u{202e}').contains(&c)
-                || ('\u{2066}'..='\u{2069}').contains(&c) =>
-            {
-                o.push_str(&format!("\\u{{{:x}}}", c as u32))
-            }
-            c => o.push(c),
-        }
-    }
-    o
-}
+/// Control characters, bidi overrides and backslashes escaped (shared with
+/// the end-of-run summary).
+pub use sbx_core::violations::escape;
 
 fn level(v: &Value) -> Level {
     match v["severity"].as_str() {
@@ -273,25 +258,12 @@ fn passes(f: &Filters, v: &Value) -> bool {
             .is_none_or(|id| v["sbx_id"] == *id.as_str())
 }
 
-/// The subject of an event: the first of the usual keys it has.
-const SUBJECT: &[&str] = &[
-    "path", "name", "syscall", "program", "domain", "dest", "addr", "repo", "ref", "error",
-];
-
 /// One event as a line for people.
 pub fn render(v: &Value, color: bool) -> String {
     let s = |k: &str| v[k].as_str().map(escape).unwrap_or_else(|| "-".into());
-    let subject = SUBJECT
-        .iter()
-        .find_map(|k| {
-            v.get(*k).filter(|x| !x.is_null()).map(|x| {
-                let t = match x {
-                    Value::String(t) => t.clone(),
-                    o => o.to_string(),
-                };
-                format!("{k}={}", escape(&t))
-            })
-        })
+    let subject = v
+        .as_object()
+        .map(sbx_core::violations::subject)
         .unwrap_or_default();
     let sev = s("severity");
     let sev_shown = if color {

@@ -45,6 +45,12 @@ pub struct Audit {
     tool: &'static str,
     fd: Option<OwnedFd>,
     chain: std::sync::Mutex<crate::auditchain::Writer>,
+    /// Where this run's lines start, when this tool owns the end-of-run
+    /// summary (it opened the log, or took over from the tool that
+    /// exec'd it); see [`crate::violations`].
+    summary_from: Option<u64>,
+    /// SBX_VIOLATIONS: the file the summary also goes to.
+    summary_file: Option<PathBuf>,
 }
 
 static GLOBAL: OnceLock<Audit> = OnceLock::new();
@@ -61,17 +67,33 @@ pub fn init(tool: &'static str, path: Option<&Path>) -> Result<&'static Audit, A
         Some(p) => Some(open_log(p)?),
         None => inherited_fd()?,
     };
+    let summary_from = match (&fd, path) {
+        (Some(f), Some(_)) => Some(crate::auditchain::size_of(f.as_raw_fd())),
+        (Some(_), None) => std::env::var(crate::violations::ENV_START)
+            .ok()
+            .and_then(|v| v.parse().ok()),
+        _ => None,
+    };
+    let summary_file = std::env::var_os(crate::violations::ENV_FILE).map(PathBuf::from);
     // Do not let the variables leak further than this tool decides: the
     // handoff sets them again for a next sbx tool.
     // SAFETY: start-up, single-threaded.
     unsafe {
         std::env::remove_var(ENV_FD);
         std::env::remove_var(ENV_PATH);
+        std::env::remove_var(crate::violations::ENV_START);
+        std::env::remove_var(crate::violations::ENV_FILE);
     }
     let chain = std::sync::Mutex::new(crate::auditchain::Writer::new(
         fd.as_ref().map(|f| f.as_raw_fd()),
     ));
-    Ok(GLOBAL.get_or_init(|| Audit { tool, fd, chain }))
+    Ok(GLOBAL.get_or_init(|| Audit {
+        tool,
+        fd,
+        chain,
+        summary_from,
+        summary_file,
+    }))
 }
 
 fn open_log(path: &Path) -> Result<OwnedFd, AuditError> {
@@ -218,6 +240,16 @@ impl Audit {
     }
 }
 
+/// At the end of a run (from `cli::run_main`): the tool that owns the
+/// summary prints what the sandbox was refused (see [`crate::violations`]).
+pub fn finish_run() {
+    let Some(a) = get() else { return };
+    let (Some(fd), Some(start)) = (&a.fd, a.summary_from) else {
+        return;
+    };
+    crate::violations::report(fd.as_raw_fd(), start, a.summary_file.as_deref());
+}
+
 /// For a tool that execs in place ([`crate::chain::exec`]): the audit
 /// variables of `env` are dropped, then, when the next program is a trusted
 /// sbx tool (`to_tool`), the trusted set and the audit fd (its close-on-exec
@@ -226,13 +258,28 @@ pub(crate) fn prepare_exec_env(
     env: &mut Vec<(std::ffi::OsString, std::ffi::OsString)>,
     to_tool: bool,
 ) {
-    for k in [ENV_PATH, ENV_FD, crate::toolid::ENV] {
+    for k in [
+        ENV_PATH,
+        ENV_FD,
+        crate::toolid::ENV,
+        crate::violations::ENV_START,
+        crate::violations::ENV_FILE,
+    ] {
         crate::chain::unset_env(env, OsStr::new(k));
     }
     if !to_tool {
         return;
     }
     crate::chain::set_env(env, crate::toolid::ENV, crate::toolid::env_value());
+    // The end-of-run summary is taken over by the tool we become.
+    if let Some(a) = get()
+        && let Some(start) = a.summary_from
+    {
+        crate::chain::set_env(env, crate::violations::ENV_START, start.to_string());
+        if let Some(f) = &a.summary_file {
+            crate::chain::set_env(env, crate::violations::ENV_FILE, f.as_os_str());
+        }
+    }
     if let Some(fd) = get().and_then(|a| a.raw_fd()) {
         // SAFETY: clears FD_CLOEXEC on our own open fd, just before exec.
         unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };

@@ -174,6 +174,11 @@ fn pread_full(fd: RawFd, buf: &mut [u8], off: u64) -> Option<usize> {
     Some(got)
 }
 
+/// The size of the open file (0 when fstat fails).
+pub fn size_of(fd: RawFd) -> u64 {
+    file_size(fd).unwrap_or(0)
+}
+
 fn file_size(fd: RawFd) -> std::io::Result<u64> {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat into a local buffer.

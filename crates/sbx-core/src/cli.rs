@@ -84,6 +84,7 @@ where
             fail.code
         }
     };
+    crate::audit::finish_run();
     std::process::exit(code)
 }
 

@@ -26,6 +26,7 @@ pub mod sigsys;
 pub mod supervise;
 pub mod toolid;
 pub mod units;
+pub mod violations;
 
 pub use audit::Severity;
 pub use exit::Failure;

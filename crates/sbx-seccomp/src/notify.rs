@@ -430,10 +430,23 @@ fn notifier_main(
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         libc::prctl(libc::PR_SET_NAME, c"sbx-seccomp-ntf".as_ptr(), 0, 0, 0);
     }
-    // Nothing of CMD's: stdio to /dev/null (a reader of CMD's pipes must see
-    // EOF when CMD exits), every other fd closed.
+    // Without an audit log, alerts still reach the caller's stderr: keep a
+    // copy of it (closed when the notifier exits, with the last filtered
+    // process).
+    let err = if audit_fd.is_none() {
+        // SAFETY: dup of our stderr, close-on-exec.
+        unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) }
+    } else {
+        -1
+    };
+    STDERR.store(err, std::sync::atomic::Ordering::Relaxed);
+    // Nothing else of CMD's: stdio to /dev/null (a reader of CMD's pipes
+    // must see EOF when CMD exits), every other fd closed.
     sbx_core::fds::stdio_to_dev_null();
-    let keep: Vec<RawFd> = [Some(sock), audit_fd].into_iter().flatten().collect();
+    let keep: Vec<RawFd> = [Some(sock), audit_fd, (err >= 0).then_some(err)]
+        .into_iter()
+        .flatten()
+        .collect();
     sbx_core::fds::close_all_except(&keep);
     // EOF (sbx-seccomp dropped the Notifier without a listener) or any
     // error: nothing to serve.
@@ -448,10 +461,27 @@ fn notifier_main(
     unsafe { libc::_exit(0) }
 }
 
+/// The caller's stderr, kept by the notifier when there is no audit log.
+static STDERR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
 pub(crate) fn record(event: &str, fields: serde_json::Value) {
-    if let Some(a) = sbx_core::audit::get() {
+    if let Some(a) = sbx_core::audit::get()
+        && a.raw_fd().is_some()
+    {
         a.record(event, sbx_core::Severity::Alert, fields);
+        return;
     }
+    let err = STDERR.load(std::sync::atomic::Ordering::Relaxed);
+    if err < 0 {
+        return;
+    }
+    let subject = match &fields {
+        serde_json::Value::Object(m) => sbx_core::violations::subject(m),
+        _ => String::new(),
+    };
+    let line = format!("sbx-seccomp: ALERT {event} {subject}\n");
+    // SAFETY: one write of a live buffer to our own fd.
+    unsafe { libc::write(err, line.as_ptr().cast(), line.len()) };
 }
 
 fn serve(
