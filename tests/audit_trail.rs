@@ -659,6 +659,31 @@ fn refusals_are_told_to_the_caller() {
             stderr(&out)
         );
 
+        // Without a log, syscall refusals too; and the notifier's copy of
+        // stderr is closed when CMD exits, even if CMD left a process
+        // behind (the reader sees EOF at once).
+        let mut c = sbx_testutil::tool("sbx-seccomp");
+        c.args([
+            "--",
+            "sh",
+            "-c",
+            "sleep 4 </dev/null >/dev/null 2>&1 & unshare -U true 2>/dev/null; echo r=$?",
+        ]);
+        c.env("PATH", PATH).current_dir(&s.proj);
+        run_as(&mut c, who);
+        let t0 = std::time::Instant::now();
+        let out = c.output().unwrap();
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(3),
+            "EOF held back"
+        );
+        assert_ne!(marker(&stdout(&out), "r"), "0");
+        assert!(
+            stderr(&out).contains("ALERT syscall_denied syscall=unshare"),
+            "{}",
+            stderr(&out)
+        );
+
         // With a log: one block at the end of stderr, and the file.
         let file = s.base.join("violations.json");
         let mut c = sbx_testutil::tool("sbx-fs");

@@ -243,6 +243,9 @@ impl Audit {
 /// At the end of a run (from `cli::run_main`): the tool that owns the
 /// summary prints what the sandbox was refused (see [`crate::violations`]).
 pub fn finish_run() {
+    if !crate::chain::ran_next() {
+        return;
+    }
     let Some(a) = get() else { return };
     let (Some(fd), Some(start)) = (&a.fd, a.summary_from) else {
         return;

@@ -27,9 +27,18 @@ pub fn is_sbx_tool(program: &OsStr) -> bool {
 /// only when it is a trusted sbx tool (then execute *that* file, e.g. with
 /// [`exec_fd`], so the check and the exec see the same inode).
 pub fn open_tool(program: &OsStr, path: Option<&OsStr>) -> Option<OwnedFd> {
+    RAN_NEXT.store(true, std::sync::atomic::Ordering::Relaxed);
     let p = resolve(program, path).ok()?;
     let fd = crate::toolid::open_path(&p).ok()?;
     crate::toolid::is_tool(fd.as_fd()).then_some(fd)
+}
+
+/// Whether this process set up a next command (a run, not a check or a
+/// daemon): only then is there an end-of-run summary to print.
+static RAN_NEXT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn ran_next() -> bool {
+    RAN_NEXT.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Files opened by [`spawn_program`]: they stay open until this process
@@ -43,6 +52,7 @@ const PROC_FD: &str = "/proc/self/fd/";
 /// child execs `/proc/self/fd/N` (that very file, whatever happens to the
 /// path meanwhile); anything else is executed by its path.
 pub fn spawn_program(resolved: PathBuf) -> PathBuf {
+    RAN_NEXT.store(true, std::sync::atomic::Ordering::Relaxed);
     let Ok(fd) = crate::toolid::open_path(&resolved) else {
         return resolved;
     };

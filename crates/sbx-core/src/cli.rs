@@ -65,7 +65,12 @@ where
         .map_err(|e| Failure::new(format!("sigprocmask: {e}")))
         .and_then(|()| f())
     {
-        Ok(c) => c,
+        // A run that went through: what the sandbox was refused (a tool
+        // failure stays one line).
+        Ok(c) => {
+            crate::audit::finish_run();
+            c
+        }
         Err(fail) => {
             // To the audit log only: the one stderr line below says it
             // (a tracing line too would make bad input two lines).
@@ -84,7 +89,6 @@ where
             fail.code
         }
     };
-    crate::audit::finish_run();
     std::process::exit(code)
 }
 

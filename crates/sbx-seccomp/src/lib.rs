@@ -89,7 +89,8 @@ notifier_attacked alert (pidfd_send_signal on an fd of its /proc directory is no
 the notifier dies anyway, the calls still fail, with ENOSYS, and their alerts are lost; under \
 sbx-fs its init reaps it and logs seccomp_notifier_died (alert). The first alert the rate limit \
 holds back is itself an alert_budget_exhausted alert (once). Without \
-an audit log, or with --action errno, denials are silent EPERM as plain seccomp gives. \
+an audit log the alerts are lines on stderr (sbx-seccomp: ALERT ...) while CMD runs. With \
+--action errno, denials are silent EPERM as plain seccomp gives. \
 --print shows these rows as notify(EPERM).",
         ),
         (
@@ -119,7 +120,7 @@ added) and installs it in the caller (SECCOMP_IOCTL_NOTIF_ADDFD, SEND); MFD_EXEC
 with EACCES and an exec_denied alert (syscall memfd_create); and an exec of an unlisted \
 memfd is answered EACCES by the notifier (enforced_by: notifier). If the notifier is \
 killed, every exec and memfd_create fails (ENOSYS). Without an audit log the notifier still \
-runs (the memfd handling) and the allowlist holds silently. On kernels before 6.3 the memfd \
+runs (the memfd handling) and its alerts are lines on stderr. On kernels before 6.3 the memfd \
 is created by the kernel as asked and only the notifier's exec check (subject to the race \
 above) stands in the way. Landlock:cannot). Landlock: Landlock checks \
 execve, not mmap(PROT_EXEC): a listed dynamic loader can map an unlisted ELF (ld.so \
@@ -266,9 +267,10 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     // Observable denials (see notify.rs): the default action, with an audit
     // log to write the alerts to, and a filter with EPERM answers.
     let audit_fd = sbx_core::audit::get().and_then(|a| a.raw_fd());
-    let notify_filter =
-        (opts.action.is_none() && audit_fd.is_some() && doc.contains_key(notify::NOTIFY_FILTER))
-            .then_some(notify::NOTIFY_FILTER);
+    // Also without an audit log: the notifier then writes the alerts to
+    // the caller's stderr (docs/audit.md).
+    let notify_filter = (opts.action.is_none() && doc.contains_key(notify::NOTIFY_FILTER))
+        .then_some(notify::NOTIFY_FILTER);
     // Observable exec refusals (see execwatch.rs): with --allow-exec,
     // unless a filter denies execve itself. Also without an audit log: the
     // notifier refuses memfd execs, which Landlock lets through.

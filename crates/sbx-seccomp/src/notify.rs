@@ -295,6 +295,7 @@ impl Notifier {
         let (ours, theirs) = sbx_core::passfd::seqpacket_pair().map_err(NotifyError::Socket)?;
         // Raw from here: both processes close them by hand across the forks.
         let (ours, theirs) = (ours.into_raw_fd(), theirs.into_raw_fd());
+        let me = unsafe { libc::getpid() };
         let mid = unsafe { libc::fork() };
         if mid < 0 {
             return Err(NotifyError::Fork(io::Error::last_os_error()));
@@ -303,7 +304,7 @@ impl Notifier {
             // The middle process: fork the notifier, report its pid, exit.
             let pid = unsafe { libc::fork() };
             if pid == 0 {
-                notifier_main(theirs, ours, audit_fd, names, exec);
+                notifier_main(me, theirs, ours, audit_fd, names, exec);
             }
             let b = pid.to_ne_bytes();
             unsafe {
@@ -418,6 +419,7 @@ fn detail(name: &str, args: &[u64; 6]) -> serde_json::Value {
 }
 
 fn notifier_main(
+    cmd_pid: i32,
     sock: RawFd,
     other: RawFd,
     audit_fd: Option<RawFd>,
@@ -432,21 +434,38 @@ fn notifier_main(
     }
     // Without an audit log, alerts still reach the caller's stderr: keep a
     // copy of it (closed when the notifier exits, with the last filtered
-    // process).
-    let err = if audit_fd.is_none() {
-        // SAFETY: dup of our stderr, close-on-exec.
-        unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) }
+    // process); it is closed as soon as CMD itself exits, so a reader of
+    // CMD's stderr sees EOF then even when CMD left filtered processes.
+    let (err, cmd_pidfd) = if audit_fd.is_none() {
+        // The grandparent: sbx-seccomp, which becomes CMD. Watched from
+        // before it execs (it waits for us to receive the listener).
+        // SAFETY: plain syscalls; the fds are ours.
+        let cmd = unsafe { libc::syscall(libc::SYS_pidfd_open, cmd_pid, 0) } as RawFd;
+        let err = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) };
+        if cmd < 0 {
+            // Cannot tell when CMD exits: keep stderr out of it.
+            unsafe { libc::close(err) };
+            (-1, -1)
+        } else {
+            (err, cmd)
+        }
     } else {
-        -1
+        (-1, -1)
     };
     STDERR.store(err, std::sync::atomic::Ordering::Relaxed);
+    CMD_PIDFD.store(cmd_pidfd, std::sync::atomic::Ordering::Relaxed);
     // Nothing else of CMD's: stdio to /dev/null (a reader of CMD's pipes
     // must see EOF when CMD exits), every other fd closed.
     sbx_core::fds::stdio_to_dev_null();
-    let keep: Vec<RawFd> = [Some(sock), audit_fd, (err >= 0).then_some(err)]
-        .into_iter()
-        .flatten()
-        .collect();
+    let keep: Vec<RawFd> = [
+        Some(sock),
+        audit_fd,
+        (err >= 0).then_some(err),
+        (cmd_pidfd >= 0).then_some(cmd_pidfd),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     sbx_core::fds::close_all_except(&keep);
     // EOF (sbx-seccomp dropped the Notifier without a listener) or any
     // error: nothing to serve.
@@ -463,6 +482,8 @@ fn notifier_main(
 
 /// The caller's stderr, kept by the notifier when there is no audit log.
 static STDERR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+/// A pidfd of CMD (the process that was sbx-seccomp), when STDERR is kept.
+static CMD_PIDFD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
 pub(crate) fn record(event: &str, fields: serde_json::Value) {
     if let Some(a) = sbx_core::audit::get()
@@ -497,12 +518,30 @@ fn serve(
     let flags: u64 = FD_SYNC_WAKE_UP;
     unsafe { libc::ioctl(listener, IOC_NOTIF_SET_FLAGS as _, &flags as *const u64) };
     loop {
-        let mut p = libc::pollfd {
-            fd: listener,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let r = unsafe { libc::poll(&mut p, 1, -1) };
+        let mut fds = [
+            libc::pollfd {
+                fd: listener,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: CMD_PIDFD.load(std::sync::atomic::Ordering::Relaxed),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: poll over a live array (a negative fd is ignored).
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if fds[1].revents != 0 {
+            // CMD exited: give its stderr back (EOF for its reader).
+            let err = STDERR.swap(-1, std::sync::atomic::Ordering::Relaxed);
+            let pfd = CMD_PIDFD.swap(-1, std::sync::atomic::Ordering::Relaxed);
+            unsafe {
+                libc::close(err);
+                libc::close(pfd);
+            }
+        }
+        let p = fds[0];
         if r < 0 {
             if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                 continue;

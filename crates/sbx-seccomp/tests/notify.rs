@@ -88,11 +88,16 @@ fn denied_calls_fail_with_eperm_and_leave_an_alert() {
 }
 
 #[test]
-fn without_an_audit_log_or_with_action_errno_denials_stay_plain_eperm() {
+fn without_an_audit_log_denials_alert_on_stderr_and_with_action_errno_stay_plain_eperm() {
     let lab = Lab::new();
     for who in identities() {
-        let (_, r) = probes(&lab, who, &[], &["mount"]);
+        let (out, r) = probes(&lab, who, &[], &["mount"]);
         assert_eq!(r["mount"], EPERM);
+        assert!(
+            stderr(&out).contains("sbx-seccomp: ALERT syscall_denied syscall=mount"),
+            "{}",
+            stderr(&out)
+        );
         let log = log_in(&lab);
         let args = ["--action", "errno", "--audit-log", log.to_str().unwrap()];
         let (_, r) = probes(&lab, who, &args, &["mount"]);
