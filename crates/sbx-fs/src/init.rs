@@ -55,7 +55,7 @@ pub fn run(a: InitArgs) -> ! {
                     serde_json::json!({ "error": f.message }),
                 );
             }
-            eprintln!("sbx-fs: {}", f.message);
+            eprintln!("sbx-fs: {}", sbx_core::escape::terminal(&f.message));
             f.code
         }
     };
@@ -212,7 +212,7 @@ fn exec_command(a: &InitArgs) -> ! {
         Some(fd) => chain::exec_fd(fd.as_fd(), &a.argv, &env),
         None => chain::exec(&a.argv, &env),
     };
-    eprintln!("sbx-fs: {}", f.message);
+    eprintln!("sbx-fs: {}", sbx_core::escape::terminal(&f.message));
     unsafe { libc::_exit(f.code) }
 }
 

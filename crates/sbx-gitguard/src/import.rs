@@ -1142,8 +1142,12 @@ pub fn import(
     };
     let journal = crate::journal::Journal::begin(git_dir, &to_migrate, ev).map_err(jio)?;
     for (i, id) in to_migrate.iter().enumerate() {
-        quar.migrate(std::slice::from_ref(id), &real, &mut written)
-            .map_err(ImportError::Write)?;
+        if let Err(e) = quar.migrate(std::slice::from_ref(id), &real, &mut written) {
+            // Not committed: undone now (the journal's lock goes first).
+            drop(journal);
+            let _ = crate::journal::recover(git_dir, ev);
+            return Err(ImportError::Write(e));
+        }
         // Crash points after the first object and after the last.
         if i == 0 || i + 1 == to_migrate.len() {
             crate::journal::crash_point();
@@ -1187,7 +1191,11 @@ pub fn import(
         head: plan_head,
         index,
     };
-    journal.commit(&c).map_err(jio)?;
+    if let Err(e) = journal.commit(&c) {
+        drop(journal);
+        let _ = crate::journal::recover(git_dir, ev);
+        return Err(jio(e));
+    }
     let applied = crate::journal::apply(git_dir, &journal.dir, &c, ev);
     for (name, v) in applied.refs {
         out.refs.insert(name, v);

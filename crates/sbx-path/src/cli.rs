@@ -292,5 +292,5 @@ fn merge(into: &mut Value, from: Value) {
 
 /// Paths may hold newlines: keep the reason on one line.
 fn one_line(s: &str) -> String {
-    s.replace('\n', "\\n")
+    sbx_core::escape::terminal(s).into_owned()
 }
