@@ -226,19 +226,16 @@ fn run_cmd(f: &Fx, who: As, id: &str, marker: &str) -> Command {
              sleep 0.3; : {marker}"
         ),
     ]);
-    c.env(
-        "SBX_BIN",
-        sbx_testutil::bin("sbx-fs").parent().unwrap().to_path_buf(),
-    )
-    .env("SBX_ID", id)
-    .env("TMPDIR", &f.tmp)
-    .env("SBX_REGISTRY_DIR", &f.registry)
-    .env_remove("SBX_AUDIT_LOG")
-    .env("PATH", PATH)
-    .current_dir(&f.base)
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
+    c.env("SBX_BIN", sbx_testutil::bin("sbx-fs").parent().unwrap())
+        .env("SBX_ID", id)
+        .env("TMPDIR", &f.tmp)
+        .env("SBX_REGISTRY_DIR", &f.registry)
+        .env_remove("SBX_AUDIT_LOG")
+        .env("PATH", PATH)
+        .current_dir(&f.base)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     run_as(&mut c, who);
     c
 }
