@@ -202,6 +202,7 @@ fn fx(who: As) -> Fx {
     let tmp = base.join("tmp");
     std::fs::create_dir_all(&tmp).unwrap();
     let registry = base.join("registry");
+    std::fs::create_dir(&registry).unwrap();
     if who == As::User {
         chown_r(&base);
     }
@@ -317,9 +318,13 @@ fn random_kills_across_the_chain_leave_nothing() {
             .map(|e| e.path())
             .collect();
         assert!(left.is_empty(), "{who:?}: TMPDIR debris: {left:?}");
+        // SBX_REGISTRY_DIR/UID/entries
         let reg: Vec<_> = std::fs::read_dir(&f.registry)
-            .map(|r| r.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
+            .unwrap()
+            .flatten()
+            .flat_map(|u| std::fs::read_dir(u.path()).unwrap().flatten())
+            .map(|e| e.path())
+            .collect();
         assert!(reg.is_empty(), "{who:?}: registry entries left: {reg:?}");
         let debris = |d: &Path, pre: &str| -> Vec<PathBuf> {
             std::fs::read_dir(d)
