@@ -43,6 +43,7 @@ fn fs_placeholder_temporary_of_a_killed_run_is_reaped_by_the_next() {
     let proj = base.join("proj");
     write(&proj.join("a.txt"), "a\n");
     let registry = base.join("registry");
+    std::fs::create_dir(&registry).unwrap();
     let fs = |tmpdir: &Path| {
         let t = base.join(tmpdir);
         std::fs::create_dir_all(&t).unwrap();
@@ -82,7 +83,9 @@ fn fs_placeholder_temporary_of_a_killed_run_is_reaped_by_the_next() {
         "placeholders of the second run survived"
     );
     assert_eq!(
-        std::fs::read_dir(&registry).unwrap().count(),
+        std::fs::read_dir(registry.join(unsafe { libc::geteuid() }.to_string()))
+            .unwrap()
+            .count(),
         0,
         "registry entries left"
     );
@@ -102,6 +105,7 @@ fn vm_run_dir_of_a_killed_run_is_reaped_under_another_tmpdir() {
     let d = tempfile::tempdir().unwrap();
     let base = d.path().canonicalize().unwrap();
     let registry = base.join("registry");
+    std::fs::create_dir(&registry).unwrap();
     let vm = |t: &str| {
         let t = base.join(t);
         std::fs::create_dir_all(&t).unwrap();
@@ -142,7 +146,12 @@ fn vm_run_dir_of_a_killed_run_is_reaped_under_another_tmpdir() {
         "a finished run left {}",
         vm_base("t2").display()
     );
-    assert_eq!(std::fs::read_dir(&registry).unwrap().count(), 0);
+    assert_eq!(
+        std::fs::read_dir(registry.join(unsafe { libc::geteuid() }.to_string()))
+            .unwrap()
+            .count(),
+        0
+    );
     // The killed run's VMM died with it (die-with-parent).
     assert!(
         eventually(

@@ -13,6 +13,8 @@
 //! The registry directory: `$XDG_RUNTIME_DIR/sbx` when that is an absolute
 //! directory of ours, else `/run/sbx-$UID` (root), else `/tmp/sbx-registry-$UID`
 //! (a fixed name, not $TMPDIR). It must be ours and 0700 or nothing is used.
+//! Tests set `SBX_REGISTRY_DIR=D` (an existing directory): the registry is
+//! then `D/UID`.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -47,8 +49,9 @@ fn private_dir(p: &Path) -> io::Result<()> {
 /// The registry directory of this user (created when missing).
 pub fn dir() -> io::Result<PathBuf> {
     if let Some(x) = std::env::var_os("SBX_REGISTRY_DIR") {
-        // Tests give each run its own registry.
-        let p = PathBuf::from(x);
+        // Tests give each run its own registry: one directory per user
+        // beneath the one named.
+        let p = PathBuf::from(x).join(euid().to_string());
         private_dir(&p)?;
         return Ok(p);
     }
@@ -225,6 +228,7 @@ mod tests {
     fn dead_owners_things_are_reaped_live_ones_kept() {
         let d = tempfile::tempdir().unwrap();
         let reg = d.path().join("reg");
+        std::fs::create_dir(&reg).unwrap();
         // SAFETY: the test sets its own registry before anything reads it
         // (only this test in this crate uses the registry).
         unsafe { std::env::set_var("SBX_REGISTRY_DIR", &reg) };
@@ -253,6 +257,7 @@ mod tests {
         assert_eq!(reaped, vec![other.clone()]);
         assert!(!other.exists() && thing.exists());
         drop(live);
-        assert!(std::fs::read_dir(&reg).unwrap().next().is_none());
+        let mine = reg.join(euid().to_string());
+        assert!(std::fs::read_dir(&mine).unwrap().next().is_none());
     }
 }

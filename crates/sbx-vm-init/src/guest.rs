@@ -740,6 +740,13 @@ fn relay(
     let mut status: Option<ExitReport> = None;
     let mut chan_open = true;
     let mut buf = vec![0u8; proto::CHUNK];
+    // Frames the host sent right behind START (stdin, its EOF, a signal)
+    // may already sit in the decoder, read together with START: no new
+    // byte on the channel would wake poll for them, and `echo x | sbx-vm
+    // -- cat` waited for ever (seen under load, where they coalesce). The
+    // first poll does not block, and decoded frames are handled on every
+    // pass, whatever woke it.
+    let mut first = true;
     loop {
         if status.is_some() && outs.iter().all(Option::is_none) {
             break;
@@ -774,7 +781,8 @@ fn relay(
                 revents: 0,
             },
         ];
-        sys::poll(&mut pfds, -1)?;
+        sys::poll(&mut pfds, if first { 0 } else { -1 })?;
+        first = false;
         // Child exits: reap everything (we are PID 1).
         if pfds[0].revents != 0 {
             let mut si = [0u8; 128];
@@ -816,6 +824,8 @@ fn relay(
                 Some(n) => chan.dec.push(&buf[..n]),
                 None => {}
             }
+        }
+        {
             while let Some((k, data)) = chan.dec.next_frame().map_err(io::Error::other)? {
                 match k {
                     kind::STDIN if !stdin_eof && status.is_none() => stdin_buf.extend(data),

@@ -60,6 +60,12 @@ impl RunDir {
     /// and the names of the stale directories removed.
     pub fn create() -> Result<(RunDir, Vec<String>), RunDirError> {
         let base = base();
+        // Run directories (under any TMPDIR) whose owner is gone; first,
+        // as their removal also removes a base left empty.
+        let registered: Vec<String> = sbx_core::registry::reap(KIND, remove_run_dir)
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
         let io_err = |path: &Path| {
             let path = path.to_path_buf();
             move |source| RunDirError::Io { path, source }
@@ -73,21 +79,27 @@ impl RunDir {
         if !m.is_dir() || m.uid() != unsafe { libc::geteuid() } || m.mode() & 0o077 != 0 {
             return Err(RunDirError::NotPrivate(base));
         }
-        let mut reaped = reap_stale(&base);
-        // Run directories under any other TMPDIR whose owner is gone.
-        for p in sbx_core::registry::reap(KIND, remove_run_dir) {
-            reaped.push(p.display().to_string());
-        }
+        let mut reaped = registered;
+        reaped.extend(reap_stale(&base));
         let me = std::process::id() as i32;
         let start = start_time(me).unwrap_or(0);
         let path = base.join(format!("run-{me}-{start}"));
         // Registered before it exists: a SIGKILL between the two leaves an
         // entry whose path is missing, which the reaper accepts.
         let entry = sbx_core::registry::register(KIND, &path).map_err(io_err(&path))?;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(io_err(&path))?;
+        // A concurrent run that reaped the last other directory removes
+        // the base it left empty: make it again then (once).
+        let mk = || std::fs::DirBuilder::new().mode(0o700).create(&path);
+        match mk() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(&base)
+                    .map_err(io_err(&base))?;
+                mk().map_err(io_err(&path))?;
+            }
+            r => r.map_err(io_err(&path))?,
+        }
         Ok((
             RunDir {
                 path,

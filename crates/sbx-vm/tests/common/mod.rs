@@ -3,6 +3,7 @@
 //! checkable), and the checks that nothing survives a run.
 #![allow(dead_code)]
 
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -76,6 +77,13 @@ impl Vm {
             .arg("256M");
         let _ = std::fs::create_dir_all(self.tmp.path().join("t"));
         chown_to_test_user(&self.tmp.path().join("t"));
+        // Its own registry of run directories (sbx_core::registry): the
+        // machine-wide one would let a concurrent test's run reap a killed
+        // run's directory before this test looks at it.
+        let reg = self.tmp.path().join("registry");
+        let _ = std::fs::DirBuilder::new().mode(0o1777).create(&reg);
+        let _ = std::fs::set_permissions(&reg, std::fs::Permissions::from_mode(0o1777));
+        c.env("SBX_REGISTRY_DIR", &reg);
         c
     }
 
