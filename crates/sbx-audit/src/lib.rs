@@ -399,7 +399,7 @@ mod tests {
 
     #[test]
     fn control_characters_are_escaped() {
-        assert_eq!(escape("a\x1b[2Jb\n"), "a\\u{1b}[2Jb\\u{a}");
+        assert_eq!(escape("a\x1b[2Jb\n"), "a\\e[2Jb\\n");
         assert_eq!(escape("x\u{202e}y"), "x\\u{202e}y");
         let v = json!({"ts":"t","tool":"sbx-fs","event":"fs_denied","severity":"alert","path":"/p\x1b]0;x\x07"});
         let r = render(&v, false);

@@ -51,23 +51,10 @@ pub fn subject(m: &Map<String, Value>) -> String {
         .unwrap_or_default()
 }
 
-/// Escapes control characters, bidi overrides and backslashes, so a name
-/// chosen inside the sandbox cannot drive a terminal or fake a line.
+/// A name chosen inside the sandbox, escaped for a terminal (one place:
+/// [`crate::escape::terminal`]).
 pub fn escape(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\\' => o.push_str("\\\\"),
-            c if c.is_control()
-                || ('\u{202a}'..='\u{202e}').contains(&c)
-                || ('\u{2066}'..='\u{2069}').contains(&c) =>
-            {
-                o.push_str(&format!("\\u{{{:x}}}", c as u32))
-            }
-            c => o.push(c),
-        }
-    }
-    o
+    crate::escape::terminal(s).into_owned()
 }
 
 /// The summary of the alerts of `sbx_id` in `text` (JSON lines).
@@ -199,10 +186,7 @@ mod tests {
         assert_eq!(v["count"], 3);
         let r = render(&v);
         assert!(r.starts_with("<sandbox_violations sbx_id=\"a\" count=\"3\">\n"));
-        assert!(
-            r.contains("fs_denied path=/x\\u{1b}[2J (sbx-fs) x2\n"),
-            "{r}"
-        );
+        assert!(r.contains("fs_denied path=/x\\e[2J (sbx-fs) x2\n"), "{r}");
         assert!(r.contains("syscall_denied syscall=unshare (sbx-seccomp)\n"));
         assert!(!r.contains("/y") && !r.contains('\x1b'));
         assert!(summarize(log.as_bytes(), "c").is_none());
