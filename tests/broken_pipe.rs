@@ -98,6 +98,7 @@ struct Fixture {
     repo: std::path::PathBuf,
     settings: std::path::PathBuf,
     snap: std::path::PathBuf,
+    log: std::path::PathBuf,
 }
 
 fn fixture() -> Fixture {
@@ -114,19 +115,27 @@ fn fixture() -> Fixture {
         r#"{"permissions": {"allow": ["Bash(ls:*)"], "deny": ["Read(./.env)"]}}"#,
     );
     let snap = base.join("snap");
+    let log = base.join("audit.jsonl");
     let out = sbx_testutil::tool("sbx-gitguard")
         .args(["snapshot", "--repo"])
         .arg(&repo)
         .arg("--output")
         .arg(&snap)
+        .arg("--audit-log")
+        .arg(&log)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", sbx_testutil::stderr(&out));
+    assert!(
+        std::fs::metadata(&log).is_ok_and(|m| m.len() > 0),
+        "the snapshot logged nothing"
+    );
     Fixture {
         _d: d,
         repo,
         settings,
         snap,
+        log,
     }
 }
 
@@ -181,6 +190,21 @@ fn printing_cases(f: &Fixture) -> Vec<(&'static str, &'static str, Command)> {
             std::fs::write(stage.join("gitdir"), f.repo.join(".git").to_str().unwrap()).unwrap();
             let mut c = gitguard(&["import"]);
             c.arg("--stage").arg(&stage);
+            c
+        }),
+        ("sbx-audit", "verify", {
+            let mut c = sbx_testutil::tool("sbx-audit");
+            c.arg("verify").arg(&f.log);
+            c
+        }),
+        ("sbx-audit", "show", {
+            let mut c = sbx_testutil::tool("sbx-audit");
+            c.arg("show").arg(&f.log);
+            c
+        }),
+        ("sbx-audit", "tail", {
+            let mut c = sbx_testutil::tool("sbx-audit");
+            c.arg("tail").arg(&f.log);
             c
         }),
         ("sbx-path", "check", {

@@ -404,6 +404,6 @@ mod tests {
         let v = json!({"ts":"t","tool":"sbx-fs","event":"fs_denied","severity":"alert","path":"/p\x1b]0;x\x07"});
         let r = render(&v, false);
         assert!(!r.contains('\x1b') && !r.contains('\x07'), "{r:?}");
-        assert!(r.contains("path=/p\\u{1b}]0;x\\u{7}"));
+        assert!(r.contains("path=/p\\e]0;x\\x07"));
     }
 }
