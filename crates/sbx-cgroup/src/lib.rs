@@ -80,7 +80,7 @@ cpu.shares = N x 1024 / 100 on v1. --pids N: pids.max. --io-weight N (1-10000): 
 blkio.weight or blkio.bfq.weight on v1 (10-1000, 100 maps to 500); an error when the host's I/O scheduler has no weights. \
 --rlimit NAME=SOFT[:HARD] for as, core, cpu, data, fsize, locks, memlock, msgqueue, nice, nofile, nproc, rss, rtprio, \
 rttime, sigpending, stack; sizes take suffixes (fsize=100M), cpu takes seconds or a duration, 'unlimited' is accepted; \
-checked before anything is created. --timeout DURATION: wall clock (30s, 5m, 1h30m), then the whole group is killed.",
+checked before anything is created. --timeout DURATION: wall clock (30s, 5m, 1h30m), then SIGTERM to the command and SIGKILL after --kill-after (as timeout(1)), then the whole group is killed.",
         ),
     ],
 };

@@ -120,9 +120,12 @@ pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
         match child.wait(deadline) {
             Ok(Wake::Exited(st)) => exit::from_status(st),
             Ok(Wake::Deadline) => {
+                // As timeout(1): SIGTERM first, so the layers inside unwind
+                // and do their end-of-run work (sbx-fs's sweep, gitguard's
+                // check), SIGKILL after the grace; then the group.
                 timed_out = true;
+                let _ = child.terminate(sbx_core::supervise::kill_after());
                 let _ = group.kill_all(KILL_LIMIT);
-                let _ = child.kill();
                 TIMED_OUT
             }
             Ok(Wake::ParentDied) => {

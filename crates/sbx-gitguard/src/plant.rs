@@ -760,6 +760,11 @@ pub fn cmd_plants(a: PlantsArgs) -> Result<i32, Failure> {
         Severity::Info,
         json!({ "dirs": roots, "repositories": before.entries.len(), "entries": before.scanned }),
     );
+    // From here to the end, termination signals are held back: while the
+    // command runs the supervisor forwards them (the command decides when
+    // to end), and the check afterwards is the protection, so a SIGTERM
+    // must not skip it (sbx-gitguard lets them in elsewhere: see sig.rs).
+    let _hold = crate::sig::Hold::new();
     let mut cmd = sbx_core::supervise::command(&a.cmd, None)?;
     let keep: Vec<i32> = sbx_core::audit::get()
         .and_then(|au| au.handoff(&a.cmd[0], &mut cmd))
