@@ -119,3 +119,84 @@ fn denied_connects_are_refused_at_syn_time_and_allowed_ones_carry_data() {
         "a SYN-queue table in the host namespace"
     );
 }
+
+/// A daemon the command leaves behind: waits for `go`, then connects to
+/// the allowed address and writes the outcome to `result`.
+const DAEMON: &str = r#"
+import os, socket, sys, time
+d, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if os.fork():
+    sys.exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+open(os.path.join(d, "ready"), "w").close()
+end = time.monotonic() + 20
+while not os.path.exists(os.path.join(d, "go")) and time.monotonic() < end:
+    time.sleep(0.02)
+s = socket.socket()
+s.settimeout(3)
+try:
+    s.connect((host, port))
+    r = "ok"
+except ConnectionRefusedError:
+    r = "refused"
+except socket.timeout:
+    r = "timeout"
+except OSError as e:
+    r = "error:%s" % e.errno
+with open(os.path.join(d, "result.tmp"), "w") as f:
+    f.write(r)
+os.rename(os.path.join(d, "result.tmp"), os.path.join(d, "result"))
+"#;
+
+#[test]
+fn with_the_supervisor_gone_a_syn_is_dropped_not_accepted() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let w = world_or_skip!();
+    let a = w.a.ip;
+    for who in identities() {
+        let dir = sbx_testutil::shared_tempdir();
+        let d = dir.path();
+        std::fs::write(d.join("daemon.py"), DAEMON).unwrap();
+        sbx_testutil::chown_to_test_user(&d.join("daemon.py"));
+        let (_l, log) = common::World::audit_dir();
+        let script = format!(
+            "{py} {d}/daemon.py {d} {a} 8080 </dev/null >/dev/null 2>&1; echo STARTED; exec sleep 30",
+            py = common::PY,
+            d = d.display(),
+        );
+        let mut c = sbx_testutil::tool("sbx-net");
+        c.arg("--audit-log").arg(&log);
+        c.arg(format!("--allow-cidr={a}/32:8080"));
+        c.args(["--", "/bin/sh", "-c", &script]);
+        c.env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .current_dir("/");
+        c.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        sbx_testutil::run_as(&mut c, who);
+        let mut child = c.spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        assert!(
+            lines.any(|l| l.is_ok_and(|l| l == "STARTED")),
+            "{who:?}: the command did not start"
+        );
+        let wait_for = |p: &std::path::Path, what: &str| {
+            let end = Instant::now() + Duration::from_secs(15);
+            while !p.exists() {
+                assert!(Instant::now() < end, "{who:?}: no {what}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        wait_for(&d.join("ready"), "daemon");
+        child.kill().unwrap(); // SIGKILL to the supervisor
+        child.wait().unwrap();
+        std::fs::write(d.join("go"), "").unwrap();
+        wait_for(&d.join("result"), "result from the daemon");
+        let r = std::fs::read_to_string(d.join("result")).unwrap();
+        // No listener on the queue: the kernel drops the SYN (no bypass);
+        // it is neither accepted nor answered.
+        assert_eq!(r, "timeout", "{who:?}");
+    }
+}
