@@ -425,9 +425,17 @@ fn verify_proves_a_real_log_whole_and_finds_each_tampering() {
 
 #[test]
 fn the_seccomp_notifier_cannot_be_killed_from_inside() {
+    // The notifier names itself after the fork: look for it for up to 5 s
+    // (a loaded machine may run the command first).
     let script = r#"
-for p in /proc/[0-9]*; do
-  [ "$(cat $p/comm 2>/dev/null)" = sbx-seccomp-ntf ] && N=${p#/proc/}
+N=
+i=0
+while [ -z "$N" ] && [ $i -lt 50 ]; do
+  for p in /proc/[0-9]*; do
+    [ "$(cat $p/comm 2>/dev/null)" = sbx-seccomp-ntf ] && N=${p#/proc/}
+  done
+  [ -n "$N" ] || sleep 0.1
+  i=$((i+1))
 done
 echo N=$N
 kill -9 $N 2>/dev/null; echo k1=$?

@@ -263,6 +263,55 @@ impl Gateway {
         audit::emit("net_denied", Severity::Alert, f);
     }
 
+    /// The allow decision for a TCP destination (canonical address), with
+    /// the alert when denied: how it is allowed and the names the address
+    /// was answered for. Used at SYN time ([`crate::synq`]) and again when
+    /// the gateway accepts the connection.
+    pub fn decide(&self, dst: SocketAddr) -> Option<(String, Vec<String>)> {
+        let ip = dst.ip();
+        if let Some(why) = forbidden(ip) {
+            self.deny(dst, why, &[], json!({}));
+            return None;
+        }
+        // The host's own addresses: only when named by --allow-host-address,
+        // whatever CIDR or answer covers them.
+        if !self.host_allow.contains(&ip) && self.host_addrs.contains(ip) {
+            self.deny(
+                dst,
+                "a host address (only reachable with --allow-host-address)",
+                &[],
+                json!({}),
+            );
+            return None;
+        }
+        let names = self
+            .dns
+            .as_ref()
+            .map(|d| d.names_for(ip))
+            .unwrap_or_default();
+        match self.policy.check(ip, dst.port(), &names) {
+            Verdict::Deny(why) => {
+                self.deny(dst, why, &names, json!({}));
+                None
+            }
+            Verdict::Cidr(r) => Some((format!("cidr {r}"), names)),
+            Verdict::Name(n) => Some((format!("name {n}"), names)),
+        }
+    }
+
+    /// A queued SYN: allowed, or denied with its alert. A packet that is
+    /// not a TCP segment we can read is refused and alerted too.
+    pub fn syn_allowed(&self, dst: Option<SocketAddr>) -> bool {
+        match dst {
+            Some(d) => self.decide(d).is_some(),
+            None => {
+                let unspecified = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+                self.deny(unspecified, "unparseable SYN", &[], json!({}));
+                false
+            }
+        }
+    }
+
     pub async fn serve_tcp(self: Arc<Self>, fd: OwnedFd, v6: bool) {
         let std_l = std::net::TcpListener::from(fd);
         let l = match TcpListener::from_std(std_l) {
@@ -299,34 +348,8 @@ impl Gateway {
         if dst.port() == 53 {
             return self.dns_tcp(s, peer).await;
         }
-        if let Some(why) = forbidden(ip) {
-            self.deny(dst, why, &[], json!({}));
+        let Some((via, names)) = self.decide(dst) else {
             return reset(s);
-        }
-        // The host's own addresses: only when named by --allow-host-address,
-        // whatever CIDR or answer covers them.
-        if !self.host_allow.contains(&ip) && self.host_addrs.contains(ip) {
-            self.deny(
-                dst,
-                "a host address (only reachable with --allow-host-address)",
-                &[],
-                json!({}),
-            );
-            return reset(s);
-        }
-        let names = self
-            .dns
-            .as_ref()
-            .map(|d| d.names_for(ip))
-            .unwrap_or_default();
-        let verdict = self.policy.check(ip, dst.port(), &names);
-        let via = match verdict {
-            Verdict::Deny(why) => {
-                self.deny(dst, why, &names, json!({}));
-                return reset(s);
-            }
-            Verdict::Cidr(r) => format!("cidr {r}"),
-            Verdict::Name(n) => format!("name {n}"),
         };
         let mut s = s;
         let mut head = Vec::new();

@@ -16,6 +16,7 @@ pub mod netns;
 pub mod nft;
 pub mod relay;
 pub mod sniff;
+pub mod synq;
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -280,6 +281,16 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         .build()
         .map_err(|e| Failure::new(format!("starting the gateway runtime: {e}")))?;
     let h = sup.1;
+    // The SYN queue: a thread of its own, so a busy runtime never delays
+    // a connect().
+    {
+        let gw = gw.clone();
+        let synq = h.synq;
+        std::thread::Builder::new()
+            .name("sbx-net-syn".into())
+            .spawn(move || synq::serve(synq, |d| gw.syn_allowed(d)))
+            .map_err(|e| Failure::new(format!("starting the SYN queue thread: {e}")))?;
+    }
     rt.spawn(gw.clone().serve_tcp(h.tcp4, false));
     rt.spawn(gw.clone().serve_udp(h.udp4));
     if let Some((tcp6, udp6)) = h.v6 {

@@ -41,6 +41,8 @@ pub struct Handed {
     pub tcp4: OwnedFd,
     pub udp4: OwnedFd,
     pub v6: Option<(OwnedFd, OwnedFd)>,
+    /// The SYN queue (nfnetlink), bound inside.
+    pub synq: OwnedFd,
 }
 
 pub fn channel() -> Result<(OwnedFd, OwnedFd), NetnsError> {
@@ -145,11 +147,11 @@ impl Prepared {
         match self.setup(&mut why) {
             Ok(h) => {
                 // No allocation here (a forked child): the fds on the stack.
-                let v4 = [h.tcp4.as_fd(), h.udp4.as_fd()];
+                let v4 = [h.synq.as_fd(), h.tcp4.as_fd(), h.udp4.as_fd()];
                 let both;
                 let fds: &[BorrowedFd<'_>] = match &h.v6 {
                     Some((t6, u6)) => {
-                        both = [v4[0], v4[1], t6.as_fd(), u6.as_fd()];
+                        both = [v4[0], v4[1], v4[2], t6.as_fd(), u6.as_fd()];
                         &both
                     }
                     None => &v4,
@@ -218,17 +220,17 @@ impl Prepared {
         why.push_str("creating the gateway sockets");
         let lo4 = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
         let lo6 = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
-        let h = Handed {
-            tcp4: listener(lo4, l.tcp_port, true)?,
-            udp4: listener(lo4, l.dns_port, false)?,
-            v6: if v6 {
-                Some((
-                    listener(lo6, l.tcp_port, true)?,
-                    listener(lo6, l.dns_port, false)?,
-                ))
-            } else {
-                None
-            },
+        let (tcp4, udp4) = (
+            listener(lo4, l.tcp_port, true)?,
+            listener(lo4, l.dns_port, false)?,
+        );
+        let sock6 = if v6 {
+            Some((
+                listener(lo6, l.tcp_port, true)?,
+                listener(lo6, l.dns_port, false)?,
+            ))
+        } else {
+            None
         };
         why.clear();
         why.push_str("loading the nftables rules");
@@ -239,7 +241,15 @@ impl Prepared {
             return Err(e);
         }
         why.clear();
-        Ok(h)
+        why.push_str("setting up the SYN queue (nfnetlink_queue, NFQUEUE target)");
+        let synq = crate::synq::child_setup(v6)?;
+        why.clear();
+        Ok(Handed {
+            tcp4,
+            udp4,
+            v6: sock6,
+            synq,
+        })
     }
 }
 
@@ -268,17 +278,23 @@ pub fn receive(chan: &OwnedFd) -> Result<Option<Handed>, NetnsError> {
     if let Some(t) = msg.strip_prefix(b"E") {
         return Err(NetnsError::Child(String::from_utf8_lossy(t).into_owned()));
     }
-    if msg != b"ok" || (fds.len() != 2 && fds.len() != 4) {
+    if msg != b"ok" || (fds.len() != 3 && fds.len() != 5) {
         return Err(NetnsError::Recv(io::Error::other(
             "malformed hand-over message",
         )));
     }
     let mut it = fds.into_iter();
+    let synq = it.next().unwrap();
     let tcp4 = it.next().unwrap();
     let udp4 = it.next().unwrap();
     let v6 = match (it.next(), it.next()) {
         (Some(t), Some(u)) => Some((t, u)),
         _ => None,
     };
-    Ok(Some(Handed { tcp4, udp4, v6 }))
+    Ok(Some(Handed {
+        tcp4,
+        udp4,
+        v6,
+        synq,
+    }))
 }

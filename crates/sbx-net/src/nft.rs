@@ -119,7 +119,10 @@ impl Default for Layout {
 /// as 127.0.0.53 included, so resolv.conf may say anything) and every TCP
 /// connection to a non-loopback address is redirected to the gateway's
 /// sockets; whatever else would leave the sandbox's own addresses is
-/// dropped.
+/// dropped. TCP SYNs to non-loopback addresses first pass the SYN queue
+/// (before the redirect, priority -150; [`crate::synq`] appends the queue
+/// rule to the empty chain): a denied one comes back marked and is rejected
+/// with a reset, so connect() is refused.
 pub fn ruleset(l: &Layout) -> CString {
     let text = format!(
         "table inet sbx_net {{
@@ -137,11 +140,32 @@ pub fn ruleset(l: &Layout) -> CString {
     ip6 daddr {{ ::1, {v6} }} accept
   }}
 }}
+table ip {syn} {{
+  chain out {{
+    type filter hook output priority -150; policy accept;
+    meta mark {mark} reject with tcp reset
+    ip daddr != 127.0.0.0/8 tcp dport != 53 tcp flags & (fin|syn|rst|ack) == syn meta mark 0 jump {q}
+  }}
+  chain {q} {{
+  }}
+}}
+table ip6 {syn} {{
+  chain out {{
+    type filter hook output priority -150; policy accept;
+    meta mark {mark} reject with tcp reset
+    ip6 daddr != ::1 tcp dport != 53 tcp flags & (fin|syn|rst|ack) == syn meta mark 0 jump {q}
+  }}
+  chain {q} {{
+  }}
+}}
 ",
         tcp = l.tcp_port,
         dns = l.dns_port,
         v4 = l.v4,
         v6 = l.v6,
+        syn = crate::synq::TABLE,
+        q = crate::synq::QCHAIN,
+        mark = crate::synq::DENY_MARK,
     );
     CString::new(text).expect("no NUL in ruleset")
 }
