@@ -106,6 +106,43 @@ pub enum ScanError {
     Budget { dir: PathBuf, max: u64 },
     #[error("{0}: not a directory")]
     NotDir(PathBuf),
+    #[error("{dir}: cannot be listed ({err}); a repository below it would go unseen")]
+    Unreadable { dir: PathBuf, err: std::io::Error },
+}
+
+/// Lists `d`. A directory the command made unreadable (`chmod 111`: git
+/// still finds `.git` below it) is made listable again when it is ours;
+/// otherwise the scan fails closed rather than skip it.
+fn list(d: &Path) -> Result<fs::ReadDir, ScanError> {
+    match fs::read_dir(d) {
+        Ok(rd) => Ok(rd),
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            let m = fs::symlink_metadata(d).map_err(|err| ScanError::Unreadable {
+                dir: d.to_path_buf(),
+                err,
+            })?;
+            // SAFETY: geteuid has no preconditions.
+            let mine = m.uid() == unsafe { libc::geteuid() };
+            if mine && m.is_dir() {
+                use std::os::unix::fs::PermissionsExt;
+                let _ =
+                    fs::set_permissions(d, fs::Permissions::from_mode((m.mode() | 0o700) & 0o7777));
+                crate::audit(
+                    "plant_scan_unreadable",
+                    Severity::Alert,
+                    json!({ "path": d, "mode": format!("{:o}", m.mode() & 0o7777), "action": "made listable (u+rwx)" }),
+                );
+            }
+            fs::read_dir(d).map_err(|err| ScanError::Unreadable {
+                dir: d.to_path_buf(),
+                err,
+            })
+        }
+        Err(err) => Err(ScanError::Unreadable {
+            dir: d.to_path_buf(),
+            err,
+        }),
+    }
 }
 
 fn read_limited(p: &Path) -> Option<Vec<u8>> {
@@ -134,9 +171,22 @@ pub fn valid_head(p: &Path) -> bool {
         return true;
     }
     use std::io::Read;
-    let Ok(f) = fs::File::open(p) else {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Never blocks: a FIFO (or another special file) as HEAD is opened
+    // non-blocking and never read; it counts as a repository (a plant: git
+    // would hang on it), a directory does not (git's read fails).
+    let Ok(f) = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(p)
+    else {
         return false;
     };
+    match f.metadata() {
+        Ok(m) if m.is_file() => {}
+        Ok(m) => return !m.is_dir(),
+        Err(_) => return false,
+    }
     let mut buf = Vec::new();
     if f.take(255).read_to_end(&mut buf).is_err() {
         return false;
@@ -170,7 +220,8 @@ fn common_dirs(x: &Path) -> Vec<PathBuf> {
     let mut v = vec![x.to_path_buf()];
     let cd = x.join("commondir");
     if fs::symlink_metadata(&cd).is_ok()
-        && let Ok(b) = crate::stage::read_small(&cd, MAX_FILE).or_else(|_| fs::read(&cd))
+        && let Ok(b) = crate::stage::read_small(&cd, MAX_FILE)
+            .or_else(|_| sbx_core::input::read_regular(&cd, MAX_FILE))
     {
         let mut b: &[u8] = &b;
         while let Some(s) = b.strip_suffix(b"\n").or_else(|| b.strip_suffix(b"\r")) {
@@ -257,7 +308,16 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                 }
                 continue;
             }
-            let Ok(rd) = fs::read_dir(&d) else { continue };
+            let rd = match list(&d) {
+                Ok(rd) => rd,
+                // Gone meanwhile (the command may still run): nothing below.
+                Err(ScanError::Unreadable { err, .. })
+                    if err.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             for e in rd.filter_map(|e| e.ok()) {
                 inv.scanned += 1;
                 if inv.scanned > max_entries {

@@ -182,10 +182,13 @@ fn try_flock(f: &fs::File) -> bool {
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
+/// Opens for reading without following a symlink and without blocking:
+/// a FIFO the sandbox left in the stage (as HEAD, say) opens at once and is
+/// then refused by the caller's file-type check, never waited on.
 fn open_nofollow(p: &Path) -> io::Result<fs::File> {
     fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(p)
 }
 

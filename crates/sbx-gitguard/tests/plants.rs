@@ -335,3 +335,72 @@ fn bad_input_is_one_line() {
         assert!(!pr.p.join("ran").exists());
     }
 }
+
+/// `plants` as [`Proj::plants`], killed and failed after 60 s: a FIFO the
+/// command left must never make the check wait.
+fn plants_within_60s(pr: &Proj, script: &str) -> Output {
+    use std::time::{Duration, Instant};
+    let mut c = sbx_testutil::tool("sbx-gitguard");
+    c.arg("plants")
+        .arg("--audit-log")
+        .arg(&pr.audit)
+        .arg("--dir")
+        .arg(&pr.p)
+        .arg("--quarantine")
+        .arg(&pr.q)
+        .args(["--", "sh", "-c", script])
+        .current_dir(&pr.p)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    pr.env(&mut c);
+    let mut child = c.spawn().unwrap();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{:?}: sbx-gitguard plants still running after 60 s", pr.who);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A FIFO as a HEAD anywhere in the tree never blocks the check (it is
+/// opened non-blocking and counts as a plant: git would hang on it), and a
+/// directory the command made unlistable (`chmod 111`: git still reaches a
+/// `.git` below it) hides nothing: it is made listable again with an alert
+/// and the plants are quarantined.
+#[test]
+fn fifos_and_unlistable_directories_hide_no_plant() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        let script = r#"set -e
+mk() { mkdir -p "$1/objects" "$1/refs"; printf 'ref: refs/heads/main\n' > "$1/HEAD"; printf '[core]\n\tfsmonitor = touch %s-%s\n[alias]\n\tst = !touch %s-%s\n' "$MARK" "$2" "$MARK" "$2" > "$1/config"; }
+mk evil/.git f
+mkdir -p zz/objects zz/refs; mkfifo zz/HEAD
+mk hid/deep/.git h; chmod 111 hid
+"#;
+        let out = plants_within_60s(&pr, script);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let _ = std::fs::set_permissions(
+            pr.p.join("hid"),
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+        );
+        assert!(!pr.git_runs_plant("evil", "f"), "{who:?}: evil ran");
+        assert!(
+            !pr.git_runs_plant("hid/deep", "h"),
+            "{who:?}: hidden plant ran"
+        );
+        assert!(!pr.p.join("zz/HEAD").exists(), "{who:?}: FIFO HEAD left");
+        assert_event(&pr.audit, "git_plants_checked", "alert", |_| true);
+        if who != As::Root {
+            // Root lists a 0111 directory anyway; the test user cannot.
+            assert_event(&pr.audit, "plant_scan_unreadable", "alert", |e| {
+                e["path"].as_str().is_some_and(|p| p.ends_with("/hid"))
+            });
+        }
+        pr.keep_ok();
+    }
+}

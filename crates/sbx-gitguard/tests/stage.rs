@@ -302,6 +302,13 @@ fn a_garbage_head_is_refused() {
             "ref_refused",
             |e| e["ref"] == "HEAD" && e["reason"].as_str().unwrap().contains("unreadable"),
         );
+        // A FIFO: opened without blocking, refused, never waited on.
+        attack(
+            who,
+            "rm .git/HEAD; mkfifo .git/HEAD",
+            "ref_refused",
+            |e| e["ref"] == "HEAD" && e["reason"].as_str().unwrap().contains("unreadable"),
+        );
     }
 }
 
