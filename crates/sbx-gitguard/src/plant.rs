@@ -80,7 +80,10 @@ pub struct Content {
     gitfile: Option<Vec<u8>>,
     /// hooks/: name -> (ino, size, mtime); None when hooks is not a
     /// directory.
-    hooks: Option<BTreeMap<OsString, (u64, u64, i64)>>,
+    /// Each hook's (inode, size, ctime s, ctime ns): an in-place rewrite
+    /// with the mtime put back still moves the ctime, which no user call
+    /// can set.
+    hooks: Option<BTreeMap<OsString, (u64, u64, i64, i64)>>,
     hooks_ident: Option<(u64, u64)>,
 }
 
@@ -207,6 +210,11 @@ pub fn valid_head(p: &Path) -> bool {
 /// `access(X_OK)` as any user could see it: a directory, or a file with an
 /// execute bit (followed through symlinks, as access does).
 fn enterable(p: &Path) -> bool {
+    // A symlink counts whatever it names now: a dangling one becomes a
+    // directory as soon as its target is made (`mkdir target`, a build).
+    if fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+        return true;
+    }
     match fs::metadata(p) {
         Ok(m) if m.is_dir() => true,
         Ok(m) => m.mode() & 0o111 != 0,
@@ -268,7 +276,7 @@ fn content(p: &Path, kind: Kind) -> Content {
                     .take(10_000)
                     .filter_map(|e| {
                         let m = e.metadata().ok()?;
-                        Some((e.file_name(), (m.ino(), m.len(), m.mtime())))
+                        Some((e.file_name(), (m.ino(), m.len(), m.ctime(), m.ctime_nsec())))
                     })
                     .collect()
             })

@@ -404,3 +404,48 @@ mk hid/deep/.git h; chmod 111 hid
         pr.keep_ok();
     }
 }
+
+/// `objects` and `refs` as dangling symlinks: no repository for git now,
+/// one as soon as the target is made (`mkdir target`, any build): counted
+/// as a plant when it is planted. A hook of the user's repository
+/// rewritten in place with its mtime put back is still a changed hook
+/// (the ctime moved): quarantined, with an alert.
+#[test]
+fn dangling_links_and_hooks_rewritten_in_place_are_caught() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        let script = r#"set -e
+mkdir -p tools/.git
+printf 'ref: refs/heads/main\n' > tools/.git/HEAD
+printf '[core]\n\tfsmonitor = touch %s-t\n' "$MARK" > tools/.git/config
+ln -s ../../target tools/.git/objects; ln -s ../../target tools/.git/refs
+H=keep/.git/hooks/pre-commit.sample
+m=$(stat -c %Y "$H"); s=$(stat -c %s "$H")
+head -c "$s" /dev/zero | tr '\0' '#' 1<> "$H"
+touch -d "@$m" "$H"
+"#;
+        let out = plants_within_60s(&pr, script);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        std::fs::create_dir_all(pr.p.join("target")).unwrap();
+        if who == As::User {
+            sbx_testutil::chown_to_test_user(&pr.p.join("target"));
+        }
+        assert!(
+            !pr.git_runs_plant("tools", "t"),
+            "{who:?}: the dangling plant ran"
+        );
+        assert_event(&pr.audit, "git_repo_planted", "alert", |e| {
+            e["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("tools/.git"))
+        });
+        assert_event(&pr.audit, "git_repo_changed", "alert", |e| {
+            e["quarantined"].to_string().contains("pre-commit.sample")
+        });
+        assert!(
+            !pr.p.join("keep/.git/hooks/pre-commit.sample").exists(),
+            "{who:?}: the rewritten hook is still in place"
+        );
+        pr.keep_ok();
+    }
+}

@@ -303,12 +303,9 @@ fn a_garbage_head_is_refused() {
             |e| e["ref"] == "HEAD" && e["reason"].as_str().unwrap().contains("unreadable"),
         );
         // A FIFO: opened without blocking, refused, never waited on.
-        attack(
-            who,
-            "rm .git/HEAD; mkfifo .git/HEAD",
-            "ref_refused",
-            |e| e["ref"] == "HEAD" && e["reason"].as_str().unwrap().contains("unreadable"),
-        );
+        attack(who, "rm .git/HEAD; mkfifo .git/HEAD", "ref_refused", |e| {
+            e["ref"] == "HEAD" && e["reason"].as_str().unwrap().contains("unreadable")
+        });
     }
 }
 
