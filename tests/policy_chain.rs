@@ -77,7 +77,9 @@ fn chain(p: &Project, extra: &[&str], script: &str, who: As) -> std::process::Ou
     c.current_dir(&p.root)
         .env("PATH", PATH)
         .env("H", &p.home)
-        .env("OUT", &p.outside);
+        .env("OUT", &p.outside)
+        // Only an allowlist of the caller's variables reaches the sandbox.
+        .env("SBX_PASS_ENV", "H,OUT");
     run_as(&mut c, who);
     c.output().unwrap()
 }
@@ -433,7 +435,8 @@ fn settings_change_takes_effect_at_the_next_turn_only() {
         c.args(["--", "sh", "-c", script]);
         c.current_dir(&p.root)
             .env("PATH", PATH)
-            .env("OUT", &p.outside);
+            .env("OUT", &p.outside)
+            .env("SBX_PASS_ENV", "OUT");
         c.stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         run_as(&mut c, who);

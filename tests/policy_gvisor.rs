@@ -86,7 +86,9 @@ fn chain_cmd(p: &Project, script: &str, who: As) -> Command {
     c.current_dir(&p.root)
         .env("PATH", PATH)
         .env("HOME", &p.home)
-        .env("H", &p.home);
+        .env("H", &p.home)
+        // Only an allowlist of the caller's variables reaches the sandbox.
+        .env("SBX_PASS_ENV", "H");
     run_as(&mut c, who);
     c
 }

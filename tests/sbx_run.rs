@@ -74,6 +74,8 @@ fn sbx_run_confines_a_command_to_its_project() {
         ]);
         c.env("SBX_BIN", bin_dir())
             .env("OTHER", &other)
+            // Only an allowlist of the caller's variables reaches the sandbox.
+            .env("SBX_PASS_ENV", "OTHER")
             .env_remove("SBX_ID")
             .env_remove("SBX_AUDIT_LOG");
         c.env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")

@@ -34,6 +34,7 @@ complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "snapshot"
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "check" -d 'Check the repository (against a snapshot, when given); change nothing'
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "repair" -d 'Compare the repository with a snapshot and repair it'
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "import" -d 'Import a git stage (commits made in a sandbox) into the repository, then remove the stage'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "plants" -d 'Snapshot the repositories of writable directories, run CMD, then quarantine every repository planted there (for any project, git or not)'
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l repo -d 'The repository: the top of a work tree (main or linked) or a bare git dir' -r -F
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l lock-wait -d 'How long to wait for a concurrent git process\'s lock files to go' -r
@@ -81,9 +82,17 @@ complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand import" -l aud
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand import" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand import" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand import" -s h -l help -d 'Print help'
-complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import help" -f -a "run" -d 'Snapshot the repository, run CMD under supervision, verify, repair, report'
-complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import help" -f -a "snapshot" -d 'Write a snapshot of the repository to FILE'
-complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import help" -f -a "check" -d 'Check the repository (against a snapshot, when given); change nothing'
-complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import help" -f -a "repair" -d 'Compare the repository with a snapshot and repair it'
-complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import help" -f -a "import" -d 'Import a git stage (commits made in a sandbox) into the repository, then remove the stage'
-complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand plants" -l dir -d 'A writable directory to check (repeatable): every directory the command can write, at any depth' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand plants" -l quarantine -d 'Where planted repositories are moved (default: $XDG_STATE_HOME/sbx/quarantine, else ~/.local/state/sbx/quarantine)' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand plants" -l max-entries -d 'Most directory entries walked per scan; over it the run refuses to start (before) or fails with an alert (after), never silently' -r
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand plants" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand plants" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand plants" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand plants" -s h -l help -d 'Print help'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import plants help" -f -a "run" -d 'Snapshot the repository, run CMD under supervision, verify, repair, report'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import plants help" -f -a "snapshot" -d 'Write a snapshot of the repository to FILE'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import plants help" -f -a "check" -d 'Check the repository (against a snapshot, when given); change nothing'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import plants help" -f -a "repair" -d 'Compare the repository with a snapshot and repair it'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import plants help" -f -a "import" -d 'Import a git stage (commits made in a sandbox) into the repository, then remove the stage'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import plants help" -f -a "plants" -d 'Snapshot the repositories of writable directories, run CMD, then quarantine every repository planted there (for any project, git or not)'
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand help; and not __fish_seen_subcommand_from run snapshot check repair import plants help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

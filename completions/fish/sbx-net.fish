@@ -5,6 +5,7 @@ complete -c sbx-net -l allow-cidr -d 'Allow an address range on PORTS (default 8
 complete -c sbx-net -l allow-file -d 'Read allow entries from FILE, one per line (# comments)' -r -F
 complete -c sbx-net -l dns-upstream -d 'DNS server the proxy forwards allowlisted names to (ADDR[:PORT], repeat; default: the nameservers of the host\'s /etc/resolv.conf)' -r
 complete -c sbx-net -l dns-rebind-allow -d 'Let DOMAIN and its subdomains resolve to private, loopback or link-local addresses (internal names; rebinding protection stays on for every other name). Repeat' -r
+complete -c sbx-net -l allow-host-address -d 'Let the sandbox reach ADDR although it is one of this host\'s own addresses (services bound to it), on the ports an --allow-cidr or name entry grants. Without it the host\'s addresses are never reachable, whatever CIDR contains them. Repeat' -r
 complete -c sbx-net -l connect-timeout -d 'Give up connecting out after DURATION' -r
 complete -c sbx-net -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-net -l sni-check -d 'For connections allowed through a name: the TLS SNI (or HTTP Host) must be an allowed name that resolved to the destination address'

@@ -45,6 +45,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l cpus -
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l tmp-size -d 'Size of /tmp, /dev/shm and $HOME (default 1G)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l timeout -d 'Wall-clock limit (default 2h)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l fsize -d 'Largest file the command may write (default 8G)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l pass-env -d 'Pass the caller\'s variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
@@ -60,6 +61,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l cpus -
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l tmp-size -d 'Size of /tmp, /dev/shm and $HOME (default 1G)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l timeout -d 'Wall-clock limit (default 2h)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l fsize -d 'Largest file the command may write (default 8G)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l pass-env -d 'Pass the caller\'s variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
@@ -75,6 +77,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l cpus -d 
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l tmp-size -d 'Size of /tmp, /dev/shm and $HOME (default 1G)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l timeout -d 'Wall-clock limit (default 2h)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l fsize -d 'Largest file the command may write (default 8G)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l pass-env -d 'Pass the caller\'s variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l trust -d 'How far the command is trusted: full (path allowlist only), low (namespace chain), zero (gVisor or a microVM)' -r -f -a "full\t'Path allowlist only (sbx-path): for agents you trust'
 low\t'The Linux namespace chain'
 zero\t'A separate kernel: gVisor or a microVM'"
@@ -102,8 +105,10 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l pids -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l cpus -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l timeout -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l fsize -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l pass-env -d 'Pass the caller\'s variable NAME (or PREFIX*) too (as sbx-fs --pass-env)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l keep-env -d 'Pass the caller\'s whole environment (as sbx-fs --keep-env)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -s h -l help -d 'Print help'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain gvisor help" -f -a "compile" -d 'Print the sandbox configuration as JSON: one section per tool, keys = long flag names (a --config file)'

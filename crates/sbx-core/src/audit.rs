@@ -3,8 +3,9 @@
 //! One event is one line, written with one `write(2)` on an `O_APPEND` fd, so
 //! the lines of every tool of a chain interleave whole. The first tool opens
 //! the file (`--audit-log PATH` or `SBX_AUDIT_LOG`); it hands the open fd to
-//! the next tool through `SBX_AUDIT_FD` only when that next command is an sbx
-//! tool, so the sandboxed program itself never holds a writable handle to the
+//! the next tool through `SBX_AUDIT_FD` only when that next command is a
+//! real sbx tool, decided by file identity ([`crate::toolid`]), never by
+//! name; so the sandboxed program itself never holds a writable handle to the
 //! log and needs no path to it inside the sandbox.
 
 use std::ffi::OsStr;
@@ -43,6 +44,13 @@ pub enum AuditError {
 pub struct Audit {
     tool: &'static str,
     fd: Option<OwnedFd>,
+    chain: std::sync::Mutex<crate::auditchain::Writer>,
+    /// Where this run's lines start, when this tool owns the end-of-run
+    /// summary (it opened the log, or took over from the tool that
+    /// exec'd it); see [`crate::violations`].
+    summary_from: Option<u64>,
+    /// SBX_VIOLATIONS: the file the summary also goes to.
+    summary_file: Option<PathBuf>,
 }
 
 static GLOBAL: OnceLock<Audit> = OnceLock::new();
@@ -53,22 +61,45 @@ pub fn init(tool: &'static str, path: Option<&Path>) -> Result<&'static Audit, A
     if let Some(a) = GLOBAL.get() {
         return Ok(a);
     }
+    // Before any namespace or root change: which files are the real tools.
+    crate::toolid::init();
     let fd = match path {
         Some(p) => Some(open_log(p)?),
         None => inherited_fd()?,
     };
+    let summary_from = match (&fd, path) {
+        (Some(f), Some(_)) => Some(crate::auditchain::size_of(f.as_raw_fd())),
+        (Some(_), None) => std::env::var(crate::violations::ENV_START)
+            .ok()
+            .and_then(|v| v.parse().ok()),
+        _ => None,
+    };
+    let summary_file = std::env::var_os(crate::violations::ENV_FILE).map(PathBuf::from);
     // Do not let the variables leak further than this tool decides: the
     // handoff sets them again for a next sbx tool.
     // SAFETY: start-up, single-threaded.
     unsafe {
         std::env::remove_var(ENV_FD);
         std::env::remove_var(ENV_PATH);
+        std::env::remove_var(crate::violations::ENV_START);
+        std::env::remove_var(crate::violations::ENV_FILE);
     }
-    Ok(GLOBAL.get_or_init(|| Audit { tool, fd }))
+    let chain = std::sync::Mutex::new(crate::auditchain::Writer::new(
+        fd.as_ref().map(|f| f.as_raw_fd()),
+    ));
+    Ok(GLOBAL.get_or_init(|| Audit {
+        tool,
+        fd,
+        chain,
+        summary_from,
+        summary_file,
+    }))
 }
 
 fn open_log(path: &Path) -> Result<OwnedFd, AuditError> {
+    // Readable too: each line is chained to the hash of the one before.
     let f = OpenOptions::new()
+        .read(true)
         .append(true)
         .create(true)
         .mode(0o600)
@@ -114,6 +145,26 @@ pub fn emit(event: &str, severity: Severity, fields: Value) {
     }
 }
 
+/// An alert budget ran out (a rate limit or a cap of `event` alerts): says
+/// so with one `alert_budget_exhausted` alert, the first time only, per
+/// event name and process. What follows is counted, not logged one by one.
+pub fn budget_exhausted(event: &str, fields: Value) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    {
+        let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+        if said.iter().any(|e| e == event) {
+            return;
+        }
+        said.push(event.to_string());
+    }
+    let mut m = match fields {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    m.insert("suppressed_event".into(), Value::String(event.to_string()));
+    emit("alert_budget_exhausted", Severity::Alert, Value::Object(m));
+}
+
 /// Mirrors an event to the diagnostics. When a log file receives it, the
 /// copy is at info level (`-v`): a second line per event on stderr would
 /// break "bad input is one line" and cost a hot path (a DNS flood) dearly.
@@ -144,56 +195,109 @@ impl Audit {
 
     /// Writes the event to the log only (no tracing line on stderr).
     pub fn record(&self, event: &str, severity: Severity, fields: Value) {
+        if self.fd.is_none() {
+            return;
+        }
+        self.append_object(common(self.tool, event, severity, fields));
+    }
+
+    /// Appends a prepared event object (with its common keys) to the log,
+    /// chained: `seq` and `prev` are set here (see [`crate::auditchain`]).
+    /// For events relayed from elsewhere (a guest's log).
+    pub fn append_object(&self, m: Map<String, Value>) {
         let Some(fd) = &self.fd else { return };
-        let line = render(self.tool, event, severity, fields);
-        if let Err(e) = write_all(fd.as_raw_fd(), line.as_bytes()) {
+        let mut w = self.chain.lock().unwrap_or_else(|e| e.into_inner());
+        let r = w.append(fd.as_raw_fd(), |seq, prev| {
+            let mut m = m.clone();
+            m.insert("seq".into(), Value::from(seq));
+            m.insert("prev".into(), Value::String(prev.to_string()));
+            let mut s = Value::Object(m).to_string();
+            s.push('\n');
+            s
+        });
+        if let Err(e) = r {
             eprintln!("{}: audit log write failed: {e}", self.tool);
         }
     }
 
-    /// Environment for the next command: the fd (kept open across exec) when
-    /// it is an sbx tool, nothing otherwise. Returns the fd to keep.
+    /// Environment for the next command spawned as `cmd` (built by
+    /// [`crate::supervise::command`]): the fd (kept open across exec) and the
+    /// trusted tool set when `cmd` execs a trusted sbx tool (by identity,
+    /// see [`crate::toolid`]; `next_program` is only for messages), nothing
+    /// otherwise. Returns the fd to keep.
     pub fn handoff(&self, next_program: &OsStr, cmd: &mut std::process::Command) -> Option<RawFd> {
         cmd.env_remove(ENV_PATH);
         cmd.env_remove(ENV_FD);
-        match (self.raw_fd(), crate::chain::is_sbx_tool(next_program)) {
-            (Some(fd), true) => {
-                cmd.env(ENV_FD, fd.to_string());
-                Some(fd)
-            }
-            _ => None,
-        }
-    }
-
-    /// Same as [`Audit::handoff`] for tools that `execve` in place: returns
-    /// the (name, value) to add to the environment and clears `FD_CLOEXEC`.
-    pub fn handoff_exec(&self, next_program: &OsStr) -> Option<(String, String)> {
-        let fd = self.raw_fd()?;
-        if !crate::chain::is_sbx_tool(next_program) {
+        cmd.env_remove(crate::toolid::ENV);
+        if !crate::chain::is_sbx_tool(cmd.get_program()) {
+            tracing::debug!(program = %next_program.to_string_lossy(), "not an sbx tool: no audit fd");
             return None;
         }
-        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
-        Some((ENV_FD.to_string(), fd.to_string()))
+        cmd.env(crate::toolid::ENV, crate::toolid::env_value());
+        let fd = self.raw_fd()?;
+        cmd.env(ENV_FD, fd.to_string());
+        Some(fd)
     }
 }
 
-fn write_all(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+/// At the end of a run (from `cli::run_main`): the tool that owns the
+/// summary prints what the sandbox was refused (see [`crate::violations`]).
+pub fn finish_run() {
+    let Some(a) = get() else { return };
+    let (Some(fd), Some(start)) = (&a.fd, a.summary_from) else {
+        return;
+    };
+    crate::violations::report(fd.as_raw_fd(), start, a.summary_file.as_deref());
+}
+
+/// For a tool that execs in place ([`crate::chain::exec`]): the audit
+/// variables of `env` are dropped, then, when the next program is a trusted
+/// sbx tool (`to_tool`), the trusted set and the audit fd (its close-on-exec
+/// flag cleared) are set.
+pub(crate) fn prepare_exec_env(
+    env: &mut Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    to_tool: bool,
+) {
+    for k in [
+        ENV_PATH,
+        ENV_FD,
+        crate::toolid::ENV,
+        crate::violations::ENV_START,
+        crate::violations::ENV_FILE,
+    ] {
+        crate::chain::unset_env(env, OsStr::new(k));
+    }
+    if !to_tool {
+        return;
+    }
+    crate::chain::set_env(env, crate::toolid::ENV, crate::toolid::env_value());
+    // The end-of-run summary is taken over by the tool we become.
+    if let Some(a) = get()
+        && let Some(start) = a.summary_from
+    {
+        crate::chain::set_env(env, crate::violations::ENV_START, start.to_string());
+        if let Some(f) = &a.summary_file {
+            crate::chain::set_env(env, crate::violations::ENV_FILE, f.as_os_str());
         }
-        buf = &buf[n as usize..];
     }
-    Ok(())
+    if let Some(fd) = get().and_then(|a| a.raw_fd()) {
+        // SAFETY: clears FD_CLOEXEC on our own open fd, just before exec.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+        crate::chain::set_env(env, ENV_FD, fd.to_string());
+    }
 }
 
-/// One JSON line: the common keys first, then the event's own fields.
+/// One JSON line (unchained: no `seq`/`prev`; [`Audit::record`] chains):
+/// the common keys, then the event's own fields.
 pub fn render(tool: &str, event: &str, severity: Severity, fields: Value) -> String {
+    let mut s = Value::Object(common(tool, event, severity, fields)).to_string();
+    s.push('\n');
+    s
+}
+
+/// The event object: common keys, then the event's fields (which cannot
+/// override them, nor the chain's `seq`/`prev`).
+fn common(tool: &str, event: &str, severity: Severity, fields: Value) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("ts".into(), Value::String(timestamp_now()));
     m.insert(
@@ -210,12 +314,12 @@ pub fn render(tool: &str, event: &str, severity: Severity, fields: Value) -> Str
     if let Value::Object(extra) = fields {
         for (k, v) in extra {
             // The common keys cannot be overridden by an event's fields.
-            m.entry(k).or_insert(v);
+            if k != "seq" && k != "prev" {
+                m.entry(k).or_insert(v);
+            }
         }
     }
-    let mut s = Value::Object(m).to_string();
-    s.push('\n');
-    s
+    m
 }
 
 /// RFC 3339 UTC with milliseconds, without a date-time dependency.

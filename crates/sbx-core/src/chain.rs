@@ -2,7 +2,7 @@
 //! sees it, `execve` in place, and the 126/127 rules.
 
 use std::ffi::{CString, OsStr, OsString};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
@@ -11,12 +11,58 @@ use crate::exit::{self, Failure};
 /// PATH used when the environment has none (as execvp's default, minus ".").
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Whether `program` names an sbx tool (basename starts with `sbx-`): such a
-/// next command receives the audit fd and may need capabilities.
+/// Whether `program` is one of the real sbx tool binaries, by identity
+/// ([`crate::toolid`]), never by name: such a next command receives the audit
+/// fd and may need capabilities. `program` is resolved with this process's
+/// PATH; a program pinned by [`spawn_program`] is judged by its pinned file.
 pub fn is_sbx_tool(program: &OsStr) -> bool {
-    Path::new(program)
-        .file_name()
-        .is_some_and(|n| n.as_bytes().starts_with(b"sbx-"))
+    if let Some(t) = pinned(program) {
+        return t;
+    }
+    let path = std::env::var_os("PATH");
+    open_tool(program, path.as_deref()).is_some()
+}
+
+/// Resolves `program` with `path` and opens it once; returns the open file
+/// only when it is a trusted sbx tool (then execute *that* file, e.g. with
+/// [`exec_fd`], so the check and the exec see the same inode).
+pub fn open_tool(program: &OsStr, path: Option<&OsStr>) -> Option<OwnedFd> {
+    let p = resolve(program, path).ok()?;
+    let fd = crate::toolid::open_path(&p).ok()?;
+    crate::toolid::is_tool(fd.as_fd()).then_some(fd)
+}
+
+/// Files opened by [`spawn_program`]: they stay open until this process
+/// execs or exits (a supervisor spawns one next command).
+static PINNED: std::sync::Mutex<Vec<OwnedFd>> = std::sync::Mutex::new(Vec::new());
+
+const PROC_FD: &str = "/proc/self/fd/";
+
+/// The program path a spawned child should exec for the resolved program
+/// `resolved`: when it is a trusted sbx tool, the file is opened now and the
+/// child execs `/proc/self/fd/N` (that very file, whatever happens to the
+/// path meanwhile); anything else is executed by its path.
+pub fn spawn_program(resolved: PathBuf) -> PathBuf {
+    let Ok(fd) = crate::toolid::open_path(&resolved) else {
+        return resolved;
+    };
+    if !crate::toolid::is_tool(fd.as_fd()) {
+        return resolved;
+    }
+    let p = PathBuf::from(format!("{PROC_FD}{}", fd.as_raw_fd()));
+    PINNED.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+    p
+}
+
+/// Some(trusted) when `program` is a path made by [`spawn_program`].
+fn pinned(program: &OsStr) -> Option<bool> {
+    let n: i32 = std::str::from_utf8(program.as_bytes().strip_prefix(PROC_FD.as_bytes())?)
+        .ok()?
+        .parse()
+        .ok()?;
+    let list = PINNED.lock().unwrap_or_else(|e| e.into_inner());
+    let fd = list.iter().find(|f| f.as_raw_fd() == n)?;
+    Some(crate::toolid::is_tool(fd.as_fd()))
 }
 
 /// Resolves `program` as `execvp` would with `path` (a PATH value).
@@ -94,7 +140,10 @@ fn path_of(env: &[(OsString, OsString)]) -> Option<&OsStr> {
 }
 
 /// Replaces this process with `argv` (resolved with the PATH in `env`).
-/// Returns only on failure, with the 126/127 status and a message.
+/// A trusted sbx tool is opened once and executed from that file, with the
+/// audit fd handed on; anything else is executed by path and gets neither
+/// the audit fd nor its variables. Returns only on failure, with the 126/127
+/// status and a message.
 pub fn exec(argv: &[OsString], env: &[(OsString, OsString)]) -> Failure {
     let Some(prog) = argv.first() else {
         return Failure::new("no command given after --");
@@ -103,10 +152,17 @@ pub fn exec(argv: &[OsString], env: &[(OsString, OsString)]) -> Failure {
         Ok(p) => p,
         Err(f) => return f,
     };
+    if let Ok(fd) = crate::toolid::open_path(&path)
+        && crate::toolid::is_tool(fd.as_fd())
+    {
+        return exec_fd(fd.as_fd(), argv, env);
+    }
+    let mut env = env.to_vec();
+    crate::audit::prepare_exec_env(&mut env, false);
     let (cpath, cargv, cenv) = match (
         CString::new(path.as_os_str().as_bytes()).map_err(|_| Failure::new("NUL in path")),
         cstrings(argv),
-        env_strings(env),
+        env_strings(&env),
     ) {
         (Ok(a), Ok(b), Ok(c)) => (a, b, c),
         (Err(f), _, _) | (_, Err(f), _) | (_, _, Err(f)) => return f,
@@ -120,15 +176,19 @@ pub fn exec(argv: &[OsString], env: &[(OsString, OsString)]) -> Failure {
 }
 
 /// `execveat(fd, "", AT_EMPTY_PATH)`: runs a program opened earlier (e.g.
-/// before a pivot_root made its path unreachable). Returns only on failure.
+/// before a pivot_root made its path unreachable). When that file is a
+/// trusted sbx tool it receives the audit fd. Returns only on failure.
 pub fn exec_fd(fd: BorrowedFd<'_>, argv: &[OsString], env: &[(OsString, OsString)]) -> Failure {
-    let (cargv, cenv) = match (cstrings(argv), env_strings(env)) {
+    let mut env = env.to_vec();
+    crate::audit::prepare_exec_env(&mut env, crate::toolid::is_tool(fd));
+    let (cargv, cenv) = match (cstrings(argv), env_strings(&env)) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(f), _) | (_, Err(f)) => return f,
     };
     let argv_p = ptrs(&cargv);
     let env_p = ptrs(&cenv);
     let _ = crate::signals::unblock_all();
+    // SAFETY: NUL-terminated argv/envp arrays that outlive the call.
     unsafe {
         libc::syscall(
             libc::SYS_execveat,
@@ -194,11 +254,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sbx_tool_detection() {
-        assert!(is_sbx_tool(OsStr::new("sbx-seccomp")));
-        assert!(is_sbx_tool(OsStr::new("/usr/bin/sbx-fs")));
-        assert!(!is_sbx_tool(OsStr::new("bash")));
-        assert!(!is_sbx_tool(OsStr::new("/opt/sbx-dir/bash")));
+    fn sbx_tool_detection_is_by_identity_not_name() {
+        // This test binary is trusted as "own exe"; a look-alike named
+        // sbx-* is not, nor is an ordinary program.
+        let me = std::fs::read_link("/proc/self/exe").unwrap();
+        assert!(is_sbx_tool(me.as_os_str()));
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("sbx-seccomp");
+        std::fs::copy(&me, &fake).unwrap();
+        assert!(!is_sbx_tool(fake.as_os_str()));
+        assert!(!is_sbx_tool(OsStr::new("/bin/sh")));
+        let pinned = spawn_program(me.clone());
+        assert!(pinned.starts_with(PROC_FD));
+        assert!(is_sbx_tool(pinned.as_os_str()));
+        assert_eq!(spawn_program(fake.clone()), fake);
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub const TOOLS: &[&str] = &[
     "sbx-vm",
     "sbx-path",
     "sbx-policy",
+    "sbx-audit",
 ];
 
 /// Flags every tool takes.
@@ -53,10 +54,13 @@ pub struct CommonArgs {
 /// Runs a tool's real main and exits: `Ok(code)` exits with code, a
 /// [`Failure`] prints `tool: message` on stderr and exits with its code.
 /// Blocks the forwarded signals first, so every thread inherits the mask.
+/// A write to a closed stdout pipe (`sbx-policy compile | true`) ends the
+/// tool quietly by SIGPIPE, as coreutils do ([`quiet_broken_pipe`]).
 pub fn run_main<F>(tool: &'static str, f: F) -> !
 where
     F: FnOnce() -> Result<i32, Failure>,
 {
+    quiet_broken_pipe();
     let code = match crate::signals::block_forwarded()
         .map_err(|e| Failure::new(format!("sigprocmask: {e}")))
         .and_then(|()| f())
@@ -74,11 +78,71 @@ where
                     serde_json::json!({ "error": fail.message }),
                 );
             }
-            eprintln!("{tool}: {}", fail.message);
+            // Messages name paths and values the sandbox may have chosen:
+            // escaped, so no control sequence reaches the terminal.
+            eprintln!("{tool}: {}", crate::escape::terminal(&fail.message));
             fail.code
         }
     };
+    crate::audit::finish_run();
     std::process::exit(code)
+}
+
+/// Makes a broken stdout end the process quietly, the way coreutils end
+/// with SIGPIPE's default action: `println!` panics with "failed printing
+/// to stdout: Broken pipe" (the Rust runtime ignores SIGPIPE, so a write
+/// returns EPIPE), and that one panic becomes death by SIGPIPE, with no
+/// message and no backtrace. SIGPIPE itself stays ignored, so a supervisor
+/// writing to a dead socket or pipe still sees EPIPE and carries on; every
+/// other panic keeps the default report.
+pub fn quiet_broken_pipe() {
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && is_epipe_text(msg) {
+            die_of_sigpipe();
+        }
+        prev(info)
+    }));
+}
+
+fn is_epipe_text(msg: &str) -> bool {
+    msg.contains(&format!("(os error {})", libc::EPIPE))
+}
+
+/// Ends the process the way a write to a closed pipe ends a C program:
+/// killed by SIGPIPE (status 128+13 in a shell), nothing on stderr.
+pub fn die_of_sigpipe() -> ! {
+    // SAFETY: restoring the default action and raising the signal touch
+    // only this process's signal state; _exit is the fallback if SIGPIPE
+    // could not be delivered (it never returns).
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(libc::SIGPIPE);
+        libc::_exit(128 + libc::SIGPIPE)
+    }
+}
+
+/// Writes `bytes` to stdout: EPIPE ends the tool quietly
+/// ([`die_of_sigpipe`]), another error is a [`Failure`] naming stdout.
+/// For printing loops that must stop at a closed reader.
+pub fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EPIPE) => die_of_sigpipe(),
+        Err(e) => Err(Failure::new(format!("write stdout: {e}"))),
+    }
 }
 
 /// Parses argv for a tool whose clap type is `C` (which flattens
@@ -223,7 +287,7 @@ pub fn load_section(
     path: &Path,
     tool: &str,
 ) -> Result<Option<serde_json::Map<String, Value>>, Failure> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::input::read_regular_string(path, crate::input::CONFIG_CAP)
         .map_err(|e| Failure::new(format!("--config {}: {e}", path.display())))?;
     let v: Value = serde_json::from_str(&text)
         .map_err(|e| Failure::new(format!("--config {}: not valid JSON: {e}", path.display())))?;

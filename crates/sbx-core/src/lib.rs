@@ -6,19 +6,27 @@
 //! fd hygiene, fd passing, signal forwarding and die-with-parent.
 
 pub mod audit;
+pub mod auditchain;
 pub mod chain;
 pub mod cli;
+pub mod deathwatch;
+pub mod envpolicy;
+pub mod escape;
 pub mod exit;
 pub mod fds;
 pub mod id;
+pub mod input;
 pub mod man;
 pub mod passfd;
 pub mod pidfd;
+pub mod registry;
 pub mod sbxnet;
 pub mod signals;
 pub mod sigsys;
 pub mod supervise;
+pub mod toolid;
 pub mod units;
+pub mod violations;
 
 pub use audit::Severity;
 pub use exit::Failure;

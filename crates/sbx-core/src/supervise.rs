@@ -186,7 +186,7 @@ pub fn command(
         None => std::env::var_os("PATH"),
     };
     let resolved = chain::resolve(prog, path_var.as_deref())?;
-    let mut cmd = Command::new(resolved);
+    let mut cmd = Command::new(chain::spawn_program(resolved));
     cmd.arg0(prog).args(&argv[1..]);
     if let Some(e) = env {
         cmd.env_clear();
@@ -387,6 +387,7 @@ impl Supervisor {
                 return self.reap().map(Wake::Exited);
             }
             if fds.len() > 2 && fds[2].revents != 0 {
+                crate::deathwatch::supervisor_died("parent sbx tool");
                 return Ok(Wake::ParentDied);
             }
         }
@@ -407,6 +408,7 @@ impl Supervisor {
         let status = ExitStatus::from_raw(st);
         self.status = Some(status);
         crate::sigsys::report_child_exit_of(self.pid, status, self.child_is_sbx);
+        crate::deathwatch::child_tool_exited(self.pid, status, self.child_is_sbx);
         Ok(status)
     }
 

@@ -104,7 +104,10 @@ pub fn read_secret_file(flag: &'static str, path: &Path) -> Result<SecretString,
         path: path.to_path_buf(),
         why,
     };
-    let raw = Zeroizing::new(std::fs::read(path).map_err(|e| err(e.to_string()))?);
+    let raw = Zeroizing::new(
+        sbx_core::input::read_regular(path, sbx_core::input::CONFIG_CAP)
+            .map_err(|e| err(e.to_string()))?,
+    );
     let text = std::str::from_utf8(&raw).map_err(|_| err("not UTF-8 text".into()))?;
     let t = text.trim();
     if t.is_empty() {

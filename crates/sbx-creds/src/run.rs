@@ -100,8 +100,18 @@ pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(k, _)| !SCRUBBED.iter().any(|s| k == *s))
         .collect();
+    let mut names: Vec<String> = std::env::var(sbx_core::envpolicy::ENV_PASS)
+        .map(|v| v.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
     for (k, v) in session.env() {
         sbx_core::chain::set_env(&mut env, k.as_str(), v.expose_secret());
+        names.push(k.to_string());
+    }
+    // sbx-fs (and the gVisor step) pass only an allowlist of the caller's
+    // variables: these are named for them, so the secrets reach the command.
+    names.retain(|n| !n.is_empty());
+    if !names.is_empty() {
+        sbx_core::chain::set_env(&mut env, sbx_core::envpolicy::ENV_PASS, names.join(","));
     }
     let cmd = supervise::command(&cli.cmd, Some(&env));
     for (_, v) in env.drain(..) {

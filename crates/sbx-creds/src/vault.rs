@@ -137,10 +137,13 @@ impl Vault {
         }
         let mut ca = Vec::new();
         if let Some(p) = &cfg.ca_cert {
-            let text = std::fs::read(p).map_err(|e| VaultError::CaCert {
-                path: p.clone(),
-                why: e.to_string(),
-            })?;
+            let text =
+                sbx_core::input::read_regular(p, sbx_core::input::CONFIG_CAP).map_err(|e| {
+                    VaultError::CaCert {
+                        path: p.clone(),
+                        why: e.to_string(),
+                    }
+                })?;
             reqwest::Certificate::from_pem_bundle(&text).map_err(|e| VaultError::CaCert {
                 path: p.clone(),
                 why: format!("not a PEM certificate bundle: {e}"),

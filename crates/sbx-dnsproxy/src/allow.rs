@@ -53,7 +53,7 @@ pub enum AllowError {
         entry: String,
         why: String,
     },
-    #[error("allowlist file {path}: {why}")]
+    #[error("--allow-file {path}: {why}")]
     File { path: PathBuf, why: String },
 }
 
@@ -165,6 +165,41 @@ pub fn normalize_name(s: &str) -> Result<String, String> {
     Ok(ascii)
 }
 
+/// Whether `label` (one wire-format label) holds only bytes a hostname
+/// label may hold: ASCII letters, digits, '-' and '_', 1 to 63 of them.
+pub fn is_hostname_label(label: &[u8]) -> bool {
+    (1..=63).contains(&label.len())
+        && label
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+}
+
+/// Whether `name` (dotted, no trailing dot) is made of hostname labels
+/// only, so that splitting it on '.' gives exactly its wire labels.
+pub fn is_hostname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| is_hostname_label(l.as_bytes()))
+}
+
+/// The lower-case dotted form of a parsed name, built from its wire
+/// labels; `None` when a label holds a byte that is not a hostname
+/// character (a dot, a backslash, a space, a control or 8-bit byte...):
+/// such a name is refused, never matched or forwarded. The root is "".
+pub fn name_from_wire(name: &hickory_proto::rr::Name) -> Option<String> {
+    let mut out = String::with_capacity(name.len());
+    for label in name.iter() {
+        if !is_hostname_label(label) {
+            return None;
+        }
+        if !out.is_empty() {
+            out.push('.');
+        }
+        out.extend(label.iter().map(|c| c.to_ascii_lowercase() as char));
+    }
+    Some(out)
+}
+
 /// Whether `name` (normalised) is itself a public suffix (`com`, `co.uk`,
 /// `github.io`, ...), from the Public Suffix List.
 pub fn is_public_suffix(name: &str) -> bool {
@@ -233,10 +268,13 @@ impl Allowlist {
 
     /// Adds the entries of a file: one per line, `#` starts a comment.
     pub fn add_file(&mut self, path: &Path) -> Result<(), AllowError> {
-        let text = std::fs::read_to_string(path).map_err(|e| AllowError::File {
-            path: path.to_path_buf(),
-            why: e.to_string(),
-        })?;
+        let text =
+            sbx_core::input::read_regular_string(path, sbx_core::input::LIST_CAP).map_err(|e| {
+                AllowError::File {
+                    path: path.to_path_buf(),
+                    why: e.to_string(),
+                }
+            })?;
         for (i, line) in text.lines().enumerate() {
             let l = line.split('#').next().unwrap_or("").trim();
             if l.is_empty() {
@@ -257,7 +295,15 @@ impl Allowlist {
     }
 
     /// Whether `name` (lower case, no trailing dot) is allowed, and how.
+    /// A name that is not a plain hostname (a byte other than letters,
+    /// digits, '-', '_' and the dots between labels, or an empty label)
+    /// matches nothing: its presentation form could hide a dot inside a
+    /// label (`x\.allowed.test`), and splitting it on '.' would put it
+    /// under `*.allowed.test`.
     pub fn matches<'a>(&'a self, name: &str) -> Option<Match<'a>> {
+        if !is_hostname(name) {
+            return None;
+        }
         if self.exact.contains(name) {
             return Some(Match::Exact);
         }

@@ -22,6 +22,10 @@ pub struct TunnelLimits {
     /// Distinct names one client may ask under one wildcard entry per
     /// window; names already seen in the window still resolve.
     pub max_distinct_per_window: usize,
+    /// Queries for allowlisted names one client may make per window, cache
+    /// hits, repeats and TTL-0 answers included: the choice of which
+    /// allowed (name, type) to ask, and when, is a channel of its own.
+    pub max_queries_per_window: usize,
     pub window: Duration,
 }
 
@@ -33,6 +37,7 @@ impl Default for TunnelLimits {
             max_entropy: 4.0,
             entropy_min_len: 24,
             max_distinct_per_window: 100,
+            max_queries_per_window: 1000,
             window: Duration::from_secs(60),
         }
     }
@@ -51,6 +56,13 @@ pub struct ProxyConfig {
     /// Answer NXDOMAIN instead of REFUSED for names not allowlisted.
     pub nxdomain_for_refused: bool,
     pub tunnel: TunnelLimits,
+    /// What a "client" is for the rate limits and the tunnelling budgets:
+    /// the source address masked to this many bits (IPv4; 24 = a /24), so
+    /// a host rotating over many source addresses is still one client.
+    /// sbx-net sets both to 0: every client is the sandbox.
+    pub client_prefix_v4: u8,
+    /// The same for IPv6 (56 = a /56).
+    pub client_prefix_v6: u8,
     /// Refused queries answered per client per second (then dropped).
     pub refused_rate: u32,
     /// Burst of refused answers per client.
@@ -90,6 +102,8 @@ impl Default for ProxyConfig {
             qtypes: default_qtypes(),
             nxdomain_for_refused: false,
             tunnel: TunnelLimits::default(),
+            client_prefix_v4: 24,
+            client_prefix_v6: 56,
             refused_rate: 20,
             refused_burst: 40,
             rebind_allow: Vec::new(),

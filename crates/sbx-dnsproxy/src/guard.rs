@@ -28,6 +28,10 @@ pub enum Suspicion {
         max: usize,
         suffix: String,
     },
+    TooManyQueries {
+        seen: usize,
+        max: usize,
+    },
 }
 
 impl Suspicion {
@@ -37,6 +41,7 @@ impl Suspicion {
             Suspicion::NameTooLong { .. } => "tunnel_name_length",
             Suspicion::HighEntropy { .. } => "tunnel_entropy",
             Suspicion::TooManySubdomains { .. } => "tunnel_subdomain_rate",
+            Suspicion::TooManyQueries { .. } => "tunnel_query_budget",
         }
     }
 
@@ -49,6 +54,9 @@ impl Suspicion {
             }
             Suspicion::TooManySubdomains { seen, max, suffix } => {
                 format!("{seen} distinct names under {suffix} in the window (max {max})")
+            }
+            Suspicion::TooManyQueries { seen, max } => {
+                format!("{seen} queries for allowed names in the window (max {max})")
             }
         }
     }
@@ -107,6 +115,57 @@ pub fn static_check(limits: &TunnelLimits, name: &str, below: &str) -> Option<Su
     None
 }
 
+/// The client a query is counted against: its address masked to the
+/// configured prefix (0 bits: every client is one, as inside sbx-net).
+pub fn client_key(ip: IpAddr, v4_bits: u8, v6_bits: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(a) => {
+            let bits = u32::from(v4_bits.min(32));
+            let m = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - bits)
+            };
+            if v4_bits == 0 && v6_bits == 0 {
+                return IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+            }
+            IpAddr::V4((u32::from(a) & m).into())
+        }
+        IpAddr::V6(a) => {
+            if let Some(v4) = a.to_ipv4_mapped() {
+                return client_key(IpAddr::V4(v4), v4_bits, v6_bits);
+            }
+            if v4_bits == 0 && v6_bits == 0 {
+                return IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+            }
+            let bits = u32::from(v6_bits.min(128));
+            let m = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - bits)
+            };
+            IpAddr::V6((u128::from(a) & m).into())
+        }
+    }
+}
+
+/// Makes room in a full map without locking anyone out: first what is
+/// stale, then (still full of live entries: a flood of fresh clients)
+/// every other entry. Amortised O(1) per insertion; an evicted client
+/// starts over with a fresh budget, which only a flood of distinct client
+/// prefixes can cause (impossible inside sbx-net: one client).
+fn make_room<K, V, S>(m: &mut HashMap<K, V, S>, stale: impl FnMut(&V) -> bool) {
+    let mut stale = stale;
+    m.retain(|_, v| !stale(v));
+    if m.len() >= MAX_TRACKED * 3 / 4 {
+        let mut i = 0usize;
+        m.retain(|_, _| {
+            i += 1;
+            i.is_multiple_of(2)
+        });
+    }
+}
+
 struct Window {
     start: Instant,
     names: HashSet<u64>,
@@ -153,15 +212,7 @@ impl SubdomainTracker {
         let nh = self.h(name);
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if m.len() >= MAX_TRACKED && !m.contains_key(&key) {
-            m.retain(|_, w| now.duration_since(w.start) < limits.window);
-            if m.len() >= MAX_TRACKED {
-                // Still full of live windows: count this client as over.
-                return Some(Suspicion::TooManySubdomains {
-                    seen: max + 1,
-                    max,
-                    suffix: suffix.to_string(),
-                });
-            }
+            make_room(&mut m, |w| now.duration_since(w.start) >= limits.window);
         }
         let w = m.entry(key).or_insert_with(|| Window {
             start: now,
@@ -183,6 +234,36 @@ impl SubdomainTracker {
         }
         w.names.insert(nh);
         None
+    }
+}
+
+/// Queries for allowed names per client per window, whatever the cache
+/// answers (the choice-of-name channel).
+#[derive(Default)]
+pub struct QueryBudget {
+    map: Mutex<HashMap<IpAddr, (Instant, usize), foldhash::fast::RandomState>>,
+}
+
+impl QueryBudget {
+    /// Counts one query of `client`; a suspicion once it is over budget.
+    pub fn check(&self, limits: &TunnelLimits, client: IpAddr) -> Option<Suspicion> {
+        let max = limits.max_queries_per_window;
+        if max == 0 {
+            return None;
+        }
+        let now = Instant::now();
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= MAX_TRACKED && !m.contains_key(&client) {
+            make_room(&mut m, |(start, _)| {
+                now.duration_since(*start) >= limits.window
+            });
+        }
+        let w = m.entry(client).or_insert((now, 0));
+        if now.duration_since(w.0) >= limits.window {
+            *w = (now, 0);
+        }
+        w.1 += 1;
+        (w.1 > max).then_some(Suspicion::TooManyQueries { seen: w.1, max })
     }
 }
 
@@ -229,7 +310,9 @@ impl RefusalLimiter {
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if m.len() >= MAX_TRACKED && !m.contains_key(&client) {
             let (rate, burst) = (self.rate, self.burst);
-            m.retain(|_, b| b.tokens + now.duration_since(b.last).as_secs_f64() * rate < burst);
+            make_room(&mut m, |b| {
+                b.tokens + now.duration_since(b.last).as_secs_f64() * rate >= burst
+            });
         }
         let b = m.entry(client).or_insert(Bucket {
             tokens: self.burst,
@@ -314,6 +397,61 @@ mod tests {
         );
         let other: IpAddr = "127.0.0.2".parse().unwrap();
         assert_eq!(t.check(&limits, other, "x.com", "new.x.com"), None);
+    }
+
+    #[test]
+    fn client_keys_are_prefixes() {
+        let k = |s: &str, a, b| client_key(s.parse().unwrap(), a, b).to_string();
+        assert_eq!(k("127.1.2.3", 24, 56), "127.1.2.0");
+        assert_eq!(k("2001:db8:1:2ff::9", 24, 56), "2001:db8:1:200::");
+        assert_eq!(k("::ffff:10.1.2.3", 24, 56), "10.1.2.0");
+        assert_eq!(k("127.1.2.3", 0, 0), "0.0.0.0");
+        assert_eq!(k("::1", 0, 0), "0.0.0.0", "one sandbox, one client");
+        assert_eq!(k("127.1.2.3", 32, 128), "127.1.2.3");
+    }
+
+    /// 65,536 live clients do not lock out the next one (or anyone).
+    #[test]
+    fn a_full_tracker_locks_nobody_out() {
+        let limits = TunnelLimits {
+            max_distinct_per_window: 1,
+            ..Default::default()
+        };
+        let t = SubdomainTracker::default();
+        for i in 0..=MAX_TRACKED as u32 + 10 {
+            let c = IpAddr::V4((0x7f00_0000 | i).into());
+            assert_eq!(t.check(&limits, c, "x.com", "a.x.com"), None, "client {i}");
+        }
+        let l = RefusalLimiter::new(1, 1);
+        for i in 0..=MAX_TRACKED as u32 + 10 {
+            let c = IpAddr::V4((0x7f00_0000 | i).into());
+            assert_eq!(l.check(c), Verdict::Answer, "client {i}");
+        }
+        let b = QueryBudget::default();
+        for i in 0..=MAX_TRACKED as u32 + 10 {
+            let c = IpAddr::V4((0x7f00_0000 | i).into());
+            assert_eq!(b.check(&limits, c), None, "client {i}");
+        }
+        assert!(t.map.lock().unwrap().len() <= MAX_TRACKED);
+        assert!(l.map.lock().unwrap().len() <= MAX_TRACKED);
+        assert!(b.map.lock().unwrap().len() <= MAX_TRACKED);
+    }
+
+    #[test]
+    fn query_budget_counts_repeats() {
+        let limits = TunnelLimits {
+            max_queries_per_window: 3,
+            ..Default::default()
+        };
+        let b = QueryBudget::default();
+        let c: IpAddr = "127.0.0.1".parse().unwrap();
+        for _ in 0..3 {
+            assert_eq!(b.check(&limits, c), None);
+        }
+        assert!(matches!(
+            b.check(&limits, c),
+            Some(Suspicion::TooManyQueries { seen: 4, max: 3 })
+        ));
     }
 
     #[test]

@@ -81,13 +81,19 @@ longer than --max-label-len, the name longer than --max-name-len, the part of th
 its wildcard entry at least --entropy-min-len characters long with a Shannon entropy above \
 --max-entropy bits per character, or when the client asked more than --max-subdomains distinct \
 names under one wildcard entry within --subdomain-window (names it already asked in the window \
-still resolve). 0 disables a check.",
+still resolve), or when the client made more than --max-queries queries for allowed names in \
+the window (cache hits and repeats count: the choice of name is a channel too). A client is its \
+source address masked to --client-prefix4 / --client-prefix6 bits (a /24, a /56), so rotating \
+source addresses changes nothing. Names are read from their wire labels: a label holding a byte \
+that is not a letter, digit, '-' or '_' (a dot inside a label: x\\.allowed.test) is refused \
+(bad_name). 0 disables a check.",
         ),
         (
             "AUDIT",
             "Every refused query is an alert event 'dns_refused' with name, qtype, client, reason \
-(not_allowlisted, qtype, class, tunnel_label_length, tunnel_name_length, tunnel_entropy, \
-tunnel_subdomain_rate, cname_not_allowlisted, rebinding, malformed, opcode, question_count) and \
+(not_allowlisted, bad_name, qtype, class, tunnel_label_length, tunnel_name_length, tunnel_entropy, \
+tunnel_subdomain_rate, tunnel_query_budget, tunnel_cname_target, cname_not_allowlisted, rebinding, \
+malformed, opcode, question_count) and \
 detail. Refused answers (and their alerts) are rate-limited per client (--refused-rate, \
 --refused-burst); what is dropped beyond is summed up in an alert 'dns_rate_limited' at most \
 once a second per client. An upstream failure is a warn event 'dns_upstream_failed'; the client \
@@ -173,9 +179,24 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = TunnelLimits::default().max_distinct_per_window)]
     pub max_subdomains: usize,
 
-    /// The window of --max-subdomains.
+    /// Queries for allowed names a client may make per window, cache hits and repeats
+    /// included (0: no limit).
+    #[arg(long, value_name = "N", default_value_t = TunnelLimits::default().max_queries_per_window)]
+    pub max_queries: usize,
+
+    /// The window of --max-subdomains and --max-queries.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_dur)]
     pub subdomain_window: Duration,
+
+    /// A client, for the rate limits and budgets, is its IPv4 source address masked to N bits.
+    #[arg(long, value_name = "BITS", default_value_t = ProxyConfig::default().client_prefix_v4,
+          value_parser = clap::value_parser!(u8).range(0..=32))]
+    pub client_prefix4: u8,
+
+    /// The same for IPv6 sources.
+    #[arg(long, value_name = "BITS", default_value_t = ProxyConfig::default().client_prefix_v6,
+          value_parser = clap::value_parser!(u8).range(0..=128))]
+    pub client_prefix6: u8,
 
     /// Refused answers per client per second (0: no limit); beyond, refused queries are dropped.
     #[arg(long, value_name = "N", default_value_t = ProxyConfig::default().refused_rate)]
@@ -300,8 +321,11 @@ impl Cli {
                 max_entropy: self.max_entropy,
                 entropy_min_len: self.entropy_min_len,
                 max_distinct_per_window: self.max_subdomains,
+                max_queries_per_window: self.max_queries,
                 window: self.subdomain_window,
             },
+            client_prefix_v4: self.client_prefix4,
+            client_prefix_v6: self.client_prefix6,
             refused_rate: self.refused_rate,
             refused_burst: self.refused_burst,
             rebind_allow: self.rebind_allow.clone(),

@@ -18,7 +18,7 @@ use crate::allow::{AllowError, Allowlist, DomainSet, Match};
 use crate::answers::AnswerLog;
 use crate::cache::{Cache, Outcome};
 use crate::config::ProxyConfig;
-use crate::guard::{self, RefusalLimiter, SubdomainTracker, Verdict};
+use crate::guard::{self, QueryBudget, RefusalLimiter, SubdomainTracker, Verdict};
 use crate::nftset::{NftError, NftSets};
 use crate::rebind;
 use crate::stats::Stats;
@@ -38,6 +38,15 @@ pub enum DnsProxyError {
 /// CNAME hops followed at most.
 const MAX_CHAIN: usize = 8;
 
+/// SVCB/HTTPS records kept in one answer (more would be a channel into
+/// the sandbox; services publish one to three).
+const MAX_SVCB_RECORDS: usize = 8;
+/// ALPN ids kept in an SVCB/HTTPS record, and their longest length.
+const MAX_ALPN: usize = 8;
+const MAX_ALPN_LEN: usize = 32;
+/// Address hints kept per family in an SVCB/HTTPS record.
+const MAX_HINTS: usize = 8;
+
 /// The allowlisting DNS proxy (thread-safe; share it in an `Arc`).
 pub struct DnsProxy {
     allow: ArcSwap<Allowlist>,
@@ -47,7 +56,11 @@ pub struct DnsProxy {
     answers: Arc<AnswerLog>,
     cache: Cache,
     tracker: SubdomainTracker,
+    budget: QueryBudget,
     limiter: RefusalLimiter,
+    /// Rate limit of the `dns_upstream_failed` events.
+    fail_limiter: RefusalLimiter,
+    fail_suppressed: std::sync::atomic::AtomicU64,
     stats: Stats,
     nft: Option<NftSets>,
     inflight: std::sync::Mutex<HashMap<InflightKey, Arc<Inflight>>>,
@@ -111,7 +124,10 @@ impl DnsProxy {
             answers: Arc::new(AnswerLog::new(cfg.answer_grace)),
             cache: Cache::new(cfg.cache_size),
             tracker: SubdomainTracker::default(),
+            budget: QueryBudget::default(),
             limiter: RefusalLimiter::new(cfg.refused_rate, cfg.refused_burst),
+            fail_limiter: RefusalLimiter::new(5, 20),
+            fail_suppressed: Default::default(),
             stats: Stats::default(),
             nft,
             inflight: std::sync::Mutex::new(HashMap::new()),
@@ -229,7 +245,7 @@ impl DnsProxy {
         if let Some(r) = self.check(&fq.name, qtype, DNSClass::from(fq.qclass), client.ip()) {
             return Some(refuse(r));
         }
-        let (outcome, age) = match self.lookup_or_fetch(&fq.name, qtype, client).await {
+        let (outcome, age) = match self.lookup_or_fetch(&fq.name, qtype, client, false).await {
             Ok(x) => x,
             Err(()) => {
                 return Some(Some(wire::reply(query, fq, None, 2, 0, payload, limit)));
@@ -269,14 +285,24 @@ impl DnsProxy {
         name: &str,
         qtype: RecordType,
         client: SocketAddr,
+        dnssec: bool,
     ) -> Result<(Arc<Outcome>, u32), ()> {
-        if let Some(hit) = self.cache.get(name, u16::from(qtype)) {
+        // Answers with signatures (DO) are kept apart from those without;
+        // "+do " cannot start a hostname.
+        let do_key;
+        let key_name = if dnssec {
+            do_key = format!("+do {name}");
+            do_key.as_str()
+        } else {
+            name
+        };
+        if let Some(hit) = self.cache.get(key_name, u16::from(qtype)) {
             Stats::inc(&self.stats.cache_hits);
             return Ok(hit);
         }
         Stats::inc(&self.stats.cache_misses);
         // Identical questions in flight share one upstream exchange.
-        let key = (Box::<str>::from(name), u16::from(qtype));
+        let key = (Box::<str>::from(key_name), u16::from(qtype));
         let (cell, _leader) = {
             let mut m = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
             match m.get(&key) {
@@ -303,10 +329,10 @@ impl DnsProxy {
         let res = cell
             .get_or_init(|| async {
                 let deadline = Instant::now() + self.cfg.query_timeout;
-                match self.fetch(name, qtype, client, deadline).await {
+                match self.fetch(name, qtype, client, dnssec, deadline).await {
                     Ok(o) => {
                         let o = Arc::new(o);
-                        self.cache.put(name, u16::from(qtype), o.clone());
+                        self.cache.put(key_name, u16::from(qtype), o.clone());
                         Ok(o)
                     }
                     Err(e) => Err(e.to_string()),
@@ -318,13 +344,28 @@ impl DnsProxy {
             Ok(o) => Ok((o, 0)),
             Err(e) => {
                 Stats::inc(&self.stats.servfail);
-                tracing::warn!(%name, ?qtype, %client, "SERVFAIL: {e}");
-                sbx_core::audit::emit(
-                    "dns_upstream_failed",
-                    Severity::Warn,
-                    json!({"name": name, "qtype": qtype.to_string(),
-                           "client": client.to_string(), "error": e.to_string()}),
-                );
+                // A silent upstream under load fails thousands of queries
+                // a second: the events are rate-limited per client too,
+                // the excess summed up in the next one.
+                match self.fail_limiter.check(self.client_key(client.ip())) {
+                    Verdict::Answer | Verdict::DropAndReport(_) => {
+                        let more = self
+                            .fail_suppressed
+                            .swap(0, std::sync::atomic::Ordering::Relaxed);
+                        tracing::warn!(%name, ?qtype, %client, "SERVFAIL: {e}");
+                        sbx_core::audit::emit(
+                            "dns_upstream_failed",
+                            Severity::Warn,
+                            json!({"name": name, "qtype": qtype.to_string(),
+                                   "client": client.to_string(), "error": e.to_string(),
+                                   "suppressed": more}),
+                        );
+                    }
+                    Verdict::Drop => {
+                        self.fail_suppressed
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
                 Err(())
             }
         }
@@ -355,19 +396,34 @@ impl DnsProxy {
             Some(e) => usize::from(e.max_payload().clamp(512, self.cfg.udp_payload)),
             None => 512,
         });
+        // EDNS versions above 0 are not known here: BADVERS (RFC 6891
+        // 6.1.3), with our OPT (version 0) in the reply.
+        if req.edns.as_ref().is_some_and(|e| e.version() > 0) {
+            return self.reply(&req, ResponseCode::BADVERS, &[], &[], 0, 0, limit);
+        }
+        let dnssec = req.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok);
         let q = &req.queries[0];
         let qtype = q.query_type();
-        let ascii = q.name().to_ascii();
-        let name = ascii
-            .strip_suffix('.')
-            .unwrap_or(&ascii)
-            .to_ascii_lowercase();
+        // The name from its wire labels: one whose labels hold a byte that
+        // is not a hostname character (`x\.allowed.test` is ONE label with
+        // a dot in it) is refused before anything else looks at it.
+        let Some(name) = crate::allow::name_from_wire(q.name()) else {
+            Stats::inc(&self.stats.refused_not_allowlisted);
+            let ascii = q.name().to_ascii();
+            let shown = ascii.strip_suffix('.').unwrap_or(&ascii);
+            let r = Refusal {
+                reason: "bad_name",
+                detail: "a label holds a byte that is not a hostname character".into(),
+                rcode: ResponseCode::Refused,
+            };
+            return self.refuse(&req, client, shown, qtype, r, limit);
+        };
 
         if let Some(r) = self.check(&name, qtype, q.query_class(), client.ip()) {
             return self.refuse(&req, client, &name, qtype, r, limit);
         }
 
-        let (outcome, age) = match self.lookup_or_fetch(&name, qtype, client).await {
+        let (outcome, age) = match self.lookup_or_fetch(&name, qtype, client, dnssec).await {
             Ok(x) => x,
             Err(()) => return self.reply(&req, ResponseCode::ServFail, &[], &[], 0, 0, limit),
         };
@@ -433,10 +489,17 @@ impl DnsProxy {
             Match::Exact => "",
             Match::Wildcard(sfx) => &name[..name.len() - sfx.len() - 1],
         };
-        let sus = guard::static_check(&self.cfg.tunnel, name, below).or_else(|| match m {
-            Match::Wildcard(sfx) => self.tracker.check(&self.cfg.tunnel, client, sfx, name),
-            Match::Exact => None,
-        });
+        let who = self.client_key(client);
+        // Every query for an allowed name counts, whatever the cache
+        // answers or the other checks decide: repeats and TTL-0 names
+        // carry data by their choice.
+        let over = self.budget.check(&self.cfg.tunnel, who);
+        let sus = guard::static_check(&self.cfg.tunnel, name, below)
+            .or_else(|| match m {
+                Match::Wildcard(sfx) => self.tracker.check(&self.cfg.tunnel, who, sfx, name),
+                Match::Exact => None,
+            })
+            .or(over);
         if let Some(s) = sus {
             Stats::inc(&self.stats.refused_tunnel);
             return refused(s.reason(), s.detail());
@@ -458,6 +521,21 @@ impl DnsProxy {
         })
     }
 
+    /// The client a query counts against (its address masked to the
+    /// configured prefix; inside sbx-net every client is the sandbox).
+    pub fn client_key(&self, ip: IpAddr) -> IpAddr {
+        guard::client_key(ip, self.cfg.client_prefix_v4, self.cfg.client_prefix_v6)
+    }
+
+    /// Whether a TCP connection refused over the per-client cap is to be
+    /// alerted (the refusal limiter's budget: a flood is summed up).
+    pub fn note_tcp_refused(&self, client: SocketAddr) -> bool {
+        matches!(
+            self.limiter.check(self.client_key(client.ip())),
+            Verdict::Answer | Verdict::DropAndReport(_)
+        )
+    }
+
     /// Rate limit, alert, and the reply `build` makes (when not dropped).
     fn refuse_with(
         &self,
@@ -467,7 +545,7 @@ impl DnsProxy {
         r: &Refusal,
         build: impl FnOnce() -> Option<Vec<u8>>,
     ) -> Option<Vec<u8>> {
-        match self.limiter.check(client.ip()) {
+        match self.limiter.check(self.client_key(client.ip())) {
             Verdict::Answer => {
                 alert_refused(name, &qtype.to_string(), client, r.reason, &r.detail);
                 build()
@@ -493,7 +571,7 @@ impl DnsProxy {
         reason: &'static str,
         rcode: ResponseCode,
     ) -> Option<Vec<u8>> {
-        match self.limiter.check(client.ip()) {
+        match self.limiter.check(self.client_key(client.ip())) {
             Verdict::Answer => {
                 alert_refused("", "", client, reason, &format!("{} bytes", query.len()));
                 let mut out = query[..12].to_vec();
@@ -537,9 +615,10 @@ impl DnsProxy {
         };
         m.add_answers(answers.iter().map(fix));
         m.add_authorities(authority.iter().map(fix));
-        if req.edns.is_some() {
+        if let Some(asked) = &req.edns {
             let mut e = Edns::new();
             e.set_max_payload(self.cfg.udp_payload);
+            e.flags_mut().dnssec_ok = asked.flags().dnssec_ok;
             m.set_edns(e);
         }
         let bytes = m.to_vec().ok()?;
@@ -562,10 +641,13 @@ impl DnsProxy {
         name: &str,
         qtype: RecordType,
         client: SocketAddr,
+        dnssec: bool,
         deadline: Instant,
     ) -> Result<Outcome, UpstreamError> {
         let mut chain: Vec<String> = vec![name.to_string()];
         let mut records: Vec<Record> = Vec::new();
+        // With DO: the RRSIGs over the chain's CNAMEs and the final RRset.
+        let mut sigs: Vec<Record> = Vec::new();
         let mut current = name.to_string();
         for _ in 0..MAX_CHAIN {
             let qname = Name::from_ascii(format!("{current}."))
@@ -575,6 +657,7 @@ impl DnsProxy {
                 &self.cfg.upstreams,
                 &qname,
                 qtype,
+                dnssec,
                 self.cfg.upstream_timeout,
                 deadline,
             )
@@ -610,7 +693,30 @@ impl DnsProxy {
                         });
                     }
                     if chain.contains(&t) {
-                        break; // a loop
+                        return Ok(self.servfail(
+                            name,
+                            qtype,
+                            client,
+                            format!("CNAME loop at {t}"),
+                        ));
+                    }
+                    if chain.len() > MAX_CHAIN {
+                        return Ok(self.servfail(
+                            name,
+                            qtype,
+                            client,
+                            format!("more than {MAX_CHAIN} CNAME hops"),
+                        ));
+                    }
+                    // An alias target is content the upstream chose: it
+                    // passes the same tunnelling checks as a question.
+                    if let Some(sus) = self.target_suspicion(&t) {
+                        Stats::inc(&self.stats.refused_tunnel);
+                        return Ok(Outcome::Refused {
+                            reason: "tunnel_cname_target",
+                            detail: format!("{current} is an alias of {t}: {}", sus.detail()),
+                            ttl: c.ttl.min(self.cfg.max_negative_ttl.as_secs() as u32),
+                        });
                     }
                     records.push(c.clone());
                     chain.push(t.clone());
@@ -640,6 +746,19 @@ impl DnsProxy {
                     }
                 }
             }
+            if dnssec {
+                sigs.extend(
+                    resp.answers
+                        .iter()
+                        .filter(|r| {
+                            r.record_type() == RecordType::RRSIG
+                                && chain.contains(&lc(&r.name))
+                                && rrsig_covers(r)
+                                    .is_some_and(|t| t == qtype || t == RecordType::CNAME)
+                        })
+                        .cloned(),
+                );
+            }
             let rcode = resp.metadata.response_code;
             if finals.is_empty() && followed && rcode == ResponseCode::NoError {
                 // The upstream gave the alias but not the target's data:
@@ -647,14 +766,45 @@ impl DnsProxy {
                 continue;
             }
             return Ok(self
-                .finish(name, qtype, client, &chain, records, finals, &resp)
+                .finish(name, qtype, client, &chain, records, finals, sigs, &resp)
                 .await);
         }
-        Ok(Outcome::Refused {
-            reason: "cname_chain_too_long",
-            detail: format!("more than {MAX_CHAIN} aliases"),
-            ttl: 30,
-        })
+        Ok(self.servfail(
+            name,
+            qtype,
+            client,
+            format!("more than {MAX_CHAIN} CNAME hops"),
+        ))
+    }
+
+    /// The static tunnelling checks applied to a CNAME target.
+    fn target_suspicion(&self, t: &str) -> Option<guard::Suspicion> {
+        let allow = self.allow.load();
+        let below = match allow.matches(t) {
+            Some(Match::Wildcard(sfx)) => &t[..t.len() - sfx.len() - 1],
+            _ => "",
+        };
+        guard::static_check(&self.cfg.tunnel, t, below)
+    }
+
+    /// SERVFAIL for a chain no resolver could finish (a CNAME loop, too
+    /// many hops), as recursive resolvers answer it; cached briefly.
+    fn servfail(&self, name: &str, qtype: RecordType, client: SocketAddr, why: String) -> Outcome {
+        Stats::inc(&self.stats.refused_cname);
+        sbx_core::audit::emit(
+            "dns_upstream_failed",
+            Severity::Warn,
+            json!({"name": name, "qtype": qtype.to_string(),
+                   "client": client.to_string(), "error": why}),
+        );
+        let ttl = 5;
+        Outcome::Answer {
+            rcode: ResponseCode::ServFail,
+            answers: Vec::new(),
+            authority: Vec::new(),
+            ttl,
+            template: build_template(name, qtype, ResponseCode::ServFail, &[], &[], ttl),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -666,8 +816,10 @@ impl DnsProxy {
         chain: &[String],
         mut records: Vec<Record>,
         finals: Vec<Record>,
+        sigs: Vec<Record>,
         resp: &Message,
     ) -> Outcome {
+        let dnssec = resp.edns.as_ref().is_some_and(|e| e.flags().dnssec_ok) || !sigs.is_empty();
         let rcode = resp.metadata.response_code;
         let exempt =
             self.cfg.no_rebind_protection || chain.iter().any(|n| self.rebind_allow.covers(n));
@@ -690,6 +842,29 @@ impl DnsProxy {
         }
         for _ in &dropped {
             Stats::inc(&self.stats.rebinding_records_dropped);
+        }
+        // Downstream content that can carry data is capped (see
+        // `cap_record`); an SVCB/HTTPS record pointing at a name off the
+        // list is dropped.
+        let allow = self.allow.load();
+        let mut capped = Vec::with_capacity(kept.len());
+        for r in kept {
+            match cap_record(r, &allow) {
+                Ok(r) => capped.push(r),
+                Err(why) => sbx_core::audit::emit(
+                    "dns_answer_dropped",
+                    Severity::Alert,
+                    json!({"name": name, "qtype": qtype.to_string(), "client": client.to_string(),
+                           "reason": "svcb_target", "detail": why}),
+                ),
+            }
+        }
+        // Only SVCB records off the list: an answer without data, not a
+        // rebinding refusal.
+        let had_finals = had_finals && !(capped.is_empty() && dropped.is_empty());
+        let mut kept = capped;
+        if matches!(qtype, RecordType::SVCB | RecordType::HTTPS) {
+            kept.truncate(MAX_SVCB_RECORDS);
         }
         if !kept.is_empty() {
             // Some answers kept: the dropped ones are reported here (when
@@ -770,7 +945,15 @@ impl DnsProxy {
                 }
             }
         }
-        let template = build_template(name, qtype, rcode, &records, &authority, ttl);
+        // Signatures go with the records they sign (a client validates
+        // them; a record dropped above makes its RRset fail validation,
+        // as it should). DO answers never take the fast path.
+        let template = if dnssec {
+            records.extend(sigs);
+            None
+        } else {
+            build_template(name, qtype, rcode, &records, &authority, ttl)
+        };
         Outcome::Answer {
             rcode,
             answers: records,
@@ -802,6 +985,62 @@ fn build_template(
     wire::Template::from_response(&bytes, ttl)
 }
 
+/// Caps what an SVCB/HTTPS record can carry into the sandbox: only the
+/// parameters a client needs to connect are kept (alpn, at most 8 ids of
+/// at most 32 bytes; no-default-alpn; port; ipv4hint/ipv6hint, at most 8
+/// each); `ech` (opaque bytes, and it would hide the SNI from
+/// `--sni-check`), `mandatory` and unknown keys are removed. Its target
+/// must be "." (the owner) or an allowlisted name, else the record is
+/// dropped (`Err`, why). Other records pass unchanged.
+fn cap_record(mut r: Record, allow: &Allowlist) -> Result<Record, String> {
+    let cap = |s: &mut SVCB| -> Result<(), String> {
+        if !s.target_name.is_root() {
+            let t = lc(&s.target_name);
+            if !allow.contains_name(&t) {
+                return Err(format!("target {t} is not allowlisted"));
+            }
+        }
+        s.svc_params.retain_mut(|(_, v)| match v {
+            SvcParamValue::Alpn(a) => {
+                a.0.retain(|id| id.len() <= MAX_ALPN_LEN);
+                a.0.truncate(MAX_ALPN);
+                !a.0.is_empty()
+            }
+            SvcParamValue::Ipv4Hint(h) => {
+                h.0.truncate(MAX_HINTS);
+                true
+            }
+            SvcParamValue::Ipv6Hint(h) => {
+                h.0.truncate(MAX_HINTS);
+                true
+            }
+            SvcParamValue::NoDefaultAlpn | SvcParamValue::Port(_) => true,
+            _ => false,
+        });
+        Ok(())
+    };
+    match &mut r.data {
+        RData::SVCB(s) => cap(s)?,
+        RData::HTTPS(h) => cap(&mut h.0)?,
+        _ => {}
+    }
+    Ok(r)
+}
+
+/// The type an RRSIG record covers (its first two rdata bytes).
+fn rrsig_covers(r: &Record) -> Option<RecordType> {
+    match &r.data {
+        RData::Unknown { rdata, .. } => {
+            let b = &rdata.anything;
+            Some(RecordType::from(u16::from_be_bytes([
+                *b.first()?,
+                *b.get(1)?,
+            ])))
+        }
+        _ => None,
+    }
+}
+
 /// The addresses a record hands out: A/AAAA data, SVCB/HTTPS hints.
 fn record_ips(r: &Record) -> Vec<IpAddr> {
     let svcb_ips = |s: &SVCB| {
@@ -824,9 +1063,10 @@ fn record_ips(r: &Record) -> Vec<IpAddr> {
     }
 }
 
+/// A name of an upstream answer as the allowlist sees it; one that is not
+/// a hostname becomes a string no allowlist entry or chain name equals.
 fn lc(n: &Name) -> String {
-    let a = n.to_ascii();
-    a.strip_suffix('.').unwrap_or(&a).to_ascii_lowercase()
+    crate::allow::name_from_wire(n).unwrap_or_else(|| format!("\\bad:{}", n.to_ascii()))
 }
 
 fn alert_refused(name: &str, qtype: &str, client: SocketAddr, reason: &str, detail: &str) {

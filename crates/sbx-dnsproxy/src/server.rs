@@ -2,7 +2,7 @@
 //! per query, draining on shutdown.
 
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Waker};
@@ -108,6 +108,9 @@ pub fn bind(addrs: &[SocketAddr]) -> Result<Bound, ListenError> {
 const TCP_IDLE: Duration = Duration::from_secs(10);
 /// TCP connections served at once.
 const TCP_MAX_CONNS: usize = 512;
+/// TCP connections one client (address prefix, see `--client-prefix4`)
+/// may hold at once; beyond, a new one is closed at once (alert).
+pub const TCP_MAX_PER_CLIENT: usize = 64;
 /// UDP queries in flight at once (beyond it, datagrams wait in the socket
 /// buffer and the kernel drops the excess).
 const UDP_MAX_INFLIGHT: usize = 4096;
@@ -262,6 +265,24 @@ fn send(sock: &std::net::UdpSocket, reply: &[u8], peer: SocketAddr) {
     }
 }
 
+/// Open TCP connections per client key.
+type PerClient = Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>>;
+
+/// One counted connection; uncounted (and forgotten at 0) when dropped.
+struct ClientSlot(PerClient, IpAddr);
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.1);
+            }
+        }
+    }
+}
+
 async fn tcp_loop(
     proxy: Arc<DnsProxy>,
     listener: TcpListener,
@@ -269,6 +290,7 @@ async fn tcp_loop(
     tracker: TaskTracker,
     slots: Arc<Semaphore>,
 ) {
+    let per_client: PerClient = Arc::default();
     loop {
         let permit = tokio::select! {
             _ = stop.cancelled() => return,
@@ -286,10 +308,32 @@ async fn tcp_loop(
                 }
             },
         };
+        let key = proxy.client_key(peer.ip());
+        let over = {
+            let mut m = per_client.lock().unwrap_or_else(|p| p.into_inner());
+            let n = m.entry(key).or_insert(0);
+            *n += 1;
+            *n > TCP_MAX_PER_CLIENT
+        };
+        let slot = ClientSlot(per_client.clone(), key);
+        if over {
+            drop(stream);
+            if proxy.note_tcp_refused(peer) {
+                sbx_core::audit::emit(
+                    "dns_rate_limited",
+                    sbx_core::Severity::Alert,
+                    serde_json::json!({"client": peer.to_string(), "dropped": 1, "name": "",
+                                       "reason": "tcp_connections",
+                                       "detail": format!("more than {TCP_MAX_PER_CLIENT} TCP connections from this client")}),
+                );
+            }
+            continue;
+        }
         let proxy = proxy.clone();
         let stop = stop.clone();
         tracker.spawn(async move {
             let _permit = permit;
+            let _slot = slot;
             tcp_conn(proxy, stream, peer, stop).await;
         });
     }

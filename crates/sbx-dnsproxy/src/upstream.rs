@@ -33,7 +33,11 @@ pub enum UpstreamError {
     Deadline,
 }
 
-fn build_query(name: &Name, qtype: RecordType) -> Result<(u16, Vec<u8>), UpstreamError> {
+fn build_query(
+    name: &Name,
+    qtype: RecordType,
+    dnssec: bool,
+) -> Result<(u16, Vec<u8>), UpstreamError> {
     let id: u16 = rand::random();
     let mut m = Message::new(id, MessageType::Query, OpCode::Query);
     m.metadata.recursion_desired = true;
@@ -42,6 +46,7 @@ fn build_query(name: &Name, qtype: RecordType) -> Result<(u16, Vec<u8>), Upstrea
     m.add_query(q);
     let mut edns = Edns::new();
     edns.set_max_payload(1232);
+    edns.flags_mut().dnssec_ok = dnssec;
     m.set_edns(edns);
     let bytes = m
         .to_vec()
@@ -58,12 +63,19 @@ fn matches(resp: &Message, id: u16, name: &Name, qtype: RecordType) -> bool {
         && resp.queries[0].name().eq_ignore_root(name)
 }
 
+/// Rounds over the upstreams: a silent upstream (a lost datagram) is asked
+/// again, with a fresh id and port, while the deadline allows.
+const ROUNDS: usize = 3;
+
 /// Asks the upstreams in order until one gives a usable answer (NOERROR or
-/// NXDOMAIN), each attempt bounded by `per_try`, the whole by `deadline`.
+/// NXDOMAIN), each attempt bounded by `per_try`, the whole by `deadline`;
+/// when every upstream timed out, the round is repeated (at most
+/// [`ROUNDS`] rounds) while time is left.
 pub async fn exchange(
     upstreams: &[SocketAddr],
     name: &Name,
     qtype: RecordType,
+    dnssec: bool,
     per_try: Duration,
     deadline: Instant,
 ) -> Result<Message, UpstreamError> {
@@ -71,26 +83,43 @@ pub async fn exchange(
         return Err(UpstreamError::NoUpstream);
     }
     let mut last = UpstreamError::Deadline;
-    for &addr in upstreams {
-        let now = Instant::now();
-        if now >= deadline {
-            break;
+    for _ in 0..ROUNDS {
+        let mut only_timeouts = true;
+        for &addr in upstreams {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(last);
+            }
+            let budget = per_try.min(deadline - now);
+            match tokio::time::timeout(budget, one(addr, name, qtype, dnssec)).await {
+                Ok(Ok(m)) => match m.metadata.response_code {
+                    ResponseCode::NoError | ResponseCode::NXDomain => return Ok(m),
+                    rcode => {
+                        only_timeouts = false;
+                        last = UpstreamError::Rcode { addr, rcode }
+                    }
+                },
+                Ok(Err(e)) => {
+                    only_timeouts = false;
+                    last = e
+                }
+                Err(_) => last = UpstreamError::Timeout(addr),
+            }
         }
-        let budget = per_try.min(deadline - now);
-        match tokio::time::timeout(budget, one(addr, name, qtype)).await {
-            Ok(Ok(m)) => match m.metadata.response_code {
-                ResponseCode::NoError | ResponseCode::NXDomain => return Ok(m),
-                rcode => last = UpstreamError::Rcode { addr, rcode },
-            },
-            Ok(Err(e)) => last = e,
-            Err(_) => last = UpstreamError::Timeout(addr),
+        if !only_timeouts {
+            break;
         }
     }
     Err(last)
 }
 
-async fn one(addr: SocketAddr, name: &Name, qtype: RecordType) -> Result<Message, UpstreamError> {
-    let (id, bytes) = build_query(name, qtype)?;
+async fn one(
+    addr: SocketAddr,
+    name: &Name,
+    qtype: RecordType,
+    dnssec: bool,
+) -> Result<Message, UpstreamError> {
+    let (id, bytes) = build_query(name, qtype, dnssec)?;
     let io = |source| UpstreamError::Io { addr, source };
     let local: SocketAddr = match addr.ip() {
         IpAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
@@ -99,7 +128,11 @@ async fn one(addr: SocketAddr, name: &Name, qtype: RecordType) -> Result<Message
     let sock = UdpSocket::bind(local).await.map_err(io)?;
     sock.connect(addr).await.map_err(io)?;
     sock.send(&bytes).await.map_err(io)?;
-    let mut buf = vec![0u8; 65535];
+    // We advertise 1232 bytes; a larger datagram is cut, fails to parse and
+    // is ignored (a real answer that large comes truncated, then by TCP).
+    // Small, because thousands of these wait at once when the upstream is
+    // silent.
+    let mut buf = vec![0u8; 2048];
     loop {
         let n = match sock.recv(&mut buf).await {
             Ok(n) => n,
@@ -107,6 +140,10 @@ async fn one(addr: SocketAddr, name: &Name, qtype: RecordType) -> Result<Message
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Err(io(e)),
             Err(e) => return Err(io(e)),
         };
+        if n >= buf.len() {
+            // Cut by our buffer: ask over TCP for the whole answer.
+            return tcp(addr, name, qtype, dnssec).await;
+        }
         let Ok(m) = Message::from_vec(&buf[..n]) else {
             // A spoofed or broken datagram: keep waiting for the real one.
             continue;
@@ -115,14 +152,19 @@ async fn one(addr: SocketAddr, name: &Name, qtype: RecordType) -> Result<Message
             continue;
         }
         if m.metadata.truncation {
-            return tcp(addr, name, qtype).await;
+            return tcp(addr, name, qtype, dnssec).await;
         }
         return Ok(m);
     }
 }
 
-async fn tcp(addr: SocketAddr, name: &Name, qtype: RecordType) -> Result<Message, UpstreamError> {
-    let (id, bytes) = build_query(name, qtype)?;
+async fn tcp(
+    addr: SocketAddr,
+    name: &Name,
+    qtype: RecordType,
+    dnssec: bool,
+) -> Result<Message, UpstreamError> {
+    let (id, bytes) = build_query(name, qtype, dnssec)?;
     let io = |source| UpstreamError::Io { addr, source };
     let mut s = TcpStream::connect(addr).await.map_err(io)?;
     let mut framed = Vec::with_capacity(bytes.len() + 2);

@@ -84,6 +84,10 @@ pub fn parse_query(b: &[u8]) -> Option<FastQuery> {
         if ext != 0 || version != 0 {
             return None;
         }
+        // DO (DNSSEC OK): the slow path keeps the signatures.
+        if *b.get(i + 7)? & 0x80 != 0 {
+            return None;
+        }
         let rdlen = be16(b, i + 9)? as usize;
         i += 11 + rdlen;
         edns = Some(payload.max(512));
@@ -248,7 +252,7 @@ mod tests {
         b.extend_from_slice(&qtype.to_be_bytes());
         b.extend_from_slice(&1u16.to_be_bytes());
         if opt {
-            b.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0x80, 0, 0, 0]);
+            b.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
         }
         b
     }
@@ -264,6 +268,11 @@ mod tests {
         );
         let b = q(&["a"], 28, false);
         assert_eq!(parse_query(&b).unwrap().edns, None);
+        // DO set: the slow path (it keeps the signatures).
+        let mut d = q(&["a", "test"], 1, true);
+        let at = d.len() - 4;
+        d[at] = 0x80;
+        assert!(parse_query(&d).is_none());
     }
 
     #[test]

@@ -165,6 +165,28 @@ fn bad_options() {
                     "127.0.0.1:0",
                     "--upstream",
                     "127.0.0.1",
+                    "--client-prefix4",
+                    "33",
+                ],
+                "--client-prefix4",
+            ),
+            (
+                vec![
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--upstream",
+                    "127.0.0.1",
+                    "--client-prefix6",
+                    "129",
+                ],
+                "--client-prefix6",
+            ),
+            (
+                vec![
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--upstream",
+                    "127.0.0.1",
                     "--rebind-allow",
                     "bad name",
                 ],

@@ -4,18 +4,15 @@
 //! not exist and the bind is writable, a placeholder keeps it from being
 //! created), a name pattern in one directory (`/etc/ssh/*_key`), or a name
 //! pattern matched in every user bind (`.env.*`) or in every bind under a
-//! home (`credentials*`), up to [`SCAN_DEPTH`] levels deep.
+//! home (`credentials*`), at any depth; the search reads at most
+//! `--scan-limit` entries per bind and refuses to start beyond that
+//! ([`crate::protect::walk`]): never a silent stop.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::plan::{Kind, Op, Source, What};
-
-/// How deep a name pattern is searched inside a bind.
-pub const SCAN_DEPTH: usize = 6;
-/// How many directory entries one bind's scan reads at most.
-pub const SCAN_BUDGET: usize = 50_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
@@ -68,10 +65,34 @@ pub fn defaults(home: Option<&Path>) -> Vec<Rule> {
             (".netrc", Kind::File),
             (".config/gcloud", Kind::Dir),
             (".git-credentials", Kind::File),
+            // Tokens of CLIs that live in the home (issue 15): they matter
+            // when the project is the home or contains it.
+            (".vault-token", Kind::File),
+            (".config/gh/hosts.yml", Kind::File),
+            (".config/hub", Kind::File),
+            (".npmrc", Kind::File),
+            (".pypirc", Kind::File),
+            (".cargo/credentials", Kind::File),
+            (".cargo/credentials.toml", Kind::File),
+            (".gem/credentials", Kind::File),
+            (".azure", Kind::Dir),
+            (".terraform.d/credentials.tfrc.json", Kind::File),
+            (".config/doctl", Kind::Dir),
         ] {
             v.push(Rule::Path {
                 path: h.join(rel),
                 kind,
+            });
+        }
+        // Claude Code's login. Only when it exists: a missing one needs no
+        // placeholder (the .claude invariant already keeps a .claude at the
+        // top of a writable bind from being written), and a placeholder
+        // inside the guarded .claude could not be mounted.
+        let claude = h.join(".claude/.credentials.json");
+        if std::fs::symlink_metadata(&claude).is_ok_and(|m| m.is_file()) {
+            v.push(Rule::Path {
+                path: claude,
+                kind: Kind::File,
             });
         }
     }
@@ -164,9 +185,29 @@ fn is_home_path(p: &Path, home: Option<&Path>) -> bool {
     p.starts_with("/home") || p.starts_with("/root") || home.is_some_and(|h| p.starts_with(h))
 }
 
-/// What the rules hide inside one bind (`s` mounted at `dst`). Returns the
-/// deny ops and notes (for the audit log) about whole binds denied.
+/// What the rules hide inside one bind (`s` mounted at `dst`). Fails
+/// closed: when the bind holds more than
+/// [`crate::protect::DEFAULT_SCAN_LIMIT`] entries the whole bind is hidden
+/// (sbx-fs itself calls [`apply_limited`] and refuses to start).
 pub fn apply(rules: &[Rule], s: &Source, dst: &Path, home: Option<&Path>) -> Vec<Op> {
+    match apply_limited(rules, s, dst, home, crate::protect::DEFAULT_SCAN_LIMIT) {
+        Ok(ops) => ops,
+        Err(e) => {
+            e.alert();
+            vec![Op::new(dst, s.kind, What::Deny, "deny")]
+        }
+    }
+}
+
+/// [`apply`] with the name search bounded by `limit` entries: an error
+/// beyond it.
+pub fn apply_limited(
+    rules: &[Rule],
+    s: &Source,
+    dst: &Path,
+    home: Option<&Path>,
+    limit: usize,
+) -> Result<Vec<Op>, crate::protect::ScanError> {
     let mut ops = Vec::new();
     let mut names: Vec<&str> = Vec::new();
     for r in rules {
@@ -236,42 +277,21 @@ pub fn apply(rules: &[Rule], s: &Source, dst: &Path, home: Option<&Path>) -> Vec
         }
     }
     if !names.is_empty() && s.kind == Kind::Dir {
-        let mut budget = SCAN_BUDGET;
-        scan(&s.path, dst, &names, SCAN_DEPTH, &mut budget, &mut ops);
+        crate::protect::walk(&s.path, limit, &mut |rel, n, dir| {
+            if names.iter().any(|p| glob_match(p.as_bytes(), n.as_bytes())) {
+                let kind = if dir { Kind::Dir } else { Kind::File };
+                ops.push(Op::new(
+                    dst.join(rel).join(n),
+                    kind,
+                    What::Deny,
+                    "deny pattern",
+                ));
+                return crate::protect::Step::Skip;
+            }
+            crate::protect::Step::Descend
+        })?;
     }
-    dedupe(ops)
-}
-
-fn scan(
-    dir: &Path,
-    dst: &Path,
-    names: &[&str],
-    depth: usize,
-    budget: &mut usize,
-    ops: &mut Vec<Op>,
-) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        if *budget == 0 {
-            return;
-        }
-        *budget -= 1;
-        let n = e.file_name();
-        let Ok(ft) = e.file_type() else { continue };
-        if ft.is_symlink() {
-            continue;
-        }
-        if names.iter().any(|p| glob_match(p.as_bytes(), n.as_bytes())) {
-            let kind = if ft.is_dir() { Kind::Dir } else { Kind::File };
-            ops.push(Op::new(dst.join(&n), kind, What::Deny, "deny pattern"));
-            continue;
-        }
-        if ft.is_dir() && depth > 1 && n != ".git" {
-            scan(&dir.join(&n), &dst.join(&n), names, depth - 1, budget, ops);
-        }
-    }
+    Ok(dedupe(ops))
 }
 
 /// Drops duplicates and ops below a denied directory.

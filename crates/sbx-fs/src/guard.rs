@@ -184,18 +184,47 @@ pub fn parse_node_name(name: &[u8]) -> Option<(usize, bool)> {
     Some((n.parse().ok()?, dir))
 }
 
-/// At most this many distinct alerts per sandbox; the rest are counted.
+/// At most this many further alerts per sandbox beyond the first one of
+/// each protected path; the rest are counted.
 pub const MAX_ALERTS: u64 = 200;
 
-/// The alert sink, deduplicating by (event, path, access).
+/// The alert sink, deduplicating by (event, path, access). The first alert
+/// of each event about each protected path (a guard node: a denied or
+/// protected path of the plan, a finite list) is always logged, whatever
+/// came before: a flood of harmless denials cannot hide the one that
+/// matters. Only further alerts (other accesses, names below a node) are
+/// capped at [`MAX_ALERTS`].
 #[derive(Debug, Default)]
 pub struct Alerts {
     seen: HashSet<(&'static str, PathBuf, &'static str)>,
+    /// The guard nodes' paths.
+    roots: Vec<PathBuf>,
+    /// (event, node) pairs already alerted.
+    first: HashSet<(&'static str, PathBuf)>,
+    capped: u64,
     pub emitted: u64,
     pub suppressed: u64,
 }
 
 impl Alerts {
+    /// A sink for the protected paths `roots` (the guard nodes).
+    pub fn for_nodes(roots: impl IntoIterator<Item = PathBuf>) -> Alerts {
+        Alerts {
+            roots: roots.into_iter().collect(),
+            ..Alerts::default()
+        }
+    }
+
+    /// The protected path `path` is, or lies below.
+    fn root_of(&self, path: &Path) -> PathBuf {
+        self.roots
+            .iter()
+            .filter(|r| path.starts_with(r))
+            .max_by_key(|r| r.as_os_str().len())
+            .cloned()
+            .unwrap_or_else(|| path.to_path_buf())
+    }
+
     /// `fs_denied`: a denied path was read, listed, looked into, created...
     pub fn denied(&mut self, path: &Path, access: &'static str, pid: u32) {
         self.alert("fs_denied", "access", path, access, pid);
@@ -232,11 +261,46 @@ impl Alerts {
         path: &Path,
         what: &'static str,
     ) -> Option<serde_json::Value> {
-        if !self.seen.insert((event, path.to_path_buf(), what)) || self.emitted >= MAX_ALERTS {
+        if !self.seen.insert((event, path.to_path_buf(), what)) {
             self.suppressed += 1;
             return None;
         }
+        let root = self.root_of(path);
+        // The first of this protected path: always.
+        if !self.first.insert((event, root)) {
+            if self.capped >= MAX_ALERTS {
+                sbx_core::audit::budget_exhausted(event, json!({ "cap": MAX_ALERTS }));
+                self.suppressed += 1;
+                return None;
+            }
+            self.capped += 1;
+        }
         self.emitted += 1;
         Some(json!({ "path": path.display().to_string() }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Harmless denials first cannot use up the cap: the first alert of a
+    /// protected path that was not alerted yet is always logged.
+    #[test]
+    fn a_flood_never_hides_the_first_alert_of_another_protected_path() {
+        let mut a = Alerts::for_nodes([PathBuf::from("/h/.ssh"), PathBuf::from("/w/.env")]);
+        for i in 0..(MAX_ALERTS + 50) {
+            let p = PathBuf::from(format!("/h/.ssh/missing-{i}"));
+            let _ = a.admit("fs_denied", &p, "lookup");
+        }
+        assert!(a.suppressed >= 49, "{a:?}");
+        assert!(a.admit("fs_denied", Path::new("/w/.env"), "read").is_some());
+        // Repeats of one path stay one line.
+        assert!(a.admit("fs_denied", Path::new("/w/.env"), "read").is_none());
+        // A path outside every node counts as its own protected path.
+        assert!(
+            a.admit("fs_write_denied", Path::new("/w/x"), "create")
+                .is_some()
+        );
     }
 }

@@ -108,11 +108,20 @@ fn setup_and_run(mut a: InitArgs) -> Result<i32, Failure> {
     // Host fds of the passthrough nodes: the server has its own.
     a.guards.nodes.clear();
     a.guards.git_dirs.clear();
+    // Pins go in parent first, each before every op deeper than it.
+    let mut pins = a.plan.pins.iter().peekable();
     for (i, op) in a.plan.ops.iter().enumerate() {
+        let d = crate::plan::depth(&op.dst);
+        while let Some(p) = pins.next_if(|p| crate::plan::depth(p) < d) {
+            root.pin(p)?;
+        }
         match a.guards.by_op.get(&i) {
             Some(g) if guarded => root.apply_guard(op, *g)?,
             _ => root.apply(op, &a.plan.sources)?,
         }
+    }
+    for p in pins {
+        root.pin(p)?;
     }
     // /tmp, for the outer sbx-fs to notice when it fills up.
     if let Ok(Some(t)) = root.mkpath(std::path::Path::new("/tmp"), crate::plan::Kind::Dir, false) {
@@ -193,16 +202,9 @@ fn exec_command(a: &InitArgs) -> ! {
         eprintln!("sbx-fs: dropping privileges: {e}");
         unsafe { libc::_exit(exit::TOOL_FAILED) }
     }
-    let mut env = a.env.clone();
-    let argv0 = a.argv[0].as_os_str();
-    let mut keep = Vec::new();
-    if let Some(au) = audit::get()
-        && let Some((k, v)) = au.handoff_exec(argv0)
-    {
-        chain::set_env(&mut env, k, v);
-        keep.extend(au.raw_fd());
-    }
-    if let Err(e) = sbx_core::fds::cloexec_all_except(&keep) {
+    let env = a.env.clone();
+    // chain::exec/exec_fd hand the audit fd to a trusted sbx tool only.
+    if let Err(e) = sbx_core::fds::cloexec_all_except(&[]) {
         eprintln!("sbx-fs: fd hygiene: {e}");
         unsafe { libc::_exit(exit::TOOL_FAILED) }
     }
@@ -235,6 +237,7 @@ fn supervise(child: libc::pid_t, sfd: &SignalFd, owner: i32) -> Result<i32, Fail
         if fds[1].revents != 0 {
             // The outer sbx-fs is gone: so is the sandbox (our exit kills
             // every process of the PID namespace).
+            sbx_core::deathwatch::supervisor_died("sbx-fs");
             return Ok(128 + libc::SIGKILL);
         }
         if fds[0].revents == 0 {
@@ -260,6 +263,7 @@ fn reap_all(child: libc::pid_t) -> Option<i32> {
     let mut result = None;
     loop {
         let mut st = 0;
+        sbx_core::deathwatch::peek_exited();
         let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
         if pid <= 0 {
             break;

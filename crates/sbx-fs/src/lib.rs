@@ -10,6 +10,7 @@
 //! sbx-fs forwards signals, waits, removes the placeholders and exits with
 //! the command's status.
 
+pub mod auditlog;
 pub mod caps;
 pub mod deny;
 pub mod dev;
@@ -23,6 +24,7 @@ pub mod namespaces;
 pub mod placeholder;
 pub mod plan;
 pub mod proc;
+pub mod protect;
 pub mod spec;
 pub mod sys;
 pub mod tmpwatch;
@@ -45,7 +47,7 @@ pub const TOOL: &str = "sbx-fs";
 pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
     about: "Runs CMD in new mount, PID, IPC and UTS namespaces (plus a user namespace when sbx-fs lacks CAP_SYS_ADMIN) under a root made only of what is granted: the system directories read-only, the --ro/--rw binds, a fresh /proc of the new PID namespace with the host-revealing entries masked, a minimal /dev, a fresh size-limited /tmp and an empty tmpfs $HOME. The host's secrets (a default deny list plus --deny) are hidden, and .git/.claude control files inside writable binds are always read-only. A PID-1 init inside reaps zombies, forwards signals and exits with the command's status. sbx-fs creates no network namespace: that is sbx-net's job, before sbx-fs in the chain.",
     exit_status: "The command's exit status, unchanged; 128+N when it was killed by signal N. 125 when sbx-fs itself fails (bad usage, a bind source that does not exist, a refused mount, a setup step inside the namespaces), with one line on stderr; nothing is left mounted or created on the host. 126 when CMD was found but could not be executed, 127 when it was not found (looked up with the sandbox's PATH, inside the new root).",
-    inherited_state: "CMD inherits: the new mount, PID, IPC and UTS namespaces (and the user namespace when one was made), its own session (setsid: it has no controlling terminal, so TIOCSTI cannot inject into the caller's), no capability at all (bounding, ambient, permitted, effective and inheritable sets empty) and no_new_privs, the identity --uid/--gid (default the caller's), the environment after --clearenv/--unsetenv/--setenv, fds 0, 1 and 2 only, and the working directory --chdir (default: the caller's directory when it exists inside, else $HOME, else /). The network namespace is the caller's. When CMD is an sbx tool (its name starts with sbx-) it also inherits the audit log fd (SBX_AUDIT_FD), and it is executed from an fd opened before the root changed, so it need not exist inside the sandbox; any other CMD never sees the audit log and is looked up with PATH inside the sandbox.",
+    inherited_state: "CMD inherits: the new mount, PID, IPC and UTS namespaces (and the user namespace when one was made), its own session (setsid: it has no controlling terminal, so TIOCSTI cannot inject into the caller's), no capability at all (bounding, ambient, permitted, effective and inheritable sets empty) and no_new_privs, the identity --uid/--gid (default the caller's), an environment made of an allowlist of the caller's variables (see ENVIRONMENT) and then --clearenv/--unsetenv/--setenv, fds 0, 1 and 2 only, and the working directory --chdir (default: the caller's directory when it exists inside, else $HOME, else /). The network namespace is the caller's. When CMD is one of the real sbx tool binaries (by file identity, not name) it also inherits the audit log fd (SBX_AUDIT_FD), and it is executed from an fd opened before the root changed, so it need not exist inside the sandbox; any other CMD never sees the audit log and is looked up with PATH inside the sandbox.",
     extra: &[
         (
             "FILESYSTEM",
@@ -53,11 +55,15 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "DENIED PATHS",
-            "Hidden paths cannot be read, listed or created: each denied path is covered by a node of sbx-fs's own FUSE file system (see GUARD FILE SYSTEM) that stat shows as an empty mode-000 file or directory and that refuses everything else with EACCES, logging fs_denied; without a usable /dev/fuse, by an empty mode-000 read-only file or tmpfs as before. A --deny PATH is hidden in every bind that contains it (PATH is a host path; ~/ is the caller's home); when it does not exist and a writable bind contains it, a placeholder makes it impossible to create. A --deny without a slash is a name pattern (*, ?, [...]) matched in every user bind, up to 6 directories deep (at most 50000 entries per bind; .git is not searched); a pattern in the last component of a path (/etc/ssh/*_key) is matched in that directory. A bind that lies inside a denied directory is hidden entirely.\n\nThe default deny list (--no-default-deny drops it): /etc/shadow, /etc/shadow-, /etc/gshadow, /etc/gshadow-, /etc/sudoers, /etc/sudoers.d, /etc/security/opasswd, /etc/ssl/private, /etc/krb5.keytab, /etc/ssh/*_key; ~/.ssh, ~/.aws, ~/.gnupg, ~/.kube, ~/.docker/config.json, ~/.netrc, ~/.config/gcloud, ~/.git-credentials; .env and .env.* in every user bind; credentials* in every bind under a home (/home, /root, $HOME). Symlinks are never hidden themselves: inside the sandbox they resolve inside the sandbox, where their target is subject to the same rules.",
+            "Hidden paths cannot be read, listed or created: each denied path is covered by a node of sbx-fs's own FUSE file system (see GUARD FILE SYSTEM) that stat shows as an empty mode-000 file or directory and that refuses everything else with EACCES, logging fs_denied; without a usable /dev/fuse, by an empty mode-000 read-only file or tmpfs as before. A --deny PATH is hidden in every bind that contains it (PATH is a host path; ~/ is the caller's home); when it does not exist and a writable bind contains it, a placeholder makes it impossible to create. A --deny without a slash is a name pattern (*, ?, [...]) matched in every user bind at any depth (.git is not searched; at most --scan-limit entries per bind, default 1000000: beyond it sbx-fs refuses to start, exit 125, alert scan_limit, rather than leave part of the tree unsearched); a file matching it that is created during the run is hidden from the next run; a pattern in the last component of a path (/etc/ssh/*_key) is matched in that directory. A bind that lies inside a denied directory is hidden entirely.\n\nThe default deny list (--no-default-deny drops it): /etc/shadow, /etc/shadow-, /etc/gshadow, /etc/gshadow-, /etc/sudoers, /etc/sudoers.d, /etc/security/opasswd, /etc/ssl/private, /etc/krb5.keytab, /etc/ssh/*_key; ~/.ssh, ~/.aws, ~/.gnupg, ~/.kube, ~/.docker/config.json, ~/.netrc, ~/.config/gcloud, ~/.git-credentials, ~/.vault-token, ~/.config/gh/hosts.yml, ~/.config/hub, ~/.npmrc, ~/.pypirc, ~/.cargo/credentials, ~/.cargo/credentials.toml, ~/.gem/credentials, ~/.claude/.credentials.json (when it exists), ~/.azure, ~/.terraform.d/credentials.tfrc.json, ~/.config/doctl (they matter when a bind is the home or contains it); .env and .env.* in every user bind; credentials* in every bind under a home (/home, /root, $HOME). Symlinks are never hidden themselves: inside the sandbox they resolve inside the sandbox, where their target is subject to the same rules.",
+        ),
+        (
+            "ENVIRONMENT",
+            "Only an allowlist of the caller's environment reaches the command: PATH, HOME, TERM, LANG, LANGUAGE, LC_*, TZ, USER, LOGNAME, SHELL, COLORTERM, NO_COLOR, the CA-certificate paths SSL_CERT_FILE, SSL_CERT_DIR, CURL_CA_BUNDLE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, GIT_SSL_CAINFO, AWS_CA_BUNDLE and PIP_CERT, and sbx's own SBX_ID and SBX_LOG (SBX_AUDIT_FD is set again for a next sbx tool only). TMPDIR, when the caller has one, is set to /tmp (the sandbox's fresh /tmp; the caller's is a host path). --pass-env NAME passes one more variable, --pass-env 'PREFIX*' every variable whose name starts with PREFIX ('*' alone: every variable), both repeatable; --keep-env passes the whole environment, secrets included. SBX_PASS_ENV (comma-separated names or PREFIX*, as --pass-env) adds to --pass-env and never reaches the command: sbx-creds, earlier in the chain, names the secrets it injects there, so they reach the command. A variable whose name looks like a secret (TOKEN, SECRET, PASSWORD, PASSWD, KEY, APIKEY, CREDENTIAL(S), CREDS, AUTH, COOKIE, DSN, PAT as a word of the name; TOKEN, SECRET, PASSWORD, API_KEY, PRIVATE_KEY, ACCESS_KEY, CREDENTIAL, AUTHORIZATION, DATABASE_URL, CONNECTION_STRING anywhere in it; AWS_*, AZURE_*, ARM_CLIENT*, OP_SESSION_*; a word PWD besides PWD and OLDPWD themselves; not SBX_*, SSH_AUTH_SOCK, GPG_AGENT_INFO, AWS_CA_BUNDLE, AWS_REGION, AWS_DEFAULT_REGION, AWS_PROFILE, AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE) passes only when named exactly (--pass-env NAME, SBX_PASS_ENV, --setenv) or with --keep-env: a PREFIX* never passes one. Each run that drops such variables prints, once the sandbox is set up, one line on stderr naming them (never a value) and logs env_secret_dropped (warn: names); the env event (info) lists the names passed and dropped. With --clearenv nothing of the caller's is looked at.",
         ),
         (
             "INVARIANTS",
-            "Whatever the configuration, inside every writable bind these are read-only: .git/HEAD, .git/config, .git/objects/, .git/refs/ and .git/hooks/ (.git/objects and .git/refs bound onto themselves read-only, the others guard file system nodes; git can still write its index, logs and the like), and the whole .claude directory, a guard file system node too (so .claude/settings*.json, whatever the name, .claude/skills/ and .claude/commands/ can be neither written nor created). Entries that do not exist are covered by an empty read-only file or directory so they cannot be created; when .git or .claude does not exist at all, an empty read-only directory takes its place. A .git file (a worktree's gitfile) is kept read-only as it is. A writable bind of a .claude directory itself (such as ~/.claude, the agent's state directory) stays writable except its settings*.json, skills/ and commands/ (settings.json and settings.local.json cannot be created when missing). They are enforced at the top of each writable bind and, for what exists, in every directory holding a .git or .claude up to 4 levels below it (at most 20000 entries are looked at per bind; node_modules is not searched); a missing .git or .claude gets a placeholder only at the top. A --rw whose source lies inside one of them is refused.",
+            "Whatever the configuration, inside every writable bind these are read-only: .git/HEAD, .git/config, .git/objects/, .git/refs/ and .git/hooks/ (.git/objects and .git/refs bound onto themselves read-only, the others guard file system nodes; git can still write its index, logs and the like), and .git/info/ where it exists, and the whole .claude directory, a guard file system node too (so .claude/settings*.json, whatever the name, .claude/skills/, commands/, agents/ and hooks/ can be neither written nor created); .mcp.json, .envrc, .gitmodules, .vscode/ and .idea/ where they exist; and the project scripts that .claude/settings*.json hooks and statusLine run ($CLAUDE_PROJECT_DIR/..., ./...), existing or not. Entries that do not exist are covered by an empty read-only file or directory so they cannot be created; when .git or .claude does not exist at all, an empty read-only directory takes its place. A .git file (a worktree's gitfile) is kept read-only as it is. A writable bind of a .claude directory itself (such as ~/.claude, the agent's state directory) stays writable except its settings*.json, skills/, commands/, agents/, hooks/, plugins/ and every script a command of its settings' hooks or statusLine names inside it (these cannot be created when missing either). They are enforced at the top of each writable bind and in every directory holding one of them, at any depth (the same --scan-limit); a missing .git or .claude gets a placeholder only at the top. Every directory between a writable bind's root and a protected or denied path is bound onto itself, so that it cannot be renamed, exchanged or removed (EBUSY, EXDEV): no rename of an ancestor carries a protection away. Control files created during the run anywhere else (a new .claude/, .vscode/, .idea/, .mcp.json, .envrc, .gitmodules) are moved at the end, after the sandbox is gone, to the quarantine directory (--quarantine), each with the alert fs_protected_created. A --rw whose source lies inside one of them is refused.",
         ),
         (
             "GIT STAGE",
@@ -73,7 +79,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "AUDIT",
-            "Events: start (info: namespaces, binds, counts, guarded), end (info: status), setup_failed (warn) for every refused setup step, seccomp_kill (alert) when a process of the sandbox dies of SIGSYS. fs_denied (alert: path as seen inside, access, caller_pid) when a denied path is read, listed, looked into, created or changed; fs_write_denied (alert: path, op, caller_pid) when a protected path is opened for writing, truncated, created, removed, renamed, linked, chmod-ed or given xattrs, and (op replace, caller_pid null, via) when git's config.lock/HEAD.lock appears beside a protected .git/config or .git/HEAD; each distinct (path, access) is logged once, at most 200 per sandbox, and fs_guard (info, at the end) counts alerts and alerts_suppressed. fs_guard_unavailable (warn, once: reason) when /dev/fuse could not be used. tmp_full (alert, once: path /tmp, size, free) when /tmp fills up (checked every 200 ms and at the end: a fill-and-delete in between is bounded by --tmp-size but may not be logged). Remounting, mounting, unmounting, chroot and pivot_root are refused by the kernel (EPERM) without sbx-fs seeing them: those have no event here (sbx-seccomp reports them).",
+            "Events: start (info: namespaces, binds, counts, guarded), end (info: status), env (info: passed, dropped, secrets_passed: names only), env_secret_dropped (warn: names) when variables that look like secrets were not passed, setup_failed (warn) for every refused setup step, seccomp_kill (alert) when a process of the sandbox dies of SIGSYS. fs_denied (alert: path as seen inside, access, caller_pid) when a denied path is read, listed, looked into, created or changed; fs_write_denied (alert: path, op, caller_pid) when a protected path is opened for writing, truncated, created, removed, renamed, linked, chmod-ed or given xattrs, and (op replace, caller_pid null, via) when git's config.lock/HEAD.lock appears beside a protected .git/config or .git/HEAD; each distinct (path, access) is logged once; the first alert of each protected path is always logged, further ones (other accesses, names below it) at most 200 per sandbox, and fs_guard (info, at the end) counts alerts and alerts_suppressed. fs_protected_created / fs_protected_replaced (alert: path, quarantined) and fs_protected_moved (alert: path, found_at, restored) from the end sweep; scan_limit (alert: bind, limit, flag) when a bind holds more than --scan-limit entries. fs_guard_unavailable (warn, once: reason) when /dev/fuse could not be used. tmp_full (alert, once: path /tmp, size, free) when /tmp fills up (checked every 200 ms and at the end: a fill-and-delete in between is bounded by --tmp-size but may not be logged). Remounting, mounting, unmounting, chroot and pivot_root are refused by the kernel (EPERM) without sbx-fs seeing them: those have no event here (sbx-seccomp reports them).",
         ),
         (
             "GUARD FILE SYSTEM",
@@ -129,6 +135,16 @@ pub struct Cli {
     #[arg(long)]
     pub clearenv: bool,
 
+    /// Pass the caller's variable NAME too, or every variable whose name
+    /// starts with PREFIX (a secret-looking name only when named exactly).
+    #[arg(long, value_name = "NAME|PREFIX*")]
+    pub pass_env: Vec<String>,
+
+    /// Pass the caller's whole environment (secrets included), not only
+    /// the allowlist.
+    #[arg(long)]
+    pub keep_env: bool,
+
     /// User id inside the sandbox (default: the caller's).
     #[arg(long, value_name = "N")]
     pub uid: Option<u32>,
@@ -150,6 +166,19 @@ pub struct Cli {
     /// not written (sbx-gitguard run --stage makes DIR and imports it).
     #[arg(long, value_name = "DIR")]
     pub git_stage: Option<PathBuf>,
+
+    /// How many directory entries the search for protected names (.env,
+    /// credentials*, .git, .claude ...) may read per bind; beyond it sbx-fs
+    /// refuses to start (exit 125) rather than leave part of the tree
+    /// unprotected.
+    #[arg(long, value_name = "N", default_value_t = protect::DEFAULT_SCAN_LIMIT)]
+    pub scan_limit: usize,
+
+    /// Where control files created during the run (a new .claude/, .vscode/,
+    /// .mcp.json ... in a writable bind) are moved at the end (default
+    /// $XDG_STATE_HOME/sbx/quarantine or ~/.local/state/sbx/quarantine).
+    #[arg(long, value_name = "DIR")]
+    pub quarantine: Option<PathBuf>,
 
     /// Size limit of /tmp, /dev/shm and the $HOME tmpfs.
     #[arg(long, value_name = "SIZE", default_value = spec::DEFAULT_TMP_SIZE)]
@@ -204,7 +233,30 @@ pub fn build_spec(cli: &Cli) -> Result<Spec, Failure> {
     for s in &cli.setenv {
         env_ops.push(spec::parse_setenv(s)?);
     }
+    if let Some(q) = &cli.quarantine
+        && !q.is_absolute()
+    {
+        return Err(Failure::new(format!(
+            "--quarantine '{}': must be an absolute path",
+            q.display()
+        )));
+    }
+    let mut env_policy = sbx_core::envpolicy::Policy {
+        keep_all: cli.keep_env,
+        pass: Vec::new(),
+    };
+    for p in &cli.pass_env {
+        env_policy.pass.push(
+            sbx_core::envpolicy::parse_pass("--pass-env", p)
+                .map_err(|e| Failure::new(e.to_string()))?,
+        );
+    }
+    env_policy
+        .add_from_env()
+        .map_err(|e| Failure::new(e.to_string()))?;
     Ok(Spec {
+        scan_limit: cli.scan_limit,
+        quarantine: cli.quarantine.clone(),
         binds,
         tmpfs,
         deny: cli.deny.clone(),
@@ -212,6 +264,7 @@ pub fn build_spec(cli: &Cli) -> Result<Spec, Failure> {
         hostname: cli.hostname.clone(),
         clearenv: cli.clearenv,
         env_ops,
+        env_policy,
         uid: cli.uid,
         gid: cli.gid,
         system: !cli.no_system,
@@ -314,12 +367,16 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
         .collect();
     let mut extra = Vec::new();
     for (i, dst) in &bind_dsts {
-        extra.extend(deny::apply(
+        let ops = deny::apply_limited(
             &rules,
             &plan.sources[*i],
             dst,
             host_home.as_deref(),
-        ));
+            spec.scan_limit,
+        )
+        .inspect_err(|e| e.alert())
+        .map_err(|e| Failure::new(e.to_string()))?;
+        extra.extend(ops);
     }
     let stage = match &spec.git_stage {
         Some(d) => Some(gitstage::open(d)?),
@@ -329,7 +386,9 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
     for (i, dst) in &user_binds {
         if plan.sources[*i].rw {
             let g = stage.as_ref().map(|s| s.gitdir.as_path());
-            let ops = plan::invariants(&plan.sources[*i], dst, g);
+            let ops = plan::invariants_limited(&plan.sources[*i], dst, g, spec.scan_limit)
+                .inspect_err(|e| e.alert())
+                .map_err(|e| Failure::new(e.to_string()))?;
             staged |= ops.iter().any(|o| matches!(o.what, What::Overlay { .. }));
             extra.extend(ops);
         }
@@ -363,7 +422,38 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
     }
     plan.ops.extend(extra);
     plan::order(&mut plan.ops);
+    plan.pins = pins_of(&plan, &user_binds);
     Ok(plan)
+}
+
+/// The ancestors of every protected path inside a writable bind (up to the
+/// bind's root): they are pinned (bound onto themselves) so that no rename
+/// of a directory above a protection can carry it away.
+fn pins_of(plan: &Plan, user_binds: &[(usize, PathBuf)]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for (i, dst) in user_binds {
+        if !plan.sources[*i].rw || plan.sources[*i].kind != Kind::Dir {
+            continue;
+        }
+        let protected: Vec<&std::path::Path> = plan
+            .ops
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o.what,
+                    What::Deny | What::Empty | What::ReadOnly | What::Overlay { .. }
+                ) && o.dst.starts_with(dst)
+                    && &o.dst != dst
+            })
+            .map(|o| o.dst.as_path())
+            .collect();
+        out.extend(protect::pins(dst, &protected));
+    }
+    // A path that is a mount point of the plan already needs no pin.
+    out.retain(|p| !plan.ops.iter().any(|o| &o.dst == p));
+    out.sort_by(|a, b| plan::depth(a).cmp(&plan::depth(b)).then(a.cmp(b)));
+    out.dedup();
+    out
 }
 
 /// Creates the mount points the plan needs inside binds (on the host).
@@ -396,26 +486,21 @@ pub fn host_placeholders(plan: &Plan) -> Result<placeholder::Placeholders, Failu
 
 fn run(cli: Cli) -> Result<i32, Failure> {
     let spec = build_spec(&cli)?;
-    let env = plan::command_env(&spec);
+    let (env, filtered) = plan::command_env(&spec);
     let userns = !namespaces::have_cap_sys_admin();
     let (outer_uid, outer_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let uid = spec.uid.unwrap_or(outer_uid);
     let gid = spec.gid.unwrap_or(outer_gid);
 
-    // The next program: an sbx tool is opened now, on the host.
+    // The next program: a real sbx tool (by file identity, not name) is
+    // opened now, on the host, and executed from that fd; anything else is
+    // looked up inside the sandbox.
     let prog = cli.cmd[0].clone();
-    let exec_fd = if chain::is_sbx_tool(&prog) {
-        let path = env_get(&env, "PATH").cloned();
-        let p = chain::resolve(&prog, path.as_deref())?;
-        let fd = sys::openat2(libc::AT_FDCWD, &p, libc::O_PATH, 0, 0).map_err(|e| {
-            Failure::with_code(sbx_core::exit::NOT_FOUND, format!("{}: {e}", p.display()))
-        })?;
-        Some(fd)
-    } else {
-        None
-    };
+    let exec_fd = chain::open_tool(&prog, env_get(&env, "PATH").map(|p| p.as_os_str()));
 
     let plan = build_plan(&spec, &env)?;
+    auditlog::refuse_log_in_writable_bind(&plan)?;
+    let (sweeps, mcp, quarantine) = start_sweeps(&spec, &plan)?;
     let cwd = std::env::current_dir().ok();
     let mut fallback_dirs = Vec::new();
     if let Some(c) = cwd {
@@ -431,7 +516,14 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         .iter()
         .map(|p| p.shown.display().to_string())
         .collect();
-    if let Err(e) = ph.start_reaper() {
+    // The reaper also runs the end sweep if sbx-fs is killed.
+    let after: Option<Box<dyn FnOnce()>> = if sweeps.is_empty() && mcp.is_none() {
+        None
+    } else {
+        let (sw, m, q) = (sweeps.clone(), mcp.clone(), quarantine.clone());
+        Some(Box::new(move || end_checks(&sw, m.as_ref(), &q)))
+    };
+    if let Err(e) = ph.start_reaper_with(after) {
         ph.cleanup();
         return Err(e.into());
     }
@@ -439,6 +531,10 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     // Which denied/protected paths become nodes of the guard file system.
     let mut guards = guard::select(&plan);
     let flags = namespaces::flags(userns);
+    // Said once the sandbox is set up: a refused setup stays one line.
+    if let Some(f) = &filtered {
+        sbx_core::envpolicy::report(TOOL, f);
+    }
     audit::emit(
         "start",
         Severity::Info,
@@ -519,10 +615,13 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         });
     }
     drop(init_chan);
+    ph.tell_sandbox(pid);
     drop(plan);
     drop(exec_fd);
     drop(owner);
-    let alerts = Arc::new(Mutex::new(guard::Alerts::default()));
+    let alerts = Arc::new(Mutex::new(guard::Alerts::for_nodes(
+        guards.nodes.iter().map(|n| n.path.clone()),
+    )));
     let git_dirs = std::mem::take(&mut guards.git_dirs);
     let ids = fuse::server::Ids {
         userns,
@@ -542,6 +641,13 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         Some(_) => {
             let guarded = guards.nodes.iter().map(|n| n.path.clone()).collect();
             lockwatch::LockWatch::start(&git_dirs, guarded)
+                .inspect_err(|e| {
+                    audit::emit(
+                        "lockwatch_unavailable",
+                        Severity::Warn,
+                        serde_json::json!({ "reason": e.to_string() }),
+                    )
+                })
                 .ok()
                 .flatten()
         }
@@ -580,6 +686,11 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             serde_json::json!({ "alerts": a.emitted, "alerts_suppressed": a.suppressed }),
         );
     }
+    // The sandbox is gone (its PID namespace died with init) and nothing
+    // has run on the host since: take out the control files it created
+    // (placeholders are skipped; the reaper is released only after, so a
+    // kill meanwhile leaves the sweep to it).
+    end_checks(&sweeps, mcp.as_ref(), &quarantine);
     let left = ph.cleanup();
     if !left.is_empty() {
         audit::emit(
@@ -590,6 +701,79 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     }
     audit::emit("end", Severity::Info, serde_json::json!({ "status": code }));
     Ok(code)
+}
+
+/// Records the control entries of every writable bind (for the end sweep)
+/// and picks the quarantine directory, which must lie outside every
+/// writable bind (the sandbox could plant symlinks there otherwise).
+/// The end sweep of every writable bind and the MCP servers check.
+fn end_checks(sweeps: &[protect::Sweep], mcp: Option<&protect::McpGuard>, q: &std::path::Path) {
+    for s in sweeps {
+        s.finish(q);
+    }
+    if let Some(m) = mcp {
+        m.finish(q);
+    }
+}
+
+type EndChecks = (Vec<protect::Sweep>, Option<protect::McpGuard>, PathBuf);
+
+fn start_sweeps(spec: &Spec, plan: &Plan) -> Result<EndChecks, Failure> {
+    let rw_all: Vec<&plan::Source> = plan
+        .ops
+        .iter()
+        .filter_map(|o| match o.what {
+            What::Bind { src, ro: false } if o.why == "bind" => Some(&plan.sources[src]),
+            _ => None,
+        })
+        .collect();
+    // ~/.claude.json under a writable bind (or bound itself).
+    let mcp = std::env::var_os("HOME")
+        .map(|h| protect::canonical_prefix(&PathBuf::from(h).join(".claude.json")))
+        .filter(|p| rw_all.iter().any(|s| p.starts_with(&s.path)))
+        .and_then(|p| protect::McpGuard::start(&p));
+    let rw: Vec<&plan::Source> = rw_all
+        .into_iter()
+        .filter(|s| s.kind == Kind::Dir || mcp.is_some())
+        .collect();
+    if rw.is_empty() {
+        return Ok((Vec::new(), None, PathBuf::new()));
+    }
+    let inside = |q: &std::path::Path| {
+        let q = protect::canonical_prefix(q);
+        rw.iter()
+            .find(|s| q.starts_with(&s.path))
+            .map(|s| s.path.clone())
+    };
+    let q = match &spec.quarantine {
+        Some(q) => {
+            if let Some(b) = inside(q) {
+                return Err(Failure::new(format!(
+                    "--quarantine {}: inside the writable bind {} (it must lie outside every writable bind)",
+                    q.display(),
+                    b.display()
+                )));
+            }
+            protect::canonical_prefix(q)
+        }
+        None => protect::default_quarantines()
+            .into_iter()
+            .find(|q| inside(q).is_none())
+            .map(|q| protect::canonical_prefix(&q))
+            .ok_or_else(|| {
+                Failure::new(
+                    "no quarantine directory outside the writable binds: set --quarantine DIR",
+                )
+            })?,
+    };
+    let mut sweeps = Vec::new();
+    for s in rw.into_iter().filter(|s| s.kind == Kind::Dir) {
+        let sw = protect::Sweep::start(&s.path, spec.scan_limit)
+            .inspect_err(|e| e.alert())
+            .map_err(|e| Failure::new(e.to_string()))?;
+        sweeps.push(sw);
+    }
+    Ok((sweeps, mcp, q))
 }
 
 /// Waits for init's word on the guard file system: the /dev/fuse fd when

@@ -41,6 +41,8 @@ pub struct LockWatch {
     /// The protected files (sandbox paths): a lock file beside a file that
     /// is not protected (HEAD under `--git-stage`) is git at work.
     guarded: std::collections::HashSet<PathBuf>,
+    /// The inotify queue overflowed once (logged once).
+    overflowed: bool,
 }
 
 impl LockWatch {
@@ -72,6 +74,14 @@ impl LockWatch {
             };
             if wd >= 0 {
                 map.insert(wd, shown.clone());
+            } else {
+                // No watch (fs.inotify.max_user_watches): the rename is
+                // still refused, only its alert is lost; say so.
+                sbx_core::audit::emit(
+                    "lockwatch_unavailable",
+                    sbx_core::Severity::Warn,
+                    serde_json::json!({ "path": shown.display().to_string(), "reason": io::Error::last_os_error().to_string() }),
+                );
             }
         }
         if map.is_empty() {
@@ -95,6 +105,7 @@ impl LockWatch {
                     dirs: map,
                     carry: Vec::new(),
                     guarded,
+                    overflowed: false,
                 }))
             }
         }
@@ -140,6 +151,16 @@ impl LockWatch {
         // struct inotify_event: wd i32, mask u32, cookie u32, len u32, name
         while off + EVENT_HEADER <= b.len() {
             let wd = i32::from_ne_bytes(b[off..off + 4].try_into().expect("4"));
+            let mask = u32::from_ne_bytes(b[off + 4..off + 8].try_into().expect("4"));
+            if mask & libc::IN_Q_OVERFLOW != 0 && !self.overflowed {
+                // Lock files may have gone unseen: say so (no silent budget).
+                self.overflowed = true;
+                sbx_core::audit::emit(
+                    "lockwatch_overflow",
+                    sbx_core::Severity::Warn,
+                    serde_json::json!({ "lost": "config.lock/HEAD.lock replace alerts may be missing (the renames still fail)" }),
+                );
+            }
             let len = u32::from_ne_bytes(b[off + 12..off + 16].try_into().expect("4")) as usize;
             if off + EVENT_HEADER + len > b.len() {
                 break;

@@ -419,6 +419,23 @@ impl Root {
         Ok(())
     }
 
+    /// Pins the directory at `dst` (an ancestor of a protected path): binds
+    /// it onto itself, attributes unchanged, so that the kernel refuses to
+    /// rename or remove it (EBUSY: a mount point of this namespace). A
+    /// directory that does not exist needs no pin.
+    pub fn pin(&mut self, dst: &Path) -> Result<(), MountError> {
+        let Some(t) = self.mkpath(dst, Kind::Dir, false)? else {
+            return Ok(());
+        };
+        let st = sys::fstat(t.as_raw_fd()).map_err(e("stat", dst))?;
+        if !sys::is_dir(&st) {
+            return Ok(());
+        }
+        let tree = sys::clone_tree(t.as_raw_fd(), true).map_err(e("clone", dst))?;
+        sys::move_mount_fd(tree.as_raw_fd(), t.as_raw_fd()).map_err(e("pin", dst))?;
+        Ok(())
+    }
+
     /// Attaches the (detached) guard file system mount `mnt` inside the
     /// helper, where each guard node is cloned from (open_tree clones only
     /// mounts of the caller's own namespace). Detached again at the pivot.

@@ -57,6 +57,10 @@ impl Placeholders {
     /// Makes sure `rel` exists beneath the bind source `s`, creating (and
     /// recording) every missing component; the last one as `kind`.
     pub fn ensure(&mut self, s: &Source, rel: &Path, kind: Kind) -> Result<(), PlaceholderError> {
+        static REAPED: std::sync::Once = std::sync::Once::new();
+        REAPED.call_once(|| {
+            reap_temporaries();
+        });
         let comps: Vec<&std::ffi::OsStr> = rel
             .components()
             .filter_map(|c| match c {
@@ -171,22 +175,48 @@ impl Placeholders {
     /// Forks the reaper (when there is anything to reap). Call after every
     /// placeholder exists and before the namespaces are made.
     pub fn start_reaper(&mut self) -> Result<(), PlaceholderError> {
-        if self.list.is_empty() {
+        self.start_reaper_with(None)
+    }
+
+    /// [`Self::start_reaper`], with `after` run by the reaper when sbx-fs
+    /// dies without having finished: once the sandbox (whose init's pid
+    /// [`Self::tell_sandbox`] gave) is gone, after the placeholders were
+    /// removed (the end sweep; see [`crate::protect`]).
+    pub fn start_reaper_with(
+        &mut self,
+        after: Option<Box<dyn FnOnce()>>,
+    ) -> Result<(), PlaceholderError> {
+        if self.list.is_empty() && after.is_none() {
             return Ok(());
         }
         let (r, w) = sbx_core::fds::pipe().map_err(PlaceholderError::Reaper)?;
+        // SAFETY: getpid cannot fail.
         let me = unsafe { libc::getpid() };
+        // SAFETY: no thread runs yet (the guard server starts later); the
+        // child only uses what it inherited and exits with _exit.
         match unsafe { libc::fork() } {
             -1 => Err(PlaceholderError::Reaper(io::Error::last_os_error())),
             0 => {
                 drop(w);
-                reaper(me, r, &self.list)
+                reaper(me, r, &self.list, after)
             }
             _ => {
                 drop(r);
                 self.reaper_pipe = Some(w);
                 Ok(())
             }
+        }
+    }
+
+    /// Tells the reaper the pid of the sandbox's init, whose end it waits
+    /// for before running its `after`.
+    pub fn tell_sandbox(&self, pid: libc::pid_t) {
+        if let Some(w) = &self.reaper_pipe {
+            let mut b = [0u8; 5];
+            b[0] = b'p';
+            b[1..].copy_from_slice(&pid.to_ne_bytes());
+            // SAFETY: a valid fd and a 5-byte buffer (atomic on a pipe).
+            unsafe { libc::write(w.as_raw_fd(), b.as_ptr().cast(), b.len()) };
         }
     }
 
@@ -279,12 +309,19 @@ fn create_marked(dir: RawFd, name: &Path, is_dir: bool) -> io::Result<()> {
     tmp.push("-");
     tmp.push(name.as_os_str());
     let tmp = PathBuf::from(tmp);
+    // Registered (sbx_core::registry) while it exists under the temporary
+    // name: sbx-fs killed before the rename leaves it to the next run,
+    // whatever its TMPDIR, instead of in the user's project for ever.
+    let _entry = std::fs::read_link(format!("/proc/self/fd/{dir}"))
+        .ok()
+        .and_then(|d| sbx_core::registry::register(NEW_KIND, &d.join(&tmp)).ok());
     if is_dir {
         sys::mkdirat(dir, &tmp, 0o755)?;
     } else {
         sys::mkfileat(dir, &tmp, 0o644)?;
     }
     mark(dir, &tmp, is_dir);
+    sbx_core::registry::test_kill_point("fs-placeholder-tmp");
     let from = std::ffi::CString::new(tmp.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let to = std::ffi::CString::new(name.as_os_str().as_bytes())
@@ -305,6 +342,31 @@ fn create_marked(dir: RawFd, name: &Path, is_dir: bool) -> io::Result<()> {
         return Err(e);
     }
     Ok(())
+}
+
+/// The registry kind of placeholders under their temporary name.
+const NEW_KIND: &str = "sbx-fs-new";
+
+/// Removes the temporary placeholders of sbx-fs runs that died between
+/// creating one and renaming it: only an empty directory or an empty file
+/// whose name is `.sbx-fs-new-*`, never through a symlink.
+pub fn reap_temporaries() -> Vec<PathBuf> {
+    sbx_core::registry::reap(NEW_KIND, |p| {
+        let ours = p
+            .file_name()
+            .is_some_and(|n| n.as_encoded_bytes().starts_with(b".sbx-fs-new-"));
+        if !ours {
+            return Ok(());
+        }
+        let m = std::fs::symlink_metadata(p)?;
+        if m.is_dir() {
+            std::fs::remove_dir(p)
+        } else if m.is_file() && m.len() == 0 {
+            std::fs::remove_file(p)
+        } else {
+            Ok(())
+        }
+    })
 }
 
 /// Marks a new placeholder (best effort: a filesystem without user
@@ -377,7 +439,8 @@ const REAPER_SETTLE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The reaper: detached from the terminal, holding only what it needs,
 /// it waits for sbx-fs (pid `owner`) to exit and removes what is left.
-fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder]) -> ! {
+fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder], after: Option<Box<dyn FnOnce()>>) -> ! {
+    // SAFETY: plain syscalls on our own process.
     unsafe {
         libc::setsid();
         libc::chdir(c"/".as_ptr());
@@ -388,15 +451,42 @@ fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder]) -> ! {
         .flat_map(|p| [p.parent.as_raw_fd(), p.root.as_raw_fd()])
         .collect();
     keep.push(done.as_raw_fd());
+    // The end sweep's alerts go to the audit log.
+    keep.extend(sbx_core::audit::get().and_then(|a| a.raw_fd()));
     sbx_core::fds::close_all_except(&keep);
-    let Ok(pidfd) = sys::pidfd_open(owner) else {
+    let finish = |sandbox: Option<i32>, after: Option<Box<dyn FnOnce()>>| -> ! {
+        // The sandbox's init ends after every process of its PID namespace
+        // (the kernel kills them, then reaps them, before init's exit is
+        // seen): wait for it, boundedly, so nothing of it runs meanwhile.
+        if let Some(pid) = sandbox
+            && let Ok(fd) = sys::pidfd_open(pid)
+        {
+            let mut p = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut p, 1, REAPER_SETTLE.as_millis() as i32) };
+        } else if sandbox.is_none() && after.is_some() {
+            // sbx-fs died before it named the sandbox: init dies of
+            // PDEATHSIG; give it time to go.
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
         remove_all(list, REAPER_SETTLE);
+        if let Some(f) = after {
+            f();
+        }
+        // SAFETY: leaving the forked child without running destructors.
         unsafe { libc::_exit(0) }
     };
+    let Ok(pidfd) = sys::pidfd_open(owner) else {
+        finish(None, after)
+    };
+    // SAFETY: getppid cannot fail.
     if unsafe { libc::getppid() } != owner {
         // sbx-fs died before the watch began.
-        remove_all(list, REAPER_SETTLE);
-        unsafe { libc::_exit(0) }
+        finish(None, after)
     }
     loop {
         let mut p = libc::pollfd {
@@ -404,16 +494,24 @@ fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder]) -> ! {
             events: libc::POLLIN,
             revents: 0,
         };
+        // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut p, 1, -1) };
         if n > 0 {
             break;
         }
     }
-    let mut b = [0u8; 1];
+    // What sbx-fs wrote: 'p' + init's pid after the clone, 'd' when done.
+    let mut buf = [0u8; 64];
+    // SAFETY: a valid fd.
     unsafe { libc::fcntl(done.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-    let n = unsafe { libc::read(done.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
-    if !(n == 1 && b[0] == b'd') {
-        remove_all(list, REAPER_SETTLE);
+    // SAFETY: a valid fd and buffer.
+    let n = unsafe { libc::read(done.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    let got = &buf[..n.max(0) as usize];
+    if got.last() == Some(&b'd') {
+        // SAFETY: leaving the forked child.
+        unsafe { libc::_exit(0) }
     }
-    unsafe { libc::_exit(0) }
+    let sandbox = (got.len() >= 5 && got[0] == b'p')
+        .then(|| i32::from_ne_bytes([got[1], got[2], got[3], got[4]]));
+    finish(sandbox, after)
 }

@@ -132,6 +132,11 @@ pub const SYSTEM_DIRS: &[&str] = &[
 pub struct Plan {
     pub sources: Vec<Source>,
     pub ops: Vec<Op>,
+    /// Directories bound onto themselves so that they cannot be renamed or
+    /// removed (the ancestors of protected paths inside writable binds,
+    /// see [`crate::protect::pins`]); mounted parent first, before any op
+    /// deeper than them.
+    pub pins: Vec<PathBuf>,
 }
 
 /// Opens `path` (following the symlinks of the path the user gave, never a
@@ -231,45 +236,13 @@ pub fn skeleton(plan: &mut Plan, spec: &Spec) -> Result<(), PlanError> {
     Ok(())
 }
 
-/// `.git`/`.claude` entries that may never be written inside a writable
-/// bind, and whether each is a directory.
-pub const INVARIANT_GIT: &[(&str, Kind)] = &[
-    ("HEAD", Kind::File),
-    ("config", Kind::File),
-    ("objects", Kind::Dir),
-    ("refs", Kind::Dir),
-    ("hooks", Kind::Dir),
-];
-
-/// Whether a writable bind source lies inside an invariant path.
+/// Whether a writable bind source lies inside an invariant path (the
+/// list is [`crate::protect::CONTROL`]).
 pub fn rw_inside_invariant(path: &Path) -> Option<String> {
-    let comps: Vec<&std::ffi::OsStr> = path.iter().collect();
-    for (i, c) in comps.iter().enumerate() {
-        let next = comps.get(i + 1).and_then(|n| n.to_str());
-        if *c == ".git" {
-            match next {
-                None => return Some(".git".into()),
-                Some(n) if INVARIANT_GIT.iter().any(|(g, _)| *g == n) => {
-                    return Some(format!(".git/{n}"));
-                }
-                _ => {}
-            }
-        }
-        if *c == ".claude" {
-            match next {
-                Some(n) if n == "skills" || n == "commands" || is_claude_settings(n) => {
-                    return Some(format!(".claude/{n}"));
-                }
-                _ => {}
-            }
-        }
-    }
-    None
+    crate::protect::invariant_of(path).map(|(p, _)| p)
 }
 
-pub fn is_claude_settings(name: &str) -> bool {
-    name.starts_with("settings") && name.ends_with(".json")
-}
+pub use crate::protect::is_claude_settings;
 
 /// The `.git` entries that a `--git-stage` overlay protects instead of a
 /// read-only bind: git writes them there, sbx-gitguard imports what it
@@ -278,60 +251,36 @@ pub const STAGED_GIT: &[&str] = &["HEAD", "objects", "refs"];
 
 /// The invariant ops for one writable bind (source `s` at `dst`); `staged`
 /// is the git dir of a `--git-stage` (its overlay op gets its source
-/// indexes from the caller).
+/// indexes from the caller). Fails closed: when the tree holds more than
+/// [`crate::protect::DEFAULT_SCAN_LIMIT`] entries, the whole bind is
+/// hidden (sbx-fs itself calls [`invariants_limited`] and refuses to start).
 pub fn invariants(s: &Source, dst: &Path, staged: Option<&Path>) -> Vec<Op> {
-    if s.kind != Kind::Dir {
-        return Vec::new();
+    match invariants_limited(s, dst, staged, crate::protect::DEFAULT_SCAN_LIMIT) {
+        Ok(ops) => ops,
+        Err(e) => {
+            e.alert();
+            vec![Op::new(dst, s.kind, What::Deny, "deny")]
+        }
     }
-    let mut ops = invariants_in(s, Path::new(""), dst, true, staged);
-    for rel in nested_projects(&s.path) {
-        ops.extend(invariants_in(s, &rel, &dst.join(&rel), false, staged));
-    }
-    ops
 }
 
-/// How deep nested repositories (`.git`) and `.claude` directories are
-/// looked for inside a writable bind, and how many entries at most.
-pub const NESTED_DEPTH: usize = 4;
-pub const NESTED_BUDGET: usize = 20_000;
-
-/// Directories below a bind's root (relative) that hold a `.git` or a
-/// `.claude` directory: their control entries are protected too.
-pub fn nested_projects(root: &Path) -> Vec<PathBuf> {
-    fn walk(root: &Path, rel: &Path, depth: usize, budget: &mut usize, out: &mut Vec<PathBuf>) {
-        let Ok(rd) = std::fs::read_dir(root.join(rel)) else {
-            return;
-        };
-        let mut subdirs = Vec::new();
-        let mut found = false;
-        for e in rd.flatten() {
-            if *budget == 0 {
-                return;
-            }
-            *budget -= 1;
-            let Ok(ft) = e.file_type() else { continue };
-            let n = e.file_name();
-            if n == ".git" || n == ".claude" {
-                found = true;
-                continue;
-            }
-            if ft.is_dir() && n != "node_modules" {
-                subdirs.push(rel.join(&n));
-            }
-        }
-        if found && !rel.as_os_str().is_empty() {
-            out.push(rel.to_path_buf());
-        }
-        if depth > 1 {
-            for d in subdirs {
-                walk(root, &d, depth - 1, budget, out);
-            }
-        }
+/// [`invariants`], with the walk bounded by `limit` entries (an error
+/// beyond it, never a silent stop). Every directory holding a control
+/// entry, at any depth, has its invariants protected.
+pub fn invariants_limited(
+    s: &Source,
+    dst: &Path,
+    staged: Option<&Path>,
+    limit: usize,
+) -> Result<Vec<Op>, crate::protect::ScanError> {
+    if s.kind != Kind::Dir {
+        return Ok(Vec::new());
     }
-    let mut out = Vec::new();
-    let mut budget = NESTED_BUDGET;
-    walk(root, Path::new(""), NESTED_DEPTH, &mut budget, &mut out);
-    out
+    let mut ops = invariants_in(s, Path::new(""), dst, true, staged);
+    for rel in crate::protect::control_dirs(&s.path, limit)? {
+        ops.extend(invariants_in(s, &rel, &dst.join(&rel), false, staged));
+    }
+    Ok(ops)
 }
 
 /// The invariant ops for the directory `rel` of a writable bind, mounted at
@@ -384,11 +333,20 @@ fn invariants_in(
                     "git stage",
                 ));
             }
-            for (name, kind) in INVARIANT_GIT {
-                if stage_here && STAGED_GIT.contains(name) {
+            for inv in crate::protect::CONTROL {
+                let Some(name) = inv.rel.strip_prefix(".git/") else {
+                    continue;
+                };
+                if stage_here && STAGED_GIT.contains(&name) {
                     continue;
                 }
-                protect(format!(".git/{name}"), *kind, look(&format!(".git/{name}")));
+                // info/ is new to the list: protected where it exists (a
+                // placeholder would show in every repository without one).
+                let found = look(inv.rel);
+                if name == "info" && found.is_none() {
+                    continue;
+                }
+                protect(inv.rel.to_string(), inv.kind, found);
             }
         }
         // A gitfile (worktree): it names the repository, keep it as it is.
@@ -400,17 +358,45 @@ fn invariants_in(
     let is_claude_dir = top && s.path.file_name().is_some_and(|n| n == ".claude");
     if !is_claude_dir && (top || look(".claude").is_some()) {
         protect(".claude".to_string(), Kind::Dir, look(".claude"));
+        // The project's scripts its settings run (hooks, statusLine),
+        // existing or not; those in .claude are covered by it already.
+        for rel in crate::protect::project_hook_scripts(&base) {
+            let first = Path::new(&rel).iter().next().unwrap_or_default();
+            if crate::protect::is_control_name(first) {
+                continue;
+            }
+            let found = look(&rel);
+            protect(rel, Kind::File, found);
+        }
+    }
+    // The other control entries, where they exist (one that appears
+    // during the run is the end sweep's: see crate::protect::Sweep).
+    for inv in crate::protect::CONTROL {
+        if inv.rel.starts_with(".git/") || inv.rel == ".claude" {
+            continue;
+        }
+        if let Some(m) = look(inv.rel) {
+            protect(inv.rel.to_string(), inv.kind, Some(m));
+        }
     }
     // A bind of a .claude directory itself (~/.claude, the agent's own state
     // directory): its settings*.json, skills/ and commands/.
     if is_claude_dir {
-        for (name, kind) in [
-            ("settings.json", Kind::File),
-            ("settings.local.json", Kind::File),
-            ("skills", Kind::Dir),
-            ("commands", Kind::Dir),
-        ] {
-            protect(name.to_string(), kind, look(name));
+        for inv in crate::protect::CLAUDE_DIR {
+            protect(inv.rel.to_string(), inv.kind, look(inv.rel));
+        }
+        // The scripts its settings run (hooks, statusLine), existing or not.
+        for rel in crate::protect::claude_hook_scripts(&base) {
+            // Inside a directory protected as a whole already.
+            let first = Path::new(&rel).iter().next().unwrap_or_default();
+            if crate::protect::CLAUDE_DIR
+                .iter()
+                .any(|i| i.kind == Kind::Dir && first == i.rel)
+            {
+                continue;
+            }
+            let found = look(&rel);
+            protect(rel, Kind::File, found);
         }
         if let Ok(rd) = std::fs::read_dir(&base) {
             for e in rd.flatten() {
@@ -426,12 +412,33 @@ fn invariants_in(
     ops
 }
 
-/// The environment the command starts with.
-pub fn command_env(spec: &Spec) -> Vec<(OsString, OsString)> {
+/// The environment the command starts with: the caller's through the
+/// environment policy (sbx_core::envpolicy; what it dropped is returned to
+/// be reported), TMPDIR pointed at the sandbox's fresh /tmp when the caller
+/// had one, then --unsetenv/--setenv. With --clearenv nothing of the
+/// caller's is looked at.
+pub fn command_env(
+    spec: &Spec,
+) -> (
+    Vec<(OsString, OsString)>,
+    Option<sbx_core::envpolicy::Filtered>,
+) {
+    let mut filtered = None;
     let mut env = if spec.clearenv {
         Vec::new()
     } else {
-        sbx_core::chain::current_env()
+        let caller = sbx_core::chain::current_env();
+        let had_tmpdir = caller.iter().any(|(k, _)| k == "TMPDIR");
+        let mut f = sbx_core::envpolicy::filter(caller, &spec.env_policy);
+        let mut env = std::mem::take(&mut f.env);
+        // The caller's TMPDIR is a host path: inside, /tmp is the sandbox's
+        // own. Passed as it is only when asked for (--pass-env TMPDIR).
+        if had_tmpdir && !env.iter().any(|(k, _)| k == "TMPDIR") {
+            sbx_core::chain::set_env(&mut env, "TMPDIR", "/tmp");
+        }
+        f.env = env.clone();
+        filtered = Some(f);
+        env
     };
     for op in &spec.env_ops {
         match op {
@@ -441,7 +448,7 @@ pub fn command_env(spec: &Spec) -> Vec<(OsString, OsString)> {
             crate::spec::EnvOp::Unset(k) => sbx_core::chain::unset_env(&mut env, k),
         }
     }
-    env
+    (env, filtered)
 }
 
 /// The deepest op before `i` whose destination is a directory containing
@@ -482,12 +489,19 @@ mod tests {
             rw_inside_invariant(Path::new("/p/.git/hooks/x")).as_deref(),
             Some(".git/hooks")
         );
-        assert_eq!(rw_inside_invariant(Path::new("/p/.git/info")), None);
+        assert_eq!(
+            rw_inside_invariant(Path::new("/p/.git/info")).as_deref(),
+            Some(".git/info")
+        );
+        assert_eq!(rw_inside_invariant(Path::new("/p/.git/logs")), None);
         assert_eq!(
             rw_inside_invariant(Path::new("/p/.claude/settings.local.json")).as_deref(),
             Some(".claude/settings.local.json")
         );
-        assert_eq!(rw_inside_invariant(Path::new("/p/.claude/agents")), None);
+        assert_eq!(
+            rw_inside_invariant(Path::new("/p/.claude/agents")).as_deref(),
+            Some(".claude/agents")
+        );
         assert_eq!(rw_inside_invariant(Path::new("/home/u/.claude")), None);
         assert_eq!(rw_inside_invariant(Path::new("/p/src")), None);
     }

@@ -49,6 +49,11 @@ pub enum EnvOp {
 
 #[derive(Debug, Clone)]
 pub struct Spec {
+    /// `--scan-limit`: entries one bind's search for protected names may
+    /// read (beyond it the run is refused).
+    pub scan_limit: usize,
+    /// `--quarantine`: where the end sweep moves what it takes out.
+    pub quarantine: Option<PathBuf>,
     pub binds: Vec<BindSpec>,
     pub tmpfs: Vec<TmpfsSpec>,
     pub deny: Vec<OsString>,
@@ -56,6 +61,8 @@ pub struct Spec {
     pub hostname: Option<String>,
     pub clearenv: bool,
     pub env_ops: Vec<EnvOp>,
+    /// Which of the caller's variables pass (unless --clearenv).
+    pub env_policy: sbx_core::envpolicy::Policy,
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub system: bool,

@@ -29,6 +29,11 @@ pub struct FileSnap {
     /// Contents in hex otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hex: Option<String>,
+    /// A file over [`MAX_KEPT`] is not kept: its identity (size, inode,
+    /// mtime, ctime: any write changes ctime, which a user cannot set back)
+    /// stands for its contents. It can be compared, never restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub big: Option<String>,
 }
 
 impl FileSnap {
@@ -40,12 +45,18 @@ impl FileSnap {
         }
     }
 
+    /// Whether the contents were too large to keep (compare only).
+    pub fn is_big(&self) -> bool {
+        self.big.is_some()
+    }
+
     /// Same kind and contents (mode and owner differences are not tampering
     /// git cares about, except the executable bit of a hook).
     pub fn same(&self, other: &FileSnap) -> bool {
         self.kind == other.kind
             && self.text == other.text
             && self.hex == other.hex
+            && self.big == other.big
             && (self.mode & 0o111 != 0) == (other.mode & 0o111 != 0)
     }
 }
@@ -77,7 +88,27 @@ pub fn read(p: &Path) -> io::Result<Option<FileSnap>> {
     } else if ft.is_dir() {
         (Kind::Dir, Vec::new())
     } else if ft.is_file() {
-        (Kind::File, fs::read(p)?)
+        if md.size() > MAX_KEPT {
+            let big = format!(
+                "size={} ino={} mtime={}.{} ctime={}.{}",
+                md.size(),
+                md.ino(),
+                md.mtime(),
+                md.mtime_nsec(),
+                md.ctime(),
+                md.ctime_nsec()
+            );
+            return Ok(Some(FileSnap {
+                kind: Kind::File,
+                mode: md.mode() & 0o7777,
+                uid: md.uid(),
+                gid: md.gid(),
+                text: None,
+                hex: None,
+                big: Some(big),
+            }));
+        }
+        (Kind::File, read_bounded(p, MAX_KEPT)?)
     } else {
         // A fifo or device planted in .git: record it as an empty file of
         // mode 0 so it never compares equal to a real file.
@@ -91,7 +122,110 @@ pub fn read(p: &Path) -> io::Result<Option<FileSnap>> {
         gid: md.gid(),
         text,
         hex,
+        big: None,
     }))
+}
+
+/// Files larger than this are not kept in a snapshot by content (a hook,
+/// an info/ file, a config): see [`FileSnap::big`].
+pub const MAX_KEPT: u64 = 16 << 20;
+
+/// Most bytes of a config file that are parsed (git's own are kilobytes).
+pub const MAX_CONFIG: u64 = 4 << 20;
+
+/// Most bytes of a ref, HEAD, a `.git` file, a `commondir`/`gitdir` file.
+pub const MAX_SMALL: u64 = 64 << 10;
+
+/// The error of a file over its bound.
+pub fn too_large(p: &Path, size: u64, max: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::FileTooLarge,
+        format!(
+            "{}: {size} bytes, more than the {max} read from such a file",
+            p.display()
+        ),
+    )
+}
+
+/// Opens `p` for reading only when it is a regular file: the final
+/// component is never followed (O_NOFOLLOW), the open never waits (a FIFO
+/// planted in `.git` opens at once with O_NONBLOCK instead of hanging until
+/// a writer comes), and fstat on the open fd decides (no race between a
+/// check and the open).
+pub fn open_regular(p: &Path) -> io::Result<(fs::File, fs::Metadata)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(p)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: is a symlink, not a regular file", p.display()),
+                )
+            } else {
+                e
+            }
+        })?;
+    let md = f.metadata()?;
+    if !md.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: not a regular file ({})", p.display(), type_name(&md)),
+        ));
+    }
+    Ok((f, md))
+}
+
+/// What kind of file `md` describes (for messages).
+pub fn type_name(md: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = md.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symlink"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "a regular file"
+    }
+}
+
+/// Reads a regular file of at most `max` bytes ([`open_regular`]; a file
+/// that grows while it is read is cut at `max + 1` and refused too).
+pub fn read_bounded(p: &Path, max: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let (f, md) = open_regular(p)?;
+    if md.size() > max {
+        return Err(too_large(p, md.size(), max));
+    }
+    let mut out = Vec::with_capacity(md.size() as usize);
+    f.take(max + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(too_large(p, out.len() as u64, max));
+    }
+    Ok(out)
+}
+
+/// [`read_bounded`] as text (lossy UTF-8); None when it does not exist.
+pub fn read_text(p: &Path, max: u64) -> io::Result<Option<String>> {
+    match read_bounded(p, max) {
+        Ok(b) => Ok(Some(String::from_utf8_lossy(&b).into_owned())),
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Every entry under `dir` (relative paths, directories included), not
@@ -139,6 +273,35 @@ fn walk(
         }
     }
     Ok(())
+}
+
+/// FIFOs, sockets and devices under `dir` (symlinks never followed,
+/// entries named `skip_prefix` skipped): git makes none, and opening one
+/// can block forever. Bounded in depth and in count.
+pub fn specials(dir: &Path, skip_prefix: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![(dir.to_path_buf(), 0usize)];
+    while let Some((d, depth)) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for e in rd.filter_map(|e| e.ok()) {
+            if e.file_name().to_string_lossy().starts_with(skip_prefix) {
+                continue;
+            }
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_dir() {
+                if depth < 64 {
+                    stack.push((e.path(), depth + 1));
+                }
+            } else if !t.is_file() && !t.is_symlink() {
+                out.push(e.path());
+                if out.len() >= 1000 {
+                    return out;
+                }
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Removes a file, symlink or whole directory (never following symlinks).

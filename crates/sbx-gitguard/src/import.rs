@@ -57,6 +57,9 @@ impl Events {
             NOTES_PER_EVENT
         };
         if *c > cap {
+            if sev == Severity::Alert {
+                sbx_core::audit::budget_exhausted(event, json!({ "cap": cap }));
+            }
             *self.suppressed.entry(k).or_default() += 1;
             return;
         }
@@ -339,7 +342,7 @@ fn copy_nofollow(from: &Path, to: &Path) -> io::Result<()> {
 
 /// As root for another user's repository: gives what libgit2 created
 /// (owned by root) to the owner of the git dir, from `base` down to `p`.
-fn give_back(git_dir: &Path, rel_path: &str, owner: Option<(u32, u32)>) {
+pub(crate) fn give_back(git_dir: &Path, rel_path: &str, owner: Option<(u32, u32)>) {
     let Some((u, g)) = owner else { return };
     if unsafe { libc::geteuid() } != 0 || u == 0 {
         return;
@@ -559,6 +562,15 @@ fn quarantine_source(
                 continue;
             }
         };
+        // git fsck --strict's object checks (crate::fsck) before the store.
+        if let Err(reason) = crate::fsck::check_git2(&obj, &odb, &qodb) {
+            ev.push(
+                "object_refused",
+                Severity::Alert,
+                json!({ "path": label, "object": id.to_string(), "reason": reason }),
+            );
+            continue;
+        }
         let w = qodb
             .write(obj.kind(), obj.data())
             .map_err(|e| format!("quarantine {id}: {}", e.message()))?;
@@ -718,16 +730,6 @@ fn current(repo: &git2::Repository, name: &str) -> Option<Value> {
     }
 }
 
-fn text(v: &Option<Value>) -> Json {
-    match v {
-        None => Json::Null,
-        Some(v) => Json::String(match v {
-            Value::Oid(o) => o.clone(),
-            other => other.to_text(),
-        }),
-    }
-}
-
 /// Imports the stage into the repository whose plain git dir is `git_dir`.
 /// Never writes anything the rules refuse; every refusal is an alert.
 ///
@@ -750,7 +752,6 @@ pub fn import(
         .odb()
         .map_err(|e| ImportError::Repo(git_dir.to_path_buf(), e.message().to_string()))?;
     let owner = crate::fsutil::owner(git_dir);
-    let msg = format!("sbx-gitguard: from sandbox {sbx_id}");
 
     // 1. Objects: found, bounded, copied to a private place (no symlink
     // followed), read through libgit2 with hash verification, written.
@@ -774,11 +775,22 @@ pub fn import(
     })?;
     for (p, id) in &found.loose {
         let to = loose_dir.join(&id[..2]).join(&id[2..]);
-        if let Err(e) = copy_nofollow(p, &to) {
+        // Verified in full before libgit2 reads it (it loops forever on a
+        // truncated loose object, libgit2 issue 7342).
+        if let Err(e) = copy_nofollow(p, &to)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                crate::objects::verify_loose(&to, id, id.len() == 64)
+                    .map(|_| ())
+                    .inspect_err(|_| {
+                        let _ = fs::remove_file(&to);
+                    })
+            })
+        {
             ev.push(
                 "object_refused",
                 Severity::Alert,
-                json!({ "path": format!("objects/{}", rel(&stage.objects_upper(), p)), "reason": e.to_string() }),
+                json!({ "path": format!("objects/{}", rel(&stage.objects_upper(), p)), "object": id, "reason": e.to_string() }),
             );
         }
     }
@@ -824,6 +836,12 @@ pub fn import(
         quarantine_source(dir, label, ids, &mut quar, ev).map_err(ImportError::Write)?;
     }
     let mut written = Vec::new();
+    // Decided first, written after the journal (journal.rs): the ref
+    // updates, HEAD's, and the new objects they need.
+    let mut plan_refs: Vec<crate::journal::RefOp> = Vec::new();
+    let mut planned: BTreeMap<String, Option<Value>> = BTreeMap::new();
+    let mut to_migrate: Vec<git2::Oid> = Vec::new();
+    let mut plan_head: Option<(String, String)> = None;
 
     // 2. Refs.
     let mut changes = match scan_refs(&stage.refs_upper(), git_dir, ev, limits) {
@@ -972,19 +990,13 @@ pub fn import(
                     refused(ev, &name, "deleting the checked-out branch");
                     continue;
                 }
-                let r = repo.find_reference(&name).and_then(|mut r| r.delete());
-                match r {
-                    Ok(()) => {
-                        ev.push(
-                            "ref_deleted",
-                            Severity::Info,
-                            json!({ "ref": name, "old": text(&Some(oldv.clone())),
-                                    "restore": match &oldv { Value::Oid(o) => format!("git update-ref {name} {o}"), v => format!("git symbolic-ref {name} {}", v.to_text().trim_start_matches("ref: ")) } }),
-                        );
-                        out.refs.insert(name, None);
-                    }
-                    Err(e) => refused(ev, &name, format!("delete failed: {}", e.message())),
-                }
+                plan_refs.push(crate::journal::RefOp {
+                    name: name.clone(),
+                    old: Some(oldv.to_text()),
+                    new: None,
+                    fast_forward: None,
+                });
+                planned.insert(name, None);
             }
             Some(Value::Sym(t)) => {
                 if !allowed_name(&t) || !git2::Reference::is_valid_name(&t) {
@@ -999,18 +1011,14 @@ pub fn import(
                     refused(ev, &name, "moving an existing tag");
                     continue;
                 }
-                match repo.reference_symbolic(&name, &t, true, &msg) {
-                    Ok(_) => {
-                        let nv = Some(Value::Sym(t.clone()));
-                        ev.push(
-                            "ref_imported",
-                            Severity::Info,
-                            json!({ "ref": name, "old": text(&old), "new": text(&nv), "fast_forward": Json::Null }),
-                        );
-                        out.refs.insert(name, nv);
-                    }
-                    Err(e) => refused(ev, &name, format!("write failed: {}", e.message())),
-                }
+                let nv = Value::Sym(t.clone());
+                plan_refs.push(crate::journal::RefOp {
+                    name: name.clone(),
+                    old: old.as_ref().map(Value::to_text),
+                    new: Some(nv.to_text()),
+                    fast_forward: None,
+                });
+                planned.insert(name, Some(nv));
             }
             Some(Value::Oid(o)) => {
                 let Ok(id) = git2::Oid::from_str(&o) else {
@@ -1038,42 +1046,22 @@ pub fn import(
                         );
                         continue;
                     }
-                    Ok(ids) => {
-                        if let Err(e) = quar.migrate(&ids, &real, &mut written) {
-                            return Err(ImportError::Write(e));
-                        }
-                    }
+                    Ok(ids) => to_migrate.extend(ids),
                 }
+                // The quarantine sees the new objects and the real store.
                 let ff = match &old {
                     Some(Value::Oid(p)) => git2::Oid::from_str(p)
                         .ok()
-                        .map(|p| repo.graph_descendant_of(id, p).unwrap_or(false)),
+                        .map(|p| quar.q.graph_descendant_of(id, p).unwrap_or(false)),
                     _ => None,
                 };
-                let r = match &old {
-                    Some(Value::Oid(p)) => repo.reference_matching(
-                        &name,
-                        id,
-                        true,
-                        git2::Oid::from_str(p).unwrap_or(id),
-                        &msg,
-                    ),
-                    _ => repo.reference(&name, id, true, &msg),
-                };
-                match r {
-                    Ok(_) => {
-                        let nv = Some(Value::Oid(o.clone()));
-                        ev.push(
-                            "ref_imported",
-                            Severity::Info,
-                            json!({ "ref": name, "old": text(&old), "new": o, "fast_forward": ff }),
-                        );
-                        give_back(git_dir, &name, owner);
-                        give_back(git_dir, &format!("logs/{name}"), owner);
-                        out.refs.insert(name, nv);
-                    }
-                    Err(e) => refused(ev, &name, format!("write failed: {}", e.message())),
-                }
+                plan_refs.push(crate::journal::RefOp {
+                    name: name.clone(),
+                    old: old.as_ref().map(Value::to_text),
+                    new: Some(o.clone()),
+                    fast_forward: ff,
+                });
+                planned.insert(name, Some(Value::Oid(o.clone())));
             }
             Some(Value::Invalid(_)) => unreachable!(),
         }
@@ -1095,23 +1083,25 @@ pub fn import(
                 Value::Sym(s)
                     if s.starts_with("refs/heads/") && git2::Reference::is_valid_name(s) =>
                 {
-                    if repo.find_reference(s).is_err() {
+                    // Exists after the ref updates of this import.
+                    let exists = match planned.get(s) {
+                        Some(v) => v.is_some(),
+                        None => repo.find_reference(s).is_ok(),
+                    };
+                    if !exists {
                         Err(format!("HEAD names {s}, which does not exist"))
                     } else {
-                        repo.reference_symbolic("HEAD", s, true, &msg)
-                            .map(|_| ())
-                            .map_err(|e| e.message().to_string())
+                        Ok(())
                     }
                 }
                 Value::Oid(o) => match git2::Oid::from_str(o) {
                     Ok(id) if quar.kind(id) == Some(git2::ObjectType::Commit) => {
                         match quar.closure(id) {
                             Err(m) => Err(format!("incomplete history: object {m} is missing")),
-                            Ok(ids) => quar.migrate(&ids, &real, &mut written).and_then(|()| {
-                                repo.reference("HEAD", id, true, &msg)
-                                    .map(|_| ())
-                                    .map_err(|e| e.message().to_string())
-                            }),
+                            Ok(ids) => {
+                                to_migrate.extend(ids);
+                                Ok(())
+                            }
                         }
                     }
                     _ => Err(format!("HEAD names {o}, which is not an existing commit")),
@@ -1122,16 +1112,7 @@ pub fn import(
                 )),
             };
             match r {
-                Ok(()) => {
-                    ev.push(
-                        "ref_imported",
-                        Severity::Info,
-                        json!({ "ref": "HEAD", "old": old.to_text(), "new": v.to_text(), "fast_forward": Json::Null }),
-                    );
-                    give_back(git_dir, "HEAD", owner);
-                    give_back(git_dir, "logs/HEAD", owner);
-                    out.head_changed = true;
-                }
+                Ok(()) => plan_head = Some((old.to_text(), v.to_text())),
                 Err(reason) => ev.push(
                     "ref_refused",
                     Severity::Alert,
@@ -1149,8 +1130,25 @@ pub fn import(
         .filter(|(_, k)| **k == git2::ObjectType::Blob)
         .map(|(id, _)| *id)
         .collect();
-    quar.migrate(&blobs, &real, &mut written)
-        .map_err(ImportError::Write)?;
+    to_migrate.extend(blobs);
+    let mut seen = HashSet::new();
+    to_migrate.retain(|id| seen.insert(*id) && !real.exists(*id));
+
+    // The transaction (journal.rs): pending (objects listed) -> objects
+    // written, index prepared -> committed -> refs, HEAD, index -> done.
+    let jio = |e: io::Error| ImportError::Io {
+        path: git_dir.join(crate::journal::DIR),
+        source: e,
+    };
+    let journal = crate::journal::Journal::begin(git_dir, &to_migrate, ev).map_err(jio)?;
+    for (i, id) in to_migrate.iter().enumerate() {
+        quar.migrate(std::slice::from_ref(id), &real, &mut written)
+            .map_err(ImportError::Write)?;
+        // Crash points after the first object and after the last.
+        if i == 0 || i + 1 == to_migrate.len() {
+            crate::journal::crash_point();
+        }
+    }
     for w in &written {
         give_back(git_dir, w, owner);
     }
@@ -1171,9 +1169,60 @@ pub fn import(
     drop(quar);
     drop(private);
 
-    // 4. The index.
-    take_index(git_dir, &stage.index(), owner, &mut out, ev);
+    // 4. The index, prepared beside the journal; HEAD as it will be.
+    let head_commit = final_head(&repo, &plan_head, &planned);
+    let index = take_index(
+        git_dir,
+        &stage.index(),
+        &journal.index_new(),
+        head_commit,
+        owner,
+        ev,
+    );
+    crate::journal::crash_point();
+    let c = crate::journal::Committed {
+        version: 1,
+        sbx_id: sbx_id.to_string(),
+        refs: plan_refs,
+        head: plan_head,
+        index,
+    };
+    journal.commit(&c).map_err(jio)?;
+    let applied = crate::journal::apply(git_dir, &journal.dir, &c, ev);
+    for (name, v) in applied.refs {
+        out.refs.insert(name, v);
+    }
+    out.head_changed = applied.head_changed;
+    out.index_replaced = applied.index_replaced;
+    journal.finish().map_err(jio)?;
     Ok(out)
+}
+
+/// The commit HEAD will name once the planned updates are applied.
+fn final_head(
+    repo: &git2::Repository,
+    head: &Option<(String, String)>,
+    planned: &BTreeMap<String, Option<Value>>,
+) -> Option<git2::Oid> {
+    let text = match head {
+        Some((_, new)) => new.clone(),
+        None => String::from_utf8_lossy(&fs::read(repo.path().join("HEAD")).ok()?).into_owned(),
+    };
+    let mut v = Value::parse(&text);
+    for _ in 0..5 {
+        match v {
+            Value::Oid(o) => return git2::Oid::from_str(&o).ok(),
+            Value::Sym(s) => {
+                v = match planned.get(&s) {
+                    Some(Some(x)) => x.clone(),
+                    Some(None) => return None,
+                    None => Value::Oid(repo.refname_to_id(&s).ok()?.to_string()),
+                }
+            }
+            Value::Invalid(_) => return None,
+        }
+    }
+    None
 }
 
 /// The sandbox's index (in the upper layer when git wrote it: `git add`,
@@ -1192,15 +1241,16 @@ pub fn import(
 fn take_index(
     git_dir: &Path,
     up: &Path,
+    dest: &Path,
+    head_commit: Option<git2::Oid>,
     owner: Option<(u32, u32)>,
-    out: &mut Outcome,
     ev: &mut Events,
-) {
+) -> bool {
     match fs::symlink_metadata(up) {
-        Err(_) => return,
+        Err(_) => return false,
         // `rm .git/index`: the host keeps its own (the work tree is
         // compared against it, nothing is lost).
-        Ok(m) if is_whiteout(&m) => return,
+        Ok(m) if is_whiteout(&m) => return false,
         Ok(m) if m.is_file() => {}
         Ok(_) => {
             ev.push(
@@ -1208,23 +1258,37 @@ fn take_index(
                 Severity::Alert,
                 json!({ "path": "index", "reason": "not a regular file (never followed)" }),
             );
-            return;
+            return false;
         }
     }
-    let tmp = git_dir.join(format!(".sbx-gitguard-index.{}", std::process::id()));
+    let mut hidden = crate::index::Hidden::default();
+    // Prepared beside the journal, renamed into place when it commits.
+    let tmp = dest.to_path_buf();
     let _ = fs::remove_file(&tmp);
     let r = copy_nofollow(up, &tmp)
         .map_err(|e| e.to_string())
-        .and_then(|()| rebuild_index(git_dir, &tmp, owner))
+        .and_then(|()| rebuild_index(git_dir, &tmp, head_commit, owner, &mut hidden))
         .and_then(|counts| {
-            fs::rename(&tmp, git_dir.join("index"))
+            fs::File::open(&tmp)
+                .and_then(|f| f.sync_all())
                 .map(|()| counts)
                 .map_err(|e| e.to_string())
         });
     match r {
         Ok((entries, reset, dropped)) => {
-            give_back(git_dir, "index", owner);
-            out.index_replaced = true;
+            if !hidden.is_empty() {
+                let few = |v: &Vec<String>| v.iter().take(20).cloned().collect::<Vec<_>>();
+                ev.push(
+                    "index_hidden_cleared",
+                    Severity::Alert,
+                    json!({ "skip_worktree": few(&hidden.skip_worktree),
+                            "assume_unchanged": few(&hidden.assume_unchanged),
+                            "sparse_dirs": few(&hidden.sparse_dirs),
+                            "count": hidden.skip_worktree.len() + hidden.assume_unchanged.len() + hidden.sparse_dirs.len(),
+                            "path": "index",
+                            "reason": "the sandbox's index hid files from git status and git diff (skip-worktree, assume-unchanged, sparse directories): cleared, the host's git looks at them again" }),
+                );
+            }
             ev.push(
                 "index_rebuilt",
                 if reset + dropped > 0 {
@@ -1235,6 +1299,7 @@ fn take_index(
                 json!({ "entries": entries, "reset_to_head": reset, "dropped": dropped,
                         "reason": "the sandbox's index, without cached trees; entries naming objects that were not imported reset to HEAD" }),
             );
+            true
         }
         Err(e) => {
             let _ = fs::remove_file(&tmp);
@@ -1243,6 +1308,7 @@ fn take_index(
                 Severity::Warn,
                 json!({ "path": "index", "reason": format!("the sandbox's index was not taken: {e}") }),
             );
+            false
         }
     }
 }
@@ -1252,12 +1318,18 @@ fn take_index(
 fn rebuild_index(
     git_dir: &Path,
     path: &Path,
+    head_commit: Option<git2::Oid>,
     owner: Option<(u32, u32)>,
+    hidden: &mut crate::index::Hidden,
 ) -> Result<(usize, usize, usize), String> {
     let repo = crate::verify::open(git_dir).map_err(|e| e.message().to_string())?;
     let odb = repo.odb().map_err(|e| e.message().to_string())?;
     let mut idx = git2::Index::open(path).map_err(|e| e.message().to_string())?;
-    let head_tree = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+    // HEAD as the import leaves it (refs are applied after the index is
+    // prepared; their objects are already in the store).
+    let head_tree = head_commit
+        .and_then(|c| repo.find_commit(c).ok())
+        .and_then(|c| c.tree().ok());
     // git stages intent-to-add entries (`git add -N`) and empty files as
     // the empty blob without necessarily writing it: it is written here so
     // such an entry stays valid.
@@ -1267,6 +1339,11 @@ fn rebuild_index(
     let (mut reset, mut dropped) = (0usize, 0usize);
     let mut keep = Vec::with_capacity(entries.len());
     for mut e in entries {
+        // Flags and stat data that hide a file from the host's git.
+        if !crate::index::sanitize(&mut e, hidden) {
+            dropped += 1;
+            continue;
+        }
         let gitlink = e.mode & 0o170000 == 0o160000;
         if e.id == empty && !odb.exists(empty) {
             odb.write(git2::ObjectType::Blob, b"")

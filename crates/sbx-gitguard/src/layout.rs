@@ -85,7 +85,7 @@ pub fn is_git_dir_shaped(p: &Path) -> bool {
 
 /// The target of a `.git` file (`gitdir: X`), resolved against its directory.
 pub fn read_gitfile(p: &Path) -> Option<PathBuf> {
-    let text = fs::read_to_string(p).ok()?;
+    let text = crate::fsutil::read_text(p, crate::fsutil::MAX_SMALL).ok()??;
     let t = text.lines().next()?.strip_prefix("gitdir:")?.trim();
     if t.is_empty() {
         return None;
@@ -95,6 +95,28 @@ pub fn read_gitfile(p: &Path) -> Option<PathBuf> {
 
 /// Finds the repository at `dir` (no search upwards).
 pub fn find(dir: &Path) -> Result<Layout, LayoutError> {
+    find_with(dir, false)
+}
+
+/// [`find`] for a repository that may be damaged (HEAD deleted or replaced
+/// by a directory, refs/ or objects/ removed): a work tree's `.git`
+/// directory, or a bare dir with a config and one of HEAD/refs/objects,
+/// is accepted; the snapshot's identity check (device and inode of the git
+/// dir) then says whether it is the repository the snapshot was taken of.
+pub fn find_damaged(dir: &Path) -> Result<Layout, LayoutError> {
+    find_with(dir, true)
+}
+
+fn damaged_shape(p: &Path) -> bool {
+    crate::fsutil::is_real_dir(p)
+        && p.join("config").is_file()
+        && ["HEAD", "refs", "objects"]
+            .iter()
+            .any(|n| fs::symlink_metadata(p.join(n)).is_ok())
+}
+
+fn find_with(dir: &Path, lenient: bool) -> Result<Layout, LayoutError> {
+    let shaped = |p: &Path| is_git_dir_shaped(p) || (lenient && damaged_shape(p));
     if !dir.is_dir() {
         return Err(LayoutError::Missing(dir.to_path_buf()));
     }
@@ -115,20 +137,22 @@ pub fn find(dir: &Path) -> Result<Layout, LayoutError> {
             })?;
             (Some(dir.clone()), t)
         }
-        _ if is_git_dir_shaped(&dir) => (None, dir.clone()),
+        _ if shaped(&dir) => (None, dir.clone()),
         _ => return Err(LayoutError::NotRepo(dir)),
     };
-    if !is_git_dir_shaped(&git_dir) && !git_dir.join("commondir").is_file() {
+    if !shaped(&git_dir) && !git_dir.join("commondir").is_file() {
         return Err(LayoutError::NotRepo(dir));
     }
-    let common_dir = match fs::read_to_string(git_dir.join("commondir")) {
-        Ok(c) => fs::canonicalize(git_dir.join(c.trim())).map_err(io_err(&git_dir))?,
-        Err(_) => git_dir.clone(),
-    };
-    if !is_git_dir_shaped(&common_dir) {
+    let common_dir =
+        match crate::fsutil::read_text(&git_dir.join("commondir"), crate::fsutil::MAX_SMALL) {
+            Ok(Some(c)) => fs::canonicalize(git_dir.join(c.trim())).map_err(io_err(&git_dir))?,
+            _ => git_dir.clone(),
+        };
+    if !shaped(&common_dir) {
         return Err(LayoutError::NotRepo(dir));
     }
-    if let Ok(cfg) = fs::read_to_string(common_dir.join("config"))
+    if let Ok(Some(cfg)) =
+        crate::fsutil::read_text(&common_dir.join("config"), crate::fsutil::MAX_CONFIG)
         && let Ok(e) = crate::gitconfig::parse(&cfg)
         && e.iter().any(|e| {
             e.section == "extensions"
@@ -170,7 +194,8 @@ impl Layout {
             push(w);
         }
         for wt in worktree_dirs(&self.common_dir) {
-            if let Ok(g) = fs::read_to_string(wt.join("gitdir"))
+            if let Ok(Some(g)) =
+                crate::fsutil::read_text(&wt.join("gitdir"), crate::fsutil::MAX_SMALL)
                 && let Some(p) = Path::new(g.trim()).parent()
             {
                 push(p.to_path_buf());
@@ -277,7 +302,10 @@ pub fn scan(root: &Path) -> Scan {
             let p = e.path();
             let top = d == root;
             if e.file_name() == ".git" {
-                if top {
+                // The top's own `.git` file (a linked worktree) is recorded
+                // too: rewritten to name another repository, git would run
+                // that repository's config.
+                if top && !ft.is_file() {
                     continue;
                 }
                 if ft.is_dir() {

@@ -8,14 +8,19 @@
 //! repositories alike. `snapshot`, `check` and `repair` are the same steps
 //! one at a time.
 
+pub mod fsck;
 pub mod fsutil;
 pub mod gitconfig;
 pub mod import;
+pub mod index;
+pub mod journal;
 pub mod keep;
 pub mod layout;
 pub mod objects;
+pub mod plant;
 pub mod refs;
 pub mod rules;
+pub mod sig;
 pub mod snapshot;
 pub mod stage;
 pub mod verify;
@@ -40,11 +45,11 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
     extra: &[
         (
             "COMMANDS",
-            "run --repo DIR [--alert-only] [--full] [--lock-wait DURATION] [--stage DIR [--stage-max-objects N] [--stage-max-bytes SIZE]] -- CMD [ARGS...]\n\nSnapshot the repository, run CMD under supervision (signals forwarded, killed when sbx-gitguard dies), verify and repair, report. --alert-only reports and alerts but repairs nothing. --full checks the object store in full before and after the command (default: structurally, and in full on any sign of damage). --stage DIR creates a git stage for sbx-fs --git-stage DIR before the command and imports it after (see GIT STAGE), before the check.\n\nimport --repo DIR --stage DIR [--stage-max-objects N] [--stage-max-bytes SIZE]\n\nImport a git stage on its own (for a stage whose run died, or Makefile recipes), then remove it. Refused (125, the stage left as it is) when the stage is not 0700 and the caller's, names another git dir, or its lock is held by a live run.\n\nsnapshot --repo DIR -o FILE [--full] [--lock-wait DURATION]\n\nWrite a snapshot (0600, atomically) after checking the repository is sound.\n\ncheck --repo DIR [--against FILE] [--full] [--json] [--lock-wait DURATION]\n\nWithout --against: damage, dangerous configuration keys, installed hooks and repository-shaped directories in the work tree. With --against: everything that differs from the snapshot. Changes nothing. --json prints one JSON object: repo, mode, ok, unrecoverable, full_check, findings (check, repo, path, found, action, severity, dangerous_keys, unrecoverable).\n\nrepair --repo DIR --against FILE [--full] [--json] [--lock-wait DURATION]\n\nBring the repository back to the snapshot by the rules of WHAT IS KEPT.\n\n--repo is the top of a work tree (main or linked) or a bare git dir; there is no search upwards. --lock-wait (default 2s) bounds the wait for a concurrent git process. With --config FILE, the settings of the sbx-gitguard section apply to the subcommand named first (keys are its long flag names).",
+            "run --repo DIR [--alert-only] [--full] [--lock-wait DURATION] [--stage DIR [--stage-max-objects N] [--stage-max-bytes SIZE]] -- CMD [ARGS...]\n\nSnapshot the repository, run CMD under supervision (signals forwarded, killed when sbx-gitguard dies), verify and repair, report. --alert-only reports and alerts but repairs nothing. --full checks the object store in full before and after the command (default: structurally, and in full on any sign of damage). --stage DIR creates a git stage for sbx-fs --git-stage DIR before the command and imports it after (see GIT STAGE), before the check.\n\nimport --repo DIR --stage DIR [--stage-max-objects N] [--stage-max-bytes SIZE]\n\nImport a git stage on its own (for a stage whose run died, or Makefile recipes), then remove it. Refused (125, the stage left as it is) when the stage is not 0700 and the caller's, names another git dir, or its lock is held by a live run.\n\nplants --dir DIR [--dir DIR]... [--quarantine Q] [--max-entries N] -- CMD [ARGS...]\n\nFor any project, git repository or not: list every entry of the --dir trees that git could take for a repository (as git's setup.c decides: a .git directory or a bare-shaped directory whose HEAD is valid and whose objects and refs, or those of the directory its commondir names, can be entered, executable files included; every .git file or symlink), run CMD, then move every new one into the quarantine Q (default $XDG_STATE_HOME/sbx/quarantine), put back a user's repository that was renamed away, restore one whose config, commondir or .git file changed and quarantine new hooks in it. The user's repositories are known by device, inode and content. Over --max-entries (default 1000000) the run refuses to start, or fails with 125 afterwards, with a plant_scan_budget alert.\n\nsnapshot --repo DIR -o FILE [--full] [--lock-wait DURATION]\n\nWrite a snapshot (0600, atomically) after checking the repository is sound.\n\ncheck --repo DIR [--against FILE] [--full] [--json] [--lock-wait DURATION]\n\nWithout --against: damage, dangerous configuration keys, installed hooks and repository-shaped directories in the work tree. With --against: everything that differs from the snapshot. Changes nothing. --json prints one JSON object: repo, mode, ok, unrecoverable, full_check, findings (check, repo, path, found, action, severity, dangerous_keys, unrecoverable).\n\nrepair --repo DIR --against FILE [--full] [--json] [--lock-wait DURATION]\n\nBring the repository back to the snapshot by the rules of WHAT IS KEPT.\n\n--repo is the top of a work tree (main or linked) or a bare git dir; there is no search upwards. --lock-wait (default 2s) bounds the wait for a concurrent git process. With --config FILE, the settings of the sbx-gitguard section apply to the subcommand named first (keys are its long flag names).",
         ),
         (
             "AUDIT EVENTS",
-            "git_snapshot (info); git_integrity, one per finding (alert for tampering, warn for what was kept but is notable, info for kept new commits), with check (head, refs, objects, config, hooks, extra_files, bare_repo, locks, repository), repo, path, found, action, dangerous_keys, unrecoverable; git_damaged_before (alert), damage found before the command; git_verified, the summary. With a git stage: git_stage_created (info) {stage, gitdir}; git_stage_reaped (warn) {stage, reason}; objects_imported (info) {written, present, not_needed, skipped_files, whiteouts_ignored}; object_refused (alert) {path, object, reason}; stage_entry_refused (alert) {path, reason}; ref_refused (alert) {ref, reason}; ref_imported (info) {ref, old, new, fast_forward}; ref_deleted (info) {ref, old, restore}; index_rebuilt (info or warn) {entries, reset_to_head, dropped}; index_unreadable (warn); stage_limit_exceeded (alert) {reason, action}; git_stage_imported (info, alert when something was refused) {stage, objects_written, refs, head_changed, refused, exceeded}. Alerts of one name beyond 20 per import (info and warn events beyond 1000) become one event of that name {suppressed: N}. The events go to the audit log only: on stderr, `run` prints one readable line per alert or warning, and a failure is one line.",
+            "git_snapshot (info); git_integrity, one per finding (alert for tampering, warn for what was kept but is notable, info for kept new commits), with check (head, refs, objects, config, hooks, extra_files, bare_repo, locks, repository), repo, path, found, action, dangerous_keys, unrecoverable; git_damaged_before (alert), damage found before the command; git_verified, the summary. With a git stage: git_stage_created (info) {stage, gitdir}; git_stage_reaped (warn) {stage, reason}; objects_imported (info) {written, present, not_needed, skipped_files, whiteouts_ignored}; object_refused (alert) {path, object, reason}; stage_entry_refused (alert) {path, reason}; ref_refused (alert) {ref, reason}; ref_imported (info) {ref, old, new, fast_forward}; ref_deleted (info) {ref, old, restore}; index_rebuilt (info or warn) {entries, reset_to_head, dropped}; index_unreadable (warn); index_hidden_cleared (alert) {skip_worktree, assume_unchanged, sparse_dirs, count}; import_recovered (warn) {journal, state, action}; stage_limit_exceeded (alert) {reason, action}; git_stage_imported (info, alert when something was refused) {stage, objects_written, refs, head_changed, refused, exceeded}. With plants: git_plant_snapshot (info); git_repo_planted (alert) {path, kind, found, dangerous_keys, action, quarantine}; git_repo_moved (alert); git_repo_changed (alert) {restored, quarantined}; plant_scan_budget (alert); git_plants_checked (summary). Alerts of one name beyond 20 per import (info and warn events beyond 1000) become one event of that name {suppressed: N}. The events go to the audit log only: on stderr, `run` prints one readable line per alert or warning, and a failure is one line.",
         ),
         (
             "WHAT IS KEPT",
@@ -60,7 +65,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "OBJECTS",
-            "The structural check, every time: each pack index (magic, version, size against its object count) and pack (header, object count, trailer against the checksum its index records); packs and indexes whose inode, size, mtime or ctime changed since the snapshot are checksummed in full (all of them with --full); every loose object's header; loose objects of the snapshot that are gone and not packed; changed and new ref tips and HEAD resolve (a branch and HEAD to a commit). The full check reads every object reachable from every ref, HEAD and every ref of the snapshot, verifying its hash, and names each missing or damaged object with what needed it. Before the command, `run` keeps hard links to every pack file and loose object (in .sbx-gitguard-keep.PID inside the git dir, removed when the run ends): object files the command deletes or replaces are linked back and the full check must then pass. Files modified in place, and objects lost without kept links (repair between turns), make the repair fail (exit 125).",
+            "The structural check, every time: each pack index (magic, version, size against its object count) and pack (header, object count, trailer against the checksum its index records); packs and indexes whose inode, size, mtime or ctime changed since the snapshot are checksummed in full (all of them with --full); every loose object verified in full (inflated to its end, size as its header says, nothing after the stream, hash equal to its name) at snapshot time and, afterwards, every new or changed one (by inode, size and ctime), a damaged one never read by libgit2 nor restored to; FIFOs, sockets and devices in a git dir removed before anything is read (a snapshot refuses them); loose objects of the snapshot that are gone and not packed; changed and new ref tips and HEAD resolve (a branch and HEAD to a commit). The full check reads every object reachable from every ref, HEAD and every ref of the snapshot, verifying its hash, and names each missing or damaged object with what needed it. Before the command, `run` keeps hard links to every pack file and loose object (in .sbx-gitguard-keep.PID inside the git dir, removed when the run ends): object files the command deletes or replaces are linked back and the full check must then pass. Files modified in place, and objects lost without kept links (repair between turns), make the repair fail (exit 125).",
         ),
         (
             "LOCKS",
@@ -68,7 +73,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "GIT STAGE",
-            "sbx-fs keeps .git/objects, .git/refs and .git/HEAD read-only inside the sandbox; with a stage, commits made there go to the stage, which sbx-gitguard imports afterwards. run --stage DIR creates, for a repository with a plain .git directory: DIR (0700, the caller's; its name must start with sbx-git-stage-, it must not exist, and not be inside the work tree), DIR/gitdir (the canonical path of the .git directory), DIR/git/upper and DIR/git/work (empty, 0700: the upper and work dirs of one overlay over the whole .git, whose lower layer is the real .git) and DIR/.lock (flocked while the run lives). sbx-fs --git-stage DIR mounts that overlay (with userxattr in a user namespace) and keeps .git/config and .git/hooks read-only on top: every git command works inside (checkout -b, switch, rebase, gc included) and the host's .git is never written by the sandbox. The stage is built under a temporary name with its lock held, then renamed into place; it is removed after the import, on error paths too; and each run --stage removes the sibling sbx-git-stage-* directories of the same uid whose lock is free (their sbx-gitguard died).\n\nImport, never a blind copy: only objects/, refs/, HEAD, packed-refs and index are read from DIR/git/upper; everything else there (config, hooks, logs, info/, modules/, worktrees/) never reaches the host, and objects/ or refs/ replaced by a symlink are refused, never followed. Objects: loose objects and packs (with their index) are copied without following symlinks to a private directory and read through libgit2 with hash verification into a quarantine (a private repository that sees the real store as an alternate); they move into the real object store only when an accepted ref or HEAD needs them with a complete history (new blobs always: they link to nothing), so nothing refused leaves a broken link behind. Whiteouts (objects git gc pruned) are ignored: nothing is ever deleted. Symlinks and special files are refused (stage_entry_refused), objects that do not hash to their names (object_refused). Refs: each file of refs/ is an update; a whiteout is a deletion (resolved against the sandbox's packed-refs); an opaque or whited-out directory deletes the host's loose refs below it; each entry the sandbox's packed-refs adds, changes or drops against the host's is an update too. Accepted: names valid by git's rules under refs/heads, refs/tags, refs/remotes, refs/notes or refs/stash; a hex id of an existing object with a complete history (a commit for refs/heads), or ref: to a valid name in those namespaces; a new tag (an existing tag is never moved or deleted); deleting a branch that is checked out nowhere (ref_deleted names the old id and the command that restores it); a loose ref removed by hand over a stale packed value is a deletion, never a rewind. Non-fast-forward branch updates (amend, rebase) are allowed and logged. Written with libgit2, reflog message 'sbx-gitguard: from sandbox SBX_ID'. HEAD: ref: refs/heads/NAME of an existing branch, or the id of an existing commit (detached); anything else (garbage, removed, a symlink) is refused and HEAD stays. Every refusal is a ref_refused alert and changes nothing. The index the sandbox wrote replaces the host's (so git status on the host shows what it showed inside) once libgit2 reads it, rewritten without cached trees and with entries whose blob did not come in reset to HEAD's version; an index libgit2 cannot read is not taken. Over --stage-max-objects (default 1000000) or --stage-max-bytes (default 2G) nothing is imported (stage_limit_exceeded) and run exits 125.",
+            "sbx-fs keeps .git/objects, .git/refs and .git/HEAD read-only inside the sandbox; with a stage, commits made there go to the stage, which sbx-gitguard imports afterwards. run --stage DIR creates, for a repository with a plain .git directory: DIR (0700, the caller's; its name must start with sbx-git-stage-, it must not exist, and not be inside the work tree), DIR/gitdir (the canonical path of the .git directory), DIR/git/upper and DIR/git/work (empty, 0700: the upper and work dirs of one overlay over the whole .git, whose lower layer is the real .git) and DIR/.lock (flocked while the run lives). sbx-fs --git-stage DIR mounts that overlay (with userxattr in a user namespace) and keeps .git/config and .git/hooks read-only on top: every git command works inside (checkout -b, switch, rebase, gc included) and the host's .git is never written by the sandbox. The stage is built under a temporary name with its lock held, then renamed into place; it is removed after the import, on error paths too; and each run --stage removes the sibling sbx-git-stage-* directories of the same uid whose lock is free (their sbx-gitguard died).\n\nImport, never a blind copy: only objects/, refs/, HEAD, packed-refs and index are read from DIR/git/upper; everything else there (config, hooks, logs, info/, modules/, worktrees/) never reaches the host, and objects/ or refs/ replaced by a symlink are refused, never followed. Objects: loose objects and packs (with their index) are copied without following symlinks to a private directory and read through libgit2 with hash verification into a quarantine (a private repository that sees the real store as an alternate); they move into the real object store only when an accepted ref or HEAD needs them with a complete history (new blobs always: they link to nothing), so nothing refused leaves a broken link behind. Whiteouts (objects git gc pruned) are ignored: nothing is ever deleted. Symlinks and special files are refused (stage_entry_refused), objects that do not hash to their names (object_refused). Refs: each file of refs/ is an update; a whiteout is a deletion (resolved against the sandbox's packed-refs); an opaque or whited-out directory deletes the host's loose refs below it; each entry the sandbox's packed-refs adds, changes or drops against the host's is an update too. Accepted: names valid by git's rules under refs/heads, refs/tags, refs/remotes, refs/notes or refs/stash; a hex id of an existing object with a complete history (a commit for refs/heads), or ref: to a valid name in those namespaces; a new tag (an existing tag is never moved or deleted); deleting a branch that is checked out nowhere (ref_deleted names the old id and the command that restores it); a loose ref removed by hand over a stale packed value is a deletion, never a rewind. Non-fast-forward branch updates (amend, rebase) are allowed and logged. Written with libgit2, reflog message 'sbx-gitguard: from sandbox SBX_ID'. HEAD: ref: refs/heads/NAME of an existing branch, or the id of an existing commit (detached); anything else (garbage, removed, a symlink) is refused and HEAD stays. Every refusal is a ref_refused alert and changes nothing. The index the sandbox wrote replaces the host's (so git status on the host shows what it showed inside) once libgit2 reads it, rewritten without cached trees and with entries whose blob did not come in reset to HEAD's version; skip-worktree and assume-unchanged bits are cleared, sparse directory entries dropped and every entry's stat data zeroed, so nothing the sandbox hid escapes git status and git diff on the host (index_hidden_cleared alert); an index libgit2 cannot read is not taken. The import is a transaction: decided first, then a journal in .git/sbx-gitguard-import (the objects about to be written, then every ref's old and new value, HEAD's and the prepared index, each fsync'd) before refs, HEAD and the index are applied; run and import complete a committed journal a killed sbx-gitguard left, or undo a pending one (import_recovered). Over --stage-max-objects (default 1000000) or --stage-max-bytes (default 2G) nothing is imported (stage_limit_exceeded) and run exits 125.",
         ),
         (
             "EXAMPLES",
@@ -103,6 +108,9 @@ pub enum Command {
     /// Import a git stage (commits made in a sandbox) into the repository,
     /// then remove the stage.
     Import(ImportArgs),
+    /// Snapshot the repositories of writable directories, run CMD, then
+    /// quarantine every repository planted there (for any project, git or not).
+    Plants(plant::PlantsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -229,12 +237,15 @@ pub fn main() -> ! {
         // that exist.
         git2::opts::strict_hash_verification(true);
         git2::opts::strict_object_creation(true);
+        // Stoppable while reading; see sig.rs for what holds them back.
+        sig::allow();
         match cli.command {
             Command::Run(a) => run(a),
             Command::Snapshot(a) => cmd_snapshot(a),
             Command::Check(a) => cmd_check(a),
             Command::Repair(a) => cmd_repair(a),
             Command::Import(a) => cmd_import(a),
+            Command::Plants(a) => plant::cmd_plants(a),
         }
     })
 }
@@ -300,6 +311,7 @@ fn take_snapshot(l: &layout::Layout, full: bool) -> Result<snapshot::Snapshot, F
         if let Some(s) = stats.get(&u.path) {
             u.packs = s.packs.clone();
             u.loose = s.loose.clone();
+            u.loose_stats = s.loose_stats.clone();
         }
     }
     Ok(snap)
@@ -313,23 +325,8 @@ fn audit(event: &str, severity: Severity, fields: serde_json::Value) {
     let Some(a) = sbx_core::audit::get() else {
         return;
     };
-    let Some(fd) = a.raw_fd() else { return };
-    let line = sbx_core::audit::render(a.tool(), event, severity, fields);
-    let mut buf = line.as_bytes();
-    while !buf.is_empty() {
-        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-        if n < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            eprintln!(
-                "{TOOL}: audit log write failed: {}",
-                std::io::Error::last_os_error()
-            );
-            return;
-        }
-        buf = &buf[n as usize..];
-    }
+    // Chained like every line (sbx_core::auditchain).
+    a.record(event, severity, fields);
 }
 
 fn finding_fields(f: &verify::Finding) -> serde_json::Value {
@@ -378,7 +375,9 @@ fn text_line(f: &verify::Finding) -> String {
         s.push_str(&format!(" (dangerous: {})", f.dangerous_keys.join(", ")));
     }
     s.push_str(&format!(" -> {}", f.action));
-    s
+    // Names come from the repository the command wrote: no control
+    // character reaches the terminal.
+    sbx_core::escape::terminal(&s).into_owned()
 }
 
 fn print_report(r: &Report, l: &layout::Layout, json_out: bool, mode: Mode) {
@@ -397,7 +396,7 @@ fn print_report(r: &Report, l: &layout::Layout, json_out: bool, mode: Mode) {
             println!("{}", text_line(f));
         }
         if r.findings.is_empty() {
-            println!("ok: {}", l.common_dir.display());
+            println!("ok: {}", sbx_core::escape::path(&l.common_dir));
         }
     }
 }
@@ -406,6 +405,9 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     let wait = lock_wait(&a.repo)?;
     let limits = a.limits.limits()?;
     let l = open_layout(&a.repo)?;
+    // An import a killed sbx-gitguard left half done is finished (or
+    // undone) before anything else looks at the repository.
+    journal::recover_at_start(&l.common_dir)?;
     // The stage's preconditions before anything is done.
     let stage_plan = match &a.stage {
         Some(dir) => {
@@ -446,6 +448,10 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         None => None,
     };
 
+    // From here to the end of the command, signals are held back (the
+    // supervisor forwards them to the command); the check afterwards is
+    // stoppable again.
+    let hold = sig::Hold::new();
     // Hard links to the object files, so objects the command deletes can
     // be linked back (repair mode only).
     let keeps: std::collections::BTreeMap<PathBuf, keep::Keep> = if a.alert_only {
@@ -469,6 +475,7 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     for u in &mut snap.units {
         if keeps.contains_key(&u.path) {
             objects::restat(&u.path.join("objects"), &mut u.packs);
+            objects::restat_loose(&u.path.join("objects"), &mut u.loose_stats);
         }
     }
     let mut cmd = sbx_core::supervise::command(&a.cmd, None)?;
@@ -481,6 +488,7 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         sup.run_to_end()
             .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?
     };
+    drop(hold);
 
     // The stage first: what it brings in is expected by the check below.
     let mut exceeded = None;
@@ -549,6 +557,8 @@ fn import_stage(
     limits: &import::Limits,
 ) -> Result<import::Outcome, Failure> {
     let sbx_id = sbx_core::id::get().unwrap_or("unknown");
+    // An import writes refs, HEAD and the index: not cut in half.
+    let _hold = sig::Hold::new();
     let mut ev = import::Events::default();
     let r = import::import(git_dir, &st.paths, limits, sbx_id, &mut ev);
     ev.finish();
@@ -562,7 +572,11 @@ fn import_stage(
                 .and_then(|v| v.as_str())
                 .unwrap_or("");
             let why = fields.get("reason").and_then(|v| v.as_str()).unwrap_or("");
-            eprintln!("{TOOL}: alert: {name}: {what}: {why}");
+            eprintln!(
+                "{TOOL}: alert: {name}: {}: {}",
+                sbx_core::escape::terminal(what),
+                sbx_core::escape::terminal(why)
+            );
         }
     }
     let o = r.map_err(|e| Failure::new(format!("git stage import: {e}")))?;
@@ -620,6 +634,7 @@ fn cmd_import(a: ImportArgs) -> Result<i32, Failure> {
     let l = open_layout(&a.repo)?;
     let git_dir = stage::plain_git_dir(&l)?;
     let st = stage::Stage::open(&a.stage, &git_dir)?;
+    journal::recover_at_start(&git_dir)?;
     ensure_unlocked(&l, wait)?;
     let o = import_stage(&git_dir, &st, &limits)?;
     let dir = st.paths.dir.clone();
@@ -657,19 +672,17 @@ fn load(against: &Path, l: &layout::Layout) -> Result<snapshot::Snapshot, Failur
 
 fn cmd_check(a: CheckArgs) -> Result<i32, Failure> {
     let wait = lock_wait(&a.repo)?;
-    let l = open_layout(&a.repo)?;
+    // Against a snapshot, a damaged repository (HEAD gone) is still found:
+    // the snapshot's identity check says whether it is the same one.
+    let l = if a.against.is_some() {
+        layout::find_damaged(&a.repo.repo)?
+    } else {
+        open_layout(&a.repo)?
+    };
     let report = match &a.against {
         Some(f) => {
             let snap = load(f, &l)?;
-            ensure_unlocked(&l, wait)?;
-            verify::verify(
-                &l,
-                &snap,
-                Mode::Check,
-                a.full,
-                Duration::ZERO,
-                &Default::default(),
-            )
+            verify::verify(&l, &snap, Mode::Check, a.full, wait, &Default::default())
         }
         None => {
             ensure_unlocked(&l, wait)?;
@@ -683,17 +696,12 @@ fn cmd_check(a: CheckArgs) -> Result<i32, Failure> {
 
 fn cmd_repair(a: RepairArgs) -> Result<i32, Failure> {
     let wait = lock_wait(&a.repo)?;
-    let l = open_layout(&a.repo)?;
+    let l = layout::find_damaged(&a.repo.repo)?;
     let snap = load(&a.against, &l)?;
-    ensure_unlocked(&l, wait)?;
-    let report = verify::verify(
-        &l,
-        &snap,
-        Mode::Repair,
-        a.full,
-        Duration::ZERO,
-        &Default::default(),
-    );
+    // Locks still there after --lock-wait are not a concurrent git's
+    // (between turns nothing else runs): they are removed and reported,
+    // never a reason to leave what was planted beside them.
+    let report = verify::verify(&l, &snap, Mode::Repair, a.full, wait, &Default::default());
     emit_report(&report, Mode::Repair);
     print_report(&report, &l, a.json, Mode::Repair);
     if let Some(f) = report.unrecoverable() {

@@ -62,7 +62,7 @@ fn hash_len(sha256: bool) -> usize {
 
 fn hash_prefix(p: &Path, len: u64, sha256: bool) -> io::Result<Vec<u8>> {
     use sha1::Digest;
-    let mut f = fs::File::open(p)?;
+    let (mut f, _) = crate::fsutil::open_regular(p)?;
     let mut left = len;
     let mut buf = vec![0u8; 1 << 20];
     let mut h1 = sha1::Sha1::new();
@@ -167,7 +167,8 @@ fn check_pack(
         hash != Hash::All && verified.get(&pname) == Some(&ps) && verified.get(&iname) == Some(&is);
 
     // Index structure.
-    let mut fi = fs::File::open(idx).map_err(|x| e(idx, format!("cannot open index: {x}")))?;
+    let (mut fi, _) =
+        crate::fsutil::open_regular(idx).map_err(|x| e(idx, format!("cannot open index: {x}")))?;
     if is.size < (8 + 1024 + 2 * hl) as u64 {
         return Err(e(idx, "index too short".into()));
     }
@@ -196,7 +197,8 @@ fn check_pack(
     let (pack_sum_in_idx, idx_sum) = trailer.split_at(hl);
 
     // Pack header and trailer.
-    let mut fp = fs::File::open(pack).map_err(|x| e(pack, format!("cannot open pack: {x}")))?;
+    let (mut fp, _) =
+        crate::fsutil::open_regular(pack).map_err(|x| e(pack, format!("cannot open pack: {x}")))?;
     if ps.size < 12 + hl64 {
         return Err(e(pack, "pack too short".into()));
     }
@@ -233,13 +235,60 @@ fn check_pack(
     Ok(Some((ps, is)))
 }
 
-/// Inflates the start of every loose object and checks its header
-/// (`TYPE SIZE\0`); returns the problems and the loose object ids.
-pub fn check_loose(objects: &Path) -> (Vec<Problem>, BTreeSet<String>) {
-    let mut problems = Vec::new();
-    let mut ids = BTreeSet::new();
+/// What identifies a loose object file that was verified in full.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LooseStat {
+    pub ino: u64,
+    pub size: u64,
+    pub ctime_ns: i128,
+}
+
+fn loose_stat(m: &fs::Metadata) -> LooseStat {
+    LooseStat {
+        ino: m.ino(),
+        size: m.size(),
+        ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
+    }
+}
+
+/// Refreshes the recorded stat of loose objects whose inode and size are
+/// unchanged (after the keep links changed their ctime).
+pub fn restat_loose(objects: &Path, loose: &mut BTreeMap<String, LooseStat>) {
+    for (id, st) in loose.iter_mut() {
+        let (a, b) = id.split_at(2);
+        if let Ok(m) = fs::symlink_metadata(objects.join(a).join(b))
+            && m.ino() == st.ino
+            && m.size() == st.size
+        {
+            *st = loose_stat(&m);
+        }
+    }
+}
+
+/// The result of the loose-object check.
+#[derive(Debug, Default)]
+pub struct Loose {
+    pub problems: Vec<Problem>,
+    /// Every loose object id present (damaged ones included).
+    pub ids: BTreeSet<String>,
+    /// The ones verified in full (or unchanged since they were), by stat.
+    pub verified: BTreeMap<String, LooseStat>,
+    /// Damaged ones: libgit2 must never read them (a truncated zlib stream
+    /// sends libgit2 1.9 into an endless loop, libgit2 issue 7342).
+    pub damaged: BTreeSet<String>,
+}
+
+/// Checks every loose object. A file whose (inode, size, ctime) equals the
+/// one in `verified` (checked in full before; any write or rename changes
+/// ctime, which a user cannot set back) costs one stat; every other one is
+/// read in full by [`verify_loose`]: inflated to its end, header, size,
+/// no trailing bytes, and its hash equal to its name. So a snapshot reads
+/// every loose object once, and the check after a command only what
+/// changed.
+pub fn check_loose(objects: &Path, verified: &BTreeMap<String, LooseStat>, sha256: bool) -> Loose {
+    let mut out = Loose::default();
     let Ok(rd) = fs::read_dir(objects) else {
-        return (problems, ids);
+        return out;
     };
     for d in rd.filter_map(|e| e.ok()) {
         let dn = d.file_name();
@@ -257,38 +306,144 @@ pub fn check_loose(objects: &Path) -> (Vec<Problem>, BTreeSet<String>) {
                 continue;
             }
             let p = f.path();
-            ids.insert(format!("{dn}{n}"));
-            if let Err(what) = loose_header(&p) {
-                problems.push(problem(Some(&p), format!("loose object {dn}{n}: {what}")));
+            let id = format!("{dn}{n}").to_ascii_lowercase();
+            out.ids.insert(id.clone());
+            let st = fs::symlink_metadata(&p).map(|m| loose_stat(&m));
+            if let Ok(st) = &st
+                && verified.get(&id) == Some(st)
+            {
+                out.verified.insert(id, st.clone());
+                continue;
+            }
+            match verify_loose(&p, &id, sha256) {
+                Ok(st) => {
+                    out.verified.insert(id, st);
+                }
+                Err(what) => {
+                    out.problems
+                        .push(problem(Some(&p), format!("loose object {id}: {what}")));
+                    out.damaged.insert(id);
+                }
             }
         }
     }
-    (problems, ids)
+    out
 }
 
-fn loose_header(p: &Path) -> Result<(), String> {
-    let mut f = fs::File::open(p).map_err(|e| e.to_string())?;
-    let mut inb = [0u8; 256];
-    let n = f.read(&mut inb).map_err(|e| e.to_string())?;
-    let mut out = [0u8; 64];
+/// Reads one loose object file in full, in bounded memory: a regular file
+/// (never a FIFO or a symlink), one zlib stream to its end with nothing
+/// after it, a `TYPE SIZE\0` header whose size is the body's, and a hash
+/// equal to `id`. Returns the stat of the file that was read.
+pub fn verify_loose(p: &Path, id: &str, sha256: bool) -> Result<LooseStat, String> {
+    use sha1::Digest;
+    let (mut f, md) = crate::fsutil::open_regular(p).map_err(|e| e.to_string())?;
     let mut z = flate2::Decompress::new(true);
-    let _ = z.decompress(&inb[..n], &mut out, flate2::FlushDecompress::None);
-    let got = z.total_out() as usize;
-    let h = &out[..got];
-    let Some(nul) = h.iter().position(|&b| b == 0) else {
-        return Err("not a zlib stream with an object header".into());
+    let mut inb = vec![0u8; 64 << 10];
+    let mut outb = vec![0u8; 64 << 10];
+    let mut h1 = sha1::Sha1::new();
+    let mut h2 = sha2::Sha256::new();
+    let mut header: Vec<u8> = Vec::new();
+    let mut declared: Option<u64> = None;
+    let mut body: u64 = 0;
+    let (mut in_start, mut in_end) = (0usize, 0usize);
+    let mut eof = false;
+    loop {
+        if in_start == in_end && !eof {
+            in_end = f.read(&mut inb).map_err(|e| e.to_string())?;
+            in_start = 0;
+            eof = in_end == 0;
+        }
+        let (before_in, before_out) = (z.total_in(), z.total_out());
+        let status = z
+            .decompress(
+                &inb[in_start..in_end],
+                &mut outb,
+                if eof {
+                    flate2::FlushDecompress::Finish
+                } else {
+                    flate2::FlushDecompress::None
+                },
+            )
+            .map_err(|e| format!("not a valid zlib stream ({e})"))?;
+        let used = (z.total_in() - before_in) as usize;
+        let made = (z.total_out() - before_out) as usize;
+        in_start += used;
+        let mut chunk = &outb[..made];
+        if sha256 {
+            h2.update(chunk);
+        } else {
+            h1.update(chunk);
+        }
+        if declared.is_none() {
+            let take = chunk
+                .iter()
+                .position(|&b| b == 0)
+                .map(|i| i + 1)
+                .unwrap_or(chunk.len());
+            header.extend_from_slice(&chunk[..take]);
+            chunk = &chunk[take..];
+            if header.last() == Some(&0) {
+                declared = Some(parse_header(&header[..header.len() - 1])?);
+            } else if header.len() > 64 {
+                return Err("no object header (TYPE SIZE) at its start".into());
+            }
+        }
+        body += chunk.len() as u64;
+        if let Some(d) = declared
+            && body > d
+        {
+            return Err(format!("longer than the {d} bytes its header says"));
+        }
+        match status {
+            flate2::Status::StreamEnd => break,
+            _ if used == 0 && made == 0 && in_start < in_end => {
+                return Err("not a valid zlib stream (no progress)".into());
+            }
+            _ if eof && used == 0 && made == 0 => {
+                return Err("truncated (the zlib stream ends early)".into());
+            }
+            _ => {}
+        }
+    }
+    // Nothing may follow the stream (git: "garbage at end of loose object").
+    let trailing = (in_end - in_start) as u64 + {
+        let mut one = [0u8; 1];
+        f.read(&mut one).map_err(|e| e.to_string())? as u64
     };
-    let h = std::str::from_utf8(&h[..nul]).map_err(|_| "bad header".to_string())?;
+    if trailing > 0 {
+        return Err("garbage after the end of its zlib stream".into());
+    }
+    let Some(d) = declared else {
+        return Err("no object header (TYPE SIZE) at its start".into());
+    };
+    if body != d {
+        return Err(format!("truncated: {body} bytes, its header says {d}"));
+    }
+    let got = if sha256 {
+        hex::encode(h2.finalize())
+    } else {
+        hex::encode(h1.finalize())
+    };
+    if got != id {
+        return Err(format!("its contents hash to {got}, not to its name"));
+    }
+    Ok(loose_stat(&md))
+}
+
+fn parse_header(h: &[u8]) -> Result<u64, String> {
+    let h = std::str::from_utf8(h).map_err(|_| "bad header".to_string())?;
     let Some((ty, size)) = h.split_once(' ') else {
         return Err("bad header".into());
     };
     if !matches!(ty, "commit" | "tree" | "blob" | "tag")
         || size.is_empty()
+        || size.len() > 19
         || !size.bytes().all(|b| b.is_ascii_digit())
+        || (size.len() > 1 && size.starts_with('0'))
     {
         return Err(format!("bad header '{}'", h.escape_default()));
     }
-    Ok(())
+    size.parse().map_err(|_| "bad header".to_string())
 }
 
 /// Checks that `oid` exists and, when `want_commit`, is a commit (an
@@ -298,6 +453,7 @@ pub fn check_tip(
     name: &str,
     oid: &str,
     want_commit: bool,
+    damaged: &Damaged,
 ) -> Option<Problem> {
     let Ok(id) = git2::Oid::from_str(oid) else {
         return Some(problem(
@@ -305,6 +461,12 @@ pub fn check_tip(
             format!("{name}: '{oid}' is not an object id"),
         ));
     };
+    if damaged.contains(&id) {
+        return Some(problem(
+            None,
+            format!("{name} points to {oid}, whose loose object file is damaged"),
+        ));
+    }
     let odb = match repo.odb() {
         Ok(o) => o,
         Err(e) => return Some(problem(None, format!("object database: {}", e.message()))),
@@ -319,6 +481,13 @@ pub fn check_tip(
         )),
         Ok((_, git2::ObjectType::Commit)) => None,
         Ok((_, git2::ObjectType::Tag)) if !want_commit => match repo.find_tag(id) {
+            Ok(t) if damaged.contains(&t.target_id()) => Some(problem(
+                None,
+                format!(
+                    "{name}: tag {oid} points to damaged object {}",
+                    t.target_id()
+                ),
+            )),
             Ok(t) => match odb.read_header(t.target_id()) {
                 Ok(_) => None,
                 Err(_) => Some(problem(
@@ -346,7 +515,58 @@ pub fn check_tip(
 /// every object reachable from `roots` is read once (libgit2 verifies each
 /// object's hash on read); each missing or damaged one is reported with the
 /// root and the object (and tree entry) that needed it.
-pub fn full(repo: &git2::Repository, roots: &[(String, String)]) -> Vec<Problem> {
+/// Objects whose loose file failed [`verify_loose`]: never handed to
+/// libgit2 (which loops forever on a truncated one).
+pub type Damaged = HashSet<git2::Oid>;
+
+/// The damaged set from loose object ids.
+pub fn damaged_set(ids: &BTreeSet<String>) -> Damaged {
+    ids.iter()
+        .filter_map(|i| git2::Oid::from_str(i).ok())
+        .collect()
+}
+
+/// Whether `new` descends from `old`, reading commits through libgit2 but
+/// never a damaged one (a damaged `old` is recognised by its id in a
+/// child's parent list, without reading it). Bounded: after `limit`
+/// commits, libgit2's own graph walk decides when nothing is damaged.
+pub fn descends(
+    repo: &git2::Repository,
+    new: git2::Oid,
+    old: git2::Oid,
+    damaged: &Damaged,
+) -> bool {
+    if new == old {
+        return false;
+    }
+    let limit = 10_000usize;
+    let mut seen: HashSet<git2::Oid> = HashSet::new();
+    let mut stack = vec![new];
+    while let Some(c) = stack.pop() {
+        if !seen.insert(c) || damaged.contains(&c) {
+            continue;
+        }
+        if seen.len() > limit {
+            return damaged.is_empty() && repo.graph_descendant_of(new, old).unwrap_or(false);
+        }
+        let Ok(commit) = repo.find_commit(c) else {
+            continue;
+        };
+        for p in commit.parent_ids() {
+            if p == old {
+                return true;
+            }
+            stack.push(p);
+        }
+    }
+    false
+}
+
+pub fn full(
+    repo: &git2::Repository,
+    roots: &[(String, String)],
+    damaged: &Damaged,
+) -> Vec<Problem> {
     use git2::ObjectType as T;
     let mut problems = Vec::new();
     let mut seen: HashSet<git2::Oid> = HashSet::new();
@@ -365,6 +585,16 @@ pub fn full(repo: &git2::Repository, roots: &[(String, String)]) -> Vec<Problem>
                 None => root.clone(),
                 Some(p) => describe_parent(repo, p, id),
             };
+            if damaged.contains(&id) {
+                problems.push(problem(
+                    None,
+                    format!(
+                        "object {id} damaged: its loose object file is not what it names (needed by {}, from {root})",
+                        via()
+                    ),
+                ));
+                continue;
+            }
             let obj = match repo.find_object(id, None) {
                 Ok(o) => o,
                 Err(e) => {

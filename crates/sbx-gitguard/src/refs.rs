@@ -56,6 +56,7 @@ pub fn is_hex_oid(s: &str) -> bool {
 pub fn valid_refname(s: &str) -> bool {
     s.starts_with("refs/")
         && !s.ends_with('/')
+        && !s.ends_with('.')
         && !s.contains("..")
         && !s.contains("@{")
         && !s.contains("//")
@@ -75,8 +76,31 @@ pub enum RefsError {
     },
     #[error("{path}: unexpected line {line} in packed-refs")]
     Packed { path: PathBuf, line: usize },
+    #[error(
+        "{path}: line {line} ({name}) is out of order under a 'sorted' header (git would not see it)"
+    )]
+    Unsorted {
+        path: PathBuf,
+        line: usize,
+        name: String,
+    },
+    #[error("{path}: unusable packed-refs: {reason}")]
+    PackedFile { path: PathBuf, reason: String },
     #[error("{0}: locked by a concurrent git process (the .lock file exists)")]
     Locked(PathBuf),
+}
+
+/// Most bytes of packed-refs read (about 3 million refs).
+pub const MAX_PACKED: u64 = 256 << 20;
+
+impl RefsError {
+    /// packed-refs git cannot use as it is: restored whole.
+    pub fn is_packed_damage(&self) -> bool {
+        matches!(
+            self,
+            RefsError::Packed { .. } | RefsError::Unsorted { .. } | RefsError::PackedFile { .. }
+        )
+    }
 }
 
 /// Every ref of a git dir: loose refs override packed ones.
@@ -105,7 +129,9 @@ pub fn read_all(git_dir: &Path) -> Result<BTreeMap<String, Value>, RefsError> {
                 "refs/{}",
                 p.strip_prefix(&base).unwrap_or(&p).to_string_lossy()
             );
-            let v = match fs::read(&p) {
+            // Never followed (a symlink to a file outside the repository is
+            // not a ref), never waited on (a FIFO), bounded.
+            let v = match crate::fsutil::read_bounded(&p, crate::fsutil::MAX_SMALL) {
                 Ok(b) => Value::parse(&String::from_utf8_lossy(&b)),
                 Err(e) => Value::Invalid(e.to_string()),
             };
@@ -118,16 +144,33 @@ pub fn read_all(git_dir: &Path) -> Result<BTreeMap<String, Value>, RefsError> {
 /// Refs in packed-refs (peeled lines skipped).
 pub fn read_packed(git_dir: &Path) -> Result<BTreeMap<String, Value>, RefsError> {
     let path = git_dir.join("packed-refs");
-    let text = match fs::read(&path) {
+    let text = match crate::fsutil::read_bounded(&path, MAX_PACKED) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(source) => return Err(RefsError::Io { path, source }),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            return Err(RefsError::Io { path, source: e });
+        }
+        // A FIFO, a symlink, a directory, a file over the bound: git
+        // cannot use it either.
+        Err(e) => {
+            return Err(RefsError::PackedFile {
+                path,
+                reason: e.to_string(),
+            });
+        }
     };
     let text = String::from_utf8_lossy(&text);
     let mut out = BTreeMap::new();
     let mut last_was_ref = false;
+    let mut sorted = false;
+    let mut prev: Option<String> = None;
     for (i, l) in text.lines().enumerate() {
         if l.starts_with('#') && i == 0 {
+            // git trusts a "sorted" trait and bisects: an entry out of
+            // order is then invisible to git (a hidden branch).
+            sorted = l
+                .strip_prefix("# pack-refs with:")
+                .is_some_and(|t| t.split_whitespace().any(|w| w == "sorted"));
             continue;
         }
         if let Some(p) = l.strip_prefix('^') {
@@ -139,6 +182,18 @@ pub fn read_packed(git_dir: &Path) -> Result<BTreeMap<String, Value>, RefsError>
         }
         match l.split_once(' ') {
             Some((oid, name)) if is_hex_oid(oid) && valid_refname(name) => {
+                if sorted
+                    && prev
+                        .as_deref()
+                        .is_some_and(|p| p.as_bytes() >= name.as_bytes())
+                {
+                    return Err(RefsError::Unsorted {
+                        path,
+                        line: i + 1,
+                        name: name.to_string(),
+                    });
+                }
+                prev = Some(name.to_string());
                 out.insert(name.to_string(), Value::Oid(oid.to_ascii_lowercase()));
                 last_was_ref = true;
             }
@@ -205,7 +260,7 @@ pub fn delete(git_dir: &Path, name: &str) -> Result<(), RefsError> {
         Err(source) => return Err(RefsError::Io { path, source }),
     }
     let pr = git_dir.join("packed-refs");
-    if let Ok(text) = fs::read_to_string(&pr) {
+    if let Ok(Some(text)) = crate::fsutil::read_text(&pr, MAX_PACKED) {
         let mut out = String::new();
         let mut drop_peeled = false;
         let mut changed = false;
@@ -238,7 +293,8 @@ pub fn delete(git_dir: &Path, name: &str) -> Result<(), RefsError> {
 
 /// New values of a ref in its reflog, newest first.
 pub fn reflog(git_dir: &Path, name: &str) -> Vec<String> {
-    let Ok(text) = fs::read_to_string(git_dir.join("logs").join(name)) else {
+    let Ok(Some(text)) = crate::fsutil::read_text(&git_dir.join("logs").join(name), 64 << 20)
+    else {
         return Vec::new();
     };
     let mut v: Vec<String> = text

@@ -16,6 +16,8 @@ use crate::rules::{self, Action};
 
 pub const FORMAT: &str = "sbx-gitguard-snapshot";
 pub const VERSION: u32 = 1;
+/// Most bytes of a snapshot file read.
+pub const MAX_FILE: u64 = 1 << 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -88,6 +90,14 @@ pub struct UnitSnap {
     /// either is a sign of damage.
     #[serde(default)]
     pub loose: BTreeSet<String>,
+    /// The loose objects verified in full at snapshot time (hash, size,
+    /// zlib stream), by stat: after a command only the others are read.
+    #[serde(default)]
+    pub loose_stats: BTreeMap<String, crate::objects::LooseStat>,
+    /// Entries git never makes in objects/, logs/, worktrees/, modules/
+    /// that were there at snapshot time (usually none): others are planted.
+    #[serde(default)]
+    pub odd: BTreeSet<String>,
     pub sha256: bool,
 }
 
@@ -127,7 +137,7 @@ pub fn config_entries(git_dir: &Path) -> Vec<(PathBuf, Vec<crate::gitconfig::Ent
         .iter()
         .map(|n| git_dir.join(n))
         .filter_map(|p| {
-            let t = fs::read_to_string(&p).ok()?;
+            let t = crate::fsutil::read_text(&p, crate::fsutil::MAX_CONFIG).ok()??;
             Some((p, crate::gitconfig::parse(&t).unwrap_or_default()))
         })
         .collect()
@@ -142,7 +152,7 @@ pub fn include_files(git_dir: &Path) -> BTreeSet<PathBuf> {
             if out.len() > 64 || !out.insert(inc.clone()) {
                 continue;
             }
-            if let Ok(t) = fs::read_to_string(&inc) {
+            if let Ok(Some(t)) = crate::fsutil::read_text(&inc, crate::fsutil::MAX_CONFIG) {
                 todo.push((inc, crate::gitconfig::parse(&t).unwrap_or_default()));
             }
         }
@@ -216,6 +226,101 @@ pub fn top_level(git_dir: &Path) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+fn hex_name(n: &str, lens: &[usize]) -> bool {
+    lens.contains(&n.len()) && n.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn pack_name(n: &str) -> bool {
+    if n.starts_with("tmp_") || n.starts_with("multi-pack-index") || n.starts_with(".tmp-") {
+        return true;
+    }
+    let Some(rest) = n.strip_prefix("pack-") else {
+        return false;
+    };
+    let Some((h, ext)) = rest.split_once('.') else {
+        return false;
+    };
+    hex_name(h, &[40, 64])
+        && matches!(
+            ext,
+            "pack" | "idx" | "rev" | "bitmap" | "keep" | "promisor" | "mtimes"
+        )
+}
+
+fn list(d: &Path) -> Vec<(String, fs::FileType)> {
+    let Ok(rd) = fs::read_dir(d) else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .filter_map(|e| {
+            Some((
+                e.file_name().to_string_lossy().into_owned(),
+                e.file_type().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// Entries (relative to the git dir) that git never makes in objects/,
+/// logs/, worktrees/ and modules/: an object store holds fan-out dirs of
+/// hex-named objects, pack-*.{pack,idx,rev,bitmap,keep,promisor,mtimes},
+/// info/{alternates,http-alternates,packs,commit-graph,commit-graphs/};
+/// logs/ holds HEAD and refs/**; worktrees/ and modules/ hold directories.
+pub fn odd_entries(git_dir: &Path, has_objects: bool) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let objs = git_dir.join("objects");
+    if has_objects && crate::fsutil::is_real_dir(&objs) {
+        for (n, t) in list(&objs) {
+            let rel = format!("objects/{n}");
+            if t.is_dir() && hex_name(&n, &[2]) {
+                for (m, t2) in list(&objs.join(&n)) {
+                    if !(t2.is_file() && (hex_name(&m, &[38, 62]) || m.starts_with("tmp_obj_"))) {
+                        out.insert(format!("{rel}/{m}"));
+                    }
+                }
+            } else if t.is_dir() && n == "pack" {
+                for (m, t2) in list(&objs.join(&n)) {
+                    if !(t2.is_file() && pack_name(&m)) {
+                        out.insert(format!("{rel}/{m}"));
+                    }
+                }
+            } else if t.is_dir() && n == "info" {
+                for (m, t2) in list(&objs.join(&n)) {
+                    let ok = match m.as_str() {
+                        "alternates" | "http-alternates" | "packs" | "commit-graph" => {
+                            t2.is_file() || t2.is_symlink()
+                        }
+                        "commit-graphs" => t2.is_dir(),
+                        _ => m.starts_with("tmp_") || m.starts_with("commit-graph-"),
+                    };
+                    if !ok {
+                        out.insert(format!("{rel}/{m}"));
+                    }
+                }
+            } else if !(t.is_dir() && (n.starts_with("incoming-") || n.starts_with("tmp_objdir"))) {
+                out.insert(rel);
+            }
+        }
+    }
+    let logs = git_dir.join("logs");
+    if crate::fsutil::is_real_dir(&logs) {
+        for (n, t) in list(&logs) {
+            let ok = (n == "HEAD" && t.is_file()) || (n == "refs" && t.is_dir());
+            if !ok {
+                out.insert(format!("logs/{n}"));
+            }
+        }
+    }
+    for d in ["worktrees", "modules"] {
+        for (n, t) in list(&git_dir.join(d)) {
+            if !t.is_dir() {
+                out.insert(format!("{d}/{n}"));
+            }
+        }
+    }
+    out
+}
+
 /// Captures one git dir. Pack stats are filled in by the caller once the
 /// packs passed their checksums.
 pub fn capture_unit(u: &Unit) -> Result<UnitSnap, SnapshotError> {
@@ -262,6 +367,8 @@ pub fn capture_unit(u: &Unit) -> Result<UnitSnap, SnapshotError> {
         refs,
         packs: BTreeMap::new(),
         loose: BTreeSet::new(),
+        loose_stats: BTreeMap::new(),
+        odd: odd_entries(&u.path, u.kind.has_objects()),
         sha256: is_sha256(&u.path),
     })
 }
@@ -306,6 +413,8 @@ pub fn save(s: &Snapshot, path: &Path) -> Result<(), SnapshotError> {
         source,
     };
     let data = serde_json::to_vec(s).map_err(|e| w(io::Error::other(e)))?;
+    // The temp file is written and renamed in one go (no stray temp file).
+    let _hold = crate::sig::Hold::new();
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -326,10 +435,12 @@ pub fn save(s: &Snapshot, path: &Path) -> Result<(), SnapshotError> {
 
 /// Reads a snapshot and checks it belongs to the repository of `l`.
 pub fn load(path: &Path, l: &Layout) -> Result<Snapshot, SnapshotError> {
-    let data = fs::read(path).map_err(|source| SnapshotError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    // A regular file, bounded: never a FIFO or /dev/zero.
+    let data =
+        crate::fsutil::read_bounded(path, MAX_FILE).map_err(|source| SnapshotError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
     let fmt = |what: String| SnapshotError::Format {
         path: path.to_path_buf(),
         what,

@@ -96,7 +96,8 @@ impl Ctx {
         let (action, unrecoverable) = match self.mode {
             Mode::Check => ("reported".to_string(), false),
             Mode::AlertOnly => ("not repaired (--alert-only)".to_string(), false),
-            Mode::Repair => match f() {
+            // One repair step is short and must not be cut in half.
+            Mode::Repair => match hold_signals(f) {
                 Ok(()) => (done.to_string(), false),
                 Err(e) => (format!("repair failed: {e}"), true),
             },
@@ -135,6 +136,12 @@ impl Ctx {
             unrecoverable: unrecoverable && self.mode == Mode::Repair,
         });
     }
+}
+
+/// Runs one repair step with the termination signals held back.
+fn hold_signals(f: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    let _hold = crate::sig::Hold::new();
+    f()
 }
 
 /// Lock files of git dirs (a concurrent git process, or one left behind).
@@ -181,10 +188,13 @@ pub fn wait_locks(units: &[Unit], timeout: Duration) -> Vec<PathBuf> {
     }
 }
 
-fn ok_object(repo: &git2::Repository, oid: &str, commit: bool) -> bool {
+fn ok_object(repo: &git2::Repository, oid: &str, commit: bool, damaged: &objects::Damaged) -> bool {
     let Ok(id) = git2::Oid::from_str(oid) else {
         return false;
     };
+    if damaged.contains(&id) {
+        return false;
+    }
     let Ok(odb) = repo.odb() else { return false };
     match odb.read_header(id) {
         Ok((_, t)) => !commit || t == git2::ObjectType::Commit,
@@ -231,6 +241,7 @@ fn objects_gone(us: &UnitSnap, repo: &git2::Repository) -> bool {
 pub struct Verified {
     pub packs: BTreeMap<String, objects::Stat>,
     pub loose: BTreeSet<String>,
+    pub loose_stats: BTreeMap<String, objects::LooseStat>,
 }
 
 /// Structural check of one git dir's object store and refs, plus the full
@@ -243,6 +254,7 @@ pub fn check_objects(
     repo: &git2::Repository,
     cached: &BTreeMap<String, objects::Stat>,
     loose_before: &BTreeSet<String>,
+    loose_cache: &BTreeMap<String, objects::LooseStat>,
     sha256: bool,
     full: bool,
     extra_roots: &[(String, String)],
@@ -263,6 +275,7 @@ pub fn check_objects(
         return Verified {
             packs: BTreeMap::new(),
             loose: BTreeSet::new(),
+            loose_stats: BTreeMap::new(),
         };
     }
     // A snapshot (no snapshot refs yet) does not rehash packs unless --full;
@@ -275,8 +288,10 @@ pub fn check_objects(
         objects::Hash::Changed
     };
     let (mut problems, verified) = objects::check_packs(&objs, cached, sha256, hash);
-    let (lp, loose) = objects::check_loose(&objs);
-    problems.extend(lp);
+    let lc = objects::check_loose(&objs, loose_cache, sha256);
+    let damaged = objects::damaged_set(&lc.damaged);
+    problems.extend(lc.problems);
+    let loose = lc.ids;
     // Loose objects of the snapshot that are gone and not packed either.
     if let Ok(odb) = repo.odb() {
         for id in loose_before.difference(&loose) {
@@ -307,7 +322,7 @@ pub fn check_objects(
                 let unchanged = intact && snap_refs.and_then(|r| r.get(name)) == Some(o);
                 if !unchanged
                     && let Some(p) =
-                        objects::check_tip(repo, name, o, name.starts_with("refs/heads/"))
+                        objects::check_tip(repo, name, o, name.starts_with("refs/heads/"), &damaged)
                 {
                     problems.push(p);
                 }
@@ -324,10 +339,10 @@ pub fn check_objects(
             }),
         }
     }
-    if let Ok(h) = fs::read_to_string(u.join("HEAD"))
+    if let Ok(Some(h)) = fsutil::read_text(&u.join("HEAD"), fsutil::MAX_SMALL)
         && let Value::Oid(o) = Value::parse(&h)
     {
-        if let Some(p) = objects::check_tip(repo, "HEAD", &o, true) {
+        if let Some(p) = objects::check_tip(repo, "HEAD", &o, true, &damaged) {
             problems.push(p);
         }
         roots.push(("HEAD".into(), o));
@@ -354,7 +369,7 @@ pub fn check_objects(
     if run_full {
         ctx.report.full_check = true;
         roots.extend(extra_roots.iter().cloned());
-        let fp = objects::full(repo, &roots);
+        let fp = objects::full(repo, &roots, &damaged);
         for p in &fp {
             ctx.note(
                 "objects",
@@ -382,6 +397,7 @@ pub fn check_objects(
     Verified {
         packs: verified,
         loose,
+        loose_stats: lc.verified,
     }
 }
 
@@ -403,7 +419,44 @@ pub fn assess(l: &Layout, units: &[Unit], full: bool) -> (Report, BTreeMap<PathB
     let mut ctx = Ctx::new(Mode::Check);
     let mut stats = BTreeMap::new();
     for u in units {
-        let head = fs::read_to_string(u.path.join("HEAD")).map(|h| Value::parse(&h));
+        // Nothing is opened through a FIFO, socket or device: refuse.
+        let specials = fsutil::specials(&u.path, ".sbx-gitguard");
+        for p in &specials {
+            let kind = fs::symlink_metadata(p)
+                .map(|m| fsutil::type_name(&m))
+                .unwrap_or("a special file");
+            ctx.note(
+                "extra_files",
+                &u.path,
+                Some(p),
+                format!("{kind} in the git dir (git makes none; opening it can block)"),
+                Severity::Alert,
+                "reported",
+                false,
+            );
+        }
+        // libgit2 reads the config whole when it opens the repository.
+        let mut config_ok = true;
+        for n in ["config", "config.worktree"] {
+            let p = u.path.join(n);
+            if let Err(e) = fsutil::read_text(&p, fsutil::MAX_CONFIG) {
+                config_ok = false;
+                ctx.note(
+                    "config",
+                    &u.path,
+                    Some(&p),
+                    format!("config unusable: {e}"),
+                    Severity::Alert,
+                    "reported",
+                    false,
+                );
+            }
+        }
+        if !specials.is_empty() || !config_ok {
+            continue;
+        }
+        let head = fsutil::read_bounded(&u.path.join("HEAD"), fsutil::MAX_SMALL)
+            .map(|h| Value::parse(&String::from_utf8_lossy(&h)));
         match &head {
             Err(e) => ctx.note(
                 "head",
@@ -461,6 +514,7 @@ pub fn assess(l: &Layout, units: &[Unit], full: bool) -> (Report, BTreeMap<PathB
             &repo,
             &BTreeMap::new(),
             &BTreeSet::new(),
+            &BTreeMap::new(),
             sha256,
             full,
             &[],
@@ -475,6 +529,12 @@ pub fn assess(l: &Layout, units: &[Unit], full: bool) -> (Report, BTreeMap<PathB
 
 /// Dangerous keys in `now` that `before` did not have with the same value.
 fn new_dangerous(before: &str, now: &str) -> Vec<String> {
+    if now.len() as u64 > fsutil::MAX_CONFIG {
+        return vec![format!(
+            "(config of {} bytes, too large to parse: treated as dangerous)",
+            now.len()
+        )];
+    }
     let b = gitconfig::parse(before).unwrap_or_default();
     let n = match gitconfig::parse(now) {
         Ok(n) => n,
@@ -490,8 +550,12 @@ fn new_dangerous(before: &str, now: &str) -> Vec<String> {
 }
 
 fn text_of(s: Option<&FileSnap>) -> String {
-    s.map(|s| String::from_utf8_lossy(&s.bytes()).into_owned())
-        .unwrap_or_default()
+    match s {
+        // Never parsed: a marker over the bound (see new_dangerous).
+        Some(s) if s.is_big() => " ".repeat(fsutil::MAX_CONFIG as usize + 1),
+        Some(s) => String::from_utf8_lossy(&s.bytes()).into_owned(),
+        None => String::new(),
+    }
 }
 
 fn describe_change(before: Option<&FileSnap>, now: Option<&FileSnap>) -> &'static str {
@@ -531,18 +595,20 @@ fn revert_files(
         let s2 = s.clone();
         let p2 = p.clone();
         let (base2, rel2) = (base.to_path_buf(), rel.clone());
-        ctx.fix(
-            check,
-            unit,
-            Some(&p),
-            what,
-            "restored from the snapshot",
-            keys,
-            move || {
-                fsutil::make_parents_safe(&base2, &rel2).map_err(|e| e.to_string())?;
-                fsutil::restore(&p2, &s2).map_err(|e| e.to_string())
-            },
-        );
+        // A file over the size kept in a snapshot cannot be put back: what
+        // is there now goes (it is not what the snapshot saw).
+        let done = if s.is_big() {
+            "removed (it was too large to keep in the snapshot, so it cannot be restored)"
+        } else {
+            "restored from the snapshot"
+        };
+        ctx.fix(check, unit, Some(&p), what, done, keys, move || {
+            fsutil::make_parents_safe(&base2, &rel2).map_err(|e| e.to_string())?;
+            if s2.is_big() {
+                return fsutil::remove(&p2).map_err(|e| e.to_string());
+            }
+            fsutil::restore(&p2, &s2).map_err(|e| e.to_string())
+        });
         soften_generated(ctx, check, rel, cur);
     }
     // New: remove (skip what a removed parent took with it).
@@ -638,6 +704,27 @@ fn raw_unit(ctx: &mut Ctx, us: &UnitSnap) {
                 vec![],
                 move || fsutil::restore(&p2, &s).map_err(|e| e.to_string()),
             );
+        }
+    }
+    // refs/ or objects/ removed: libgit2 cannot open a git dir without
+    // them. The directory comes back here; its refs come back from the
+    // snapshot (and reflogs) in the ref phase, its objects from the kept
+    // links under `run` (else the object check names what is lost).
+    if us.kind.has_objects() {
+        for d in ["refs", "objects"] {
+            let p = u.join(d);
+            if us.top_level.contains(d) && fs::symlink_metadata(&p).is_err() {
+                let (p2, u2) = (p.clone(), u.clone());
+                ctx.fix(
+                    if d == "refs" { "refs" } else { "objects" },
+                    u,
+                    Some(&p),
+                    format!("{d}/ directory removed"),
+                    "directory recreated (its contents are restored below)",
+                    vec![],
+                    move || fsutil::create_dirs_owned(&p2, &u2).map_err(|e| e.to_string()),
+                );
+            }
         }
     }
     // A core.hooksPath the command configured: its hooks go with the config.
@@ -751,6 +838,72 @@ fn raw_unit(ctx: &mut Ctx, us: &UnitSnap) {
                 let _ = fs::create_dir_all(dir);
             }
             revert_files(ctx, &|_| "hooks", u, dir, files, &now);
+        }
+    }
+    // Entries git never makes in objects/, logs/, worktrees/, modules/
+    // that were not there at snapshot time.
+    let odd_now = snapshot::odd_entries(u, us.kind.has_objects());
+    let mut gone: Vec<String> = Vec::new();
+    for rel in odd_now.difference(&us.odd) {
+        if gone.iter().any(|g| rel.starts_with(&format!("{g}/"))) {
+            continue;
+        }
+        let p = u.join(rel);
+        let p2 = p.clone();
+        ctx.fix(
+            "extra_files",
+            u,
+            Some(&p),
+            format!("{rel} planted (not a file git makes there)"),
+            "removed",
+            vec![],
+            move || fsutil::remove(&p2).map_err(|e| e.to_string()),
+        );
+        gone.push(rel.clone());
+    }
+    // An interrupted rebase or cherry-pick whose todo runs programs (`exec`
+    // lines run at the next `git rebase --continue`): a new one is removed.
+    for (dir, todo) in [
+        ("rebase-merge", "git-rebase-todo"),
+        ("rebase-merge", "done"),
+        ("sequencer", "todo"),
+    ] {
+        let p = u.join(dir);
+        let Ok(Some(t)) = fsutil::read_text(&p.join(todo), fsutil::MAX_CONFIG) else {
+            continue;
+        };
+        let execs: Vec<&str> = t
+            .lines()
+            .filter(|l| matches!(l.split_whitespace().next(), Some("exec") | Some("x")))
+            .collect();
+        if execs.is_empty() {
+            continue;
+        }
+        let what = format!(
+            "{dir}/{todo} has exec lines ({}) that the next git rebase --continue would run",
+            execs.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
+        );
+        if us.top_level.contains(dir) {
+            ctx.note(
+                "extra_files",
+                u,
+                Some(&p),
+                what,
+                Severity::Warn,
+                "reported (it was there before)",
+                false,
+            );
+        } else {
+            let p2 = p.clone();
+            ctx.fix(
+                "extra_files",
+                u,
+                Some(&p),
+                what,
+                "removed",
+                vec![],
+                move || fsutil::remove(&p2).map_err(|e| e.to_string()),
+            );
         }
     }
     // Unexpected top-level entries.
@@ -874,9 +1027,22 @@ fn new_unit(ctx: &mut Ctx, u: &Unit, main_wt: Option<&Path>) {
 
 /// Bare-repository-shaped dirs, nested repositories and `.git` files that
 /// appeared in a work tree.
-fn scan_tree(ctx: &mut Ctx, root: &Path, before: &Scan, known: &BTreeSet<PathBuf>) {
+fn scan_tree(
+    ctx: &mut Ctx,
+    root: &Path,
+    before: &Scan,
+    known: &BTreeSet<PathBuf>,
+    users: &BTreeSet<(u64, u64)>,
+) {
     let now = layout::scan(root);
+    // A git dir of the snapshot found at a new path was the user's, renamed
+    // away (and maybe replaced by a plant): never removed here (`plants`
+    // puts it back).
+    let users_own = |d: &Path| layout::ident(d).is_some_and(|i| users.contains(&i));
     for d in now.bare_shaped.difference(&before.bare_shaped) {
+        if users_own(d) {
+            continue;
+        }
         let d2 = d.clone();
         ctx.fix(
             "bare_repo",
@@ -890,7 +1056,7 @@ fn scan_tree(ctx: &mut Ctx, root: &Path, before: &Scan, known: &BTreeSet<PathBuf
         );
     }
     for d in now.nested.difference(&before.nested) {
-        if !layout::is_git_dir_shaped(d) {
+        if !layout::is_git_dir_shaped(d) || users_own(d) {
             continue;
         }
         let keys: Vec<String> = snapshot::config_entries(d)
@@ -951,14 +1117,40 @@ fn scan_tree(ctx: &mut Ctx, root: &Path, before: &Scan, known: &BTreeSet<PathBuf
 }
 
 /// The ref phase of one git dir with refs.
-fn refs_unit(ctx: &mut Ctx, us: &UnitSnap, repo: &git2::Repository) -> BTreeMap<String, Value> {
+fn refs_unit(
+    ctx: &mut Ctx,
+    us: &UnitSnap,
+    repo: &git2::Repository,
+    damaged: &objects::Damaged,
+) -> BTreeMap<String, Value> {
     let u = &us.path;
     let Some(rs) = &us.refs else {
         return BTreeMap::new();
     };
+    // packed-refs removed (git never removes it in normal work; a FIFO
+    // planted there was removed above): back to the snapshot's, then the
+    // refs are compared as usual.
+    if let Some(s) = &rs.packed_refs
+        && s.kind == fsutil::Kind::File
+        && fs::symlink_metadata(u.join("packed-refs")).is_err()
+    {
+        let p = u.join("packed-refs");
+        let (p2, s2) = (p.clone(), s.clone());
+        ctx.fix(
+            "refs",
+            u,
+            Some(&p),
+            "packed-refs deleted".into(),
+            "restored from the snapshot",
+            vec![],
+            move || fsutil::restore(&p2, &s2).map_err(|e| e.to_string()),
+        );
+    }
     let first = refs::read_all(u);
     // A packed-refs git cannot read: back to the snapshot's.
-    if let Err(e @ refs::RefsError::Packed { .. }) = &first {
+    if let Err(e) = &first
+        && e.is_packed_damage()
+    {
         let s = rs.packed_refs.clone();
         let p = u.join("packed-refs");
         let p2 = p.clone();
@@ -997,7 +1189,7 @@ fn refs_unit(ctx: &mut Ctx, us: &UnitSnap, repo: &git2::Repository) -> BTreeMap<
     let restore_to = |name: &str, snap_val: &str| -> Result<String, String> {
         let v = Value::parse(snap_val);
         match &v {
-            Value::Oid(o) if ok_object(repo, o, false) => {
+            Value::Oid(o) if ok_object(repo, o, false, damaged) => {
                 refs::write_loose(u, name, &v).map_err(|e| e.to_string())?;
                 Ok(format!("restored to {o}"))
             }
@@ -1008,7 +1200,7 @@ fn refs_unit(ctx: &mut Ctx, us: &UnitSnap, repo: &git2::Repository) -> BTreeMap<
             _ => {
                 // The snapshot's object is gone: the newest usable reflog entry.
                 for o in refs::reflog(u, name) {
-                    if ok_object(repo, &o, name.starts_with("refs/heads/")) {
+                    if ok_object(repo, &o, name.starts_with("refs/heads/"), damaged) {
                         refs::write_loose(u, name, &Value::Oid(o.clone()))
                             .map_err(|e| e.to_string())?;
                         return Ok(format!(
@@ -1030,10 +1222,14 @@ fn refs_unit(ctx: &mut Ctx, us: &UnitSnap, repo: &git2::Repository) -> BTreeMap<
         let before = Value::parse(sv);
         if let (Some(Value::Oid(new)), Value::Oid(old)) = (cur, &before)
             && let (Ok(n), Ok(o)) = (git2::Oid::from_str(new), git2::Oid::from_str(old))
-            && ok_object(repo, new, name.starts_with("refs/heads/"))
-            && repo.graph_descendant_of(n, o).unwrap_or(false)
+            && ok_object(repo, new, name.starts_with("refs/heads/"), damaged)
+            && objects::descends(repo, n, o, damaged)
         {
-            let count = repo.graph_ahead_behind(n, o).map(|(a, _)| a).unwrap_or(0);
+            let count = if damaged.is_empty() {
+                repo.graph_ahead_behind(n, o).map(|(a, _)| a).unwrap_or(0)
+            } else {
+                0
+            };
             let sev = if name.starts_with("refs/heads/") {
                 Severity::Info
             } else {
@@ -1074,6 +1270,54 @@ fn refs_unit(ctx: &mut Ctx, us: &UnitSnap, repo: &git2::Repository) -> BTreeMap<
     }
     for (name, v) in &now {
         if rs.refs.contains_key(name) {
+            continue;
+        }
+        // A new ref git cannot use (a branch on a tree, a ref to an object
+        // that is not there or is damaged): removed, so the turn is not
+        // failed at the agent's will and git is not left with a bad ref.
+        let unusable = match v {
+            Value::Oid(o) => !ok_object(repo, o, name.starts_with("refs/heads/"), damaged),
+            _ => false,
+        };
+        // A name git's check-ref-format refuses (t1430): git skips it with
+        // a warning, other tools may not.
+        if !refs::valid_refname(name) {
+            let n2 = name.clone();
+            ctx.fix(
+                "refs",
+                u,
+                None,
+                format!("{name} added: not a valid ref name"),
+                "removed",
+                vec![],
+                move || {
+                    fs::remove_file(u.join(&n2))
+                        .or_else(|e| {
+                            if e.kind() == std::io::ErrorKind::NotFound {
+                                Ok(())
+                            } else {
+                                Err(e)
+                            }
+                        })
+                        .map_err(|e| e.to_string())
+                },
+            );
+            continue;
+        }
+        if unusable {
+            let n2 = name.clone();
+            ctx.fix(
+                "refs",
+                u,
+                None,
+                format!(
+                    "{name} added pointing to {}, which is missing, damaged or not a commit",
+                    v.to_text()
+                ),
+                "removed",
+                vec![],
+                move || refs::delete(u, &n2).map_err(|e| e.to_string()),
+            );
             continue;
         }
         if name.starts_with("refs/replace/") || matches!(v, Value::Invalid(_)) {
@@ -1119,6 +1363,7 @@ fn head_unit(
     us: &UnitSnap,
     repo: Option<&git2::Repository>,
     common_refs: &BTreeMap<String, Value>,
+    damaged: &objects::Damaged,
 ) {
     let u = &us.path;
     let Some(snap_head) = &us.head else { return };
@@ -1132,7 +1377,7 @@ fn head_unit(
     let v = Value::parse(&String::from_utf8_lossy(&now.bytes()));
     let fine = match &v {
         Value::Sym(t) => common_refs.contains_key(t) || matches!(&before, Value::Sym(b) if b == t),
-        Value::Oid(o) => repo.is_some_and(|r| ok_object(r, o, true)),
+        Value::Oid(o) => repo.is_some_and(|r| ok_object(r, o, true, damaged)),
         Value::Invalid(_) => false,
     };
     if fine {
@@ -1161,6 +1406,26 @@ fn head_unit(
             },
         );
     }
+}
+
+/// Why libgit2 must not open the git dir `u` now: a FIFO, socket or device
+/// is in it, or a file libgit2 reads whole on open is not a small regular
+/// file.
+fn libgit2_unsafe(u: &Path, with_specials: &BTreeSet<PathBuf>) -> Option<String> {
+    if with_specials.contains(u) {
+        return Some("a FIFO, socket or device is in the git dir".into());
+    }
+    for n in [
+        "config",
+        "config.worktree",
+        "objects/info/alternates",
+        "commondir",
+    ] {
+        if let Err(e) = fsutil::read_text(&u.join(n), fsutil::MAX_CONFIG) {
+            return Some(format!("{n}: {e}"));
+        }
+    }
+    None
 }
 
 /// Compares the repository of `l` with `snap`, repairing per `mode`.
@@ -1212,6 +1477,37 @@ pub fn verify(
             work_tree: u.work_tree.clone(),
         })
         .collect();
+    // FIFOs, sockets and devices first: nothing below may open one (an
+    // open of a FIFO waits for a writer forever).
+    let mut with_specials: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut seen_specials: BTreeSet<PathBuf> = BTreeSet::new();
+    for us in &snap.units {
+        for p in fsutil::specials(&us.path, ".sbx-gitguard") {
+            // modules/X is walked with its superproject and on its own.
+            if !seen_specials.insert(p.clone()) {
+                if mode != Mode::Repair {
+                    with_specials.insert(us.path.clone());
+                }
+                continue;
+            }
+            if mode != Mode::Repair {
+                with_specials.insert(us.path.clone());
+            }
+            let kind = fs::symlink_metadata(&p)
+                .map(|m| fsutil::type_name(&m))
+                .unwrap_or("a special file");
+            let p2 = p.clone();
+            ctx.fix(
+                "extra_files",
+                &us.path,
+                Some(&p),
+                format!("{kind} planted in the git dir (git makes none; opening it can block)"),
+                "removed",
+                vec![],
+                move || fsutil::remove(&p2).map_err(|e| e.to_string()),
+            );
+        }
+    }
     for lock in wait_locks(&units_now, lock_wait) {
         let l2 = lock.clone();
         let unit = lock.parent().unwrap_or(Path::new("/")).to_path_buf();
@@ -1274,7 +1570,8 @@ pub fn verify(
         }
         let empty = Scan::default();
         let before = snap.scans.get(&root).unwrap_or(&empty);
-        scan_tree(&mut ctx, &root, before, &known);
+        let users: BTreeSet<(u64, u64)> = snap.units.iter().map(|u| (u.dev, u.ino)).collect();
+        scan_tree(&mut ctx, &root, before, &known, &users);
     }
     // Refs, HEAD and objects of every git dir that has them.
     let mut common_refs: Option<BTreeMap<String, Value>> = None;
@@ -1286,9 +1583,28 @@ pub fn verify(
             head_unit(
                 &mut ctx,
                 us,
-                open(&l.common_dir).ok().as_ref(),
+                libgit2_unsafe(&l.common_dir, &with_specials)
+                    .is_none()
+                    .then(|| open(&l.common_dir).ok())
+                    .flatten()
+                    .as_ref(),
                 common_refs
                     .get_or_insert_with(|| refs::read_all(&l.common_dir).unwrap_or_default()),
+                &Default::default(),
+            );
+            continue;
+        }
+        // libgit2 opens nothing that can block or is too large to read (a
+        // FIFO left in place by check/--alert-only, a config of gigabytes).
+        if let Some(why) = libgit2_unsafe(&us.path, &with_specials) {
+            ctx.note(
+                "repository",
+                &us.path,
+                None,
+                format!("refs and objects not checked: {why}"),
+                Severity::Alert,
+                "reported (repair first)",
+                true,
             );
             continue;
         }
@@ -1307,16 +1623,36 @@ pub fn verify(
                 continue;
             }
         };
-        // Objects the command deleted come back first (from the links kept
-        // before it), so refs are judged against the store as it was.
+        // Objects the command deleted or replaced come back first (from the
+        // links kept before it), so refs are judged against the store as it
+        // was. Loose objects are checked before libgit2 reads any: it must
+        // never read a damaged one (it loops forever on a truncated zlib
+        // stream), and a damaged snapshot tip is never restored to.
+        let objs = us.path.join("objects");
+        let mut pre = objects::check_loose(&objs, &us.loose_stats, us.sha256);
         let repo = match keeps.get(&us.path) {
-            Some(k) if ctx.mode == Mode::Repair && objects_gone(us, &repo) => {
+            Some(k)
+                if ctx.mode == Mode::Repair
+                    && (!pre.damaged.is_empty()
+                        || !fsutil::is_real_dir(&objs)
+                        || objects_gone(us, &repo)) =>
+            {
                 let restored = k.restore();
+                let mut found = String::from("object files deleted or replaced by the command");
+                if !pre.problems.is_empty() {
+                    let names: Vec<&str> = pre
+                        .problems
+                        .iter()
+                        .take(5)
+                        .map(|p| p.what.as_str())
+                        .collect();
+                    found.push_str(&format!(" (damaged: {})", names.join("; ")));
+                }
                 ctx.report.findings.push(Finding {
                     check: "objects",
                     repo: disp(&us.path),
                     path: None,
-                    found: "object files deleted or replaced by the command".into(),
+                    found,
                     action: format!(
                         "restored: {} file(s) linked back from the links kept before the command",
                         restored.len()
@@ -1325,13 +1661,15 @@ pub fn verify(
                     dangerous_keys: Vec::new(),
                     unrecoverable: false,
                 });
+                pre = objects::check_loose(&objs, &pre.verified, us.sha256);
                 // A fresh handle: libgit2 caches the pack list.
                 open(&us.path).unwrap_or(repo)
             }
             _ => repo,
         };
-        let own = refs_unit(&mut ctx, us, &repo);
-        head_unit(&mut ctx, us, Some(&repo), &own);
+        let damaged = objects::damaged_set(&pre.damaged);
+        let own = refs_unit(&mut ctx, us, &repo, &damaged);
+        head_unit(&mut ctx, us, Some(&repo), &own, &damaged);
         let snap_roots: Vec<(String, String)> = us
             .refs
             .iter()
@@ -1349,6 +1687,7 @@ pub fn verify(
                 repo,
                 &us.packs,
                 &us.loose,
+                &pre.verified,
                 us.sha256,
                 full,
                 &snap_roots,

@@ -130,7 +130,6 @@ fn in_the_chain_with_sbx_fs() {
     for who in identities() {
         let f = Fixture::new(who);
         let before = f.state();
-        let d = f.dir.to_str().unwrap();
         let w = f.w.to_str().unwrap();
         let script = "rm -f .git/HEAD; git config core.fsmonitor \"touch $MARK\"; git init -q --bare evil.git && git -C evil.git config core.fsmonitor \"touch $MARK\"; exit 5";
         let out = f.guard(&[
@@ -139,8 +138,10 @@ fn in_the_chain_with_sbx_fs() {
             w,
             "--",
             fs_bin.to_str().unwrap(),
+            // The work tree only: the audit log beside it must stay out of
+            // every writable bind (sbx-fs refuses a log inside one).
             "--rw",
-            d,
+            w,
             "--chdir",
             w,
             "--",

@@ -97,8 +97,15 @@ pub struct NameRule {
 
 impl NameRule {
     /// Whether `qname` (any case, trailing dot or not) is covered.
+    /// Only plain hostnames match (see `sbx_dnsproxy::allow::is_hostname`):
+    /// a name whose presentation form hides a dot inside a label
+    /// (`x\.example.com`) or holds any other byte a hostname cannot
+    /// (an SNI can carry anything) matches nothing.
     pub fn matches(&self, qname: &str) -> bool {
         let q = qname.trim_end_matches('.').to_ascii_lowercase();
+        if !sbx_dnsproxy::allow::is_hostname(&q) {
+            return false;
+        }
         if self.wildcard {
             q.len() > self.name.len() + 1
                 && q.ends_with(&self.name)
@@ -353,10 +360,13 @@ pub fn parse_allow_cidr(s: &str) -> Result<CidrRule, AllowError> {
 /// Reads an allow file: one entry per line (as `--allow` takes), `#`
 /// comments, blank lines ignored.
 pub fn read_allow_file(path: &Path) -> Result<Vec<Entry>, AllowError> {
-    let text = std::fs::read_to_string(path).map_err(|e| AllowError::File {
-        path: path.display().to_string(),
-        why: e.to_string(),
-    })?;
+    let text =
+        sbx_core::input::read_regular_string(path, sbx_core::input::LIST_CAP).map_err(|e| {
+            AllowError::File {
+                path: path.display().to_string(),
+                why: e.to_string(),
+            }
+        })?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -473,6 +483,17 @@ mod tests {
         let w = name("*.example.com:443");
         assert!(w.matches("a.example.com") && w.matches("a.b.example.com"));
         assert!(!w.matches("example.com") && !w.matches("badexample.com"));
+        // One label holding a dot, as a presentation form shows it, and
+        // other bytes no hostname has: never under the wildcard.
+        for bad in [
+            "x\\.example.com",
+            "a b.example.com",
+            "a..example.com",
+            "a\\000.example.com",
+            "\u{e9}.example.com",
+        ] {
+            assert!(!w.matches(bad), "{bad}");
+        }
         assert_eq!(w.ports.to_string(), "443");
         for b in [
             "*.com",

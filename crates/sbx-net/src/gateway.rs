@@ -78,7 +78,48 @@ pub struct Gateway {
     pub relay: RelayMode,
     /// Relays currently counted against THREADED_MAX.
     pub threaded: std::sync::atomic::AtomicUsize,
+    /// DNS-over-TCP connections open (the sandbox is one client: at most
+    /// [`DNS_TCP_MAX`]).
+    pub dns_tcp_conns: std::sync::atomic::AtomicUsize,
+    /// Host addresses the sandbox may reach (`--allow-host-address`).
+    pub host_allow: Vec<IpAddr>,
+    /// This host's own addresses, re-read at most every second.
+    pub host_addrs: HostAddrs,
 }
+
+/// This host's own addresses (interfaces in the supervisor's network
+/// namespace), cached for a second: services bound to them are the host's,
+/// and an allowed CIDR that happens to contain one must not reach them.
+#[derive(Default)]
+pub struct HostAddrs(
+    std::sync::Mutex<Option<(std::time::Instant, Arc<std::collections::HashSet<IpAddr>>)>>,
+);
+
+impl HostAddrs {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let set = {
+            let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            match &*g {
+                Some((at, set)) if at.elapsed() < Duration::from_secs(1) => set.clone(),
+                _ => {
+                    let set = Arc::new(
+                        sbx_dnsproxy::rebind::host_addresses()
+                            .into_iter()
+                            .map(|a| a.to_canonical())
+                            .collect(),
+                    );
+                    *g = Some((std::time::Instant::now(), Arc::clone(&set)));
+                    set
+                }
+            }
+        };
+        set.contains(&ip)
+    }
+}
+
+/// DNS-over-TCP connections the sandbox may hold open at once; beyond, a
+/// new one is reset (and alerted) at once.
+pub const DNS_TCP_MAX: usize = 32;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RelayMode {
@@ -205,6 +246,7 @@ impl Gateway {
     fn deny(&self, dst: SocketAddr, reason: &str, names: &[String], extra: serde_json::Value) {
         self.stats.denied.fetch_add(1, Ordering::Relaxed);
         if !self.alert_budget.take() {
+            sbx_core::audit::budget_exhausted("net_denied", json!({}));
             self.stats.alerts_suppressed.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -259,6 +301,17 @@ impl Gateway {
         }
         if let Some(why) = forbidden(ip) {
             self.deny(dst, why, &[], json!({}));
+            return reset(s);
+        }
+        // The host's own addresses: only when named by --allow-host-address,
+        // whatever CIDR or answer covers them.
+        if !self.host_allow.contains(&ip) && self.host_addrs.contains(ip) {
+            self.deny(
+                dst,
+                "a host address (only reachable with --allow-host-address)",
+                &[],
+                json!({}),
+            );
             return reset(s);
         }
         let names = self
@@ -391,6 +444,23 @@ impl Gateway {
         let Some(dns) = self.dns.clone() else {
             return reset(s);
         };
+        struct Slot<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Slot<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let open = self.dns_tcp_conns.fetch_add(1, Ordering::Relaxed) + 1;
+        let _slot = Slot(&self.dns_tcp_conns);
+        if open > DNS_TCP_MAX {
+            self.deny(
+                SocketAddr::new(s.local_addr().map_or(peer.ip(), |a| a.ip()), 53),
+                "too many DNS-over-TCP connections",
+                &[],
+                json!({}),
+            );
+            return reset(s);
+        }
         loop {
             let mut lb = [0u8; 2];
             let r = tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut lb)).await;

@@ -141,6 +141,13 @@ pub struct Cli {
     #[arg(long)]
     pub dns_nxdomain: bool,
 
+    /// Let the sandbox reach ADDR although it is one of this host's own
+    /// addresses (services bound to it), on the ports an --allow-cidr or
+    /// name entry grants. Without it the host's addresses are never
+    /// reachable, whatever CIDR contains them. Repeat.
+    #[arg(long, value_name = "ADDR", value_parser = parse_host_address)]
+    pub allow_host_address: Vec<std::net::IpAddr>,
+
     /// Give up connecting out after DURATION.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub connect_timeout: String,
@@ -148,6 +155,14 @@ pub struct Cli {
     /// The command to run inside.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
+}
+
+fn parse_host_address(s: &str) -> Result<std::net::IpAddr, String> {
+    s.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .map(|ip| ip.to_canonical())
+        .map_err(|_| format!("'{s}' is not an IP address"))
 }
 
 /// Builds the allowlist from the flags and files.
@@ -183,6 +198,10 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         upstreams,
         rebind_allow: cli.dns_rebind_allow.clone(),
         nxdomain_for_refused: cli.dns_nxdomain,
+        // Every DNS client here is the sandbox: rate limits and tunnelling
+        // budgets are the sandbox's, whatever source address it uses.
+        client_prefix_v4: 0,
+        client_prefix_v6: 0,
         ..Default::default()
     })
     .map_err(|e| Failure::new(e.to_string()))?;
@@ -250,6 +269,9 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         alert_budget: AlertBudget::new(50, 20),
         relay: gateway::RelayMode::from_env(),
         threaded: Default::default(),
+        dns_tcp_conns: Default::default(),
+        host_allow: cli.allow_host_address.clone(),
+        host_addrs: Default::default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

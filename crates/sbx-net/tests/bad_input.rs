@@ -45,6 +45,10 @@ fn bad_allowlist_entries_are_one_line_125_and_nothing_runs() {
             "line 3",
         ),
         (vec!["--connect-timeout=soon".into()], "--connect-timeout"),
+        (
+            vec!["--allow-host-address=example.com".into()],
+            "--allow-host-address",
+        ),
     ];
     for who in identities() {
         for (args, needle) in &cases {

@@ -271,10 +271,9 @@ fn normalise(a: NormaliseArgs) -> Result<i32, sbx_core::Failure> {
         let p = Path::new(p);
         match crate::normalise(p, a.base.as_deref()) {
             Ok(n) => {
-                use std::io::Write;
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(std::os::unix::ffi::OsStrExt::as_bytes(n.as_os_str()));
-                let _ = out.write_all(b"\n");
+                let mut line = std::os::unix::ffi::OsStrExt::as_bytes(n.as_os_str()).to_vec();
+                line.push(b'\n');
+                sbx_core::cli::write_stdout(&line)?;
             }
             Err(e) => {
                 eprintln!("{TOOL}: {}: {e}", one_line(&p.to_string_lossy()));

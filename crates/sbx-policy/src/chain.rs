@@ -147,7 +147,7 @@ fn need(name: &str, what: &str, o: &Options) -> Result<PathBuf, ChainError> {
 
 /// Sections of the --layers file (checked to be JSON with known sections).
 fn layer_sections(path: &Path) -> Result<Vec<String>, ChainError> {
-    let text = std::fs::read_to_string(path)
+    let text = sbx_core::input::read_regular_string(path, sbx_core::input::CONFIG_CAP)
         .map_err(|e| ChainError::Layers(path.into(), e.to_string()))?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| ChainError::Layers(path.into(), format!("not valid JSON: {e}")))?;
@@ -361,6 +361,17 @@ fn low(
         }
         layers.push(l);
     }
+    // Repositories planted anywhere the command can write (git runs their
+    // fsmonitor and hooks on the host later), git project or not: checked
+    // right after the command, before the repository's own check.
+    let writable: Vec<&PathBuf> = p.rw.iter().filter(|r| r.is_dir()).collect();
+    if !writable.is_empty() {
+        let mut l = vec![os(tool("sbx-gitguard")?), os("plants")];
+        for r in writable {
+            l.extend([os("--dir"), os(r)]);
+        }
+        layers.push(l);
+    }
     let cgroup = o.cgroup.unwrap_or_else(|| nix_euid() == 0);
     if cgroup {
         let mut l = vec![
@@ -405,6 +416,10 @@ fn low(
     for d in &p.deny {
         l.push(os("--deny"));
         l.push(os(d));
+    }
+    for e in &p.pass_env {
+        l.push(os("--pass-env"));
+        l.push(os(e));
     }
     if p.project_visible() {
         l.extend([os("--chdir"), os(&p.cwd)]);

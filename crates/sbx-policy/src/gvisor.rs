@@ -77,6 +77,12 @@ pub struct Args {
     pub timeout: Option<String>,
     #[arg(long, value_name = "SIZE")]
     pub fsize: Option<String>,
+    /// Pass the caller's variable NAME (or PREFIX*) too (as sbx-fs --pass-env).
+    #[arg(long, value_name = "NAME|PREFIX*")]
+    pub pass_env: Vec<String>,
+    /// Pass the caller's whole environment (as sbx-fs --keep-env).
+    #[arg(long)]
+    pub keep_env: bool,
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
 }
@@ -103,6 +109,9 @@ pub fn layer(p: &Policy, me: &Path, runsc: &Path, cgroup: Option<&Path>) -> Vec<
     }
     for d in &p.deny {
         l.extend([os("--deny"), os(d)]);
+    }
+    for e in &p.pass_env {
+        l.extend([os("--pass-env"), os(e)]);
     }
     if p.project_visible() {
         l.extend([os("--chdir"), os(&p.cwd)]);
@@ -344,10 +353,36 @@ pub fn guest_nproc(pids: u64, under_cgroup: bool) -> u64 {
     }
 }
 
+/// The environment policy of the flags and SBX_PASS_ENV (the same as
+/// sbx-fs's: sbx_core::envpolicy).
+fn env_policy(a: &Args) -> Result<sbx_core::envpolicy::Policy, Failure> {
+    let mut p = sbx_core::envpolicy::Policy {
+        keep_all: a.keep_env,
+        pass: Vec::new(),
+    };
+    for e in &a.pass_env {
+        p.pass.push(
+            sbx_core::envpolicy::parse_pass("--pass-env", e)
+                .map_err(|e| Failure::new(format!("gvisor: {e}")))?,
+        );
+    }
+    p.add_from_env()
+        .map_err(|e| Failure::new(format!("gvisor: {e}")))?;
+    Ok(p)
+}
+
 /// config.json.
 fn config(a: &Args, mounts: Vec<Value>) -> Result<Value, Failure> {
     let mut env: Vec<String> = Vec::new();
-    for (k, v) in sbx_core::chain::current_env() {
+    let caller = sbx_core::chain::current_env();
+    let had_tmpdir = caller.iter().any(|(k, _)| k == "TMPDIR");
+    let mut filtered = sbx_core::envpolicy::filter(caller, &env_policy(a)?);
+    // The caller's TMPDIR is a host path; inside, /tmp is a fresh tmpfs.
+    if had_tmpdir && !filtered.env.iter().any(|(k, _)| k == "TMPDIR") {
+        filtered.env.push(("TMPDIR".into(), "/tmp".into()));
+    }
+    sbx_core::envpolicy::report("sbx-policy gvisor", &filtered);
+    for (k, v) in std::mem::take(&mut filtered.env) {
         if k == "SBX_AUDIT_FD" || k == sbx_core::supervise::ENV_SUPERVISOR {
             continue;
         }
@@ -583,6 +618,7 @@ pub fn run(a: Args) -> Result<i32, Failure> {
             a.runsc.display()
         )));
     }
+    env_policy(&a)?;
     let plan = fs_plan(&a)?;
     check_command(&a.cmd[0], &plan)?;
 
@@ -738,7 +774,113 @@ fn supervise(
             "command": sbx_core::chain::show(&a.cmd),
         }),
     );
+    let relay = StdioRelay::start(&mut cmd)?;
     let mut child = Supervisor::spawn(cmd, &keep)?;
+    let status = wait_runsc(&mut child, a, id, timeout);
+    relay.finish();
+    status
+}
+
+/// gVisor gives a host regular file it receives as stdio its own offset,
+/// starting at 0, and ignores the caller's: `{ echo a; sbx-policy chain
+/// --trust zero -- echo b; } > log` wrote b over a, and with `2>&1` stdout
+/// and stderr got two offsets and overwrote each other's lines. A stdout or
+/// stderr that is a regular file therefore goes through a pipe that this
+/// process copies to the caller's very descriptor, so the kernel applies its
+/// offset and O_APPEND as in every other tier; when both name one file
+/// (`> log 2>&1`) they share one pipe, which keeps their order. Pipes,
+/// terminals and sockets are passed through untouched, as before.
+struct StdioRelay {
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl StdioRelay {
+    fn start(cmd: &mut Command) -> Result<StdioRelay, Failure> {
+        let st = |fd: RawFd| {
+            // SAFETY: fstat fills the zeroed struct it is given.
+            let mut s: libc::stat = unsafe { std::mem::zeroed() };
+            (unsafe { libc::fstat(fd, &mut s) } == 0).then_some(s)
+        };
+        let reg = |s: &Option<libc::stat>| {
+            s.as_ref()
+                .is_some_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFREG)
+        };
+        let (s1, s2) = (st(1), st(2));
+        let mut threads = Vec::new();
+        let shared = reg(&s1)
+            && reg(&s2)
+            && s1.as_ref().map(|s| (s.st_dev, s.st_ino))
+                == s2.as_ref().map(|s| (s.st_dev, s.st_ino));
+        if shared {
+            let (r, w) = pipe()?;
+            let w2 = w
+                .try_clone()
+                .map_err(|e| Failure::new(format!("gvisor: dup: {e}")))?;
+            cmd.stdout(Stdio::from(w)).stderr(Stdio::from(w2));
+            threads.push(copy_to(r, 1));
+        } else {
+            if reg(&s1) {
+                let (r, w) = pipe()?;
+                cmd.stdout(Stdio::from(w));
+                threads.push(copy_to(r, 1));
+            }
+            if reg(&s2) {
+                let (r, w) = pipe()?;
+                cmd.stderr(Stdio::from(w));
+                threads.push(copy_to(r, 2));
+            }
+        }
+        Ok(StdioRelay { threads })
+    }
+
+    /// Waits (5 s at most: a process of the sandbox that outlived runsc
+    /// must not hold sbx-policy) until everything written was copied.
+    fn finish(self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for t in self.threads {
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// Copies `from` to the caller's `fd` until EOF (a write error ends it:
+/// the reader of a pipe went away).
+fn copy_to(from: OwnedFd, fd: RawFd) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        use std::io::Write;
+        let mut r = std::fs::File::from(from);
+        // SAFETY: fd 1 or 2 stays open for the life of the process; the
+        // ManuallyDrop never closes it.
+        let mut out = std::mem::ManuallyDrop::new(unsafe {
+            <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd)
+        });
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = match r.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            };
+            if out.write_all(&buf[..n]).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// Waits for runsc (and enforces the wall clock when no sbx-cgroup does).
+fn wait_runsc(
+    child: &mut Supervisor,
+    a: &Args,
+    id: &str,
+    timeout: Option<Duration>,
+) -> Result<i32, Failure> {
     // Without sbx-cgroup the wall clock is watched here.
     let deadline = match (&a.cgroup_bin, timeout) {
         (None, Some(t)) => Some(Instant::now() + t),

@@ -60,6 +60,7 @@ resolver.",
 - WebFetch(domain:D), sandbox.network.allowedDomains: sbx-net --allow D (D or *.D, ports 80,443; *.D covers subdomains, not D).\n\
 - WebSearch allow: the search domains (--search-domain, default api.anthropic.com).\n\
 - sandbox.network.deniedDomains, WebFetch(domain:D) deny: D removed from the allowlist whatever else says; a wildcard that covers a denied name is dropped whole (sbx-net cannot subtract).\n\
+- env (the top-level object): the names of its variables pass into the sandbox (sbx-fs --pass-env NAME, also in the gVisor step), as do --pass-env NAME|PREFIX*; the rest of the caller's environment is sbx-fs's allowlist (PATH, HOME, TERM, LANG, LC_*, TZ, USER...; secret-looking names are dropped with a warning naming them). sbx-creds' secrets (a --layers section) arrive through SBX_PASS_ENV.\n\
 - ask rules, agent-only kinds (Task, TodoWrite, mcp__*...): listed, nothing granted.",
         ),
         (
@@ -147,6 +148,9 @@ pub struct SourceArgs {
     /// Largest file the command may write (default 8G).
     #[arg(long, value_name = "SIZE")]
     pub fsize: Option<String>,
+    /// Pass the caller's variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env).
+    #[arg(long, value_name = "NAME|PREFIX*")]
+    pub pass_env: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -265,12 +269,22 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
     } else {
         a.search_domain.clone()
     };
-    Ok(map::build(map::Inputs {
+    for e in &a.pass_env {
+        sbx_core::envpolicy::parse_pass("--pass-env", e)
+            .map_err(|e| Failure::new(e.to_string()))?;
+    }
+    let mut p = map::build(map::Inputs {
         merged: &merged,
         ctx: rules::Ctx { cwd, home },
         search_domains,
         limits,
-    })?)
+    })?;
+    for e in &a.pass_env {
+        if !p.pass_env.contains(e) {
+            p.pass_env.push(e.clone());
+        }
+    }
+    Ok(p)
 }
 
 fn run_chain(c: ChainArgs) -> Result<i32, Failure> {
@@ -331,11 +345,7 @@ fn run_chain(c: ChainArgs) -> Result<i32, Failure> {
     for (k, v) in &plan.env {
         sbx_core::chain::set_env(&mut env, k.clone(), v.clone());
     }
-    if let Some(a) = sbx_core::audit::get()
-        && let Some((k, v)) = a.handoff_exec(&argv[0])
-    {
-        sbx_core::chain::set_env(&mut env, k, v);
-    }
+    // chain::exec hands the audit fd to a next sbx tool (by identity).
     Err(sbx_core::chain::exec(&argv, &env))
 }
 

@@ -109,6 +109,10 @@ pub struct Policy {
     pub files: Vec<String>,
     /// `sandbox.enabled` as the settings say (sbx applies the chain anyway).
     pub sandbox_enabled: Option<bool>,
+    /// The caller's variables passed into the sandbox besides sbx-fs's
+    /// allowlist (sbx-fs --pass-env): the names of the settings' `env`
+    /// object and --pass-env.
+    pub pass_env: Vec<String>,
 }
 
 pub struct Inputs<'a> {
@@ -204,20 +208,9 @@ fn grant_shape(
 
 /// Paths an sbx-fs invariant keeps read-only (or hidden) wherever they are.
 fn invariant_of(p: &Path, home: Option<&Path>) -> Option<&'static str> {
-    let comps: Vec<String> = p.iter().map(|c| c.to_string_lossy().into_owned()).collect();
-    for (i, c) in comps.iter().enumerate() {
-        let next = comps.get(i + 1).map(String::as_str);
-        if c == ".git" && matches!(next, Some("HEAD" | "config" | "objects" | "refs" | "hooks")) {
-            return Some(".git/HEAD, config, objects, refs and hooks stay read-only");
-        }
-        if c == ".claude" {
-            if next.is_some_and(|n| n.starts_with("settings") && n.ends_with(".json")) {
-                return Some(".claude/settings*.json stay read-only");
-            }
-            if matches!(next, Some("skills" | "commands")) {
-                return Some(".claude/skills and commands stay read-only");
-            }
-        }
+    // The one list: sbx-fs's own (`sbx_fs::protect::CONTROL`).
+    if let Some((_, note)) = sbx_fs::protect::invariant_of(p) {
+        return Some(note);
     }
     if p == Path::new("/etc/shadow") || p == Path::new("/etc/gshadow") {
         return Some("/etc/shadow and /etc/gshadow stay hidden");
@@ -987,7 +980,23 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             .map(|(s, p)| format!("{} ({})", p.display(), s.name()))
             .collect(),
         sandbox_enabled: m.sandbox_enabled,
+        pass_env: pass_env_of(m),
     })
+}
+
+/// The names of the settings' `env` objects that are variable names (the
+/// user set them for the agent's commands: they pass into the sandbox).
+fn pass_env_of(m: &Merged) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for e in &m.env_names {
+        if sbx_core::envpolicy::parse_pass("env", &e.text)
+            .is_ok_and(|p| matches!(p, sbx_core::envpolicy::Pass::Name(_)))
+            && !v.contains(&e.text)
+        {
+            v.push(e.text.clone());
+        }
+    }
+    v
 }
 
 fn dedup(v: &mut Vec<PathBuf>) {
@@ -1022,6 +1031,9 @@ impl Policy {
             fs.insert("chdir".into(), json!(self.cwd.display().to_string()));
         }
         fs.insert("tmp-size".into(), json!(self.limits.tmp_size));
+        if !self.pass_env.is_empty() {
+            fs.insert("pass-env".into(), json!(self.pass_env));
+        }
         top.insert("sbx-fs".into(), Value::Object(fs));
         top.insert("sbx-net".into(), json!({ "allow": self.net_allow }));
         let mut sc = Map::new();

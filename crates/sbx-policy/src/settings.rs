@@ -33,6 +33,15 @@ pub enum Scope {
 }
 
 impl Scope {
+    /// The flag or place that named a file of this scope (for errors).
+    pub fn flag(self) -> &'static str {
+        match self {
+            Scope::Given(_) => "--settings",
+            Scope::Managed => "--managed",
+            _ => "settings file",
+        }
+    }
+
     pub fn name(self) -> String {
         match self {
             Scope::User => "user".into(),
@@ -117,6 +126,9 @@ pub struct Merged {
     pub unmapped_keys: Vec<Entry>,
     /// `sandbox.enabled` from the highest file that sets it.
     pub sandbox_enabled: Option<bool>,
+    /// The names (keys) of the top-level `env` objects: variables the user
+    /// set for the agent's commands.
+    pub env_names: Vec<Entry>,
 }
 
 /// The default files, lowest precedence first, that exist.
@@ -159,11 +171,12 @@ pub fn load(files: &[(Scope, PathBuf)]) -> Result<Merged, SettingsError> {
     let mut order: Vec<&(Scope, PathBuf)> = files.iter().collect();
     order.sort_by_key(|(s, _)| std::cmp::Reverse(*s));
     for (scope, path) in order {
-        let text = std::fs::read_to_string(path).map_err(|e| SettingsError {
-            file: path.clone(),
-            line: None,
-            what: format!("cannot read: {e}"),
-        })?;
+        let text = sbx_core::input::read_regular_string(path, sbx_core::input::CONFIG_CAP)
+            .map_err(|e| SettingsError {
+                file: path.clone(),
+                line: None,
+                what: format!("cannot read ({}): {e}", scope.flag()),
+            })?;
         let v: Value = serde_json::from_str(&text).map_err(|e| SettingsError {
             file: path.clone(),
             line: Some(e.line()),
@@ -231,6 +244,17 @@ fn merge_one(m: &mut Merged, f: &FileCtx<'_>, v: &Value) -> Result<(), SettingsE
             p.get("additionalDirectories"),
             "permissions.additionalDirectories",
         )?);
+    }
+    if let Some(e) = top.get("env") {
+        let Value::Object(e) = e else {
+            return Err(f.err(Some("env"), "'env' must be an object"));
+        };
+        for k in e.keys() {
+            m.env_names.push(Entry {
+                text: k.clone(),
+                origin: f.origin(Some(k)),
+            });
+        }
     }
     if let Some(s) = top.get("sandbox") {
         let Value::Object(s) = s else {
@@ -371,6 +395,19 @@ mod tests {
         assert_eq!(m.rules.len(), 2);
         assert_eq!(m.sandbox_enabled, Some(true));
         assert_eq!(m.rules[0].0, List::Deny, "managed first");
+    }
+
+    #[test]
+    fn env_names_are_collected() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("s.json");
+        std::fs::write(&a, r#"{"env": {"FOO": "1", "BAR_BAZ": "2"}}"#).unwrap();
+        let m = load(&[(Scope::Project, a.clone())]).unwrap();
+        let names: Vec<&str> = m.env_names.iter().map(|e| e.text.as_str()).collect();
+        assert_eq!(names, ["BAR_BAZ", "FOO"]);
+        std::fs::write(&a, r#"{"env": ["FOO"]}"#).unwrap();
+        let e = load(&[(Scope::Project, a)]).unwrap_err();
+        assert!(e.to_string().contains("'env' must be an object"), "{e}");
     }
 
     #[test]

@@ -360,8 +360,13 @@ fn decision_matrix() {
         .collect();
     assert!(pos.windows(2).all(|w| w[0] < w[1]), "canonical order: {s}");
     assert!(
-        !s.contains("sbx-gitguard"),
-        "no repository, no gitguard: {s}"
+        !s.contains("sbx-gitguard run"),
+        "no repository, no gitguard run: {s}"
+    );
+    // Something is writable: repositories planted there are checked.
+    assert!(
+        s.contains("sbx-gitguard plants --dir "),
+        "the plant check is in every chain with a writable directory: {s}"
     );
     assert!(
         s.contains("--profile default") && s.contains("--memory") && s.contains("--timeout 2h")

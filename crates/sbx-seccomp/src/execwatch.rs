@@ -406,7 +406,7 @@ impl ExecWatch {
             allowed,
             interp: Default::default(),
             has_dirs,
-            limit: RateLimit::default(),
+            limit: RateLimit::for_event("exec_denied"),
             seen: HashMap::new(),
             denied: 0,
             suppressed: 0,

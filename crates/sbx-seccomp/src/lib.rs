@@ -57,7 +57,7 @@ CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET; keyctl, a
 request_key; bpf; perf_event_open; userfaultfd; io_uring_setup, io_uring_enter, \
 io_uring_register; ptrace, process_vm_readv, process_vm_writev, pidfd_getfd (see \
 --allow-ptrace); swapon, swapoff; reboot; acct; quotactl, quotactl_fd; syslog; \
-settimeofday, clock_settime, clock_adjtime, adjtimex; sethostname, setdomainname; \
+settimeofday, clock_settime, clock_adjtime, adjtimex; clock_gettime(CLOCK_MONOTONIC_RAW) as a system call (the vDSO still answers it; see TIMERS in docs/seccomp.md); sethostname, setdomainname; \
 name_to_handle_at; lookup_dcookie; vhangup; uselib, ustat, sysfs, _sysctl; personality \
 with any value but PER_LINUX (0) and the query 0xffffffff; ioctl TIOCSTI and TIOCLINUX.\n\n\
 ENOSYS: clone3, whose flags live in memory a filter cannot read: glibc and musl then fall \
@@ -82,8 +82,13 @@ unshare, the request of ioctl. Alerts are rate-limited (a burst of 50, then 5 pe
 the number suppressed is in a final syscall_denied_suppressed alert. The notifier is forked \
 before the filter is installed (it runs without it), double-forked so that it is not a \
 child of CMD, in a session of its own, not dumpable, holding only the listener and the \
-audit log; it exits when no filtered process is left. CMD never holds the listener. If CMD \
-kills the notifier, the calls still fail, with ENOSYS, and their alerts are lost. Without \
+audit log; it exits when no filtered process is left. CMD never holds the listener. CMD \
+cannot signal the notifier: kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo and \
+pidfd_open aimed at it (its pid, its process group, or kill(-1)) are refused EPERM with a \
+notifier_attacked alert (pidfd_send_signal on an fd of its /proc directory is not covered). If \
+the notifier dies anyway, the calls still fail, with ENOSYS, and their alerts are lost; under \
+sbx-fs its init reaps it and logs seccomp_notifier_died (alert). The first alert the rate limit \
+holds back is itself an alert_budget_exhausted alert (once). Without \
 an audit log, or with --action errno, denials are silent EPERM as plain seccomp gives. \
 --print shows these rows as notify(EPERM).",
         ),
@@ -359,6 +364,8 @@ allows executing only: {})",
                     if exec_watch && lf != execwatch::EXEC_FILTER {
                         execwatch::insert_block(&mut p, intercept_memfd);
                     }
+                    // Signals and pidfds aimed at the notifier go to it.
+                    notify::insert_guard(&mut p, n.pid);
                     if denials || exec_watch {
                         match notify::install_with_listener(&p) {
                             Ok(fd) => {
@@ -434,14 +441,9 @@ allows executing only: {})",
     // run_main blocked the signals a supervisor forwards; CMD must not
     // inherit that mask (Ctrl-C and SIGTERM would not reach it).
     sbx_core::signals::unblock_all().map_err(|e| Failure::new(format!("sigprocmask: {e}")))?;
-    let mut env = env;
-    let mut keep = Vec::new();
-    if let Some((k, v)) = sbx_core::audit::get().and_then(|a| a.handoff_exec(&cli.cmd[0])) {
-        keep.extend(v.parse::<i32>().ok());
-        sbx_core::chain::set_env(&mut env, k, v);
-    }
-    // Only 0, 1, 2 (and the audit fd for a next sbx tool) reach CMD.
-    sbx_core::fds::cloexec_all_except(&keep)
+    // Only 0, 1, 2 reach CMD (chain::exec hands the audit fd to a next
+    // sbx tool, by identity).
+    sbx_core::fds::cloexec_all_except(&[])
         .map_err(|e| Failure::new(format!("close-on-exec: {e}")))?;
     Err(sbx_core::chain::exec(&cli.cmd, &env))
 }

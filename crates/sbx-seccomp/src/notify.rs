@@ -197,6 +197,87 @@ pub fn install_with_listener(prog: &BpfProgram) -> io::Result<RawFd> {
     Ok(rc as RawFd)
 }
 
+/// Signals and pidfds the command could aim at the notifier (its pid is
+/// in the command's PID namespace): these return USER_NOTIF when they
+/// target it, and the notifier answers EPERM with a `notifier_attacked`
+/// alert. kill(-1) (every process the caller may signal) is one of them.
+const GUARDED_BY_PID: &[i64] = &[
+    libc::SYS_tkill,
+    libc::SYS_tgkill,
+    libc::SYS_rt_tgsigqueueinfo,
+    libc::SYS_pidfd_open,
+];
+const GUARDED_KILL: &[i64] = &[libc::SYS_kill, libc::SYS_rt_sigqueueinfo];
+
+fn guarded(nr: u32) -> bool {
+    GUARDED_BY_PID
+        .iter()
+        .chain(GUARDED_KILL)
+        .any(|n| *n as u32 == nr)
+}
+
+/// The BPF block that sends signals and pidfd_open aimed at `pid` (also
+/// kill(-pid), its process group, and kill(-1)) to the notifier; anything
+/// else falls through with the accumulator holding the syscall number, as
+/// after the prelude.
+pub fn guard_block(pid: i32) -> Vec<seccompiler::sock_filter> {
+    use seccompiler::sock_filter;
+    const LD: u16 = 0x20;
+    const JEQ: u16 = 0x15;
+    const JA: u16 = 0x05;
+    let i = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    let n_kill = GUARDED_KILL.len();
+    let n_pid = GUARDED_BY_PID.len();
+    // Layout: [ld arch, jeq arch, ld nr, kill jeqs, pid jeqs, ja END,
+    //  KILLCHK: ld arg0, jeq -1, jeq -pid, PCHK: ld arg0, jeq pid, ja END,
+    //  NOTIFY: ret notif, END: ld nr]
+    let killchk = 3 + n_kill + n_pid + 1;
+    let pchk = killchk + 3;
+    let notify = pchk + 3;
+    let end = notify + 1;
+    let mut v = vec![
+        i(LD, 0, 0, 4),
+        i(JEQ, 0, (end - 2) as u8, crate::compile::AUDIT_ARCH),
+        i(LD, 0, 0, 0),
+    ];
+    for nr in GUARDED_KILL {
+        let at = v.len();
+        v.push(i(JEQ, (killchk - at - 1) as u8, 0, *nr as u32));
+    }
+    for nr in GUARDED_BY_PID {
+        let at = v.len();
+        v.push(i(JEQ, (pchk - at - 1) as u8, 0, *nr as u32));
+    }
+    let at = v.len();
+    v.push(i(JA, 0, 0, (end - at - 1) as u32));
+    debug_assert_eq!(v.len(), killchk);
+    v.push(i(LD, 0, 0, 16));
+    v.push(i(JEQ, (notify - killchk - 2) as u8, 0, u32::MAX));
+    v.push(i(
+        JEQ,
+        (notify - killchk - 3) as u8,
+        0,
+        (pid as u32).wrapping_neg(),
+    ));
+    debug_assert_eq!(v.len(), pchk);
+    v.push(i(LD, 0, 0, 16));
+    v.push(i(JEQ, (notify - pchk - 2) as u8, 0, pid as u32));
+    v.push(i(JA, 0, 0, (end - pchk - 3) as u32));
+    debug_assert_eq!(v.len(), notify);
+    v.push(i(BPF_RET_K, 0, 0, RET_USER_NOTIF));
+    v.push(i(LD, 0, 0, 0));
+    v
+}
+
+/// Puts [`guard_block`] into the listener's filter, after the prelude.
+pub fn insert_guard(prog: &mut BpfProgram, pid: i32) {
+    let pre = crate::compile::prelude();
+    let at = if prog.starts_with(&pre) { pre.len() } else { 0 };
+    let tail = prog.split_off(at);
+    prog.extend(guard_block(pid));
+    prog.extend(tail);
+}
+
 /// The notifier, forked and waiting for its listener fd.
 pub struct Notifier {
     sock: RawFd,
@@ -276,24 +357,32 @@ impl Drop for Notifier {
     }
 }
 
-/// Token bucket: `BURST` alerts, then `PER_SECOND`.
+/// Token bucket: `BURST` alerts, then `PER_SECOND`. The first refusal
+/// is itself an alert (`alert_budget_exhausted`, once).
 pub struct RateLimit {
     tokens: f64,
     last: std::time::Instant,
     pub suppressed: u64,
+    event: &'static str,
 }
 
 impl Default for RateLimit {
     fn default() -> Self {
-        RateLimit {
-            tokens: BURST as f64,
-            last: std::time::Instant::now(),
-            suppressed: 0,
-        }
+        Self::for_event("syscall_denied")
     }
 }
 
 impl RateLimit {
+    /// A bucket for the alerts named `event`.
+    pub fn for_event(event: &'static str) -> Self {
+        RateLimit {
+            tokens: BURST as f64,
+            last: std::time::Instant::now(),
+            suppressed: 0,
+            event,
+        }
+    }
+
     pub fn allow(&mut self) -> bool {
         let now = std::time::Instant::now();
         let dt = now.duration_since(self.last).as_secs_f64();
@@ -303,6 +392,12 @@ impl RateLimit {
             self.tokens -= 1.0;
             true
         } else {
+            if self.suppressed == 0 {
+                sbx_core::audit::budget_exhausted(
+                    self.event,
+                    serde_json::json!({ "burst": BURST, "per_second": PER_SECOND }),
+                );
+            }
             self.suppressed += 1;
             false
         }
@@ -335,10 +430,23 @@ fn notifier_main(
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         libc::prctl(libc::PR_SET_NAME, c"sbx-seccomp-ntf".as_ptr(), 0, 0, 0);
     }
-    // Nothing of CMD's: stdio to /dev/null (a reader of CMD's pipes must see
-    // EOF when CMD exits), every other fd closed.
+    // Without an audit log, alerts still reach the caller's stderr: keep a
+    // copy of it (closed when the notifier exits, with the last filtered
+    // process).
+    let err = if audit_fd.is_none() {
+        // SAFETY: dup of our stderr, close-on-exec.
+        unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) }
+    } else {
+        -1
+    };
+    STDERR.store(err, std::sync::atomic::Ordering::Relaxed);
+    // Nothing else of CMD's: stdio to /dev/null (a reader of CMD's pipes
+    // must see EOF when CMD exits), every other fd closed.
     sbx_core::fds::stdio_to_dev_null();
-    let keep: Vec<RawFd> = [Some(sock), audit_fd].into_iter().flatten().collect();
+    let keep: Vec<RawFd> = [Some(sock), audit_fd, (err >= 0).then_some(err)]
+        .into_iter()
+        .flatten()
+        .collect();
     sbx_core::fds::close_all_except(&keep);
     // EOF (sbx-seccomp dropped the Notifier without a listener) or any
     // error: nothing to serve.
@@ -353,10 +461,27 @@ fn notifier_main(
     unsafe { libc::_exit(0) }
 }
 
+/// The caller's stderr, kept by the notifier when there is no audit log.
+static STDERR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
 pub(crate) fn record(event: &str, fields: serde_json::Value) {
-    if let Some(a) = sbx_core::audit::get() {
+    if let Some(a) = sbx_core::audit::get()
+        && a.raw_fd().is_some()
+    {
         a.record(event, sbx_core::Severity::Alert, fields);
+        return;
     }
+    let err = STDERR.load(std::sync::atomic::Ordering::Relaxed);
+    if err < 0 {
+        return;
+    }
+    let subject = match &fields {
+        serde_json::Value::Object(m) => sbx_core::violations::subject(m),
+        _ => String::new(),
+    };
+    let line = format!("sbx-seccomp: ALERT {event} {subject}\n");
+    // SAFETY: one write of a live buffer to our own fd.
+    unsafe { libc::write(err, line.as_ptr().cast(), line.len()) };
 }
 
 fn serve(
@@ -446,6 +571,31 @@ fn serve(
                         error: 0,
                         flags: FLAG_CONTINUE,
                     },
+                };
+                unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
+                continue;
+            }
+            if n.data.arch == crate::compile::AUDIT_ARCH && guarded(nr) {
+                // The command aimed a signal or a pidfd at this process:
+                // refused (the BPF matched the target), always an alert.
+                let name = names.get(&nr).cloned().unwrap_or_else(|| nr.to_string());
+                if limit.allow() {
+                    record(
+                        "notifier_attacked",
+                        serde_json::json!({
+                            "syscall": name,
+                            "nr": nr,
+                            "target": n.data.args[0] as i32,
+                            "caller_pid": n.pid,
+                            "errno": "EPERM",
+                        }),
+                    );
+                }
+                let resp = NotifResp {
+                    id: n.id,
+                    val: 0,
+                    error: -libc::EPERM,
+                    flags: 0,
                 };
                 unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
                 continue;

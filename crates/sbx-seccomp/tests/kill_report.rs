@@ -31,6 +31,7 @@ fn supervised(
         .env_remove("SBX_AUDIT_LOG")
         .env_remove("SBX_AUDIT_FD")
         .env_remove("SBX_SUPERVISOR");
+    trust_built_tools(&mut c);
     run_as(&mut c, who);
     sbx_testutil::output(&mut c)
 }
@@ -143,6 +144,7 @@ fn audit_fd_is_not_handed_to_the_sandboxed_program() {
                 "ls /proc/self/fd | tr '\\n' ' '; echo; env | grep -c SBX_AUDIT || true",
             ]);
         c.env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        trust_built_tools(&mut c);
         run_as(&mut c, who);
         let out = sbx_testutil::output(&mut c);
         assert_eq!(code(&out), 0, "{}", stderr(&out));

@@ -577,11 +577,52 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-fn is_sbx_tool(p: &str) -> bool {
-    Path::new(p)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with("sbx-"))
+/// Whether `p` (as the command names it, resolved with the guest's PATH)
+/// is one of the sbx tool binaries of the read-only root (/usr/bin, or
+/// beside this init): by file identity, never by name (a `/work/sbx-x` copied
+/// in gets nothing). Nothing untrusted runs in the guest yet when this is
+/// asked, so the path cannot change before the spawn.
+fn is_sbx_tool(p: &str, path_var: Option<&str>) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    const TOOLS: &[&str] = &[
+        "sbx-cgroup",
+        "sbx-fs",
+        "sbx-seccomp",
+        "sbx-net",
+        "sbx-gitguard",
+        "sbx-creds",
+        "sbx-policy",
+        "sbx-path",
+        "sbx-audit",
+    ];
+    let resolved = if p.contains('/') {
+        Some(std::path::PathBuf::from(p))
+    } else {
+        path_var
+            .unwrap_or("/usr/local/bin:/usr/bin:/bin")
+            .split(':')
+            .map(|d| Path::new(d).join(p))
+            .find(|c| c.is_file())
+    };
+    let Some(id) = resolved
+        .and_then(|r| std::fs::metadata(r).ok())
+        .map(|m| (m.dev(), m.ino()))
+    else {
+        return false;
+    };
+    // scripts/build-guest installs the tools in /usr/bin of the read-only
+    // root, this init in /sbin.
+    let mut dirs = vec![std::path::PathBuf::from("/usr/bin")];
+    dirs.extend(
+        std::fs::read_link("/proc/self/exe")
+            .ok()
+            .and_then(|e| e.parent().map(Path::to_path_buf)),
+    );
+    dirs.iter().any(|dir| {
+        TOOLS
+            .iter()
+            .any(|n| std::fs::metadata(dir.join(n)).is_ok_and(|m| (m.dev(), m.ino()) == id))
+    })
 }
 
 fn run_command(
@@ -617,7 +658,12 @@ fn run_command(
         .stderr(Stdio::from(err_w));
     // An sbx tool as the command (a chain inside the guest) gets the guest
     // audit log's fd; nothing else does.
-    let audit_fd: Option<OwnedFd> = if is_sbx_tool(prog) {
+    let path_var = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    let audit_fd: Option<OwnedFd> = if is_sbx_tool(prog, path_var) {
         let f = OpenOptions::new()
             .append(true)
             .create(true)

@@ -344,7 +344,7 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
 /// Reads and checks a secrets document; returns it (re-serialised: only
 /// the `env` object of strings) and the names.
 pub fn read_secrets(p: &Path) -> Result<(String, Vec<String>), Failure> {
-    let text = std::fs::read_to_string(p)
+    let text = sbx_core::input::read_regular_string(p, sbx_core::input::CONFIG_CAP)
         .map_err(|e| Failure::new(format!("--secrets-from {}: {e}", p.display())))?;
     // Never quote the document in an error: it holds secrets.
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {

@@ -47,7 +47,13 @@ pub fn base() -> PathBuf {
 pub struct RunDir {
     pub path: PathBuf,
     removed: bool,
+    /// The run directory in the per-user registry (sbx_core::registry):
+    /// a run with another TMPDIR reaps it when this one was SIGKILLed.
+    entry: Option<sbx_core::registry::Entry>,
 }
+
+/// The registry kind of run directories.
+const KIND: &str = "sbx-vm-run";
 
 impl RunDir {
     /// Creates this run's directory (reaping stale ones first); returns it
@@ -67,10 +73,17 @@ impl RunDir {
         if !m.is_dir() || m.uid() != unsafe { libc::geteuid() } || m.mode() & 0o077 != 0 {
             return Err(RunDirError::NotPrivate(base));
         }
-        let reaped = reap_stale(&base);
+        let mut reaped = reap_stale(&base);
+        // Run directories under any other TMPDIR whose owner is gone.
+        for p in sbx_core::registry::reap(KIND, remove_run_dir) {
+            reaped.push(p.display().to_string());
+        }
         let me = std::process::id() as i32;
         let start = start_time(me).unwrap_or(0);
         let path = base.join(format!("run-{me}-{start}"));
+        // Registered before it exists: a SIGKILL between the two leaves an
+        // entry whose path is missing, which the reaper accepts.
+        let entry = sbx_core::registry::register(KIND, &path).map_err(io_err(&path))?;
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&path)
@@ -79,6 +92,7 @@ impl RunDir {
             RunDir {
                 path,
                 removed: false,
+                entry: Some(entry),
             },
             reaped,
         ))
@@ -93,10 +107,11 @@ impl RunDir {
             return Ok(());
         }
         self.removed = true;
-        match std::fs::remove_dir_all(&self.path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+        let r = remove_run_dir(&self.path);
+        if r.is_ok() {
+            drop(self.entry.take());
         }
+        r
     }
 }
 
@@ -104,6 +119,23 @@ impl Drop for RunDir {
     fn drop(&mut self) {
         let _ = self.remove();
     }
+}
+
+/// Removes a run directory, then its base (`$TMPDIR/sbx-vm-UID`) when that
+/// is left empty (another run may be using it: ENOTEMPTY is fine).
+fn remove_run_dir(p: &Path) -> io::Result<()> {
+    match std::fs::remove_dir_all(p) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    if let Some(base) = p.parent()
+        && base
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("sbx-vm-"))
+    {
+        let _ = std::fs::remove_dir(base);
+    }
+    Ok(())
 }
 
 /// Removes run directories whose owner no longer runs.

@@ -167,18 +167,9 @@ fn export_audit_line(line: &str) -> bool {
         }
     }
     let Some(a) = audit::get() else { return true };
-    let Some(fd) = a.raw_fd() else { return true };
-    let mut s = Value::Object(m).to_string();
-    s.push('\n');
-    let b = s.as_bytes();
-    let mut off = 0;
-    while off < b.len() {
-        let n = unsafe { libc::write(fd, b[off..].as_ptr().cast(), b.len() - off) };
-        if n <= 0 {
-            break;
-        }
-        off += n as usize;
-    }
+    // Chained like every line (sbx_core::auditchain): the guest's own
+    // seq/prev are replaced by ours.
+    a.append_object(m);
     true
 }
 

@@ -22,6 +22,7 @@ pub fn tools() -> Vec<(clap::Command, &'static ManInfo)> {
         (sbx_vm::Cli::command(), &sbx_vm::MAN),
         (sbx_container::Cli::command(), &sbx_container::MAN),
         (sbx_policy::Cli::command(), &sbx_policy::MAN),
+        (sbx_audit::Cli::command(), &sbx_audit::MAN),
     ]
 }
 
@@ -56,10 +57,25 @@ pub fn render_all() -> Vec<(PathBuf, Vec<u8>)> {
             let mut buf = Vec::new();
             let mut c = cmd.clone();
             clap_complete::generate(shell, &mut c, name.clone(), &mut buf);
+            if shell == Shell::Bash {
+                buf = fix_bash_states(&name, buf);
+            }
             out.push((PathBuf::from(file), buf));
         }
     }
     out
+}
+
+/// clap_complete's bash script spells a subcommand's state one way in its
+/// dispatch loop (`sbx__policy__subcmd__chain`) and another in the case arms
+/// (`sbx__subcmd__policy__subcmd__chain`) when the binary name holds a
+/// hyphen (clap-rs/clap#6421), so no subcommand option ever completed.
+/// Spell the arms the way the loop does.
+fn fix_bash_states(bin: &str, script: Vec<u8>) -> Vec<u8> {
+    let text = String::from_utf8(script).expect("clap_complete writes UTF-8");
+    let wrong = format!("{}__subcmd__", bin.replace('-', "__subcmd__"));
+    let right = format!("{}__subcmd__", bin.replace('-', "__"));
+    text.replace(&wrong, &right).into_bytes()
 }
 
 fn man_page(cmd: clap::Command, info: &ManInfo) -> Vec<u8> {

@@ -119,6 +119,11 @@ impl Fixture {
 
     /// sbx-gitguard as the identity under test (audit log in the fixture).
     pub fn guard(&self, args: &[&str]) -> Output {
+        self.guard_cmd(args).output().unwrap()
+    }
+
+    /// The command [`Fixture::guard`] runs.
+    pub fn guard_cmd(&self, args: &[&str]) -> Command {
         let mut c = sbx_testutil::tool("sbx-gitguard");
         c.arg(args[0])
             .arg("--audit-log")
@@ -126,7 +131,26 @@ impl Fixture {
             .args(&args[1..])
             .current_dir(&self.w);
         self.env(&mut c);
-        c.output().unwrap()
+        c
+    }
+
+    /// [`Fixture::guard`] bounded in time: the tool is killed after `secs`
+    /// seconds and the test fails (a hang is a defect, never a wait).
+    pub fn guard_within(&self, secs: u64, args: &[&str]) -> Output {
+        within(
+            secs,
+            self.guard_cmd(args),
+            &format!("sbx-gitguard {args:?}"),
+        )
+    }
+
+    /// [`Fixture::run`] bounded in time.
+    pub fn run_within(&self, secs: u64, extra: &[&str], script: &str) -> Output {
+        let w = self.w.to_str().unwrap();
+        let mut args = vec!["run", "--repo", w];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "sh", "-c", script]);
+        self.guard_within(secs, &args)
     }
 
     /// `run --repo W -- sh -c SCRIPT` (the attack, run in W).
@@ -203,5 +227,47 @@ true
             "a planted program ran: {} exists",
             self.mark.display()
         );
+    }
+}
+
+/// Runs `c` (stdout and stderr captured), killing its process group after
+/// `secs` seconds and failing the test.
+pub fn within(secs: u64, mut c: Command, what: &str) -> Output {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = c.spawn().unwrap();
+    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let t1 = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = so.read_to_end(&mut v);
+        v
+    });
+    let t2 = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = se.read_to_end(&mut v);
+        v
+    });
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if std::time::Instant::now() >= end {
+            // SAFETY: kill(2) of the process group this test created.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            panic!("{what}: still running after {secs}s (a hang): killed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: t1.join().unwrap(),
+        stderr: t2.join().unwrap(),
     }
 }

@@ -110,3 +110,12 @@ fn parse(out: &Output) -> BTreeMap<String, String> {
 pub const EPERM: &str = "err 1";
 pub const ENOSYS: &str = "err 38";
 pub const SIGSYS_EXIT: i32 = 128 + libc::SIGSYS;
+
+/// The test helper supervisors live outside the tools' directory: tell them
+/// (as the caller of a first tool may) which files are the real sbx tools,
+/// by identity (`SBX_TOOL_IDS`, see sbx_core::toolid).
+pub fn trust_built_tools(c: &mut Command) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(sbx_testutil::bin("sbx-seccomp")).unwrap();
+    c.env("SBX_TOOL_IDS", format!("{}:{}", m.dev(), m.ino()));
+}

@@ -1,0 +1,293 @@
+//! The hash chain of the audit log: each line carries `seq` (0 for the first
+//! line of the file, then +1) and `prev`, the SHA-256 (hex) of the exact
+//! bytes of the line before it, newline included ([`ZERO`] for the first).
+//!
+//! So an edited line breaks the `prev` of the next one, a removed or
+//! reordered line breaks `seq` and `prev`, a line appended without the chain
+//! lacks them, and a log whose head was cut starts with `seq` != 0; a cut
+//! tail is seen against an anchor kept elsewhere (the `seq` and hash of the
+//! last line, which `sbx-audit verify` prints and checks with `--head`).
+//! A plain hash chain proves order and integrity against anyone who cannot
+//! rewrite the whole tail; someone who can write the file can recompute it.
+//! Together with "the sandbox never holds a writable handle to the log"
+//! (docs/audit.md) that is the promise.
+//!
+//! Several sbx processes share one log: each append takes a POSIX write
+//! lock on the file (per process, unlike flock on a shared open file
+//! description, which every tool of a chain shares), reads the last line,
+//! and writes its line with one `write(2)` on the `O_APPEND` fd.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use sha2::{Digest, Sha256};
+
+/// `prev` of the first line of a log.
+pub const ZERO: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Hex SHA-256 of a line's exact bytes (newline included).
+pub fn line_hash(bytes: &[u8]) -> String {
+    let d = Sha256::digest(bytes);
+    let mut s = String::with_capacity(64);
+    for b in d {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// Per-process state of the appender.
+pub struct Writer {
+    /// A readable handle on the log (the fd itself when it is O_RDWR, else
+    /// a reopening of it), to read the last line.
+    read: Option<ReadFd>,
+    /// (file size after our last line, its hash, its seq): when the size
+    /// is unchanged nobody appended since, and nothing needs reading.
+    last: Option<(u64, String, u64)>,
+}
+
+enum ReadFd {
+    Same,
+    Own(OwnedFd),
+}
+
+impl Writer {
+    pub fn new(fd: Option<RawFd>) -> Self {
+        let read = fd.and_then(|fd| {
+            // SAFETY: F_GETFL on an fd the audit sink owns.
+            let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+            if fl >= 0 && fl & libc::O_ACCMODE == libc::O_RDWR {
+                return Some(ReadFd::Same);
+            }
+            let p = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).ok()?;
+            // SAFETY: a NUL-terminated path; the fd is owned below.
+            let r = unsafe { libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+            // SAFETY: a fresh fd nobody else owns.
+            (r >= 0).then(|| ReadFd::Own(unsafe { OwnedFd::from_raw_fd(r) }))
+        });
+        Writer { read, last: None }
+    }
+
+    /// Appends the line `build(seq, prev)` to `fd` under the file lock.
+    pub fn append(
+        &mut self,
+        fd: RawFd,
+        build: impl FnOnce(u64, &str) -> String,
+    ) -> std::io::Result<()> {
+        lock(fd, libc::F_WRLCK)?;
+        let r = self.append_locked(fd, build);
+        let _ = lock(fd, libc::F_UNLCK);
+        r
+    }
+
+    fn append_locked(
+        &mut self,
+        fd: RawFd,
+        build: impl FnOnce(u64, &str) -> String,
+    ) -> std::io::Result<()> {
+        let size = file_size(fd)?;
+        let mut prefix = "";
+        let (seq, prev) = match &self.last {
+            Some((s, h, q)) if *s == size => (q + 1, h.clone()),
+            _ => match self.read_last(fd, size) {
+                None => (0, ZERO.to_string()),
+                Some((mut line, complete)) => {
+                    if !complete {
+                        // A torn last line: end it, so ours starts a line
+                        // (the verifier reports the torn one).
+                        line.push(b'\n');
+                        prefix = "\n";
+                    }
+                    let seq = serde_json::from_slice::<serde_json::Value>(&line)
+                        .ok()
+                        .and_then(|v| v["seq"].as_u64())
+                        .map_or(0, |q| q + 1);
+                    (seq, line_hash(&line))
+                }
+            },
+        };
+        let line = format!("{prefix}{}", build(seq, &prev));
+        write_all(fd, line.as_bytes())?;
+        self.last = Some((
+            size + line.len() as u64,
+            line_hash(&line.as_bytes()[prefix.len()..]),
+            seq,
+        ));
+        Ok(())
+    }
+
+    /// The last line (bytes, whether it ends with a newline), None when the
+    /// file is empty or unreadable.
+    fn read_last(&self, fd: RawFd, size: u64) -> Option<(Vec<u8>, bool)> {
+        if size == 0 {
+            return None;
+        }
+        let rfd = match self.read.as_ref()? {
+            ReadFd::Same => fd,
+            ReadFd::Own(o) => o.as_raw_fd(),
+        };
+        let mut end = size;
+        let mut tail: Vec<u8> = Vec::new();
+        let mut complete = None;
+        loop {
+            let start = end.saturating_sub(8192);
+            let mut buf = vec![0u8; (end - start) as usize];
+            let n = pread_full(rfd, &mut buf, start)?;
+            buf.truncate(n);
+            buf.extend_from_slice(&tail);
+            tail = buf;
+            let c = *complete.get_or_insert(tail.last() == Some(&b'\n'));
+            // The newline that ends the line before the last one.
+            let search_end = if c { tail.len() - 1 } else { tail.len() };
+            if let Some(i) = tail[..search_end].iter().rposition(|b| *b == b'\n') {
+                return Some((tail[i + 1..].to_vec(), c));
+            }
+            if start == 0 {
+                return Some((tail, c));
+            }
+            end = start;
+        }
+    }
+}
+
+fn pread_full(fd: RawFd, buf: &mut [u8], off: u64) -> Option<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: reads into the unfilled part of a live buffer.
+        let n = unsafe {
+            libc::pread(
+                fd,
+                buf[got..].as_mut_ptr().cast(),
+                buf.len() - got,
+                (off + got as u64) as libc::off_t,
+            )
+        };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return None;
+        }
+        if n == 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    Some(got)
+}
+
+/// The size of the open file (0 when fstat fails).
+pub fn size_of(fd: RawFd) -> u64 {
+    file_size(fd).unwrap_or(0)
+}
+
+fn file_size(fd: RawFd) -> std::io::Result<u64> {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat into a local buffer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.st_size as u64)
+}
+
+/// A POSIX record lock on the whole file (waits; EINTR retried).
+fn lock(fd: RawFd, kind: i32) -> std::io::Result<()> {
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    loop {
+        // SAFETY: F_SETLKW with a filled flock struct.
+        if unsafe { libc::fcntl(fd, libc::F_SETLKW, &fl) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+pub(crate) fn write_all(fd: RawFd, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: writes from a live buffer.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    fn open(p: &std::path::Path, read: bool) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .read(read)
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(p)
+            .unwrap()
+    }
+
+    fn lines(p: &std::path::Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn two_writers_on_one_file_keep_one_chain() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let a = open(&p, true);
+        let b = open(&p, false); // write-only: reads through /proc
+        let mut wa = Writer::new(Some(a.as_raw_fd()));
+        let mut wb = Writer::new(Some(b.as_raw_fd()));
+        for i in 0..5 {
+            let (w, f) = if i % 2 == 0 {
+                (&mut wa, &a)
+            } else {
+                (&mut wb, &b)
+            };
+            w.append(f.as_raw_fd(), |seq, prev| {
+                format!("{{\"seq\":{seq},\"prev\":\"{prev}\",\"i\":{i}}}\n")
+            })
+            .unwrap();
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        let raw: Vec<&str> = text.split_inclusive('\n').collect();
+        let v = lines(&p);
+        assert_eq!(v.len(), 5);
+        assert_eq!(v[0]["prev"], ZERO);
+        for i in 1..5 {
+            assert_eq!(v[i]["seq"], i as u64);
+            assert_eq!(v[i]["prev"], line_hash(raw[i - 1].as_bytes()));
+        }
+    }
+
+    #[test]
+    fn a_torn_last_line_is_ended_and_chained_to() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        std::fs::write(&p, "{\"seq\":0,\"x\":1}\n{\"torn").unwrap();
+        let f = open(&p, true);
+        let mut w = Writer::new(Some(f.as_raw_fd()));
+        w.append(f.as_raw_fd(), |seq, prev| {
+            format!("{{\"seq\":{seq},\"prev\":\"{prev}\"}}\n")
+        })
+        .unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(last["prev"], line_hash(b"{\"torn\n"));
+        assert_eq!(last["seq"], 0);
+    }
+}

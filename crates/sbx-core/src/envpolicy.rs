@@ -1,0 +1,468 @@
+//! Which of the caller's environment variables reach the sandboxed command.
+//!
+//! The one place this is decided: sbx-fs (the layer that builds the
+//! sandbox's world) and the gVisor step call [`filter`]; sbx-vm and
+//! sbx-container build their command's environment from scratch already.
+//!
+//! - By default only an allowlist passes ([`DEFAULT_NAMES`], `LC_*`).
+//! - `--pass-env NAME` passes one more variable, `--pass-env 'PREFIX*'`
+//!   every variable whose name starts with PREFIX, except those that look
+//!   like secrets ([`looks_secret`]): a secret passes only when named
+//!   exactly (or with `--keep-env`, which keeps the whole environment).
+//! - `SBX_PASS_ENV` (comma-separated, same syntax) is read as more
+//!   `--pass-env` values and never reaches the command: sbx-creds adds the
+//!   names of the secrets it injects there, so they reach the command
+//!   through sbx-fs further down the chain.
+//! - A variable that looks like a secret and is dropped is named (never
+//!   its value) in one warning line on stderr and in an
+//!   `env_secret_dropped` warn event.
+
+use std::ffi::OsString;
+
+use serde_json::json;
+
+use crate::Severity;
+
+/// Names (`--pass-env` syntax, comma-separated) an earlier layer asks the
+/// sandbox-building layer to pass: sbx-creds adds its secrets' names here.
+pub const ENV_PASS: &str = "SBX_PASS_ENV";
+
+/// What passes by default. TMPDIR is not here: the layer that makes the
+/// sandbox's fresh /tmp sets it (the caller's may not exist inside).
+pub const DEFAULT_NAMES: &[&str] = &[
+    "PATH",
+    "HOME",
+    "TERM",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "COLORTERM",
+    "NO_COLOR",
+    "SBX_ID",
+    "SBX_LOG",
+    // Where the trusted CA certificates are (paths, no secret): TLS inside
+    // must keep working where the host uses its own CA.
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "AWS_CA_BUNDLE",
+    "PIP_CERT",
+];
+
+/// Name prefixes that pass by default (the locale categories).
+pub const DEFAULT_PREFIXES: &[&str] = &["LC_"];
+
+/// Words of a variable name (split on `_`) that make it look like a secret.
+const SECRET_WORDS: &[&str] = &[
+    "TOKEN",
+    "TOKENS",
+    "SECRET",
+    "SECRETS",
+    "PASSWORD",
+    "PASSWD",
+    "PASS",
+    "PASSPHRASE",
+    "KEY",
+    "KEYS",
+    "APIKEY",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "CREDS",
+    "AUTH",
+    "COOKIE",
+    "DSN",
+    "PAT",
+];
+
+/// Substrings (of the upper-cased name) that make it look like a secret.
+const SECRET_PARTS: &[&str] = &[
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "APIKEY",
+    "API_KEY",
+    "PRIVATE_KEY",
+    "ACCESS_KEY",
+    "CREDENTIAL",
+    "AUTHORIZATION",
+    "DATABASE_URL",
+    "CONNECTION_STRING",
+];
+
+/// Names that match the patterns but hold no secret (socket and file
+/// paths, region and profile names).
+const NOT_SECRETS: &[&str] = &[
+    "SSH_AUTH_SOCK",
+    "GPG_AGENT_INFO",
+    "AWS_CA_BUNDLE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+];
+
+/// Prefixes of whole families of credentials.
+const SECRET_PREFIXES: &[&str] = &["AWS_", "AZURE_", "ARM_CLIENT", "OP_SESSION_"];
+
+/// One `--pass-env` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pass {
+    /// Exactly this name (a secret passes only this way).
+    Name(String),
+    /// Every name starting with this (`PREFIX*`; `*` alone is every name),
+    /// secrets excepted.
+    Prefix(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flag} '{value}': {why}")]
+pub struct PassError {
+    pub flag: String,
+    pub value: String,
+    pub why: &'static str,
+}
+
+/// Parses one value: `NAME` or `PREFIX*` (letters, digits, `_`; not
+/// starting with a digit).
+pub fn parse_pass(flag: &str, raw: &str) -> Result<Pass, PassError> {
+    let bad = |why| PassError {
+        flag: flag.to_string(),
+        value: raw.to_string(),
+        why,
+    };
+    let (stem, prefix) = match raw.strip_suffix('*') {
+        Some(s) => (s, true),
+        None => (raw, false),
+    };
+    if !prefix && stem.is_empty() {
+        return Err(bad("empty name"));
+    }
+    if !stem.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(bad(
+            "a variable name is letters, digits and '_', optionally ending in '*' (a prefix)",
+        ));
+    }
+    if stem.as_bytes().first().is_some_and(u8::is_ascii_digit) {
+        return Err(bad("a variable name cannot start with a digit"));
+    }
+    Ok(if prefix {
+        Pass::Prefix(stem.to_string())
+    } else {
+        Pass::Name(stem.to_string())
+    })
+}
+
+/// Parses a comma-separated list (SBX_PASS_ENV); empty items are ignored.
+pub fn parse_list(flag: &str, raw: &str) -> Result<Vec<Pass>, PassError> {
+    raw.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| parse_pass(flag, s))
+        .collect()
+}
+
+/// Whether a variable's name looks like it holds a secret.
+pub fn looks_secret(name: &str) -> bool {
+    let up = name.to_ascii_uppercase();
+    // sbx's own variables carry ids, levels and fd numbers; agent socket
+    // paths hold no secret (and no host socket is reachable inside).
+    if up.starts_with("SBX_") || NOT_SECRETS.contains(&up.as_str()) {
+        return false;
+    }
+    if SECRET_PREFIXES.iter().any(|p| up.starts_with(p))
+        || SECRET_PARTS.iter().any(|p| up.contains(p))
+    {
+        return true;
+    }
+    let words: Vec<&str> = up.split('_').filter(|w| !w.is_empty()).collect();
+    if words.iter().any(|w| SECRET_WORDS.contains(w)) {
+        return true;
+    }
+    // MYSQL_PWD, PGPASSFILE-like names; PWD and OLDPWD alone are the
+    // working directory.
+    words.len() > 1 && words.contains(&"PWD")
+}
+
+fn default_allowed(name: &str) -> bool {
+    DEFAULT_NAMES.contains(&name) || DEFAULT_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// The policy of one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// `--keep-env`: the whole environment passes (secrets too).
+    pub keep_all: bool,
+    /// `--pass-env` values and SBX_PASS_ENV's.
+    pub pass: Vec<Pass>,
+}
+
+impl Policy {
+    /// Adds the names of SBX_PASS_ENV as it is in this process's
+    /// environment (an error names the variable and the bad item).
+    pub fn add_from_env(&mut self) -> Result<(), PassError> {
+        if let Some(v) = std::env::var_os(ENV_PASS) {
+            let s = v.to_str().ok_or_else(|| PassError {
+                flag: ENV_PASS.to_string(),
+                value: v.to_string_lossy().into_owned(),
+                why: "not UTF-8",
+            })?;
+            self.pass.extend(parse_list(ENV_PASS, s)?);
+        }
+        Ok(())
+    }
+
+    fn named(&self, name: &str) -> bool {
+        self.pass
+            .iter()
+            .any(|p| matches!(p, Pass::Name(n) if n == name))
+    }
+
+    fn prefixed(&self, name: &str) -> bool {
+        self.pass
+            .iter()
+            .any(|p| matches!(p, Pass::Prefix(s) if name.starts_with(s.as_str())))
+    }
+}
+
+/// What [`filter`] did.
+#[derive(Debug, Default)]
+pub struct Filtered {
+    /// The environment the command gets.
+    pub env: Vec<(OsString, OsString)>,
+    /// Names dropped that do not look like secrets.
+    pub dropped: Vec<String>,
+    /// Names dropped that look like secrets (warned about).
+    pub secrets_dropped: Vec<String>,
+    /// Names that look like secrets and pass (named exactly, --keep-env).
+    pub secrets_passed: Vec<String>,
+}
+
+/// Applies the policy to an environment. SBX_PASS_ENV itself never passes.
+pub fn filter(env: Vec<(OsString, OsString)>, p: &Policy) -> Filtered {
+    let mut out = Filtered::default();
+    for (k, v) in env {
+        let Some(name) = k.to_str().map(str::to_string) else {
+            // A name that is not UTF-8 matches nothing: only --keep-env keeps it.
+            if p.keep_all {
+                out.env.push((k, v));
+            } else {
+                out.dropped.push(k.to_string_lossy().into_owned());
+            }
+            continue;
+        };
+        if name == ENV_PASS {
+            continue;
+        }
+        let secret = looks_secret(&name);
+        let pass = if p.keep_all || p.named(&name) {
+            true
+        } else if secret {
+            false
+        } else {
+            default_allowed(&name) || p.prefixed(&name)
+        };
+        match (pass, secret) {
+            (true, true) => out.secrets_passed.push(name),
+            (false, true) => out.secrets_dropped.push(name),
+            (false, false) => out.dropped.push(name),
+            (true, false) => {}
+        }
+        if pass {
+            out.env.push((k, v));
+        }
+    }
+    for l in [
+        &mut out.dropped,
+        &mut out.secrets_dropped,
+        &mut out.secrets_passed,
+    ] {
+        l.sort();
+    }
+    out
+}
+
+/// Reports a filtering: one warning line on stderr naming the secrets
+/// dropped (never a value) and an `env_secret_dropped` warn event; an
+/// `env` info event with the names passed and dropped.
+pub fn report(tool: &str, f: &Filtered) {
+    let log = crate::audit::get().filter(|a| a.raw_fd().is_some());
+    if !f.secrets_dropped.is_empty() {
+        eprintln!(
+            "{tool}: warning: not passed into the sandbox (they look like secrets): {}; --pass-env NAME passes one",
+            f.secrets_dropped.join(", ")
+        );
+        if let Some(a) = log {
+            a.record(
+                "env_secret_dropped",
+                Severity::Warn,
+                json!({ "names": f.secrets_dropped }),
+            );
+        }
+    }
+    if let Some(a) = log {
+        let passed: Vec<String> = f
+            .env
+            .iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        a.record(
+            "env",
+            Severity::Info,
+            json!({
+                "passed": passed,
+                "dropped": f.dropped,
+                "secrets_passed": f.secrets_passed,
+            }),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(names: &[&str]) -> Vec<(OsString, OsString)> {
+        names.iter().map(|n| (n.into(), "v".into())).collect()
+    }
+
+    fn names(e: &[(OsString, OsString)]) -> Vec<String> {
+        e.iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn secrets_are_recognised() {
+        for s in [
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SESSION_TOKEN",
+            "AWS_SECURITY_TOKEN",
+            "GITHUB_TOKEN",
+            "GH_TOKEN",
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+            "VAULT_TOKEN",
+            "NPM_TOKEN",
+            "DB_PASSWORD",
+            "PGPASSWORD",
+            "MYSQL_PWD",
+            "STRIPE_SECRET",
+            "CLIENT_SECRET_VALUE",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "AZURE_CLIENT_SECRET",
+            "DATABASE_URL",
+            "SENTRY_DSN",
+            "HTTP_AUTHORIZATION",
+            "DOCKER_AUTH_CONFIG",
+            "SSH_PRIVATE_KEY",
+            "api_key",
+            "TOKEN",
+        ] {
+            assert!(looks_secret(s), "{s}");
+        }
+        for s in [
+            "PATH",
+            "HOME",
+            "PWD",
+            "OLDPWD",
+            "TERM",
+            "LANG",
+            "LC_ALL",
+            "GIT_AUTHOR_NAME",
+            "KEYBOARD",
+            "EDITOR",
+            "CARGO_HOME",
+            "SBX_ID",
+            "SBX_AUDIT_FD",
+            "XDG_SESSION_ID",
+            "PASSENGER",
+            "SSH_AUTH_SOCK",
+            "AWS_CA_BUNDLE",
+            "AWS_REGION",
+        ] {
+            assert!(!looks_secret(s), "{s}");
+        }
+        for n in DEFAULT_NAMES {
+            assert!(!looks_secret(n), "a default name looks secret: {n}");
+        }
+    }
+
+    #[test]
+    fn default_is_the_allowlist() {
+        let f = filter(
+            env(&[
+                "PATH",
+                "HOME",
+                "LC_ALL",
+                "EDITOR",
+                "GITHUB_TOKEN",
+                "AWS_SECRET_ACCESS_KEY",
+                "SBX_PASS_ENV",
+                "TMPDIR",
+            ]),
+            &Policy::default(),
+        );
+        assert_eq!(names(&f.env), ["PATH", "HOME", "LC_ALL"]);
+        assert_eq!(f.dropped, ["EDITOR", "TMPDIR"]);
+        assert_eq!(f.secrets_dropped, ["AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"]);
+        assert!(f.secrets_passed.is_empty());
+    }
+
+    #[test]
+    fn pass_names_prefixes_and_keep_all() {
+        let p = Policy {
+            keep_all: false,
+            pass: vec![
+                parse_pass("--pass-env", "EDITOR").unwrap(),
+                parse_pass("--pass-env", "MY_*").unwrap(),
+                parse_pass("--pass-env", "DB_TOKEN").unwrap(),
+            ],
+        };
+        let f = filter(
+            env(&["EDITOR", "MY_A", "MY_TOKEN", "DB_TOKEN", "OTHER"]),
+            &p,
+        );
+        assert_eq!(names(&f.env), ["EDITOR", "MY_A", "DB_TOKEN"]);
+        assert_eq!(
+            f.secrets_dropped,
+            ["MY_TOKEN"],
+            "a prefix never passes a secret"
+        );
+        assert_eq!(f.secrets_passed, ["DB_TOKEN"]);
+        let star = Policy {
+            keep_all: false,
+            pass: vec![parse_pass("--pass-env", "*").unwrap()],
+        };
+        let f = filter(env(&["A", "B_KEY"]), &star);
+        assert_eq!(names(&f.env), ["A"]);
+        let all = Policy {
+            keep_all: true,
+            pass: vec![],
+        };
+        let f = filter(env(&["A", "B_KEY", "SBX_PASS_ENV"]), &all);
+        assert_eq!(names(&f.env), ["A", "B_KEY"]);
+        assert_eq!(f.secrets_passed, ["B_KEY"]);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        for bad in ["", "A-B", "A=B", "1A", "A*B", "**"] {
+            let e = parse_pass("--pass-env", bad).unwrap_err();
+            assert!(e.to_string().starts_with("--pass-env '"), "{e}");
+        }
+        assert_eq!(
+            parse_list("SBX_PASS_ENV", "A, B_*,,").unwrap(),
+            [Pass::Name("A".into()), Pass::Prefix("B_".into())]
+        );
+        assert!(parse_list("SBX_PASS_ENV", "A,B C").is_err());
+    }
+}

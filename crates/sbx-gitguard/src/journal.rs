@@ -1,0 +1,430 @@
+//! The import is a transaction: a journal in the git dir
+//! (`sbx-gitguard-import/`) makes a SIGKILL at any moment leave the
+//! repository either untouched or, at the next start (`run`, `import`),
+//! fully imported.
+//!
+//! 1. Everything is decided first, without writing to the repository (refs,
+//!    HEAD, the objects they need).
+//! 2. `pending.json` (the ids of the objects about to be written, all new to
+//!    the store) is written and fsync'd, with its directory.
+//! 3. The objects are written; the sandbox's index is rebuilt into
+//!    `index.new` beside the journal.
+//! 4. `journal.json` (every ref's old and new value, HEAD's, whether an
+//!    index is ready) is written to a temporary name, fsync'd, renamed and
+//!    the directory fsync'd: from here on the import has happened.
+//! 5. Refs, HEAD and the index are applied; each step is idempotent
+//!    (a ref already at its new value is done; one at its old value is
+//!    moved; one at neither was changed by someone else: refused).
+//! 6. The journal directory is removed.
+//!
+//! Recovery ([`recover`], at the start of `run` and `import`): with a
+//! `journal.json`, step 5 is done again and the journal removed (`completed`);
+//! with only `pending.json`, the objects it lists are removed and the
+//! journal with them (`undone`: the import never happened; the stage, left
+//! in place by the dead run, can be imported again). A journal whose lock
+//! is held belongs to a live import and is left alone.
+//!
+//! Test hook: `SBX_GITGUARD_CRASH_AT=N` makes sbx-gitguard SIGKILL itself at
+//! the N-th step of an import (tests/journal.rs kills it at every step).
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use sbx_core::Severity;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::import::Events;
+use crate::refs::Value;
+
+/// The journal directory's name inside the git dir.
+pub const DIR: &str = "sbx-gitguard-import";
+
+/// One ref update: `old` is what the host had when it was decided.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RefOp {
+    pub name: String,
+    pub old: Option<String>,
+    pub new: Option<String>,
+    /// Fast-forward (for the event), when known.
+    pub fast_forward: Option<bool>,
+}
+
+/// What a committed journal holds: enough to finish the import.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Committed {
+    pub version: u32,
+    pub sbx_id: String,
+    pub refs: Vec<RefOp>,
+    /// HEAD's (old, new) text.
+    pub head: Option<(String, String)>,
+    pub index: bool,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Pending {
+    version: u32,
+    objects: Vec<String>,
+}
+
+static STEP: AtomicU32 = AtomicU32::new(0);
+
+/// A point where a crash is tested: the N-th one SIGKILLs the process when
+/// `SBX_GITGUARD_CRASH_AT=N`.
+pub fn crash_point() {
+    let n = STEP.fetch_add(1, Ordering::SeqCst) + 1;
+    if std::env::var("SBX_GITGUARD_CRASH_AT")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        == Some(n)
+    {
+        // SAFETY: kill(2) on our own pid; nothing is held that needs
+        // cleaning: that is the point of the test.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+fn fsync_dir(p: &Path) -> io::Result<()> {
+    fs::File::open(p)?.sync_all()
+}
+
+/// Writes `name` in `dir` durably: temp file, fsync, rename, fsync dir.
+fn write_durable(dir: &Path, name: &str, data: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let _ = fs::remove_file(&tmp);
+    let mut f = fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(&tmp, dir.join(name))?;
+    fsync_dir(dir)
+}
+
+/// A live journal: its lock is held while it exists.
+pub struct Journal {
+    pub dir: PathBuf,
+    _lock: fs::File,
+}
+
+fn lock(dir: &Path) -> io::Result<Option<fs::File>> {
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join("lock"))?;
+    // SAFETY: flock on an fd we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Ok(None);
+    }
+    Ok(Some(f))
+}
+
+impl Journal {
+    /// Creates the journal directory (after recovering a dead one) and
+    /// writes `pending.json` listing the objects about to be written.
+    pub fn begin(git_dir: &Path, objects: &[git2::Oid], ev: &mut Events) -> io::Result<Journal> {
+        recover(git_dir, ev)?;
+        let dir = git_dir.join(DIR);
+        fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let Some(l) = lock(&dir)? else {
+            return Err(io::Error::other("another import holds the journal"));
+        };
+        let p = Pending {
+            version: 1,
+            objects: objects.iter().map(|o| o.to_string()).collect(),
+        };
+        write_durable(&dir, "pending.json", &serde_json::to_vec(&p)?)?;
+        fsync_dir(git_dir)?;
+        crash_point();
+        Ok(Journal { dir, _lock: l })
+    }
+
+    /// Where the rebuilt index waits until the journal is committed.
+    pub fn index_new(&self) -> PathBuf {
+        self.dir.join("index.new")
+    }
+
+    /// Commits: from now on the import has happened.
+    pub fn commit(&self, c: &Committed) -> io::Result<()> {
+        if self.index_new().exists() {
+            fs::File::open(self.index_new())?.sync_all()?;
+        }
+        write_durable(&self.dir, "journal.json", &serde_json::to_vec(c)?)?;
+        crash_point();
+        Ok(())
+    }
+
+    /// Removes the journal (the import is complete, or undone).
+    pub fn finish(self) -> io::Result<()> {
+        let r = crate::stage::remove_tree(&self.dir);
+        crash_point();
+        r
+    }
+}
+
+fn text(v: &Option<String>) -> serde_json::Value {
+    v.as_ref()
+        .map(|s| serde_json::Value::String(s.clone()))
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn current(repo: &git2::Repository, name: &str) -> Option<String> {
+    let r = repo.find_reference(name).ok()?;
+    match r.kind()? {
+        git2::ReferenceType::Direct => r.target().map(|o| o.to_string()),
+        git2::ReferenceType::Symbolic => r.symbolic_target().map(|s| format!("ref: {s}")),
+    }
+}
+
+/// What applying a committed journal changed.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub refs: Vec<(String, Option<Value>)>,
+    pub head_changed: bool,
+    pub index_replaced: bool,
+}
+
+/// Step 5: refs, HEAD, index; each idempotent (see the module doc).
+pub fn apply(git_dir: &Path, dir: &Path, c: &Committed, ev: &mut Events) -> Applied {
+    let mut out = Applied::default();
+    let owner = crate::fsutil::owner(git_dir);
+    let msg = format!("sbx-gitguard: from sandbox {}", c.sbx_id);
+    let repo = match crate::verify::open(git_dir) {
+        Ok(r) => r,
+        Err(e) => {
+            ev.push(
+                "ref_refused",
+                Severity::Alert,
+                json!({ "ref": "*", "reason": format!("cannot open the repository to apply the import: {}", e.message()) }),
+            );
+            return out;
+        }
+    };
+    for op in &c.refs {
+        let cur = current(&repo, &op.name);
+        let done = cur == op.new;
+        let r: Result<(), String> = if done {
+            Ok(())
+        } else if cur != op.old {
+            Err(format!(
+                "changed by someone else during the import (now {})",
+                cur.as_deref().unwrap_or("absent")
+            ))
+        } else {
+            match op.new.as_deref().map(Value::parse) {
+                None => repo
+                    .find_reference(&op.name)
+                    .and_then(|mut r| r.delete())
+                    .map_err(|e| e.message().to_string()),
+                Some(Value::Sym(t)) => repo
+                    .reference_symbolic(&op.name, &t, true, &msg)
+                    .map(|_| ())
+                    .map_err(|e| e.message().to_string()),
+                Some(Value::Oid(o)) => {
+                    let id = git2::Oid::from_str(&o).map_err(|e| e.message().to_string());
+                    id.and_then(|id| {
+                        match op.old.as_deref().and_then(|p| git2::Oid::from_str(p).ok()) {
+                            Some(p) => repo.reference_matching(&op.name, id, true, p, &msg),
+                            None => repo.reference(&op.name, id, false, &msg),
+                        }
+                        .map(|_| ())
+                        .map_err(|e| e.message().to_string())
+                    })
+                }
+                Some(Value::Invalid(s)) => Err(format!("invalid value '{s}' in the journal")),
+            }
+        };
+        match r {
+            Ok(()) => {
+                crate::import::give_back(git_dir, &op.name, owner);
+                crate::import::give_back(git_dir, &format!("logs/{}", op.name), owner);
+                match &op.new {
+                    None => ev.push(
+                        "ref_deleted",
+                        Severity::Info,
+                        json!({ "ref": op.name, "old": text(&op.old),
+                                "restore": match op.old.as_deref().map(Value::parse) {
+                                    Some(Value::Sym(t)) => format!("git symbolic-ref {} {t}", op.name),
+                                    _ => format!("git update-ref {} {}", op.name, op.old.as_deref().unwrap_or("")),
+                                } }),
+                    ),
+                    Some(n) => ev.push(
+                        "ref_imported",
+                        Severity::Info,
+                        json!({ "ref": op.name, "old": text(&op.old), "new": n, "fast_forward": op.fast_forward }),
+                    ),
+                }
+                out.refs
+                    .push((op.name.clone(), op.new.as_deref().map(Value::parse)));
+                if !done {
+                    crash_point();
+                }
+            }
+            Err(reason) => ev.push(
+                "ref_refused",
+                Severity::Alert,
+                json!({ "ref": op.name, "reason": reason }),
+            ),
+        }
+    }
+    if let Some((old, new)) = &c.head {
+        let cur = fs::read(git_dir.join("HEAD"))
+            .map(|b| Value::parse(&String::from_utf8_lossy(&b)).to_text())
+            .unwrap_or_default();
+        let r: Result<(), String> = if &cur == new {
+            Ok(())
+        } else {
+            match Value::parse(new) {
+                Value::Sym(s) => repo.reference_symbolic("HEAD", &s, true, &msg),
+                Value::Oid(o) => {
+                    git2::Oid::from_str(&o).and_then(|id| repo.reference("HEAD", id, true, &msg))
+                }
+                Value::Invalid(s) => Err(git2::Error::from_str(&s)),
+            }
+            .map(|_| ())
+            .map_err(|e| e.message().to_string())
+        };
+        match r {
+            Ok(()) => {
+                ev.push(
+                    "ref_imported",
+                    Severity::Info,
+                    json!({ "ref": "HEAD", "old": old, "new": new, "fast_forward": serde_json::Value::Null }),
+                );
+                crate::import::give_back(git_dir, "HEAD", owner);
+                crate::import::give_back(git_dir, "logs/HEAD", owner);
+                out.head_changed = true;
+                crash_point();
+            }
+            Err(reason) => ev.push(
+                "ref_refused",
+                Severity::Alert,
+                json!({ "ref": "HEAD", "reason": reason }),
+            ),
+        }
+    }
+    let idx = dir.join("index.new");
+    if c.index && idx.exists() {
+        match fs::rename(&idx, git_dir.join("index")) {
+            Ok(()) => {
+                crate::import::give_back(git_dir, "index", owner);
+                out.index_replaced = true;
+                crash_point();
+            }
+            Err(e) => ev.push(
+                "index_unreadable",
+                Severity::Warn,
+                json!({ "path": "index", "reason": format!("the imported index could not be put in place: {e}") }),
+            ),
+        }
+    } else if c.index && !idx.exists() {
+        // Renamed already before a crash.
+        out.index_replaced = true;
+    }
+    out
+}
+
+/// Finishes or undoes the import a dead sbx-gitguard left in `git_dir`.
+/// Returns whether there was one.
+pub fn recover(git_dir: &Path, ev: &mut Events) -> io::Result<bool> {
+    let dir = git_dir.join(DIR);
+    match fs::symlink_metadata(&dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+        Ok(m) if !m.is_dir() => {
+            // Not ours to interpret: the repository check reports it.
+            return Err(io::Error::other(format!(
+                "{} is not a directory",
+                dir.display()
+            )));
+        }
+        Ok(_) => {}
+    }
+    let Some(_l) = lock(&dir)? else {
+        return Err(io::Error::other(format!(
+            "{}: an import is in progress (its lock is held)",
+            dir.display()
+        )));
+    };
+    let committed = crate::stage::read_small(&dir.join("journal.json"), 64 << 20)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Committed>(&b).ok());
+    match committed {
+        Some(c) => {
+            let a = apply(git_dir, &dir, &c, ev);
+            ev.push(
+                "import_recovered",
+                Severity::Warn,
+                json!({ "journal": dir, "state": "committed", "action": "completed",
+                        "refs": a.refs.len(), "head_changed": a.head_changed, "index": a.index_replaced,
+                        "reason": "an sbx-gitguard died while importing a git stage" }),
+            );
+        }
+        None => {
+            let p = crate::stage::read_small(&dir.join("pending.json"), 256 << 20)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Pending>(&b).ok())
+                .unwrap_or_default();
+            let mut removed = 0u64;
+            for o in &p.objects {
+                // Only names of the form git uses; nothing else is removed.
+                if o.len() < 40 || !o.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    continue;
+                }
+                let f = git_dir.join("objects").join(&o[..2]).join(&o[2..]);
+                if fs::remove_file(&f).is_ok() {
+                    removed += 1;
+                }
+            }
+            ev.push(
+                "import_recovered",
+                Severity::Warn,
+                json!({ "journal": dir, "state": "pending", "action": "undone",
+                        "objects_removed": removed,
+                        "reason": "an sbx-gitguard died before its import was committed: it never happened" }),
+            );
+        }
+    }
+    crate::stage::remove_tree(&dir)?;
+    fsync_dir(git_dir)?;
+    Ok(true)
+}
+
+/// [`recover`] at the start of `run` and `import`, its events logged (and
+/// printed, escaped, when not info).
+pub fn recover_at_start(git_dir: &Path) -> Result<(), sbx_core::Failure> {
+    let mut ev = Events::default();
+    let r = recover(git_dir, &mut ev);
+    ev.finish();
+    for (name, sev, fields) in &ev.list {
+        crate::audit(name, *sev, fields.clone());
+        if *sev != Severity::Info {
+            eprintln!(
+                "{}: {}: {}",
+                crate::TOOL,
+                name,
+                sbx_core::escape::terminal(&fields.to_string())
+            );
+        }
+    }
+    r.map(|_| ()).map_err(|e| {
+        sbx_core::Failure::new(format!(
+            "{}: unfinished git import: {}",
+            sbx_core::escape::path(git_dir),
+            sbx_core::escape::terminal(&e.to_string())
+        ))
+    })
+}

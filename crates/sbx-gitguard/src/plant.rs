@@ -1,0 +1,841 @@
+//! Repositories planted in writable directories, found the way git finds
+//! them, and quarantined.
+//!
+//! git runs `core.fsmonitor`, hooks and filters of any repository it
+//! discovers walking up from its current directory, so a repository the
+//! sandbox leaves in the work tree runs code on the host as soon as the
+//! owner's shell prompt runs `git status` there. Discovery (git's setup.c)
+//! looks, in each directory D from the current one upwards, at `D/.git`
+//! (`stat`, so a symlink is followed: a directory must pass
+//! `is_git_directory`, a regular file must read `gitdir: X` with X passing
+//! it, anything else makes git stop with an error) and then at D itself as a
+//! bare repository (`is_git_directory(D)`). `is_git_directory(X)`: `X/HEAD`
+//! is a symlink into `refs/` or a file starting with `ref: refs/` or a hex
+//! object id; then the common dir is `$GIT_COMMON_DIR`, else the target of
+//! `X/commondir` (relative to X) when that file exists, else X; and
+//! `COMMON/objects` (or `$GIT_OBJECT_DIRECTORY`) and `COMMON/refs` pass
+//! `access(X_OK)`, which a directory and an *executable file* both do.
+//!
+//! [`is_git_directory`] answers that question with every alternative git
+//! could take counted as a yes (the common dir from the file and X itself,
+//! and the environment variables when set here; any execute bit, as root's
+//! `access` sees it), so it is a superset of what git accepts for any user
+//! and environment.
+//!
+//! `plants` snapshots every repository-like entry of the writable
+//! directories before the command (the user's: identified by device, inode
+//! and content, never by path), and afterwards moves every new one into a
+//! quarantine outside the project; a repository of the user's that was
+//! renamed away is put back, one whose HEAD, config or commondir changed is
+//! restored, and hooks that appeared in it are quarantined. The walk has a
+//! budget of entries: over it, nothing is silently skipped (an alert, and
+//! exit 125).
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use sbx_core::escape;
+use sbx_core::{Failure, Severity};
+use serde_json::json;
+
+/// Largest config/HEAD/commondir/.git file kept in the snapshot.
+const MAX_FILE: u64 = 1 << 20;
+
+/// What git could take for a repository.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A `.git` directory that passes `is_git_directory`.
+    GitDir,
+    /// A `.git` that is not a directory (a `gitdir:` file, a symlink, or
+    /// anything else: git follows or fails on it).
+    GitFile,
+    /// A directory that passes `is_git_directory` itself (bare-shaped).
+    Bare,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::GitDir => ".git directory",
+            Kind::GitFile => ".git file or symlink",
+            Kind::Bare => "bare-repository-shaped directory",
+        }
+    }
+}
+
+/// The files of a repository that decide what git runs there.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Content {
+    // HEAD is not compared: switching branches is normal work, and HEAD
+    // makes git run nothing.
+    config: Option<Vec<u8>>,
+    commondir: Option<Vec<u8>>,
+    /// A `.git` file's bytes or a `.git` symlink's target.
+    gitfile: Option<Vec<u8>>,
+    /// hooks/: name -> (ino, size, mtime); None when hooks is not a
+    /// directory.
+    hooks: Option<BTreeMap<OsString, (u64, u64, i64)>>,
+    hooks_ident: Option<(u64, u64)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub path: PathBuf,
+    pub kind: Kind,
+    pub dev: u64,
+    pub ino: u64,
+    content: Content,
+}
+
+/// Every repository-like entry of the scanned directories.
+#[derive(Debug, Default)]
+pub struct Inventory {
+    pub entries: Vec<Entry>,
+    pub scanned: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error("{dir}: more than {max} entries to scan for planted repositories (--max-entries)")]
+    Budget { dir: PathBuf, max: u64 },
+    #[error("{0}: not a directory")]
+    NotDir(PathBuf),
+}
+
+fn read_limited(p: &Path) -> Option<Vec<u8>> {
+    let m = fs::symlink_metadata(p).ok()?;
+    if m.file_type().is_symlink() {
+        return fs::read_link(p).ok().map(|t| t.into_os_string().into_vec());
+    }
+    if !m.is_file() || m.len() > MAX_FILE {
+        return None;
+    }
+    crate::stage::read_small(p, MAX_FILE).ok()
+}
+
+use std::os::unix::ffi::OsStringExt;
+
+/// git's validate_headref, as a superset: HEAD is a symlink into `refs/`,
+/// or a file (followed) starting with `ref:` + spaces + `refs/`, or with a
+/// SHA-1 or SHA-256 hex id.
+pub fn valid_head(p: &Path) -> bool {
+    let Ok(m) = fs::symlink_metadata(p) else {
+        return false;
+    };
+    if m.file_type().is_symlink()
+        && fs::read_link(p).is_ok_and(|t| t.as_os_str().as_bytes().starts_with(b"refs/"))
+    {
+        return true;
+    }
+    use std::io::Read;
+    let Ok(f) = fs::File::open(p) else {
+        return false;
+    };
+    let mut buf = Vec::new();
+    if f.take(255).read_to_end(&mut buf).is_err() {
+        return false;
+    }
+    if let Some(rest) = buf.strip_prefix(b"ref:") {
+        let r: &[u8] = {
+            let n = rest.iter().take_while(|b| b.is_ascii_whitespace()).count();
+            &rest[n..]
+        };
+        if r.starts_with(b"refs/") {
+            return true;
+        }
+    }
+    let hex = buf.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    hex >= 40
+}
+
+/// `access(X_OK)` as any user could see it: a directory, or a file with an
+/// execute bit (followed through symlinks, as access does).
+fn enterable(p: &Path) -> bool {
+    match fs::metadata(p) {
+        Ok(m) if m.is_dir() => true,
+        Ok(m) => m.mode() & 0o111 != 0,
+        Err(_) => false,
+    }
+}
+
+/// The common dirs git could use for `x`: the target of `x/commondir`
+/// (relative to x) when that file exists, x itself, and `$GIT_COMMON_DIR`.
+fn common_dirs(x: &Path) -> Vec<PathBuf> {
+    let mut v = vec![x.to_path_buf()];
+    let cd = x.join("commondir");
+    if fs::symlink_metadata(&cd).is_ok()
+        && let Ok(b) = crate::stage::read_small(&cd, MAX_FILE).or_else(|_| fs::read(&cd))
+    {
+        let mut b: &[u8] = &b;
+        while let Some(s) = b.strip_suffix(b"\n").or_else(|| b.strip_suffix(b"\r")) {
+            b = s;
+        }
+        let t = Path::new(OsStr::from_bytes(b));
+        v.push(if t.is_absolute() {
+            t.to_path_buf()
+        } else {
+            x.join(t)
+        });
+    }
+    if let Some(e) = std::env::var_os("GIT_COMMON_DIR") {
+        v.push(PathBuf::from(e));
+    }
+    v
+}
+
+/// Whether git could take `x` for a git directory (see the module doc).
+pub fn is_git_directory(x: &Path) -> bool {
+    if !valid_head(&x.join("HEAD")) {
+        return false;
+    }
+    let env_objects = std::env::var_os("GIT_OBJECT_DIRECTORY").map(PathBuf::from);
+    common_dirs(x).iter().any(|c| {
+        (enterable(&c.join("objects")) || env_objects.as_deref().is_some_and(enterable))
+            && enterable(&c.join("refs"))
+    })
+}
+
+fn content(p: &Path, kind: Kind) -> Content {
+    if kind == Kind::GitFile {
+        return Content {
+            gitfile: read_limited(p),
+            ..Default::default()
+        };
+    }
+    let hooks_p = p.join("hooks");
+    let hm = fs::symlink_metadata(&hooks_p).ok();
+    let hooks = hm.as_ref().filter(|m| m.is_dir()).map(|_| {
+        fs::read_dir(&hooks_p)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .take(10_000)
+                    .filter_map(|e| {
+                        let m = e.metadata().ok()?;
+                        Some((e.file_name(), (m.ino(), m.len(), m.mtime())))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    });
+    Content {
+        config: read_limited(&p.join("config")),
+        commondir: read_limited(&p.join("commondir")),
+        gitfile: None,
+        hooks,
+        hooks_ident: hm.map(|m| (m.dev(), m.ino())),
+    }
+}
+
+/// Walks `roots` (never following symlinks, never entering a git dir it
+/// found) and lists every repository-like entry. `descend_planted` says
+/// whether to enter a bare-shaped directory anyway (after the fact: it may
+/// hold more plants).
+pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError> {
+    let mut inv = Inventory::default();
+    for root in roots {
+        let m = fs::symlink_metadata(root).map_err(|_| ScanError::NotDir(root.clone()))?;
+        if !m.is_dir() {
+            return Err(ScanError::NotDir(root.clone()));
+        }
+        let mut stack = vec![root.clone()];
+        while let Some(d) = stack.pop() {
+            if d.file_name() != Some(OsStr::new(".git")) && is_git_directory(&d) {
+                if let Ok(m) = fs::symlink_metadata(&d) {
+                    inv.entries.push(Entry {
+                        content: content(&d, Kind::Bare),
+                        path: d.clone(),
+                        kind: Kind::Bare,
+                        dev: m.dev(),
+                        ino: m.ino(),
+                    });
+                }
+                continue;
+            }
+            let Ok(rd) = fs::read_dir(&d) else { continue };
+            for e in rd.filter_map(|e| e.ok()) {
+                inv.scanned += 1;
+                if inv.scanned > max_entries {
+                    return Err(ScanError::Budget {
+                        dir: d.clone(),
+                        max: max_entries,
+                    });
+                }
+                let p = e.path();
+                let Ok(m) = fs::symlink_metadata(&p) else {
+                    continue;
+                };
+                if e.file_name() == ".git" {
+                    let kind = if m.is_dir() {
+                        if !is_git_directory(&p) {
+                            // Not a repository for git (it moves on up):
+                            // walked like any directory.
+                            stack.push(p);
+                            continue;
+                        }
+                        Kind::GitDir
+                    } else {
+                        Kind::GitFile
+                    };
+                    inv.entries.push(Entry {
+                        content: content(&p, kind),
+                        path: p,
+                        kind,
+                        dev: m.dev(),
+                        ino: m.ino(),
+                    });
+                    continue;
+                }
+                if m.is_dir() {
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    Ok(inv)
+}
+
+/// Where planted entries go: `DIR/<run>/<n>/<name>`, each `<n>` made
+/// unenterable (mode 000) once filled, so no git of a non-root user can
+/// discover what it holds.
+pub struct Quarantine {
+    /// Candidate bases, first that works wins.
+    bases: Vec<PathBuf>,
+    run: Option<PathBuf>,
+    n: u32,
+}
+
+impl Quarantine {
+    pub fn new(bases: Vec<PathBuf>) -> Quarantine {
+        Quarantine {
+            bases,
+            run: None,
+            n: 0,
+        }
+    }
+
+    fn run_dir(&mut self) -> io::Result<PathBuf> {
+        if let Some(r) = &self.run {
+            return Ok(r.clone());
+        }
+        let id = sbx_core::id::get().unwrap_or("run").replace('/', "_");
+        let mut last = io::Error::other("no quarantine directory");
+        for base in &self.bases {
+            let made = fs::create_dir_all(base).and_then(|()| {
+                // Ours and not a symlink someone else put there.
+                let m = fs::symlink_metadata(base)?;
+                // SAFETY: geteuid cannot fail.
+                if !m.is_dir() || m.uid() != unsafe { libc::geteuid() } {
+                    return Err(io::Error::other("not a directory of the caller's"));
+                }
+                fs::set_permissions(base, fs::Permissions::from_mode(0o700))?;
+                let r = base.join(format!("{id}-{}", std::process::id()));
+                fs::create_dir_all(&r)?;
+                fs::set_permissions(&r, fs::Permissions::from_mode(0o700))?;
+                Ok(r)
+            });
+            match made {
+                Ok(r) => {
+                    self.run = Some(r.clone());
+                    return Ok(r);
+                }
+                Err(e) => last = io::Error::other(format!("{}: {e}", base.display())),
+            }
+        }
+        Err(last)
+    }
+
+    /// Moves `p` into the quarantine; returns where it went. On another
+    /// file system (rename fails with EXDEV) it is removed instead and
+    /// None is returned.
+    pub fn take(&mut self, p: &Path) -> io::Result<Option<PathBuf>> {
+        let run = self.run_dir()?;
+        self.n += 1;
+        let slot = run.join(self.n.to_string());
+        fs::create_dir(&slot)?;
+        let to = slot.join(p.file_name().unwrap_or(OsStr::new("entry")));
+        match fs::rename(p, &to) {
+            Ok(()) => {
+                fs::set_permissions(&slot, fs::Permissions::from_mode(0o000))?;
+                Ok(Some(to))
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                let _ = fs::remove_dir(&slot);
+                crate::stage::remove_tree(p)?;
+                Ok(None)
+            }
+            Err(e) => {
+                let _ = fs::remove_dir(&slot);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The default quarantines, in order: `$XDG_STATE_HOME/sbx/quarantine`,
+/// `~/.local/state/sbx/quarantine`, `/var/tmp/sbx-quarantine-UID`.
+pub fn default_quarantine() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|x| Path::new(x).is_absolute()) {
+        v.push(Path::new(&x).join("sbx/quarantine"));
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|h| Path::new(h).is_absolute()) {
+        v.push(Path::new(&h).join(".local/state/sbx/quarantine"));
+    }
+    // SAFETY: geteuid cannot fail.
+    v.push(PathBuf::from(format!(
+        "/var/tmp/sbx-quarantine-{}",
+        unsafe { libc::geteuid() }
+    )));
+    v
+}
+
+/// One thing found after the command.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    pub event: &'static str,
+    pub severity: Severity,
+    pub fields: serde_json::Value,
+    /// One readable line (names escaped for a terminal).
+    pub line: String,
+}
+
+/// Outcome of [`check_after`].
+#[derive(Debug, Default)]
+pub struct After {
+    pub findings: Vec<Finding>,
+    /// Something could not be brought back (a quarantine that failed).
+    pub failed: Option<String>,
+}
+
+fn is_under_user_git_dir(target: &Path, before: &[Entry]) -> bool {
+    before
+        .iter()
+        .filter(|e| e.kind == Kind::GitDir)
+        .filter_map(|e| fs::canonicalize(&e.path).ok())
+        .any(|g| target.starts_with(g.join("modules")) || target.starts_with(g.join("worktrees")))
+}
+
+/// A new `.git` file naming a git dir under a user's `.git/modules` or
+/// `.git/worktrees` (a submodule or worktree git itself made, which the
+/// repository's own check has vetted).
+fn benign_gitfile(e: &Entry, before: &[Entry]) -> bool {
+    let Ok(m) = fs::symlink_metadata(&e.path) else {
+        return false;
+    };
+    if !m.is_file() {
+        return false;
+    }
+    let Some(t) = crate::layout::read_gitfile(&e.path) else {
+        return false;
+    };
+    let Ok(c) = fs::canonicalize(&t) else {
+        return false;
+    };
+    is_git_directory(&c) && is_under_user_git_dir(&c, before)
+}
+
+/// Compares what is there now with `before`, quarantining what was planted
+/// and bringing back what was the user's. Loops while a pass finds
+/// something (a neutralised bare-shaped directory is walked on the next
+/// pass), at most a few passes.
+pub fn check_after(
+    roots: &[PathBuf],
+    before: &Inventory,
+    max_entries: u64,
+    q: &mut Quarantine,
+) -> After {
+    let mut out = After::default();
+    let by_id: HashMap<(u64, u64), &Entry> =
+        before.entries.iter().map(|e| ((e.dev, e.ino), e)).collect();
+    for pass in 0..8 {
+        let now = match scan(roots, max_entries) {
+            Ok(n) => n,
+            Err(e) => {
+                let reason = e.to_string();
+                out.findings.push(Finding {
+                    event: "plant_scan_budget",
+                    severity: Severity::Alert,
+                    fields: json!({ "reason": reason, "max_entries": max_entries,
+                        "action": "not fully checked: do not run git in these directories before checking them" }),
+                    line: format!(
+                        "alert: planted repositories: {} -> not fully checked",
+                        escape::terminal(&reason)
+                    ),
+                });
+                out.failed = Some(reason);
+                return out;
+            }
+        };
+        let mut acted = false;
+        let mut moved_back = Vec::new();
+        // Planted first: a planted entry may sit where a moved user's
+        // repository must go back.
+        for e in &now.entries {
+            match by_id.get(&(e.dev, e.ino)) {
+                Some(b) => {
+                    if b.path != e.path {
+                        moved_back.push((e.clone(), (*b).clone()));
+                    } else if b.content != e.content {
+                        acted |= restore_content(e, b, q, &mut out);
+                    }
+                }
+                None if e.kind == Kind::GitFile && benign_gitfile(e, &before.entries) => {}
+                None => {
+                    acted = true;
+                    plant(e, q, &mut out);
+                }
+            }
+        }
+        for (e, b) in moved_back {
+            acted = true;
+            let r = if fs::symlink_metadata(&b.path).is_ok() {
+                Err("its place is taken".to_string())
+            } else {
+                fs::rename(&e.path, &b.path).map_err(|x| x.to_string())
+            };
+            let (action, sev) = match &r {
+                Ok(()) => (
+                    format!("moved back to {}", b.path.display()),
+                    Severity::Alert,
+                ),
+                Err(why) => {
+                    out.failed = Some(format!(
+                        "{}: cannot move the user's repository back: {why}",
+                        b.path.display()
+                    ));
+                    (
+                        format!("left at {} ({why})", e.path.display()),
+                        Severity::Alert,
+                    )
+                }
+            };
+            out.findings.push(Finding {
+                event: "git_repo_moved",
+                severity: sev,
+                fields: json!({ "path": b.path, "found_at": e.path, "kind": e.kind.name(), "action": action }),
+                line: format!(
+                    "alert: the user's repository {} was moved to {} -> {}",
+                    escape::path(&b.path),
+                    escape::path(&e.path),
+                    escape::terminal(&action)
+                ),
+            });
+            if r.is_ok() && b.content != e.content {
+                let mut moved = e.clone();
+                moved.path = b.path.clone();
+                restore_content(&moved, &b, q, &mut out);
+            }
+        }
+        if !acted {
+            return out;
+        }
+        if pass == 7 {
+            out.failed = Some("planted repositories keep appearing".into());
+        }
+    }
+    out
+}
+
+fn plant(e: &Entry, q: &mut Quarantine, out: &mut After) {
+    // A bare-shaped directory may be one of the user's directories that
+    // the sandbox filled: only HEAD goes (without it git does not take the
+    // directory for a repository); a .git entry goes whole.
+    let (what, target) = match e.kind {
+        Kind::Bare => (
+            format!("{} (HEAD moved out)", e.kind.name()),
+            e.path.join("HEAD"),
+        ),
+        k => (k.name().to_string(), e.path.clone()),
+    };
+    let keys: Vec<String> = if e.kind == Kind::GitFile {
+        Vec::new()
+    } else {
+        crate::snapshot::config_entries(&e.path)
+            .into_iter()
+            .flat_map(|(_, es)| es.into_iter().filter(|x| x.is_dangerous()).map(|x| x.key()))
+            .collect()
+    };
+    let (action, qpath) = match q.take(&target) {
+        Ok(Some(to)) => (format!("quarantined in {}", to.display()), Some(to)),
+        Ok(None) => (
+            "removed (the quarantine is on another file system)".to_string(),
+            None,
+        ),
+        Err(err) => {
+            out.failed = Some(format!("{}: cannot quarantine: {err}", e.path.display()));
+            (format!("quarantine failed: {err}"), None)
+        }
+    };
+    out.findings.push(Finding {
+        event: "git_repo_planted",
+        severity: Severity::Alert,
+        fields: json!({ "path": e.path, "kind": e.kind.name(), "found": what,
+                        "dangerous_keys": keys, "action": action, "quarantine": qpath }),
+        line: format!(
+            "alert: planted repository: {}: {} -> {}",
+            escape::path(&e.path),
+            escape::terminal(&what),
+            escape::terminal(&action)
+        ),
+    });
+}
+
+/// A repository of the user's (same device and inode) whose deciding files
+/// changed: HEAD, config, commondir and a .git file are written back as they
+/// were (removed when they did not exist), hooks that appeared or changed
+/// are quarantined. Returns whether something was done.
+fn restore_content(e: &Entry, b: &Entry, q: &mut Quarantine, out: &mut After) -> bool {
+    let mut restored = Vec::new();
+    let mut quarantined = Vec::new();
+    let mut errors = Vec::new();
+    let owner = crate::fsutil::owner(&e.path);
+    let mut put = |rel: &str, p: PathBuf, old: &Option<Vec<u8>>, new: &Option<Vec<u8>>| {
+        if old == new {
+            return;
+        }
+        let r = match old {
+            Some(bytes) => {
+                let _ = fs::remove_file(&p);
+                crate::fsutil::write_atomic(&p, bytes, 0o644, owner)
+            }
+            None => crate::fsutil::remove(&p),
+        };
+        match r {
+            Ok(()) => restored.push(rel.to_string()),
+            Err(x) => errors.push(format!("{rel}: {x}")),
+        }
+    };
+    if e.kind == Kind::GitFile {
+        // A .git symlink rewritten in place cannot be (a symlink has no
+        // content to rewrite); a file can.
+        put(
+            ".git",
+            e.path.clone(),
+            &b.content.gitfile,
+            &e.content.gitfile,
+        );
+    } else {
+        put(
+            "config",
+            e.path.join("config"),
+            &b.content.config,
+            &e.content.config,
+        );
+        put(
+            "commondir",
+            e.path.join("commondir"),
+            &b.content.commondir,
+            &e.content.commondir,
+        );
+        if e.content.hooks_ident != b.content.hooks_ident && e.content.hooks_ident.is_some() {
+            // hooks/ itself replaced (or a symlink now): all of it goes.
+            match q.take(&e.path.join("hooks")) {
+                Ok(_) => quarantined.push("hooks".to_string()),
+                Err(x) => errors.push(format!("hooks: {x}")),
+            }
+        } else if let Some(now) = &e.content.hooks {
+            let was = b.content.hooks.clone().unwrap_or_default();
+            for (name, id) in now {
+                if was.get(name) != Some(id) {
+                    let p = e.path.join("hooks").join(name);
+                    match q.take(&p) {
+                        Ok(_) => quarantined.push(format!("hooks/{}", name.to_string_lossy())),
+                        Err(x) => errors.push(format!("hooks/{}: {x}", name.to_string_lossy())),
+                    }
+                }
+            }
+        }
+    }
+    if restored.is_empty() && quarantined.is_empty() && errors.is_empty() {
+        return false;
+    }
+    if !errors.is_empty() {
+        out.failed = Some(format!("{}: {}", e.path.display(), errors.join("; ")));
+    }
+    let action = if errors.is_empty() {
+        "restored".to_string()
+    } else {
+        format!("restore failed: {}", errors.join("; "))
+    };
+    out.findings.push(Finding {
+        event: "git_repo_changed",
+        severity: Severity::Alert,
+        fields: json!({ "path": e.path, "kind": e.kind.name(), "restored": restored,
+                        "quarantined": quarantined, "action": action,
+                        "quarantine": q.run }),
+        line: format!(
+            "alert: the user's repository {} was changed ({}) -> {}",
+            escape::path(&e.path),
+            escape::terminal(&[restored.clone(), quarantined.clone()].concat().join(", ")),
+            escape::terminal(&action)
+        ),
+    });
+    true
+}
+
+#[derive(Args, Debug)]
+pub struct PlantsArgs {
+    /// A writable directory to check (repeatable): every directory the
+    /// command can write, at any depth.
+    #[arg(long = "dir", value_name = "DIR", required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Where planted repositories are moved (default:
+    /// $XDG_STATE_HOME/sbx/quarantine, else ~/.local/state/sbx/quarantine).
+    #[arg(long, value_name = "DIR")]
+    pub quarantine: Option<PathBuf>,
+    /// Most directory entries walked per scan; over it the run refuses to
+    /// start (before) or fails with an alert (after), never silently.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub max_entries: u64,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<OsString>,
+}
+
+/// `sbx-gitguard plants --dir DIR... -- CMD`: snapshot the repositories of
+/// the writable directories, run the command, quarantine what was planted.
+pub fn cmd_plants(a: PlantsArgs) -> Result<i32, Failure> {
+    let mut roots = Vec::new();
+    for d in &a.dirs {
+        let c = fs::canonicalize(d)
+            .map_err(|e| Failure::new(format!("--dir {}: {e}", escape::path(d))))?;
+        if !c.is_dir() {
+            return Err(Failure::new(format!(
+                "--dir {}: not a directory",
+                escape::path(d)
+            )));
+        }
+        roots.push(c);
+    }
+    let qbases = match &a.quarantine {
+        Some(q) => vec![q.clone()],
+        None => default_quarantine(),
+    };
+    let qbases: Vec<PathBuf> = if a.quarantine.is_some() {
+        qbases
+    } else {
+        // A default inside a writable directory is skipped, not refused.
+        qbases
+            .into_iter()
+            .filter(|q| !roots.iter().any(|r| q.starts_with(r)))
+            .collect()
+    };
+    for q in &qbases {
+        if !q.is_absolute() {
+            return Err(Failure::new(format!(
+                "--quarantine {}: must be an absolute path",
+                escape::path(q)
+            )));
+        }
+        if let Some(r) = roots.iter().find(|r| q.starts_with(r)) {
+            return Err(Failure::new(format!(
+                "--quarantine {}: inside {}, where the command can write",
+                escape::path(q),
+                escape::path(r)
+            )));
+        }
+    }
+    let before = match scan(&roots, a.max_entries) {
+        Ok(b) => b,
+        Err(e) => {
+            crate::audit(
+                "plant_scan_budget",
+                Severity::Alert,
+                json!({ "reason": e.to_string(), "max_entries": a.max_entries, "action": "refused: the command did not run" }),
+            );
+            return Err(Failure::new(format!(
+                "{}; nothing was run (raise --max-entries or narrow the writable directories)",
+                escape::terminal(&e.to_string())
+            )));
+        }
+    };
+    crate::audit(
+        "git_plant_snapshot",
+        Severity::Info,
+        json!({ "dirs": roots, "repositories": before.entries.len(), "entries": before.scanned }),
+    );
+    let mut cmd = sbx_core::supervise::command(&a.cmd, None)?;
+    let keep: Vec<i32> = sbx_core::audit::get()
+        .and_then(|au| au.handoff(&a.cmd[0], &mut cmd))
+        .into_iter()
+        .collect();
+    let code = {
+        let mut sup = sbx_core::supervise::Supervisor::spawn(cmd, &keep)?;
+        sup.run_to_end()
+            .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?
+    };
+    let mut q = Quarantine::new(qbases);
+    let after = check_after(&roots, &before, a.max_entries, &mut q);
+    for f in &after.findings {
+        crate::audit(f.event, f.severity, f.fields.clone());
+        eprintln!("{}: {}", crate::TOOL, f.line);
+    }
+    crate::audit(
+        "git_plants_checked",
+        if after.findings.is_empty() {
+            Severity::Info
+        } else {
+            Severity::Alert
+        },
+        json!({ "dirs": roots, "findings": after.findings.len(), "failed": after.failed }),
+    );
+    if let Some(f) = after.failed {
+        return Err(Failure::new(format!(
+            "planted repositories: {}",
+            escape::terminal(&f)
+        )));
+    }
+    Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_forms_git_accepts() {
+        let t = tempfile::tempdir().unwrap();
+        let h = t.path().join("HEAD");
+        for (text, ok) in [
+            ("ref: refs/heads/main\n", true),
+            ("ref:   refs/x", true),
+            ("ref: HEAD", false),
+            ("0123456789012345678901234567890123456789", true),
+            ("0123456789", false),
+            ("garbage", false),
+        ] {
+            fs::write(&h, text).unwrap();
+            assert_eq!(valid_head(&h), ok, "{text:?}");
+        }
+        fs::remove_file(&h).unwrap();
+        std::os::unix::fs::symlink("refs/heads/main", &h).unwrap();
+        assert!(valid_head(&h));
+    }
+
+    #[test]
+    fn executable_files_count_as_enterable_and_commondir_is_followed() {
+        let t = tempfile::tempdir().unwrap();
+        let g = t.path().join("g");
+        fs::create_dir(&g).unwrap();
+        fs::write(g.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        fs::write(g.join("objects"), "").unwrap();
+        fs::write(g.join("refs"), "").unwrap();
+        assert!(!is_git_directory(&g));
+        for n in ["objects", "refs"] {
+            fs::set_permissions(g.join(n), fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        assert!(is_git_directory(&g));
+        let h = t.path().join("h");
+        fs::create_dir_all(h.join("x")).unwrap();
+        fs::write(h.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert!(!is_git_directory(&h));
+        fs::write(h.join("commondir"), "../g\n").unwrap();
+        assert!(is_git_directory(&h));
+    }
+}

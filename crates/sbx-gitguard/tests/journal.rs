@@ -1,0 +1,193 @@
+//! The import is a transaction: sbx-gitguard SIGKILLed at every step of an
+//! import (SBX_GITGUARD_CRASH_AT=N) leaves a repository that the next start
+//! (`run`) or `sbx-gitguard import` of the stage brings to "untouched" or
+//! "fully imported", never in between: refs, HEAD and the index agree
+//! (`git status` clean), `git fsck --strict` is clean. As root and as the
+//! unprivileged test user, with the stage mounted as sbx-fs mounts it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use common::Fixture;
+use sbx_testutil::{As, assert_event, code, identities, stderr};
+
+const MOUNT: &str = r#"set -e
+S=$1; R=$2
+o=""; [ -n "$SBX_USERNS" ] && o=",userxattr"
+mount -t overlay overlay -o "nosuid,nodev,lowerdir=$R/.git,upperdir=$S/git/upper,workdir=$S/git/work$o" "$R/.git"
+for p in config hooks; do
+  mount --bind "$R/.git/$p" "$R/.git/$p"
+  mount -o remount,bind,ro "$R/.git/$p"
+done
+cd "$R"
+exec sh -ec "$3"
+"#;
+
+/// The agent's work: two commits on main (a new file staged too), a new
+/// branch and a tag, a branch deleted.
+const AGENT: &str = r#"
+echo d > d; git add d; git commit -qm agent1
+echo e >> a; git commit -qam agent2
+git branch agentb HEAD~1
+git tag agent-tag
+git branch -D feat
+echo staged > s; git add s
+"#;
+
+fn staged(f: &Fixture, stage: &Path, crash_at: Option<u32>) -> Output {
+    let w = f.w.to_str().unwrap();
+    let s = stage.to_str().unwrap();
+    let mut args = vec!["run", "--repo", w, "--stage", s, "--"];
+    match f.who {
+        As::Root => args.extend_from_slice(&["unshare", "-m"]),
+        As::User => args.extend_from_slice(&["unshare", "-Urm", "env", "SBX_USERNS=1"]),
+    }
+    args.extend_from_slice(&["sh", "-c", MOUNT, "sh", s, w, AGENT]);
+    let mut c = sbx_testutil::tool("sbx-gitguard");
+    c.arg(args[0])
+        .arg("--audit-log")
+        .arg(&f.audit)
+        .args(&args[1..])
+        .current_dir(&f.w)
+        .env("GIT_CONFIG_GLOBAL", f.dir.join("gitconfig"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("GIT_DIR");
+    if let Some(n) = crash_at {
+        c.env("SBX_GITGUARD_CRASH_AT", n.to_string());
+    }
+    sbx_testutil::run_as(&mut c, f.who);
+    c.output().unwrap()
+}
+
+/// refs, HEAD, and the index as the user sees them.
+#[derive(Debug, PartialEq, Eq)]
+struct View {
+    refs: String,
+    head: String,
+    staged: String,
+}
+
+fn view(f: &Fixture) -> View {
+    View {
+        // Names and subjects: each fixture has its own object ids.
+        refs: f.git_ok(&f.w, &["for-each-ref", "--format=%(refname) %(subject)"]),
+        head: f.git_ok(&f.w, &["symbolic-ref", "-q", "HEAD"])
+            + &f.git_ok(&f.w, &["log", "-3", "--format=%s"]),
+        staged: f.git_ok(&f.w, &["diff", "--cached", "--name-status"]),
+    }
+}
+
+fn consistent(f: &Fixture, ctx: &str) {
+    let o = f.git(&f.w, &["fsck", "--strict", "--no-dangling"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && !err.contains("error") && !err.contains("missing"),
+        "{ctx}: fsck --strict: {err}"
+    );
+    // HEAD and the index agree with the work tree: nothing modified, only
+    // the staged new file (when the import happened).
+    let st = f.git_ok(&f.w, &["status", "--porcelain", "--untracked-files=no"]);
+    assert!(
+        st.lines().all(|l| l.starts_with("A ")),
+        "{ctx}: git status: {st}"
+    );
+    assert!(
+        !f.w.join(".git/sbx-gitguard-import").exists(),
+        "{ctx}: journal left"
+    );
+}
+
+#[test]
+fn killed_at_every_step_the_import_is_all_or_nothing() {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    for who in identities() {
+        // The reference: the import without a crash.
+        let f = Fixture::new(who);
+        let before = view(&f);
+        let stage = f.dir.join("sbx-git-stage-j");
+        let out = staged(&f, &stage, None);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let after = view(&f);
+        assert_ne!(before, after);
+        consistent(&f, "reference");
+        let mut steps = 0;
+        let (mut undone, mut completed) = (0, 0);
+        for n in 1..64u32 {
+            assert!(
+                Instant::now() < deadline,
+                "{who:?}: out of time at step {n}"
+            );
+            for next_start in [true, false] {
+                let f = Fixture::new(who);
+                let stage: PathBuf = f.dir.join("sbx-git-stage-j");
+                let out = staged(&f, &stage, Some(n));
+                if code(&out) != 128 + 9 {
+                    // The import finished before step n: every step is done.
+                    assert_eq!(code(&out), 0, "{who:?} step {n}: {}", stderr(&out));
+                    assert_eq!(view(&f), after);
+                    steps = n - 1;
+                    break;
+                }
+                let ctx = format!("{who:?} killed at step {n} (next start: {next_start})");
+                let journal_left = f.w.join(".git/sbx-gitguard-import").exists();
+                if next_start {
+                    // The next run finishes or undoes it before anything.
+                    let o = f.run(&[], "true");
+                    assert_eq!(code(&o), 0, "{ctx}: {}", stderr(&o));
+                    let v = view(&f);
+                    assert!(
+                        v == before || v == after,
+                        "{ctx}: neither untouched nor imported:\n{v:?}\nbefore {before:?}\nafter {after:?}"
+                    );
+                    if journal_left {
+                        assert_event(&f.audit, "import_recovered", "warn", |_| true);
+                    }
+                    if v == after {
+                        completed += 1;
+                    }
+                    if v == before {
+                        undone += 1;
+                        // Undone: the stage is still there, import it by hand.
+                        let o = f.guard(&[
+                            "import",
+                            "--repo",
+                            f.w.to_str().unwrap(),
+                            "--stage",
+                            stage.to_str().unwrap(),
+                        ]);
+                        // A later run reaps stale stages; this one was
+                        // not reaped (no --stage run since).
+                        assert_eq!(code(&o), 0, "{ctx}: import: {}", stderr(&o));
+                        assert_eq!(view(&f), after, "{ctx}");
+                    }
+                } else {
+                    // `import` of the stage the dead run left.
+                    let o = f.guard(&[
+                        "import",
+                        "--repo",
+                        f.w.to_str().unwrap(),
+                        "--stage",
+                        stage.to_str().unwrap(),
+                    ]);
+                    assert_eq!(code(&o), 0, "{ctx}: import: {}", stderr(&o));
+                    assert_eq!(view(&f), after, "{ctx}");
+                }
+                consistent(&f, &ctx);
+            }
+            if steps > 0 {
+                break;
+            }
+        }
+        assert!(
+            steps >= 6,
+            "{who:?}: only {steps} crash points were reached"
+        );
+        assert!(
+            undone > 0 && completed > 0,
+            "{who:?}: both outcomes are exercised (undone {undone}, completed {completed})"
+        );
+    }
+}

@@ -1,0 +1,337 @@
+//! `sbx-gitguard plants`: repositories planted anywhere in a writable
+//! directory (git project or not), found the way git's setup.c finds them,
+//! are quarantined; the user's own repositories (known by device, inode and
+//! content) are never touched, and one renamed away is put back. Every test
+//! runs as root and as the unprivileged test user, and judges with the real
+//! git CLI run as that identity.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sbx_testutil::{As, assert_event, assert_usage_error, code, identities, run_as, stderr};
+
+struct Proj {
+    who: As,
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    /// The writable project (not a git repository itself).
+    p: PathBuf,
+    q: PathBuf,
+    mark: PathBuf,
+    audit: PathBuf,
+}
+
+const GITCONFIG: &str = "[user]\n\tname = T\n\temail = t@example.invalid\n[init]\n\tdefaultBranch = main\n[commit]\n\tgpgsign = false\n";
+
+/// Plants git takes for repositories, one per directory, each with a
+/// program git runs there (`git status`: fsmonitor; `git st`: the alias),
+/// each writing its own marker.
+pub const PLANTS: &str = r#"set -e
+mk() { mkdir -p "$1"; printf 'ref: refs/heads/main\n' > "$1/HEAD"; printf '[core]\n\tfsmonitor = touch %s-%s\n[alias]\n\tst = !touch %s-%s\n' "$MARK" "$2" "$MARK" "$2" > "$1/config"; }
+# objects and refs are executable *files*: git only checks access(X_OK)
+mk a/.git a; : > a/.git/objects; : > a/.git/refs; chmod +x a/.git/objects a/.git/refs
+# HEAD and a commondir naming a directory elsewhere in the tree
+mkdir -p deep/b/.git common/objects common/refs
+printf 'ref: refs/heads/main\n' > deep/b/.git/HEAD; echo ../../../common > deep/b/.git/commondir
+printf '[core]\n\tfsmonitor = touch %s-b\n' "$MARK" > common/config
+# a .git file naming a git dir
+mk hidden c; mkdir hidden/objects hidden/refs; mkdir c; echo 'gitdir: ../hidden' > c/.git
+# a .git symlink
+mk hidden2 d; mkdir hidden2/objects hidden2/refs; mkdir d; ln -s ../hidden2 d/.git
+# a bare-repository-shaped directory, deep down
+mk x/y/z/e e; mkdir x/y/z/e/objects x/y/z/e/refs
+"#;
+
+const PLANTED: &[(&str, &str)] = &[
+    ("a", "a"),
+    ("deep/b", "b"),
+    ("c", "c"),
+    ("d", "d"),
+    ("x/y/z/e", "e"),
+];
+
+impl Proj {
+    fn new(who: As) -> Proj {
+        let tmp = sbx_testutil::shared_tempdir();
+        let dir = tmp.path().to_path_buf();
+        std::fs::write(dir.join("gitconfig"), GITCONFIG).unwrap();
+        let pr = Proj {
+            who,
+            p: dir.join("p"),
+            q: dir.join("quarantine"),
+            mark: dir.join("MARK"),
+            audit: dir.join("audit.jsonl"),
+            dir,
+            _tmp: tmp,
+        };
+        // The user's own: a nested repository with a commit, and files.
+        let o = pr.sh(
+            &pr.dir,
+            "set -e; mkdir p; cd p; echo data > notes.txt; git init -q keep; cd keep; echo k > k; git add k; git commit -qm keep",
+        );
+        assert!(o.status.success(), "fixture: {}", stderr(&o));
+        pr
+    }
+
+    fn env(&self, c: &mut Command) {
+        c.env("GIT_CONFIG_GLOBAL", self.dir.join("gitconfig"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("MARK", &self.mark)
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_COMMON_DIR");
+        run_as(c, self.who);
+    }
+
+    fn sh(&self, cwd: &Path, script: &str) -> Output {
+        let mut c = Command::new("sh");
+        c.arg("-c").arg(script).current_dir(cwd);
+        self.env(&mut c);
+        c.output().unwrap()
+    }
+
+    /// `sbx-gitguard plants --dir P --quarantine Q [extra] -- sh -c SCRIPT` in P.
+    fn plants(&self, extra: &[&str], script: &str) -> Output {
+        let mut c = sbx_testutil::tool("sbx-gitguard");
+        c.arg("plants")
+            .arg("--audit-log")
+            .arg(&self.audit)
+            .arg("--dir")
+            .arg(&self.p)
+            .arg("--quarantine")
+            .arg(&self.q)
+            .args(extra)
+            .args(["--", "sh", "-c", script])
+            .current_dir(&self.p);
+        self.env(&mut c);
+        c.output().unwrap()
+    }
+
+    /// Runs what the owner's prompt and fingers would run in `rel`, and
+    /// returns whether the marker `tag` appeared.
+    fn git_runs_plant(&self, rel: &str, tag: &str) -> bool {
+        let d = self.p.join(rel);
+        if d.is_dir() {
+            self.sh(
+                &d,
+                "echo x > f 2>/dev/null; git status >/dev/null 2>&1; git st >/dev/null 2>&1; true",
+            );
+        }
+        Path::new(&format!("{}-{tag}", self.mark.display())).exists()
+    }
+
+    fn keep_ok(&self) {
+        let o = self.sh(
+            &self.p.join("keep"),
+            "git log --format=%s && git status --porcelain --untracked-files=no",
+        );
+        assert!(o.status.success(), "{:?}: keep: {}", self.who, stderr(&o));
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "keep\n");
+        assert_eq!(
+            std::fs::read_to_string(self.p.join("notes.txt")).unwrap(),
+            "data\n"
+        );
+    }
+}
+
+fn ino(p: &Path) -> u64 {
+    std::fs::symlink_metadata(p).unwrap().ino()
+}
+
+#[test]
+fn control_without_plants_the_planted_repositories_run_code() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        let o = pr.sh(&pr.p, PLANTS);
+        assert!(o.status.success(), "{}", stderr(&o));
+        for (rel, tag) in PLANTED {
+            assert!(
+                pr.git_runs_plant(rel, tag),
+                "{who:?}: control: git in {rel} did not run the plant (the test would prove nothing)"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_planted_shape_is_quarantined_in_a_project_that_is_not_a_repository() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        let keep_ino = ino(&pr.p.join("keep/.git"));
+        let out = pr.plants(&[], PLANTS);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        for (rel, tag) in PLANTED {
+            assert!(
+                !pr.git_runs_plant(rel, tag),
+                "{who:?}: git in {rel} ran the plant after sbx-gitguard plants"
+            );
+        }
+        for p in [
+            "a/.git",
+            "deep/b/.git",
+            "c/.git",
+            "d/.git",
+            "hidden",
+            "x/y/z/e",
+        ] {
+            let full = pr.p.join(p);
+            assert_event(&pr.audit, "git_repo_planted", "alert", |e| {
+                e["path"] == full.to_str().unwrap()
+                    && e["action"]
+                        .as_str()
+                        .unwrap()
+                        .contains(pr.q.to_str().unwrap())
+            });
+        }
+        // The .git entries went whole; the quarantine holds them.
+        assert!(!pr.p.join("a/.git").exists());
+        assert!(std::fs::symlink_metadata(pr.p.join("d/.git")).is_err());
+        let err = stderr(&out);
+        assert!(err.contains("planted repository"), "{err}");
+        // The user's repository and files are untouched.
+        assert_eq!(ino(&pr.p.join("keep/.git")), keep_ino);
+        pr.keep_ok();
+        assert_event(&pr.audit, "git_plants_checked", "alert", |_| true);
+    }
+}
+
+#[test]
+fn a_renamed_users_repository_is_put_back_and_its_replacement_quarantined() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        let keep_ino = ino(&pr.p.join("keep/.git"));
+        let out = pr.plants(
+            &[],
+            r#"set -e
+mv keep/.git keep/old-git
+mkdir -p keep/.git/objects keep/.git/refs
+printf 'ref: refs/heads/main\n' > keep/.git/HEAD
+printf '[core]\n\tfsmonitor = touch %s-k\n' "$MARK" > keep/.git/config
+"#,
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert_eq!(
+            ino(&pr.p.join("keep/.git")),
+            keep_ino,
+            "{who:?}: the user's .git is not back"
+        );
+        assert!(!pr.p.join("keep/old-git").exists());
+        assert!(!pr.git_runs_plant("keep", "k"));
+        pr.keep_ok();
+        assert_event(&pr.audit, "git_repo_moved", "alert", |e| {
+            e["found_at"]
+                .as_str()
+                .is_some_and(|s| s.ends_with("keep/old-git"))
+        });
+        assert_event(&pr.audit, "git_repo_planted", "alert", |e| {
+            e["path"].as_str().is_some_and(|s| s.ends_with("keep/.git"))
+                && e["dangerous_keys"].to_string().contains("core.fsmonitor")
+        });
+    }
+}
+
+#[test]
+fn a_users_repository_changed_in_place_is_restored() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        let out = pr.plants(
+            &[],
+            r#"set -e
+printf '[core]\n\tfsmonitor = touch %s-k\n' "$MARK" >> keep/.git/config
+printf '#!/bin/sh\ntouch %s-k\n' "$MARK" > keep/.git/hooks/post-checkout; chmod +x keep/.git/hooks/post-checkout
+echo ../../common > keep/.git/commondir; mkdir -p common/objects common/refs
+"#,
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let cfg = std::fs::read_to_string(pr.p.join("keep/.git/config")).unwrap();
+        assert!(!cfg.contains("fsmonitor"), "{cfg}");
+        assert!(!pr.p.join("keep/.git/hooks/post-checkout").exists());
+        assert!(!pr.p.join("keep/.git/commondir").exists());
+        let o = pr.sh(&pr.p.join("keep"), "git checkout -q main; git status");
+        assert!(o.status.success());
+        assert!(!pr.git_runs_plant("keep", "k"));
+        pr.keep_ok();
+        assert_event(&pr.audit, "git_repo_changed", "alert", |e| {
+            let r = e["restored"].to_string();
+            r.contains("config")
+                && r.contains("commondir")
+                && e["quarantined"].to_string().contains("hooks/post-checkout")
+        });
+    }
+}
+
+#[test]
+fn the_scan_budget_fails_closed_with_an_alert() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        // Before: over budget, the command does not run.
+        let out = pr.plants(&["--max-entries", "3"], "touch ran");
+        assert_usage_error(&out, "--max-entries");
+        assert!(!pr.p.join("ran").exists());
+        assert_event(&pr.audit, "plant_scan_budget", "alert", |e| {
+            e["action"].as_str().unwrap().contains("did not run")
+        });
+        // After: the command made the tree too big to check: exit 125 and
+        // an alert saying the directories were not fully checked.
+        let out = pr.plants(
+            &["--max-entries", "200"],
+            "mkdir many; cd many; for i in $(seq 1 300); do : > f$i; done",
+        );
+        assert_eq!(code(&out), 125, "{who:?}: {}", stderr(&out));
+        assert_event(&pr.audit, "plant_scan_budget", "alert", |e| {
+            e["action"].as_str().unwrap().contains("not fully checked")
+        });
+    }
+}
+
+#[test]
+fn names_are_escaped_on_the_terminal() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        // A directory name that would erase the alert line and paint a fake
+        // "ok", set the window title and write the clipboard (OSC 0/52).
+        let out = pr.plants(
+            &[],
+            r#"set -e
+n=$(printf 'x\r\033[2Kok: all clean\033]0;t\007\033]52;c;ZXZpbA==\007')
+mkdir -p "$n/objects" "$n/refs"; printf 'ref: refs/heads/main\n' > "$n/HEAD"
+"#,
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("planted repository"), "{err}");
+        assert!(
+            !err.contains('\r') && !err.contains('\u{1b}') && !err.contains('\u{7}'),
+            "raw control characters reached the terminal: {err:?}"
+        );
+        assert!(
+            err.contains("x\\r\\e[2Kok: all clean\\e]0;t\\x07\\e]52;c;"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_is_one_line() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        let mut c = sbx_testutil::tool("sbx-gitguard");
+        c.args(["plants", "--dir", "/nonexistent/x", "--", "true"]);
+        run_as(&mut c, who);
+        assert_usage_error(&c.output().unwrap(), "--dir /nonexistent/x");
+        let q = pr.p.join("q");
+        let mut c = sbx_testutil::tool("sbx-gitguard");
+        c.arg("plants")
+            .arg("--dir")
+            .arg(&pr.p)
+            .arg("--quarantine")
+            .arg(&q)
+            .args(["--", "touch", "ran"])
+            .current_dir(&pr.p);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert_usage_error(&out, "where the command can write");
+        assert!(!pr.p.join("ran").exists());
+    }
+}

@@ -1,0 +1,160 @@
+//! Issue 16, debris: what a run creates is registered (sbx_core::registry,
+//! liveness by flock) where a later run finds it whatever TMPDIR was, so a
+//! run killed at the bad moment leaves nothing for good:
+//! - sbx-fs killed between creating a placeholder under its temporary name
+//!   (`.sbx-fs-new-*`, in the user's project) and renaming it;
+//! - sbx-vm killed while its run directory exists (under its TMPDIR), and
+//!   the empty `$TMPDIR/sbx-vm-UID` a finished run used to leave.
+//!
+//! Each test gives the tools its own registry (SBX_REGISTRY_DIR) so runs in
+//! parallel do not reap each other's entries.
+
+mod common;
+use common::*;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn eventually(mut f: impl FnMut() -> bool, secs: u64) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(secs) {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
+
+fn temporaries(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".sbx-fs-new-"))
+        .map(|e| e.path())
+        .collect()
+}
+
+#[test]
+fn fs_placeholder_temporary_of_a_killed_run_is_reaped_by_the_next() {
+    let d = tempfile::tempdir().unwrap();
+    let base = d.path().canonicalize().unwrap();
+    let proj = base.join("proj");
+    write(&proj.join("a.txt"), "a\n");
+    let registry = base.join("registry");
+    let fs = |tmpdir: &Path| {
+        let t = base.join(tmpdir);
+        std::fs::create_dir_all(&t).unwrap();
+        let mut c = sbx_testutil::tool("sbx-fs");
+        c.env("SBX_REGISTRY_DIR", &registry)
+            .env("TMPDIR", &t)
+            .arg("--rw")
+            .arg(&proj)
+            .arg("--chdir")
+            .arg(&proj)
+            .args(["--", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        c
+    };
+    // Killed right after the temporary placeholder exists (no .git in the
+    // project: sbx-fs makes a mount point for its invariants).
+    let out = fs(Path::new("t1"))
+        .env("SBX_TEST_KILL_AT", "fs-placeholder-tmp")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+    let left = temporaries(&proj);
+    assert!(!left.is_empty(), "the kill point left no temporary");
+    // The next run, with another TMPDIR, reaps it.
+    let out = fs(Path::new("t2")).output().unwrap();
+    assert!(out.status.success(), "{}", sbx_testutil::stderr(&out));
+    assert!(
+        temporaries(&proj).is_empty(),
+        "left: {:?}",
+        temporaries(&proj)
+    );
+    assert!(
+        eventually(|| !proj.join(".git").exists(), 10),
+        "placeholders of the second run survived"
+    );
+    assert_eq!(
+        std::fs::read_dir(&registry).unwrap().count(),
+        0,
+        "registry entries left"
+    );
+}
+
+#[test]
+fn vm_run_dir_of_a_killed_run_is_reaped_under_another_tmpdir() {
+    if !sbx_testutil::have("qemu-system-x86_64") {
+        sbx_testutil::skip!("qemu-system-x86_64 not installed (scripts/setup)");
+    }
+    let guest = std::env::var_os("SBX_VM_GUEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/local/share/sbx/guest"));
+    if !guest.join("vmlinux").is_file() {
+        sbx_testutil::skip!("guest not built (scripts/build-guest)");
+    }
+    let d = tempfile::tempdir().unwrap();
+    let base = d.path().canonicalize().unwrap();
+    let registry = base.join("registry");
+    let vm = |t: &str| {
+        let t = base.join(t);
+        std::fs::create_dir_all(&t).unwrap();
+        let mut c = sbx_testutil::tool("sbx-vm");
+        c.env("SBX_REGISTRY_DIR", &registry)
+            .env("TMPDIR", &t)
+            .env("SBX_VM_GUEST_DIR", &guest)
+            .args(["--backend", "qemu", "--mem", "256M"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    };
+    let uid = unsafe { libc::geteuid() };
+    let vm_base = |t: &str| base.join(t).join(format!("sbx-vm-{uid}"));
+    // Killed while its run directory exists.
+    let mut c = vm("t1");
+    c.args(["--", "sleep", "600"]);
+    let mut child = c.spawn().unwrap();
+    let has_run_dir = || std::fs::read_dir(vm_base("t1")).is_ok_and(|mut r| r.next().is_some());
+    assert!(eventually(has_run_dir, 60), "no run directory appeared");
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    assert!(has_run_dir(), "the killed run's directory should be there");
+    // A run with another TMPDIR reaps it, and leaves no empty base behind.
+    let st = {
+        let mut c = vm("t2");
+        c.args(["--", "true"]);
+        c.status().unwrap()
+    };
+    assert!(st.success(), "{st:?}");
+    assert!(
+        !vm_base("t1").exists(),
+        "the killed run's directory (and its base) survived"
+    );
+    assert!(
+        !vm_base("t2").exists(),
+        "a finished run left {}",
+        vm_base("t2").display()
+    );
+    assert_eq!(std::fs::read_dir(&registry).unwrap().count(), 0);
+    // The killed run's VMM died with it (die-with-parent).
+    assert!(
+        eventually(
+            || {
+                let o = Command::new("pgrep")
+                    .args(["-f", base.to_str().unwrap()])
+                    .output()
+                    .unwrap();
+                o.stdout.is_empty()
+            },
+            10
+        ),
+        "processes of the killed run survived"
+    );
+}
