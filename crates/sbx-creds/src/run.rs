@@ -68,13 +68,22 @@ fn report_failures(rep: &RevokeReport) {
 pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
     let req = cli.request()?;
     req.validate()?;
+    // Before the runtime's threads exist.
+    crate::guardian::spawn(&req.server);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .thread_name("sbx-creds-io")
         .build()
         .map_err(|e| Failure::new(format!("tokio runtime: {e}")))?;
-    let session = Arc::new(rt.block_on(Session::open(&req, env_token))?);
+    let session = match rt.block_on(Session::open(&req, env_token)) {
+        // open revoked what it had created.
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            crate::guardian::done();
+            return Err(e.into());
+        }
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let maint = rt.spawn(session.clone().maintain(stop_rx));
 
@@ -82,6 +91,7 @@ pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
         let _ = stop_tx.send(true);
         let _ = rt.block_on(maint);
         let rep = rt.block_on(session.revoke_all());
+        crate::guardian::done();
         report_failures(&rep);
         code
     };

@@ -203,6 +203,12 @@ impl Session {
         let deadline = start + req.ttl;
         vault.health().await?;
         let login = method.login(&mut vault).await?;
+        // Before anything else (even the audit event): the guardian knows
+        // the token, so a SIGKILL from here on does not leave it alive.
+        crate::guardian::auth_token(&login.token);
+        if login.created {
+            crate::guardian::created_token(&login.accessor, &login.token);
+        }
         emit(
             "login",
             Severity::Info,
@@ -602,6 +608,7 @@ impl Session {
         let mut ttl = resp.lease_duration;
         let mut tracked = None;
         if !resp.lease_id.is_empty() {
+            crate::guardian::lease(&resp.lease_id);
             if ttl > cap {
                 ttl = self
                     .cap_lease(&resp.lease_id, resp.renewable, ttl, cap, token)
@@ -749,6 +756,7 @@ impl Session {
         if token.expose_secret().is_empty() {
             return Err(SessionError::NoChildToken(c.env.clone()));
         }
+        crate::guardian::created_token(&auth.accessor, &token);
         let tracked = Tracked {
             kind: Kind::ChildToken,
             id: auth.accessor.clone(),
