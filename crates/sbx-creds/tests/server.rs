@@ -424,7 +424,8 @@ fn signals_still_revoke() {
     }
 }
 
-/// SIGKILL of sbx-creds: nothing revokes, the tokens expire at the TTL by
+/// SIGKILL of sbx-creds and of its guardian (tests/sigkill.rs covers the
+/// guardian revoking): nothing revokes, the tokens expire at the TTL by
 /// themselves (the role would allow an hour).
 #[test]
 fn sigkill_leaves_tokens_that_expire_at_the_ttl() {
@@ -455,6 +456,18 @@ fn sigkill_leaves_tokens_that_expire_at_the_ttl() {
         "secret_injected"
     )
     .is_empty()));
+    // The guardian: a child of sbx-creds that did not exec (same comm).
+    let pid = child.id();
+    let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let mut guardians = 0;
+    for k in kids.split_whitespace() {
+        let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
+        if comm.trim() == "sbx-creds" {
+            unsafe { libc::kill(k.parse().unwrap(), libc::SIGKILL) };
+            guardians += 1;
+        }
+    }
+    assert_eq!(guardians, 1, "no guardian among {kids}");
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     let session = login_accessor(&w);
