@@ -77,8 +77,9 @@ fn guardian_event(w: &Work) -> serde_json::Value {
     assert_event(&w.audit(), "guardian_revoked", "alert", |_| true)
 }
 
-/// Killed while the command runs: the session token, the child token and
-/// the lease are revoked by the guardian; the alert names them.
+/// Killed while the command runs (the tokens, checked on the server, live
+/// no longer than --ttl although the role allows 1h): the session token,
+/// the child token and the lease are revoked by the guardian; the alert names them.
 #[test]
 fn sigkill_while_the_command_runs() {
     let b = bao_or_skip!();
@@ -90,6 +91,20 @@ fn sigkill_while_the_command_runs() {
         )
         .len()
             >= 2));
+        // Before the kill, through the server: the AppRole login token (the
+        // role allows 1h) and the child token live no longer than --ttl.
+        let session = events(&w.audit(), "login")[0]["accessor"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let ttl = b.accessor_ttl(&session).expect("session token alive");
+        assert!(ttl <= 600, "session token ttl {ttl} > --ttl 10m");
+        for e in events(&w.audit(), "secret_injected") {
+            if let Some(acc) = e["accessor"].as_str() {
+                let ttl = b.accessor_ttl(acc).expect("child token alive");
+                assert!(ttl <= 600, "child token ttl {ttl} > --ttl 10m");
+            }
+        }
     });
     assert!(alive.is_empty(), "tokens alive after the kill: {alive:?}");
     assert_eq!(leases, 0, "leases alive after the kill");
