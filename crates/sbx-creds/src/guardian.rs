@@ -30,6 +30,87 @@ use crate::vault::{ServerConfig, Vault};
 
 static PIPE: Mutex<Option<std::fs::File>> = Mutex::new(None);
 
+/// The cross-run record: a registry entry (its flock held by sbx-creds and,
+/// inherited over the fork, by the guardian) naming a file with the server
+/// address, the accessors and lease ids (never a token).
+struct Record {
+    _entry: sbx_core::registry::Entry,
+    file: std::path::PathBuf,
+    data: serde_json::Value,
+}
+
+static RECORD: Mutex<Option<Record>> = Mutex::new(None);
+
+/// The registry kind of a run's credentials.
+pub const KIND: &str = "creds";
+
+/// Starts the record (before [`spawn`], so the guardian holds the lock
+/// too). Without a registry there is no record (a warning says so).
+pub fn record_start(addr: &str, ttl: std::time::Duration) {
+    let r = (|| -> std::io::Result<Record> {
+        let d = sbx_core::registry::dir()?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|t| t.as_nanos())
+            .unwrap_or(0);
+        let file = d.join(format!(".rec-{KIND}-{}-{now}", std::process::id()));
+        // Everything created is capped to the TTL: past it, nothing is left.
+        let expires = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|t| t.as_secs())
+            .unwrap_or(0)
+            + ttl.as_secs()
+            + 1;
+        let data = json!({"addr": addr, "expires_unix": expires, "accessors": [], "leases": []});
+        write_record(&file, &data)?;
+        let entry = sbx_core::registry::register(KIND, &file)?;
+        Ok(Record {
+            _entry: entry,
+            file,
+            data,
+        })
+    })();
+    match r {
+        Ok(r) => *RECORD.lock().unwrap_or_else(|e| e.into_inner()) = Some(r),
+        Err(e) => emit(
+            "record_missing",
+            Severity::Warn,
+            json!({"why": e.to_string(), "note": "a later run cannot revoke what this run leaves if it and its guardian are killed"}),
+        ),
+    }
+}
+
+fn write_record(file: &std::path::Path, data: &serde_json::Value) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = file.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    f.write_all(data.to_string().as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, file)
+}
+
+fn record(field: &str, id: &str) {
+    let mut g = RECORD.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = g.as_mut() {
+        if let Some(a) = r.data[field].as_array_mut() {
+            a.push(json!(id));
+        }
+        if let Err(e) = write_record(&r.file, &r.data) {
+            emit(
+                "record_failed",
+                Severity::Warn,
+                json!({"file": r.file, "error": e.to_string()}),
+            );
+        }
+    }
+}
+
 fn send(line: &str) {
     let mut g = PIPE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(f) = g.as_mut() {
@@ -48,11 +129,13 @@ pub fn auth_token(token: &SecretString) {
 /// Records a token created for the session: revoked (revoke-self) if
 /// sbx-creds dies.
 pub fn created_token(accessor: &str, token: &SecretString) {
+    record("accessors", accessor);
     send(&format!("T {accessor} {}\n", token.expose_secret()));
 }
 
 /// Records a lease.
 pub fn lease(id: &str) {
+    record("leases", id);
     send(&format!("L {id}\n"));
 }
 
@@ -60,6 +143,7 @@ pub fn lease(id: &str) {
 pub fn done() {
     send("D\n");
     *PIPE.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    forget_record();
 }
 
 fn threads() -> usize {
@@ -137,7 +221,10 @@ fn guard(rd: OwnedFd, server: &ServerConfig) -> i32 {
     for line in text.lines() {
         let mut it = line.splitn(3, ' ');
         match (it.next(), it.next(), it.next()) {
-            (Some("D"), _, _) => return 0,
+            (Some("D"), _, _) => {
+                // sbx-creds revoked and removes the record itself.
+                return 0;
+            }
             (Some("A"), Some(t), _) => auth = Some(SecretString::from(t.to_string())),
             (Some("T"), Some(a), Some(t)) => {
                 tokens.push((a.to_string(), SecretString::from(t.to_string())))
@@ -147,6 +234,7 @@ fn guard(rd: OwnedFd, server: &ServerConfig) -> i32 {
         }
     }
     if tokens.is_empty() && leases.is_empty() {
+        forget_record();
         return 0;
     }
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -155,7 +243,18 @@ fn guard(rd: OwnedFd, server: &ServerConfig) -> i32 {
     else {
         return 1;
     };
-    rt.block_on(revoke(server, auth, tokens, leases))
+    let code = rt.block_on(revoke(server, auth, tokens, leases));
+    if code == 0 {
+        // Nothing left for a later run: the record and its entry go.
+        forget_record();
+    }
+    code
+}
+
+fn forget_record() {
+    if let Some(r) = RECORD.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = std::fs::remove_file(&r.file);
+    }
 }
 
 async fn revoke(

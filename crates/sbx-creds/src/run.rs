@@ -69,6 +69,7 @@ pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
     let req = cli.request()?;
     req.validate()?;
     // Before the runtime's threads exist.
+    crate::guardian::record_start(&req.server.addr, req.ttl);
     crate::guardian::spawn(&req.server);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -84,6 +85,27 @@ pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
             return Err(e.into());
         }
     };
+    // What a dead run left when its guardian died too.
+    sbx_core::registry::reap(crate::guardian::KIND, |rec| {
+        let data: serde_json::Value = sbx_core::input::read_regular(rec, 1 << 20)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(serde_json::Value::Null);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|t| t.as_secs())
+            .unwrap_or(0);
+        if data["expires_unix"].as_u64().is_some_and(|e| e < now) {
+            // Past the dead run's TTL: its credentials expired by themselves.
+            let _ = std::fs::remove_file(rec);
+            return Ok(());
+        }
+        let r = rt.block_on(session.revoke_stale(&data));
+        if r.is_ok() {
+            let _ = std::fs::remove_file(rec);
+        }
+        r
+    });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let maint = rt.spawn(session.clone().maintain(stop_rx));
 

@@ -252,6 +252,79 @@ impl Session {
         }
     }
 
+    /// Revokes, with this session's token, what a dead run recorded
+    /// (`{"addr","accessors","leases"}`) when it is on this server: leases
+    /// with `sys/leases/revoke`, tokens with `auth/token/revoke-accessor`
+    /// (needs that permission; a 403 keeps the record for a later run). An
+    /// id already gone counts as revoked. Emits `stale_revoked` (alert).
+    pub async fn revoke_stale(&self, rec: &serde_json::Value) -> std::io::Result<()> {
+        let addr = rec["addr"].as_str().unwrap_or("");
+        if addr.trim_end_matches('/') != self.vault.addr().trim_end_matches('/') {
+            return Err(std::io::Error::other("another server"));
+        }
+        let token = self.login.token.clone();
+        let mut revoked = Vec::new();
+        let mut failed = Vec::new();
+        let ids = |f: &str| -> Vec<String> {
+            rec[f]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut calls = Vec::new();
+        for l in ids("leases") {
+            calls.push((
+                "lease",
+                l.clone(),
+                "sys/leases/revoke",
+                json!({"lease_id": l}),
+            ));
+        }
+        for a in ids("accessors").into_iter().rev() {
+            calls.push((
+                "token",
+                a.clone(),
+                "auth/token/revoke-accessor",
+                json!({"accessor": a}),
+            ));
+        }
+        for (kind, id, path, body) in calls {
+            let r = self
+                .vault
+                .raw::<serde_json::Value>(
+                    &format!("revocation of a dead run's {kind} {id} ({path})"),
+                    Method::PUT,
+                    path,
+                    Some(&body),
+                    Some(&token),
+                )
+                .await;
+            match r {
+                Ok(_) => revoked.push(json!({"kind": kind, "id": id})),
+                // Already invalid (expired, or revoked with its parent).
+                Err(e) if e.status() == Some(400) => {
+                    revoked.push(json!({"kind": kind, "id": id, "note": "already invalid"}))
+                }
+                Err(e) => failed.push(json!({"kind": kind, "id": id, "error": e.to_string()})),
+            }
+        }
+        emit(
+            "stale_revoked",
+            Severity::Alert,
+            json!({"note": "a killed run and its guardian left these credentials; revoked now",
+                   "revoked": revoked, "failed": failed}),
+        );
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other("some revocations failed"))
+        }
+    }
+
     /// When the session ends at the latest.
     pub fn deadline(&self) -> Instant {
         self.deadline

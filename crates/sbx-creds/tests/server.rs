@@ -434,7 +434,12 @@ fn sigkill_leaves_tokens_that_expire_at_the_ttl() {
     let who = As::Root;
     let rid = w.cred("role-id", &b.role_id("sbx"), who);
     let sid = w.cred("secret-id", &b.secret_id("sbx"), who);
+    // Its own registry: the record this run leaves is the test's.
+    let reg = w.path("registry");
+    std::fs::create_dir(&reg).unwrap();
+    std::fs::set_permissions(&reg, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     let mut child = creds(b, &w, who)
+        .env("SBX_REGISTRY_DIR", &reg)
         .args([
             "--auth",
             "approle",

@@ -35,6 +35,7 @@ fn kill_and_check(b: &Bao, w: &Work, wait: impl Fn(&Work)) -> (BTreeSet<String>,
     let before = accessors(b);
     let leases_before = b.lease_count("pki/issue/web/");
     let mut child = creds(b, w, who)
+        .env("SBX_REGISTRY_DIR", registry(w))
         .args(["--auth", "approle", "--ttl", "10m", "--role-id-file"])
         .arg(&rid)
         .arg("--secret-id-file")
@@ -66,6 +67,22 @@ fn kill_and_check(b: &Bao, w: &Work, wait: impl Fn(&Work)) -> (BTreeSet<String>,
         alive.is_empty() && leases == 0
     });
     (alive, leases)
+}
+
+/// A private registry for the run (0700, ours).
+fn registry(w: &Work) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = w.path("registry");
+    let _ = std::fs::create_dir(&d);
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    d
+}
+
+/// Nothing is left in the registry once the guardian is done.
+fn registry_empty(w: &Work) -> bool {
+    wait_until(Duration::from_secs(10), || {
+        std::fs::read_dir(registry(w)).unwrap().next().is_none()
+    })
 }
 
 fn guardian_event(w: &Work) -> serde_json::Value {
@@ -124,6 +141,7 @@ fn sigkill_while_the_command_runs() {
     assert!(text.contains(&session), "{ev}");
     assert!(text.contains(&child), "{ev}");
     assert!(text.contains("lease"), "{ev}");
+    assert!(registry_empty(&w), "registry entries left");
 }
 
 /// Killed right after the login (the 1h AppRole token) and before the
@@ -190,4 +208,72 @@ fn sigkill_right_after_start() {
             }
         }
     }
+}
+
+/// SIGKILL of sbx-creds and of its guardian: the registry record (accessors
+/// and lease ids, no token) lets the next sbx-creds start revoke them
+/// (here with a token allowed `auth/token/revoke-accessor`: root), with a
+/// `stale_revoked` alert; the record is then gone.
+#[test]
+fn next_run_revokes_what_a_dead_run_and_guardian_left() {
+    let b = bao_or_skip!();
+    let w = Work::new();
+    let who = As::Root;
+    let rid = w.cred("role-id", &b.role_id("sbx"), who);
+    let sid = w.cred("secret-id", &b.secret_id("sbx"), who);
+    let mut child = creds(b, &w, who)
+        .env("SBX_REGISTRY_DIR", registry(&w))
+        .args(["--auth", "approle", "--ttl", "10m", "--role-id-file"])
+        .arg(&rid)
+        .arg("--secret-id-file")
+        .arg(&sid)
+        .args(["--child-token", "CT", "--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready = wait_until(Duration::from_secs(20), || {
+        !events(&w.audit(), "secret_injected").is_empty()
+    });
+    let pid = child.id();
+    let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    for k in kids.split_whitespace() {
+        let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
+        if comm.trim() == "sbx-creds" {
+            unsafe { libc::kill(k.parse().unwrap(), libc::SIGKILL) };
+        }
+    }
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(ready, "the command never started");
+    let session = events(&w.audit(), "login")[0]["accessor"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ct = events(&w.audit(), "secret_injected")[0]["accessor"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(b.accessor_ttl(&session).is_some() && b.accessor_ttl(&ct).is_some());
+    assert!(events(&w.audit(), "guardian_revoked").is_empty());
+    let rec = std::fs::read_dir(registry(&w))
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(rec.contains(&session), "no record: {rec}");
+
+    let out = creds(b, &w, who)
+        .env("SBX_REGISTRY_DIR", registry(&w))
+        .env("VAULT_TOKEN", &b.root)
+        .args(["--secret", "DB=secret/app#db", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(b.accessor_ttl(&session), None, "session token alive");
+    assert_eq!(b.accessor_ttl(&ct), None, "child token alive");
+    let ev = assert_event(&w.audit(), "stale_revoked", "alert", |_| true);
+    assert!(ev["revoked"].to_string().contains(&session), "{ev}");
+    assert!(registry_empty(&w), "registry entries left");
 }
