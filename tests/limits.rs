@@ -171,3 +171,113 @@ fn kill_after_bad_value_is_one_line_125() {
     assert!(e.contains("--kill-after"), "{e}");
     let _ = As::Root;
 }
+
+/// Processes of the test user (all of them, to see that nothing is left).
+fn user_procs(uid: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("status")).is_ok_and(|s| {
+                s.lines().any(|l| {
+                    l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some(&uid.to_string())
+                })
+            })
+        })
+        .count()
+}
+
+/// sbx-cgroup as the unprivileged test user, without a delegated cgroup,
+/// with an outer safety cap: RLIMIT_NPROC for the whole user at what it
+/// has now + 400, so a failure of the inner bound cannot endanger the host.
+fn unprivileged_cgroup(uid: u32, log: &Path) -> Command {
+    let cap = user_procs(uid) as u64 + 400;
+    let mut c = tool("sbx-cgroup");
+    // SAFETY: setrlimit in the forked child before exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
+            let r = libc::rlimit {
+                rlim_cur: cap,
+                rlim_max: cap,
+            };
+            libc::setrlimit(libc::RLIMIT_NPROC, &r);
+            Ok(())
+        });
+    }
+    run_as(&mut c, As::User);
+    c.arg("--audit-log").arg(log);
+    c
+}
+
+#[test]
+fn without_root_timeout_rlimits_and_pids_still_bound_the_command() {
+    let Some((uid, _)) = sbx_testutil::test_user() else {
+        sbx_testutil::skip!("test user missing");
+    };
+    if !sbx_testutil::is_root() {
+        sbx_testutil::skip!("needs root to switch to the test user");
+    }
+    let d = sbx_testutil::shared_tempdir();
+    let log = d.path().join("a.jsonl");
+
+    // A fork bomb: held by --pids (RLIMIT_NPROC in its own user namespace),
+    // ended by --timeout; nothing left after.
+    let before = user_procs(uid);
+    let t0 = Instant::now();
+    let out = unprivileged_cgroup(uid, &log)
+        .args(["--pids", "40", "--timeout", "4s", "--"])
+        .args(["sh", "-c", "b() { b | b & }; b; sleep 100"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 124, "{}", stderr(&out));
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    let ev = assert_event(&log, "cgroup_summary", "alert", |e| e["timed_out"] == true);
+    assert_eq!(ev["mode"], "none", "{ev}");
+    assert!(ev["processes_killed"].as_u64() >= Some(1), "{ev}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        user_procs(uid) <= before + 1,
+        "processes left: {} -> {}",
+        before,
+        user_procs(uid)
+    );
+
+    // The bound itself: of 200 background processes at most 40 start,
+    // whatever else the user runs (per-userns accounting).
+    let out = unprivileged_cgroup(uid, &log)
+        .args(["--pids", "40", "--timeout", "30s", "--"])
+        .args([
+            common::PY,
+            "-c",
+            "import os, time\nn = 0\nfor i in range(200):\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n    if pid == 0:\n        time.sleep(5)\n        os._exit(0)\n    n += 1\nprint(n, flush=True)\nos._exit(0)",
+        ])
+        .output()
+        .unwrap();
+    let started: usize = sbx_testutil::stdout(&out)
+        .trim()
+        .parse()
+        .unwrap_or(usize::MAX);
+    assert!(
+        (5..40).contains(&started),
+        "{started} started; {}",
+        stderr(&out)
+    );
+
+    // A memory bomb: --rlimit data caps each process.
+    let out = unprivileged_cgroup(uid, &log)
+        .args(["--rlimit", "data=64M", "--"])
+        .args([common::PY, "-c", "bytearray(512 << 20)"])
+        .output()
+        .unwrap();
+    assert_ne!(code(&out), 0);
+    assert!(stderr(&out).contains("MemoryError"), "{}", stderr(&out));
+
+    // Limits that need a cgroup are still refused, one line.
+    let out = unprivileged_cgroup(uid, &log)
+        .args(["--memory", "64M", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 125);
+    assert!(stderr(&out).contains("not delegated"), "{}", stderr(&out));
+}

@@ -18,6 +18,7 @@ pub mod discover;
 pub mod group;
 pub mod leaf;
 pub mod limits;
+pub mod nocg;
 pub mod owner;
 pub mod rlimit;
 pub mod run;

@@ -49,7 +49,20 @@ pub fn prepare(cli: &Cli) -> Result<Prepared, Failure> {
     }
     let host = Host::default();
     let layout = discover::discover(&host)?;
-    let targets = group::plan(&layout, cli.parent.as_deref(), &limits)?;
+    let targets = match group::plan(&layout, cli.parent.as_deref(), &limits) {
+        Ok(t) => t,
+        // Unprivileged without a delegated cgroup: --timeout, --rlimit and
+        // --pids (RLIMIT_NPROC in a user namespace of the command's own)
+        // need no cgroup; they run in no-cgroup mode. Limits that do need
+        // one (memory, CPU, I/O) keep the error.
+        Err(e @ group::GroupError::NotDelegated { .. }) => {
+            if cli.parent.is_some() || !crate::nocg::possible(&limits) {
+                return Err(e.into());
+            }
+            Vec::new()
+        }
+        Err(e) => return Err(e.into()),
+    };
     Ok(Prepared {
         limits,
         layout,
@@ -66,6 +79,9 @@ pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
         host,
     } = p;
     let mut cmd = supervise::command(&cli.cmd, None)?;
+    if targets.is_empty() {
+        return crate::nocg::run(cli, cmd, &limits);
+    }
 
     // 2. Stale groups of dead supervisors under the same parents.
     owner::reap_stale(&targets, host.root == std::path::Path::new("/"));
@@ -210,7 +226,7 @@ fn finish(mut group: SandboxGroup, watcher: Watcher) {
     watcher.finish();
 }
 
-fn limits_json(l: &Limits) -> serde_json::Value {
+pub(crate) fn limits_json(l: &Limits) -> serde_json::Value {
     serde_json::json!({
         "memory": l.memory,
         "memory_swap": l.memory_swap.or(l.memory),

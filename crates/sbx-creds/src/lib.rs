@@ -6,6 +6,7 @@
 //! fw_cfg instead of environment variables.
 
 pub mod auth;
+mod guardian;
 mod run;
 pub mod secret;
 pub mod session;

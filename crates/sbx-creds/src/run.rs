@@ -68,13 +68,44 @@ fn report_failures(rep: &RevokeReport) {
 pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
     let req = cli.request()?;
     req.validate()?;
+    // Before the runtime's threads exist.
+    crate::guardian::record_start(&req.server.addr, req.ttl);
+    crate::guardian::spawn(&req.server);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .thread_name("sbx-creds-io")
         .build()
         .map_err(|e| Failure::new(format!("tokio runtime: {e}")))?;
-    let session = Arc::new(rt.block_on(Session::open(&req, env_token))?);
+    let session = match rt.block_on(Session::open(&req, env_token)) {
+        // open revoked what it had created.
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            crate::guardian::done();
+            return Err(e.into());
+        }
+    };
+    // What a dead run left when its guardian died too.
+    sbx_core::registry::reap(crate::guardian::KIND, |rec| {
+        let data: serde_json::Value = sbx_core::input::read_regular(rec, 1 << 20)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(serde_json::Value::Null);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|t| t.as_secs())
+            .unwrap_or(0);
+        if data["expires_unix"].as_u64().is_some_and(|e| e < now) {
+            // Past the dead run's TTL: its credentials expired by themselves.
+            let _ = std::fs::remove_file(rec);
+            return Ok(());
+        }
+        let r = rt.block_on(session.revoke_stale(&data));
+        if r.is_ok() {
+            let _ = std::fs::remove_file(rec);
+        }
+        r
+    });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let maint = rt.spawn(session.clone().maintain(stop_rx));
 
@@ -82,6 +113,7 @@ pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
         let _ = stop_tx.send(true);
         let _ = rt.block_on(maint);
         let rep = rt.block_on(session.revoke_all());
+        crate::guardian::done();
         report_failures(&rep);
         code
     };

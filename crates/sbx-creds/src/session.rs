@@ -203,6 +203,12 @@ impl Session {
         let deadline = start + req.ttl;
         vault.health().await?;
         let login = method.login(&mut vault).await?;
+        // Before anything else (even the audit event): the guardian knows
+        // the token, so a SIGKILL from here on does not leave it alive.
+        crate::guardian::auth_token(&login.token);
+        if login.created {
+            crate::guardian::created_token(&login.accessor, &login.token);
+        }
         emit(
             "login",
             Severity::Info,
@@ -243,6 +249,79 @@ impl Session {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Revokes, with this session's token, what a dead run recorded
+    /// (`{"addr","accessors","leases"}`) when it is on this server: leases
+    /// with `sys/leases/revoke`, tokens with `auth/token/revoke-accessor`
+    /// (needs that permission; a 403 keeps the record for a later run). An
+    /// id already gone counts as revoked. Emits `stale_revoked` (alert).
+    pub async fn revoke_stale(&self, rec: &serde_json::Value) -> std::io::Result<()> {
+        let addr = rec["addr"].as_str().unwrap_or("");
+        if addr.trim_end_matches('/') != self.vault.addr().trim_end_matches('/') {
+            return Err(std::io::Error::other("another server"));
+        }
+        let token = self.login.token.clone();
+        let mut revoked = Vec::new();
+        let mut failed = Vec::new();
+        let ids = |f: &str| -> Vec<String> {
+            rec[f]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut calls = Vec::new();
+        for l in ids("leases") {
+            calls.push((
+                "lease",
+                l.clone(),
+                "sys/leases/revoke",
+                json!({"lease_id": l}),
+            ));
+        }
+        for a in ids("accessors").into_iter().rev() {
+            calls.push((
+                "token",
+                a.clone(),
+                "auth/token/revoke-accessor",
+                json!({"accessor": a}),
+            ));
+        }
+        for (kind, id, path, body) in calls {
+            let r = self
+                .vault
+                .raw::<serde_json::Value>(
+                    &format!("revocation of a dead run's {kind} {id} ({path})"),
+                    Method::PUT,
+                    path,
+                    Some(&body),
+                    Some(&token),
+                )
+                .await;
+            match r {
+                Ok(_) => revoked.push(json!({"kind": kind, "id": id})),
+                // Already invalid (expired, or revoked with its parent).
+                Err(e) if e.status() == Some(400) => {
+                    revoked.push(json!({"kind": kind, "id": id, "note": "already invalid"}))
+                }
+                Err(e) => failed.push(json!({"kind": kind, "id": id, "error": e.to_string()})),
+            }
+        }
+        emit(
+            "stale_revoked",
+            Severity::Alert,
+            json!({"note": "a killed run and its guardian left these credentials; revoked now",
+                   "revoked": revoked, "failed": failed}),
+        );
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other("some revocations failed"))
         }
     }
 
@@ -602,6 +681,7 @@ impl Session {
         let mut ttl = resp.lease_duration;
         let mut tracked = None;
         if !resp.lease_id.is_empty() {
+            crate::guardian::lease(&resp.lease_id);
             if ttl > cap {
                 ttl = self
                     .cap_lease(&resp.lease_id, resp.renewable, ttl, cap, token)
@@ -749,6 +829,7 @@ impl Session {
         if token.expose_secret().is_empty() {
             return Err(SessionError::NoChildToken(c.env.clone()));
         }
+        crate::guardian::created_token(&auth.accessor, &token);
         let tracked = Tracked {
             kind: Kind::ChildToken,
             id: auth.accessor.clone(),

@@ -424,7 +424,8 @@ fn signals_still_revoke() {
     }
 }
 
-/// SIGKILL of sbx-creds: nothing revokes, the tokens expire at the TTL by
+/// SIGKILL of sbx-creds and of its guardian (tests/sigkill.rs covers the
+/// guardian revoking): nothing revokes, the tokens expire at the TTL by
 /// themselves (the role would allow an hour).
 #[test]
 fn sigkill_leaves_tokens_that_expire_at_the_ttl() {
@@ -433,7 +434,12 @@ fn sigkill_leaves_tokens_that_expire_at_the_ttl() {
     let who = As::Root;
     let rid = w.cred("role-id", &b.role_id("sbx"), who);
     let sid = w.cred("secret-id", &b.secret_id("sbx"), who);
+    // Its own registry: the record this run leaves is the test's.
+    let reg = w.path("registry");
+    std::fs::create_dir(&reg).unwrap();
+    std::fs::set_permissions(&reg, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     let mut child = creds(b, &w, who)
+        .env("SBX_REGISTRY_DIR", &reg)
         .args([
             "--auth",
             "approle",
@@ -455,6 +461,18 @@ fn sigkill_leaves_tokens_that_expire_at_the_ttl() {
         "secret_injected"
     )
     .is_empty()));
+    // The guardian: a child of sbx-creds that did not exec (same comm).
+    let pid = child.id();
+    let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let mut guardians = 0;
+    for k in kids.split_whitespace() {
+        let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
+        if comm.trim() == "sbx-creds" {
+            unsafe { libc::kill(k.parse().unwrap(), libc::SIGKILL) };
+            guardians += 1;
+        }
+    }
+    assert_eq!(guardians, 1, "no guardian among {kids}");
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     let session = login_accessor(&w);

@@ -394,7 +394,7 @@ fn low(
             "sbx-cgroup left out (--no-cgroup): no memory, pids, CPU or wall-clock limit".into(),
         );
     } else {
-        notes.push("sbx-cgroup left out: not root (cgroup limits need root or a delegated cgroup here); --cgroup forces it".into());
+        notes.push("limits in this run: none (sbx-cgroup left out: not root): no memory, pids, CPU or wall-clock limit; cgroup limits need root or a delegated cgroup; without one sbx-cgroup --pids/--timeout/--rlimit still apply (RLIMIT_NPROC in its own user namespace), --memory/--cpus do not".into());
     }
     let mut l = vec![os(tool("sbx-net")?)];
     for a in &p.net_allow {
