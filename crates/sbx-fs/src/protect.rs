@@ -360,7 +360,7 @@ pub fn walk_links(
     let mut left = limit;
     let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(root.join(&rel)) else {
+        let Some(rd) = list_dir(&root.join(&rel)) else {
             continue;
         };
         for e in rd.flatten() {
@@ -386,6 +386,46 @@ pub fn walk_links(
         }
     }
     Ok(())
+}
+
+/// Lists `d`. A directory of ours that cannot be listed (the command ran
+/// `chmod 111` on it: programs still reach a control file or a `.git`
+/// below it by name) is made ours to list again, with an alert; one that
+/// is not ours (the command could not have made it) is skipped as before.
+fn list_dir(d: &Path) -> Option<std::fs::ReadDir> {
+    match std::fs::read_dir(d) {
+        Ok(rd) => Some(rd),
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            regain(d, 0o700)?;
+            std::fs::read_dir(d).ok()
+        }
+        Err(_) => None,
+    }
+}
+
+/// Adds `bits` to the mode of directory `d` when it is ours and lacks them
+/// (logged as `fs_dir_mode_restored`, alert); None when it is not ours.
+fn regain(d: &Path, bits: u32) -> Option<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let m = std::fs::symlink_metadata(d).ok()?;
+    // SAFETY: geteuid has no preconditions.
+    if !m.is_dir() || m.uid() != unsafe { libc::geteuid() } {
+        return None;
+    }
+    if m.mode() & bits == bits {
+        return Some(());
+    }
+    std::fs::set_permissions(
+        d,
+        std::fs::Permissions::from_mode((m.mode() | bits) & 0o7777),
+    )
+    .ok()?;
+    audit::emit(
+        "fs_dir_mode_restored",
+        Severity::Alert,
+        json!({ "path": d, "mode": format!("{:o}", m.mode() & 0o7777), "added": format!("{bits:o}") }),
+    );
+    Some(())
 }
 
 /// Directories below a writable bind's root (relative) that hold a control
@@ -831,6 +871,15 @@ fn copy_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
 /// removal of `from`). Symlinks are moved as symlinks, never followed.
 fn move_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
     prepare_quarantine(quarantine, to)?;
+    // A parent the command made read-only (chmod 555) must not keep the
+    // entry in place: it is ours, so it is made writable again.
+    if let Some(parent) = from.parent() {
+        let _ = regain(parent, 0o700);
+    }
+    // A directory moved across file systems is copied: it must be listable.
+    if std::fs::symlink_metadata(from).is_ok_and(|m| m.is_dir()) {
+        let _ = regain(from, 0o700);
+    }
     match std::fs::rename(from, to) {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {

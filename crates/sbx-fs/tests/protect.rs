@@ -638,3 +638,46 @@ fn growing_the_tree_past_the_limit_does_not_hide_a_control_file() {
         s.assert_clean(&before);
     }
 }
+
+/// A command that makes directories unlistable (`chmod 311`: a program
+/// still opens `pkg/.vscode/tasks.json` by name) or read-only (`chmod
+/// 555`) hides nothing from the end sweep: the directories are the
+/// command's own, so they are given back their owner's rights
+/// (`fs_dir_mode_restored`) and the control files are moved out.
+#[test]
+fn unlistable_or_read_only_directories_hide_no_control_file() {
+    for who in identities() {
+        need_fuse!(who);
+        let s = Scratch::new(who);
+        s.write("proj/keep.txt", "1\n");
+        s.mkdir("q");
+        let q = quarantine(&s);
+        let script = "echo '{\"mcpServers\":{}}' > .mcp.json; \
+             mkdir -p pkg/.vscode && echo '{}' > pkg/.vscode/tasks.json && chmod 311 pkg; \
+             mkdir -p ro/.idea && echo x > ro/.idea/workspace.xml && chmod 555 ro; \
+             chmod 311 .; echo done";
+        let (out, log) = s.run_rw(&["--quarantine", q.to_str().unwrap()], script);
+        let so = ok(&out);
+        assert!(so.contains("done"), "{so}");
+        for rel in [".mcp.json", "pkg/.vscode", "ro/.idea"] {
+            let host = s.path("proj").join(rel);
+            assert!(
+                std::fs::symlink_metadata(&host).is_err(),
+                "{who:?}: {rel} is still in the project"
+            );
+            assert_event(&log, "fs_protected_created", "alert", |e| {
+                e["path"] == host.to_str().unwrap()
+            });
+        }
+        if who == As::User {
+            // Root lists and writes them anyway.
+            assert_event(&log, "fs_dir_mode_restored", "alert", |e| {
+                e["path"].as_str().is_some_and(|p| p.ends_with("/proj/pkg"))
+            });
+        }
+        assert_eq!(
+            std::fs::read_to_string(s.path("proj/keep.txt")).unwrap(),
+            "1\n"
+        );
+    }
+}
