@@ -268,6 +268,26 @@ fn a_log_the_sandbox_could_write_is_refused() {
         sbx_testutil::assert_usage_error(&out, "hard links");
         assert!(!s.proj.join("ran.txt").exists(), "the command ran");
 
+        // 3b. Through a host bind mount that aliases a directory inside
+        // the bind (no ancestor in common; root makes the mount).
+        if who == As::Root {
+            let deep = s.proj.join("sub/deep");
+            std::fs::create_dir_all(&deep).unwrap();
+            let alias = s.base.join("alias");
+            std::fs::create_dir_all(&alias).unwrap();
+            let st = Command::new("mount")
+                .arg("--bind")
+                .arg(&deep)
+                .arg(&alias)
+                .status()
+                .unwrap();
+            assert!(st.success(), "mount --bind");
+            let out = fs_with_log(&s, &alias.join("a.jsonl"), who);
+            let _ = Command::new("umount").arg(&alias).status();
+            sbx_testutil::assert_usage_error(&out, "is inside the writable bind");
+            assert!(!s.proj.join("ran.txt").exists(), "the command ran");
+        }
+
         // 4. The same through scripts/sbx-run.
         let mut c = Command::new("sh");
         c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/sbx-run"))

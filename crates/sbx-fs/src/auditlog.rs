@@ -23,6 +23,53 @@ fn ids_path(p: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape(f: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let b = f.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && let Ok(v) = u8::from_str_radix(&f[i + 1..i + 4], 8)
+        {
+            out.push(v);
+            i += 4;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+/// Where `p` (absolute, resolved) lies on its file system: the mount's
+/// device (major:minor) and the path from the file system's own root, read
+/// from /proc/self/mountinfo. A bind mount that aliases a directory gives
+/// the same answer as the directory itself, whatever path reaches it.
+fn fs_path(p: &Path, mountinfo: &str) -> Option<(String, PathBuf)> {
+    let mut best: Option<(usize, &str, PathBuf, PathBuf)> = None;
+    for line in mountinfo.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        if f.len() < 5 {
+            continue;
+        }
+        let mp = unescape(f[4]);
+        if !p.starts_with(&mp) {
+            continue;
+        }
+        let len = mp.as_os_str().len();
+        // The last mount on the longest mount point is the one seen.
+        if best.as_ref().is_none_or(|b| len >= b.0) {
+            best = Some((len, f[2], unescape(f[3]), mp));
+        }
+    }
+    let (_, dev, root, mp) = best?;
+    let rel = p.strip_prefix(&mp).ok()?;
+    Some((dev.to_string(), root.join(rel)))
+}
+
 /// Refuses (exit 125, one line naming the log and the bind) when the audit
 /// log this tool writes to is inside a writable bind of `plan`, is itself
 /// bound writable, or has a second hard link on the file system of a
@@ -43,12 +90,20 @@ pub fn refuse_log_in_writable_bind(plan: &Plan) -> Result<(), Failure> {
         chain.extend(ids_path(d));
         up = d.parent();
     }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let log_at = fs_path(&shown, &mountinfo);
     for op in &plan.ops {
         let What::Bind { src, ro: false } = op.what else {
             continue;
         };
         let s = &plan.sources[src];
-        if chain.contains(&(s.dev, s.ino)) {
+        // Also by place on the file system: the log reached through a bind
+        // mount of a directory inside the bind (no ancestor in common).
+        let aliased = match (&log_at, fs_path(&s.path, &mountinfo)) {
+            (Some((ld, lp)), Some((bd, bp))) => *ld == bd && lp.starts_with(&bp),
+            _ => false,
+        };
+        if aliased || chain.contains(&(s.dev, s.ino)) {
             return Err(Failure::new(format!(
                 "audit log {} is inside the writable bind {}: the sandbox could erase or forge it; put the log outside every --rw",
                 shown.display(),
