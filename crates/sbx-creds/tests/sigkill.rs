@@ -79,10 +79,27 @@ fn registry(w: &Work) -> std::path::PathBuf {
 }
 
 /// Nothing is left in the registry once the guardian is done.
+/// The files of the registry (sbx_core::registry keeps them in a
+/// directory per user beneath SBX_REGISTRY_DIR).
+fn registry_files(w: &Work) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(registry(w)).unwrap().flatten() {
+        if e.path().is_dir() {
+            out.extend(
+                std::fs::read_dir(e.path())
+                    .unwrap()
+                    .flatten()
+                    .map(|e| e.path()),
+            );
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
 fn registry_empty(w: &Work) -> bool {
-    wait_until(Duration::from_secs(10), || {
-        std::fs::read_dir(registry(w)).unwrap().next().is_none()
-    })
+    wait_until(Duration::from_secs(10), || registry_files(w).is_empty())
 }
 
 fn guardian_event(w: &Work) -> serde_json::Value {
@@ -256,10 +273,9 @@ fn next_run_revokes_what_a_dead_run_and_guardian_left() {
         .to_string();
     assert!(b.accessor_ttl(&session).is_some() && b.accessor_ttl(&ct).is_some());
     assert!(events(&w.audit(), "guardian_revoked").is_empty());
-    let rec = std::fs::read_dir(registry(&w))
-        .unwrap()
-        .flatten()
-        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+    let rec = registry_files(&w)
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
         .collect::<Vec<_>>()
         .join("\n");
     assert!(rec.contains(&session), "no record: {rec}");
