@@ -196,10 +196,15 @@ pub fn reap(kind: &str, remove: impl Fn(&Path) -> io::Result<()>) -> Vec<PathBuf
 }
 
 /// A named moment at which the fault-injection tests kill the process:
-/// with `SBX_TEST_KILL_AT=NAME` in the environment, SIGKILL here. (Anyone
-/// who sets a tool's environment can kill it anyway.)
+/// with `SBX_TEST_KILL_AT=NAME[,NAME...]` in the environment, SIGKILL here.
+/// (Anyone who sets a tool's environment can kill it anyway.)
 pub fn test_kill_point(name: &str) {
-    if std::env::var_os("SBX_TEST_KILL_AT").is_some_and(|v| v == name) {
+    let hit = std::env::var_os("SBX_TEST_KILL_AT").is_some_and(|v| {
+        v.as_bytes()
+            .split(|b| *b == b',')
+            .any(|n| n == name.as_bytes())
+    });
+    if hit {
         // SAFETY: raising a signal on this process.
         unsafe { libc::raise(libc::SIGKILL) };
     }

@@ -13,8 +13,9 @@
 //! `alert` audit event.
 //!
 //! Limit: a token the server created while sbx-creds was killed in the
-//! middle of the login request never reached sbx-creds and so cannot be
-//! revoked by anyone but its TTL (the role's).
+//! middle of its creation request never reached sbx-creds and so cannot be
+//! revoked by anyone but its TTL (the role's for the login token, --ttl for
+//! the orphan session token that replaces it).
 
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -237,6 +238,9 @@ fn guard(rd: OwnedFd, server: &ServerConfig) -> i32 {
         forget_record();
         return 0;
     }
+    // The tests kill the guardian too: the registry record is then the
+    // next run's to revoke.
+    sbx_core::registry::test_kill_point("creds-guardian");
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

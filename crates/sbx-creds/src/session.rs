@@ -115,6 +115,9 @@ enum Kind {
     Lease,
     ChildToken,
     SessionToken,
+    /// A login token whose replacement succeeded but whose revoke-self
+    /// failed: revoked again at the end.
+    LoginToken,
 }
 
 impl Kind {
@@ -123,6 +126,7 @@ impl Kind {
             Kind::Lease => "lease",
             Kind::ChildToken => "child_token",
             Kind::SessionToken => "session_token",
+            Kind::LoginToken => "login_token",
         }
     }
 }
@@ -182,6 +186,132 @@ struct MountInfo {
     version: u8,
 }
 
+/// A login token lives for what the auth method's role says (AppRole's
+/// `token_ttl`): the login request cannot ask for less. It is replaced at
+/// once by an orphan token capped to the session TTL (`ttl`, and
+/// `explicit_max_ttl` = the session TTL), whose accessor is recorded before
+/// anything else, and then revoked (revoke-self); the orphan survives its
+/// creator. Returns the session's token, and the login token when its
+/// revocation failed (revoked again at the end). When the server refuses
+/// the orphan (the role's policies lack `update` on
+/// `auth/token/create-orphan`) or the token is a batch token, the login
+/// token stays the session's (then renewed down to the TTL: `cap_login`).
+async fn replace_login(
+    vault: &mut Vault,
+    login: Login,
+    deadline: Instant,
+) -> (Login, Option<Login>) {
+    use vaultrs::api::token::requests::CreateOrphanTokenRequest;
+    let cap = secs_until(deadline);
+    if login.ttl == 0 || login.ttl > cap {
+        let note = "the login request cannot set a TTL: until sbx-creds replaces it, and \
+                    forever if sbx-creds is killed while the login request is in flight, \
+                    this token lives for the role's token_ttl; set the role's token_ttl \
+                    to at most --ttl";
+        tracing::warn!(
+            "the {} login token lives {}s, longer than --ttl ({cap}s): {note}",
+            login.method,
+            login.ttl
+        );
+        emit(
+            "login_ttl_above_session_ttl",
+            Severity::Warn,
+            json!({"method": login.method, "accessor": login.accessor, "ttl": login.ttl,
+                   "session_ttl": cap, "note": note}),
+        );
+    }
+    if login.batch {
+        return (login, None);
+    }
+    let ttl = if login.ttl == 0 {
+        cap
+    } else {
+        login.ttl.min(cap)
+    };
+    let meta: HashMap<String, String> = [
+        (
+            "sbx_id".to_string(),
+            sbx_core::id::get().unwrap_or("-").to_string(),
+        ),
+        ("created_by".to_string(), "sbx-creds".to_string()),
+    ]
+    .into();
+    let mut b = CreateOrphanTokenRequest::builder();
+    b.ttl(format!("{ttl}s"))
+        .explicit_max_ttl(format!("{cap}s"))
+        .display_name("sbx-creds-session")
+        .meta(meta)
+        .renewable(login.renewable);
+    let created = vaultrs::token::new_orphan(&vault.client, Some(&mut b))
+        .await
+        .map_err(|e| vault.map_err("session token creation (auth/token/create-orphan)", e))
+        .and_then(|a| {
+            if a.client_token.is_empty() {
+                Err(VaultError::Malformed {
+                    what: "session token creation (auth/token/create-orphan)".into(),
+                    why: "no token returned".into(),
+                })
+            } else {
+                Ok(a)
+            }
+        });
+    let auth = match created {
+        Ok(a) => a,
+        Err(e) => {
+            emit(
+                "login_token_kept",
+                Severity::Warn,
+                json!({"accessor": login.accessor, "error": e.to_string(),
+                       "note": "grant update on auth/token/create-orphan to the role's token policies so that the login token is replaced by one capped to --ttl; it is renewed down to --ttl instead where it is renewable"}),
+            );
+            return (login, None);
+        }
+    };
+    let token = SecretString::from(auth.client_token);
+    // Recorded before the login token goes, as the login token was.
+    crate::guardian::auth_token(&token);
+    crate::guardian::created_token(&auth.accessor, &token);
+    let revoked = vaultrs::token::revoke_self(&vault.client)
+        .await
+        .map_err(|e| vault.map_err("revocation of the login token (auth/token/revoke-self)", e));
+    vault.set_token(&token);
+    let session = Login {
+        token,
+        accessor: auth.accessor,
+        ttl: auth.lease_duration,
+        renewable: auth.renewable,
+        created: true,
+        batch: false,
+        method: login.method,
+    };
+    emit(
+        "session_token",
+        Severity::Info,
+        json!({"accessor": session.accessor, "ttl": session.ttl, "path": "auth/token/create-orphan",
+               "replaces": login.accessor}),
+    );
+    match revoked {
+        Ok(()) => {
+            emit(
+                "revoked",
+                Severity::Info,
+                json!({"kind": "login_token", "id": login.accessor, "via": "auth/token/revoke-self",
+                       "note": "replaced by the session token at once"}),
+            );
+            (session, None)
+        }
+        Err(e) => {
+            emit(
+                "revocation_failed",
+                Severity::Alert,
+                json!({"kind": "login_token", "id": login.accessor, "error": e.to_string(),
+                       "note": "tried again at the end of the session"}),
+            );
+            (session, Some(login))
+        }
+    }
+}
+
 fn secs_until(deadline: Instant) -> u64 {
     deadline
         .saturating_duration_since(Instant::now())
@@ -204,16 +334,23 @@ impl Session {
         vault.health().await?;
         let login = method.login(&mut vault).await?;
         // Before anything else (even the audit event): the guardian knows
-        // the token, so a SIGKILL from here on does not leave it alive.
+        // the token and the registry record its accessor, so a SIGKILL from
+        // here on does not leave it alive.
         crate::guardian::auth_token(&login.token);
         if login.created {
             crate::guardian::created_token(&login.accessor, &login.token);
         }
+        sbx_core::registry::test_kill_point("creds-after-login");
         emit(
             "login",
             Severity::Info,
             json!({"method": login.method, "accessor": login.accessor, "ttl": login.ttl, "created": login.created}),
         );
+        let (login, kept) = if login.created {
+            replace_login(&mut vault, login, deadline).await
+        } else {
+            (login, None)
+        };
         let mut s = Session {
             vault,
             login,
@@ -233,6 +370,19 @@ impl Session {
                 token: Some(token),
                 renewable: s.login.renewable,
                 expires: Instant::now() + Duration::from_secs(s.login.ttl),
+                renew_at: None,
+                revoked: false,
+            });
+        }
+        if let Some(k) = kept {
+            s.state.get_mut().items.push(Tracked {
+                kind: Kind::LoginToken,
+                id: k.accessor.clone(),
+                env: None,
+                path: format!("auth ({})", k.method),
+                token: Some(k.token),
+                renewable: false,
+                expires: Instant::now() + Duration::from_secs(k.ttl),
                 renew_at: None,
                 revoked: false,
             });
@@ -970,7 +1120,7 @@ impl Session {
                                 .map_err("renewal of the session token (auth/token/renew-self)", e)
                         })
                 }
-                Kind::ChildToken => continue,
+                Kind::ChildToken | Kind::LoginToken => continue,
             };
             let now = Instant::now();
             match r {

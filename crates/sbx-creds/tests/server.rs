@@ -154,7 +154,19 @@ fn token_file_and_exit_status() {
     }
 }
 
+/// The session token's accessor: the token that replaced an AppRole
+/// login token, else the login token.
 fn login_accessor(w: &Work) -> String {
+    let replaced = events(&w.audit(), "session_token");
+    let e = replaced
+        .first()
+        .cloned()
+        .unwrap_or_else(|| events(&w.audit(), "login")[0].clone());
+    e["accessor"].as_str().unwrap().to_string()
+}
+
+/// The AppRole login token's own accessor.
+fn first_login_accessor(w: &Work) -> String {
     events(&w.audit(), "login")[0]["accessor"]
         .as_str()
         .unwrap()
@@ -211,6 +223,22 @@ fn approle_login_plain_and_wrapped() {
             assert_event(&w.audit(), "revoked", "info", |e| {
                 e["kind"] == "session_token" && e["id"] == acc.as_str()
             });
+            // The login token (the role's 1h) was replaced at once by an
+            // orphan capped to --ttl, and revoked then; a warning says the
+            // role's TTL is longer than --ttl.
+            let login = first_login_accessor(&w);
+            assert_ne!(login, acc);
+            assert_event(&w.audit(), "revoked", "info", |e| {
+                e["kind"] == "login_token" && e["id"] == login.as_str()
+            });
+            assert_event(&w.audit(), "login_ttl_above_session_ttl", "warn", |e| {
+                e["ttl"].as_u64().unwrap() > 45 && e["session_ttl"].as_u64().unwrap() <= 45
+            });
+            assert!(
+                stderr(&out).contains("longer than --ttl"),
+                "{}",
+                stderr(&out)
+            );
             let log = std::fs::read_to_string(w.audit()).unwrap();
             assert!(!log.contains(&sid_val));
         }
@@ -343,6 +371,39 @@ fn renewal_during_the_session() {
         e["kind"] == "session_token" && e["id"] == acc.as_str()
     });
     assert_eq!(b.accessor_ttl(&acc), None);
+    // The role's 4s is below --ttl: no warning.
+    assert!(events(&w.audit(), "login_ttl_above_session_ttl").is_empty());
+}
+
+/// A role whose policies lack `auth/token/create-orphan`: the login token
+/// cannot be replaced; it is kept (a `login_token_kept` warning), renewed
+/// down to --ttl, and revoked at the end.
+#[test]
+fn approle_without_create_orphan_keeps_the_login_token() {
+    let b = bao_or_skip!();
+    let w = Work::new();
+    let who = As::Root;
+    let rid = w.cred("role-id", &b.role_id("basic"), who);
+    let sid = w.cred("secret-id", &b.secret_id("basic"), who);
+    let out = creds(b, &w, who)
+        .args(["--auth", "approle", "--ttl", "30s", "--role-id-file"])
+        .arg(&rid)
+        .arg("--secret-id-file")
+        .arg(&sid)
+        .args(["--secret", "DB=secret/app#db", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let login = first_login_accessor(&w);
+    assert_event(&w.audit(), "login_token_kept", "warn", |e| {
+        e["accessor"] == login.as_str() && e["error"].as_str().unwrap().contains("403")
+    });
+    assert!(events(&w.audit(), "session_token").is_empty());
+    let cap = assert_event(&w.audit(), "ttl_capped", "info", |e| {
+        e["kind"] == "session_token" && e["accessor"] == login.as_str()
+    });
+    assert!(cap["ttl"].as_u64().unwrap() <= 30, "{cap}");
+    assert_eq!(b.accessor_ttl(&login), None, "login token alive");
 }
 
 /// The command outlives --ttl: stopped (SIGTERM → 143), credentials revoked.
@@ -486,7 +547,14 @@ fn sigkill_leaves_tokens_that_expire_at_the_ttl() {
             assert!(ttl <= 6, "ttl {ttl} beyond --ttl");
         }
     }
-    assert!(events(&w.audit(), "revoked").is_empty());
+    // Nothing revoked them (the replaced login token excepted, and it is
+    // gone).
+    assert!(
+        events(&w.audit(), "revoked")
+            .iter()
+            .all(|e| e["kind"] == "login_token")
+    );
+    assert_eq!(b.accessor_ttl(&first_login_accessor(&w)), None);
     assert!(
         wait_until(Duration::from_secs(20), || b
             .accessor_ttl(&session)

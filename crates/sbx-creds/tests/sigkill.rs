@@ -69,6 +69,14 @@ fn kill_and_check(b: &Bao, w: &Work, wait: impl Fn(&Work)) -> (BTreeSet<String>,
     (alive, leases)
 }
 
+/// The accessor of the token that replaced the AppRole login token.
+fn session_accessor(w: &Work) -> String {
+    events(&w.audit(), "session_token")[0]["accessor"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// A private registry for the run (0700, ours).
 fn registry(w: &Work) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
@@ -126,11 +134,14 @@ fn sigkill_while_the_command_runs() {
         .len()
             >= 2));
         // Before the kill, through the server: the AppRole login token (the
-        // role allows 1h) and the child token live no longer than --ttl.
-        let session = events(&w.audit(), "login")[0]["accessor"]
+        // role allows 1h) is gone already, replaced by a session token
+        // that, like the child token, lives no longer than --ttl.
+        let login = events(&w.audit(), "login")[0]["accessor"]
             .as_str()
             .unwrap()
             .to_string();
+        assert_eq!(b.accessor_ttl(&login), None, "login token alive");
+        let session = session_accessor(w);
         let ttl = b.accessor_ttl(&session).expect("session token alive");
         assert!(ttl <= 600, "session token ttl {ttl} > --ttl 10m");
         for e in events(&w.audit(), "secret_injected") {
@@ -143,10 +154,7 @@ fn sigkill_while_the_command_runs() {
     assert!(alive.is_empty(), "tokens alive after the kill: {alive:?}");
     assert_eq!(leases, 0, "leases alive after the kill");
     let ev = guardian_event(&w);
-    let session = events(&w.audit(), "login")[0]["accessor"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let session = session_accessor(&w);
     let child = events(&w.audit(), "secret_injected")
         .into_iter()
         .find(|e| e["env"] == "CT")
@@ -185,11 +193,14 @@ fn sigkill_after_login() {
 }
 
 /// Killed right after the start, at several delays (before, around and
-/// after the login): nothing the run created stays valid, with one
-/// documented exception: killed while the login request is in flight, the
-/// server creates a token sbx-creds never received (no accessor anywhere,
-/// no login event); at most that one token may then live until the role's
-/// TTL. The test revokes it itself.
+/// after the login): nothing the run created stays valid, with two
+/// documented exceptions, each a token whose creation request was in
+/// flight (the server made it, sbx-creds never received it, so no accessor
+/// is recorded anywhere): killed during the login request (no login event),
+/// the login token, alive until the role's TTL; killed during the request
+/// that replaces the login token (a login event, no session_token event),
+/// that orphan token, alive until --ttl at most (capped at its creation).
+/// At most one such token; the test revokes it itself.
 #[test]
 fn sigkill_right_after_start() {
     let b = bao_or_skip!();
@@ -199,30 +210,40 @@ fn sigkill_right_after_start() {
             kill_and_check(b, &w, |_| std::thread::sleep(Duration::from_millis(ms)));
         assert_eq!(leases, 0, "{ms} ms: leases alive after the kill");
         let logged_in = !events(&w.audit(), "login").is_empty();
+        let replaced = !events(&w.audit(), "session_token").is_empty();
         if logged_in {
             guardian_event(&w);
+        }
+        if replaced {
             assert!(
                 alive.is_empty(),
                 "{ms} ms: tokens alive after the kill: {alive:?}"
             );
-        } else {
-            assert!(alive.len() <= 1, "{ms} ms: tokens alive: {alive:?}");
-            for a in &alive {
-                let (_, v) = b
-                    .try_call(
-                        "POST",
-                        "auth/token/lookup-accessor",
-                        Some(&b.root),
-                        Some(&serde_json::json!({"accessor": a})),
-                    )
-                    .unwrap();
-                assert_eq!(v["data"]["path"], "auth/approle/login", "{ms} ms: {v}");
-                b.call(
+        }
+        assert!(alive.len() <= 1, "{ms} ms: tokens alive: {alive:?}");
+        for a in &alive {
+            let (_, v) = b
+                .try_call(
                     "POST",
-                    "auth/token/revoke-accessor",
-                    Some(serde_json::json!({"accessor": a})),
+                    "auth/token/lookup-accessor",
+                    Some(&b.root),
+                    Some(&serde_json::json!({"accessor": a})),
+                )
+                .unwrap();
+            if logged_in {
+                assert_eq!(
+                    v["data"]["path"], "auth/token/create-orphan",
+                    "{ms} ms: {v}"
                 );
+                assert!(v["data"]["ttl"].as_u64().unwrap() <= 600, "{ms} ms: {v}");
+            } else {
+                assert_eq!(v["data"]["path"], "auth/approle/login", "{ms} ms: {v}");
             }
+            b.call(
+                "POST",
+                "auth/token/revoke-accessor",
+                Some(serde_json::json!({"accessor": a})),
+            );
         }
     }
 }
@@ -263,10 +284,7 @@ fn next_run_revokes_what_a_dead_run_and_guardian_left() {
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let _ = child.wait();
     assert!(ready, "the command never started");
-    let session = events(&w.audit(), "login")[0]["accessor"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let session = session_accessor(&w);
     let ct = events(&w.audit(), "secret_injected")[0]["accessor"]
         .as_str()
         .unwrap()
@@ -291,5 +309,104 @@ fn next_run_revokes_what_a_dead_run_and_guardian_left() {
     assert_eq!(b.accessor_ttl(&ct), None, "child token alive");
     let ev = assert_event(&w.audit(), "stale_revoked", "alert", |_| true);
     assert!(ev["revoked"].to_string().contains(&session), "{ev}");
+    assert!(registry_empty(&w), "registry entries left");
+}
+
+/// Runs an AppRole sbx-creds (role token_ttl 1h, --ttl 10m) with
+/// `SBX_TEST_KILL_AT=points`: SIGKILLed right after the login, before
+/// anything but the record (no event, no replacement of the login token).
+/// Returns the accessors the server created meanwhile.
+fn killed_right_after_login(b: &Bao, w: &Work, points: &str) -> BTreeSet<String> {
+    let who = As::Root;
+    let rid = w.cred("role-id", &b.role_id("sbx"), who);
+    let sid = w.cred("secret-id", &b.secret_id("sbx"), who);
+    let before = accessors(b);
+    let st = creds(b, w, who)
+        .env("SBX_REGISTRY_DIR", registry(w))
+        .env("SBX_TEST_KILL_AT", points)
+        .args(["--auth", "approle", "--ttl", "10m", "--role-id-file"])
+        .arg(&rid)
+        .arg("--secret-id-file")
+        .arg(&sid)
+        .args(["--child-token", "CT", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "not killed: {st:?}");
+    assert!(events(&w.audit(), "login").is_empty(), "killed too late");
+    accessors(b).difference(&before).cloned().collect()
+}
+
+/// SIGKILL right after the AppRole login (the login token lives the role's
+/// 1h: the login request cannot set a TTL): the guardian revokes it.
+#[test]
+fn sigkill_right_after_login_guardian_revokes_the_login_token() {
+    let b = bao_or_skip!();
+    let w = Work::new();
+    let created = killed_right_after_login(b, &w, "creds-after-login");
+    // (Listed only if the guardian had not revoked it yet.)
+    assert!(created.len() <= 1, "{created:?}");
+    let ev = guardian_event(&w);
+    // It revoked exactly the login token it was told of, and that token
+    // is gone.
+    let tokens: Vec<String> = ev["revoked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "token")
+        .map(|r| r["accessor"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(tokens.len(), 1, "{ev}");
+    assert!(created.iter().all(|a| *a == tokens[0]), "{created:?} {ev}");
+    assert_eq!(b.accessor_ttl(&tokens[0]), None, "login token alive");
+    assert!(ev["failed"].as_array().unwrap().is_empty(), "{ev}");
+    assert!(registry_empty(&w), "registry entries left");
+}
+
+/// SIGKILL right after the AppRole login and of the guardian too: the
+/// registry record names the login token's accessor; the next start
+/// revokes it (`stale_revoked` alert) and the record goes.
+#[test]
+fn sigkill_right_after_login_and_of_the_guardian_next_start_revokes() {
+    let b = bao_or_skip!();
+    let w = Work::new();
+    let created = killed_right_after_login(b, &w, "creds-after-login,creds-guardian");
+    assert_eq!(created.len(), 1, "{created:?}");
+    let login = created.iter().next().unwrap().clone();
+    // Alive with the role's TTL (nobody revoked it), recorded.
+    let ttl = b.accessor_ttl(&login).expect("login token alive");
+    assert!(ttl > 600, "the role's 1h, not capped: {ttl}");
+    // The guardian dies at its own kill point: wait until its lock is free.
+    assert!(
+        wait_until(Duration::from_secs(10), || registry_files(&w).iter().all(
+            |p| {
+                use std::os::fd::AsRawFd;
+                let Ok(f) = std::fs::File::open(p) else {
+                    return true;
+                };
+                unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+            }
+        )),
+        "the guardian did not die"
+    );
+    assert!(events(&w.audit(), "guardian_revoked").is_empty());
+    let rec = registry_files(&w)
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(rec.contains(&login), "no record of {login}: {rec}");
+    let out = creds(b, &w, As::Root)
+        .env("SBX_REGISTRY_DIR", registry(&w))
+        .env("VAULT_TOKEN", &b.root)
+        .args(["--secret", "DB=secret/app#db", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(b.accessor_ttl(&login), None, "login token alive");
+    let ev = assert_event(&w.audit(), "stale_revoked", "alert", |_| true);
+    assert!(ev["revoked"].to_string().contains(&login), "{ev}");
     assert!(registry_empty(&w), "registry entries left");
 }

@@ -107,6 +107,16 @@ path "pki/issue/web" { capabilities = ["update"] }
 path "sys/leases/renew" { capabilities = ["update"] }
 path "sys/leases/revoke" { capabilities = ["update"] }
 path "auth/token/create" { capabilities = ["update"] }
+path "auth/token/create-orphan" { capabilities = ["update"] }
+"#})),
+        );
+        // The same without create-orphan: sbx-creds cannot replace the
+        // login token and keeps it (renewed down to --ttl).
+        self.call(
+            "PUT",
+            "sys/policies/acl/basic",
+            Some(json!({"policy": r#"
+path "secret/data/*" { capabilities = ["read"] }
 "#})),
         );
         self.call(
@@ -120,6 +130,11 @@ path "auth/token/create" { capabilities = ["update"] }
             "POST",
             "auth/approle/role/sbx",
             Some(json!({"token_ttl": "1h", "token_max_ttl": "2h", "token_policies": ["app"]})),
+        );
+        self.call(
+            "POST",
+            "auth/approle/role/basic",
+            Some(json!({"token_ttl": "1h", "token_max_ttl": "2h", "token_policies": ["basic"]})),
         );
         self.call(
             "POST",
