@@ -167,3 +167,137 @@ fn vm_run_dir_of_a_killed_run_is_reaped_under_another_tmpdir() {
         "processes of the killed run survived"
     );
 }
+
+/// sbx-gitguard SIGKILLed while its stage (in one TMPDIR) and its keep
+/// directory (`.git/.sbx-gitguard-keep.PID`) exist: both are registered
+/// (sbx_core::registry, liveness by the entry's flock), so the next run,
+/// with another TMPDIR, reaps them (a `git_stage_reaped` warning names the
+/// stage) and nothing is left in the registry. Root and the test user.
+#[test]
+fn gitguard_stage_and_keep_of_a_killed_run_are_reaped_under_another_tmpdir() {
+    for who in sbx_testutil::identities() {
+        let d = sbx_testutil::shared_tempdir();
+        let base = d.path().canonicalize().unwrap();
+        let proj = base.join("proj");
+        let other = base.join("other");
+        for p in [&proj, &other] {
+            write(&p.join("a.txt"), "a\n");
+            git(p, &["init", "-q", "-b", "main"]);
+            git(p, &["add", "-A"]);
+            git(p, &["commit", "-qm", "init"]);
+        }
+        let registry = base.join("registry");
+        std::fs::create_dir(&registry).unwrap();
+        for t in ["t1", "t2", "t3", "t4"] {
+            std::fs::create_dir(base.join(t)).unwrap();
+        }
+        let audit = base.join("audit.log");
+        if who == sbx_testutil::As::User {
+            chown_r(&base);
+        }
+        let ggr = |repo: &Path, t: &str, cmd: &[&str]| {
+            let mut c = sbx_testutil::tool("sbx-gitguard");
+            c.env("SBX_REGISTRY_DIR", &registry)
+                .env("TMPDIR", base.join(t))
+                .env("SBX_AUDIT_LOG", &audit)
+                .env("PATH", PATH)
+                .arg("run")
+                .arg("--repo")
+                .arg(repo)
+                .arg("--stage")
+                .arg(base.join(t).join(format!("sbx-git-stage-{t}")))
+                .arg("--")
+                .args(cmd)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            sbx_testutil::run_as(&mut c, who);
+            c
+        };
+        let gg = |t: &str, cmd: &[&str]| ggr(&proj, t, cmd);
+        let keeps = || -> Vec<PathBuf> {
+            std::fs::read_dir(proj.join(".git"))
+                .unwrap()
+                .flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(".sbx-gitguard-keep.")
+                })
+                .map(|e| e.path())
+                .collect()
+        };
+        let stage1 = base.join("t1/sbx-git-stage-t1");
+        let mut child = gg("t1", &["sleep", "60"]).spawn().unwrap();
+        assert!(
+            eventually(|| stage1.exists() && !keeps().is_empty(), 30),
+            "{who:?}: no stage and keep dir appeared"
+        );
+        // SAFETY: the test's own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        assert!(stage1.exists() && !keeps().is_empty());
+        // A killed run of another repository: its stage stays importable
+        // by hand until that repository's next staged run.
+        let stage3 = base.join("t3/sbx-git-stage-t3");
+        let mut child = ggr(&other, "t3", &["sleep", "60"]).spawn().unwrap();
+        assert!(eventually(|| stage3.exists(), 30), "{who:?}: no stage");
+        // SAFETY: the test's own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        let out = gg("t2", &["true"]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{who:?}: {}",
+            sbx_testutil::stderr(&out)
+        );
+        assert!(!stage1.exists(), "{who:?}: the killed run's stage survived");
+        assert!(keeps().is_empty(), "{who:?}: keep dirs left: {:?}", keeps());
+        assert!(
+            stage3.exists(),
+            "{who:?}: another repository's stage was reaped"
+        );
+        let out = ggr(&other, "t4", &["true"]).output().unwrap();
+        assert!(out.status.success(), "{}", sbx_testutil::stderr(&out));
+        assert!(
+            !stage3.exists(),
+            "{who:?}: its own repository's run kept it"
+        );
+        for t in ["t1", "t2", "t3", "t4"] {
+            let left: Vec<_> = std::fs::read_dir(base.join(t)).unwrap().flatten().collect();
+            assert!(left.is_empty(), "{who:?}: {t}: {left:?}");
+        }
+        let uid_dirs: Vec<_> = std::fs::read_dir(&registry).unwrap().flatten().collect();
+        for u in uid_dirs {
+            let left: Vec<_> = std::fs::read_dir(u.path()).unwrap().flatten().collect();
+            assert!(left.is_empty(), "{who:?}: registry entries left: {left:?}");
+        }
+        let log = std::fs::read_to_string(&audit).unwrap_or_default();
+        assert!(
+            log.lines().any(|l| l.contains("\"git_stage_reaped\"")
+                && l.contains(stage1.to_str().unwrap())),
+            "{who:?}: no git_stage_reaped event for {}: {log}",
+            stage1.display()
+        );
+        // The sleep died with its sbx-gitguard.
+        assert!(
+            eventually(
+                || {
+                    let o = Command::new("pgrep")
+                        .args(["-f", "sleep 60"])
+                        .output()
+                        .unwrap();
+                    String::from_utf8_lossy(&o.stdout)
+                        .split_whitespace()
+                        .all(|p| {
+                            std::fs::read_to_string(format!("/proc/{p}/environ"))
+                                .map(|e| !e.contains(base.to_str().unwrap()))
+                                .unwrap_or(true)
+                        })
+                },
+                10
+            ),
+            "{who:?}: the killed run's command survived"
+        );
+    }
+}

@@ -13,23 +13,36 @@ use std::path::{Path, PathBuf};
 /// skips it).
 pub const PREFIX: &str = ".sbx-gitguard-keep.";
 
+/// The registry kind of keep directories (sbx_core::registry): a dead
+/// run's is found by any later run, whatever repository it guards.
+pub const REG_KIND: &str = "gitguard-keep";
+
 pub struct Keep {
     pub dir: PathBuf,
     objects: PathBuf,
+    /// Dropped after the directory is removed (field order).
+    _entry: Option<sbx_core::registry::Entry>,
 }
 
 impl Keep {
     /// Links every pack file and the listed loose objects of `git_dir`.
     pub fn create(git_dir: &Path, loose: &BTreeSet<String>) -> io::Result<Keep> {
+        sbx_core::registry::reap(REG_KIND, remove_registered);
         remove_stale(git_dir);
         let dir = git_dir.join(format!("{PREFIX}{}", std::process::id()));
         if dir.exists() {
             fs::remove_dir_all(&dir)?;
         }
+        // Registered before it exists: a SIGKILL from here on leaves an
+        // entry the next run reaps.
+        let entry = sbx_core::registry::register(REG_KIND, &dir)
+            .map_err(|e| tracing::warn!(keep = %dir.display(), "not registered: {e}"))
+            .ok();
         fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let keep = Keep {
             dir,
             objects: git_dir.join("objects"),
+            _entry: entry,
         };
         let r = keep.fill(loose);
         if r.is_err() {
@@ -131,20 +144,43 @@ fn link(from: &Path, to: &Path) -> io::Result<()> {
     }
 }
 
-/// Keep directories of runs that died without cleaning up.
+/// The registry's removal of a dead run's keep directory: only a keep
+/// directory of ours in a real git dir (never through a symlink).
+fn remove_registered(dir: &Path) -> io::Result<()> {
+    let named = dir
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with(PREFIX));
+    let parent_real = dir.parent().is_some_and(crate::fsutil::is_real_dir);
+    if !named || !parent_real {
+        return Err(io::Error::new(io::ErrorKind::NotFound, "not a keep dir"));
+    }
+    let m = fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid cannot fail.
+    if !m.is_dir() || m.uid() != unsafe { libc::geteuid() } {
+        return Err(io::Error::other("not a directory of ours"));
+    }
+    fs::remove_dir_all(dir)
+}
+
+/// Keep directories of runs that died without cleaning up and were not
+/// registered (no registry then): ours, and no live run registered them
+/// (the registry's flock decides, not `kill(pid, 0)`, which zombies and
+/// reused pids fool). Another user's are left to that user's runs.
 fn remove_stale(git_dir: &Path) {
     let Ok(rd) = fs::read_dir(git_dir) else {
         return;
     };
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
     for e in rd.filter_map(|e| e.ok()) {
         let n = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = n.strip_prefix(PREFIX).and_then(|p| p.parse::<i32>().ok()) else {
+        if !n.starts_with(PREFIX) {
             continue;
-        };
-        let alive = unsafe { libc::kill(pid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if !alive {
-            let _ = fs::remove_dir_all(e.path());
+        }
+        let p = e.path();
+        let ours = fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir() && m.uid() == me);
+        if ours && !sbx_core::registry::is_live(REG_KIND, &p) {
+            let _ = fs::remove_dir_all(&p);
         }
     }
 }

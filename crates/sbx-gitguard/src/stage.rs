@@ -34,6 +34,10 @@ use crate::layout::Layout;
 pub const PREFIX: &str = "sbx-git-stage-";
 /// Temporary names while a stage is being built (then renamed to DIR).
 const BUILDING: &str = ".sbx-git-stage-new.";
+/// The registry kind of stages (sbx_core::registry): registered before
+/// anything is made, so any later run finds a dead run's stage (and its
+/// building name) whatever its TMPDIR; the entry's flock is the liveness.
+pub const REG_KIND: &str = "gitguard-stage";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
@@ -163,6 +167,8 @@ pub struct Stage {
     pub paths: Paths,
     lock: Option<fs::File>,
     removed: bool,
+    /// Dropped after the stage is removed (field order).
+    _entry: Option<sbx_core::registry::Entry>,
 }
 
 impl Drop for Stage {
@@ -203,11 +209,32 @@ impl Stage {
             return Err(StageError::Exists(dir));
         }
         let parent = dir.parent().unwrap().to_path_buf();
-        let tmp = tempfile::Builder::new()
-            .prefix(BUILDING)
-            .tempdir_in(&parent)
+        // This repository's stages that dead runs registered, whatever
+        // their TMPDIR was.
+        for p in sbx_core::registry::reap(REG_KIND, |p| remove_registered(p, git_dir)) {
+            if let Some(a) = sbx_core::audit::get() {
+                a.record(
+                    "git_stage_reaped",
+                    sbx_core::Severity::Warn,
+                    serde_json::json!({ "stage": p, "reason": "registered by an sbx-gitguard that died (its registry lock was free)" }),
+                );
+            }
+        }
+        // Registered first: a SIGKILL from here on leaves an entry the
+        // next run reaps (the stage and its building name, derived from it).
+        let entry = sbx_core::registry::register(REG_KIND, &dir)
+            .map_err(|e| tracing::warn!(stage = %dir.display(), "not registered: {e}"))
+            .ok();
+        let tmp = Building(building_path(&dir));
+        let t = tmp.0.as_path();
+        if fs::symlink_metadata(t).is_ok() {
+            // A dead run's of the same name (the registry lock was free).
+            remove_unlocked(t).map_err(io_at(t))?;
+        }
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(t)
             .map_err(io_at(&parent))?;
-        let t = tmp.path();
         fs::set_permissions(t, fs::Permissions::from_mode(0o700)).map_err(io_at(t))?;
         let lock = fs::OpenOptions::new()
             .create_new(true)
@@ -244,12 +271,13 @@ impl Stage {
                 }
             }
         })?;
-        // Renamed away: the TempDir must not remove anything now.
-        let _ = tmp.keep();
+        // Renamed away: nothing to remove under the building name now.
+        std::mem::forget(tmp);
         Ok(Stage {
             paths: Paths::new(&dir),
             lock: Some(lock),
             removed: false,
+            _entry: entry,
         })
     }
 
@@ -302,6 +330,7 @@ impl Stage {
             paths: p,
             lock,
             removed: false,
+            _entry: None,
         })
     }
 
@@ -313,6 +342,72 @@ impl Stage {
         self.lock.take();
         r
     }
+}
+
+/// The stage's name while it is built: derived from the stage's, so that
+/// the registered stage path names both.
+fn building_path(dir: &Path) -> PathBuf {
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    dir.with_file_name(format!("{BUILDING}{name}"))
+}
+
+/// Removes a building directory on the error paths of [`Stage::create`].
+struct Building(PathBuf);
+impl Drop for Building {
+    fn drop(&mut self) {
+        let _ = remove_tree(&self.0);
+    }
+}
+
+/// Removes `p` (a directory of ours) unless its `.lock` is held.
+fn remove_unlocked(p: &Path) -> io::Result<()> {
+    let m = fs::symlink_metadata(p)?;
+    if !m.is_dir() || m.uid() != euid() {
+        return Err(io::Error::other("not a directory of ours"));
+    }
+    let _lock = match open_nofollow(&p.join(".lock")) {
+        Ok(f) if !try_flock(&f) => {
+            return Err(io::Error::other("in use (its lock is held)"));
+        }
+        Ok(f) => Some(f),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    remove_tree(p)
+}
+
+/// The registry's removal of a dead run's stage of `git_dir`: the stage
+/// and its building name, each only if it is a directory of ours whose lock
+/// is free (a standalone `import` may hold a dead run's stage). Another
+/// repository's stage is kept (an error keeps the entry): it stays
+/// importable by hand until its own repository's next staged run.
+fn remove_registered(dir: &Path, git_dir: &Path) -> io::Result<()> {
+    let named = dir
+        .file_name()
+        .is_some_and(|n| n.as_bytes().starts_with(PREFIX.as_bytes()));
+    if !named {
+        return Err(io::Error::other("not a stage name"));
+    }
+    for p in [building_path(dir), dir.to_path_buf()] {
+        match fs::symlink_metadata(&p) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        }
+        // An unreadable gitdir: a stage never finished, nothing to import.
+        if let Ok(b) = read_small(&p.join("gitdir"), 4096) {
+            let named = b.strip_suffix(b"\n").unwrap_or(&b);
+            if named != git_dir.as_os_str().as_bytes() {
+                return Err(io::Error::other("another repository's stage"));
+            }
+        }
+        match remove_unlocked(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// rename(2) that fails with EEXIST instead of replacing.
@@ -379,6 +474,8 @@ pub fn read_small(p: &Path, max: u64) -> io::Result<Vec<u8>> {
 /// Removes stale stages beside `dir`: `sbx-git-stage-*` directories owned by
 /// the caller whose lock is free (their sbx-gitguard died), and stages
 /// still being built that are older than a minute. Returns what was removed.
+/// (Stages of this repository that dead runs registered elsewhere are
+/// reaped by [`Stage::create`].)
 pub fn reap_siblings(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let Some(parent) = dir.parent() else {
