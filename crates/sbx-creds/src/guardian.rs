@@ -63,8 +63,10 @@ pub fn record_start(addr: &str, ttl: std::time::Duration) {
             + ttl.as_secs()
             + 1;
         let data = json!({"addr": addr, "expires_unix": expires, "accessors": [], "leases": []});
-        write_record(&file, &data)?;
+        // Registered before the file exists: a SIGKILL at any point leaves
+        // an entry the next run reaps (with the file, or its temporary).
         let entry = sbx_core::registry::register(KIND, &file)?;
+        write_record(&file, &data)?;
         Ok(Record {
             _entry: entry,
             file,
@@ -81,9 +83,25 @@ pub fn record_start(addr: &str, ttl: std::time::Duration) {
     }
 }
 
+/// The temporary a record is written to before its rename.
+pub fn record_tmp(file: &std::path::Path) -> std::path::PathBuf {
+    file.with_extension("tmp")
+}
+
+/// What a dead run's record holds: its temporary when that is complete
+/// (killed between the write and the rename: it holds one id more),
+/// else the record; None when neither parses (nothing was created yet).
+pub fn read_record(file: &std::path::Path) -> Option<serde_json::Value> {
+    let parse = |p: &std::path::Path| -> Option<serde_json::Value> {
+        let b = sbx_core::input::read_regular(p, 1 << 20).ok()?;
+        serde_json::from_slice(&b).ok()
+    };
+    parse(&record_tmp(file)).or_else(|| parse(file))
+}
+
 fn write_record(file: &std::path::Path, data: &serde_json::Value) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = file.with_extension("tmp");
+    let tmp = record_tmp(file);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -130,14 +148,16 @@ pub fn auth_token(token: &SecretString) {
 /// Records a token created for the session: revoked (revoke-self) if
 /// sbx-creds dies.
 pub fn created_token(accessor: &str, token: &SecretString) {
-    record("accessors", accessor);
+    // The guardian first (one write to a pipe), then the file (several
+    // system calls).
     send(&format!("T {accessor} {}\n", token.expose_secret()));
+    record("accessors", accessor);
 }
 
 /// Records a lease.
 pub fn lease(id: &str) {
-    record("leases", id);
     send(&format!("L {id}\n"));
+    record("leases", id);
 }
 
 /// sbx-creds revoked everything itself: the guardian leaves.
@@ -257,6 +277,7 @@ fn guard(rd: OwnedFd, server: &ServerConfig) -> i32 {
 
 fn forget_record() {
     if let Some(r) = RECORD.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = std::fs::remove_file(record_tmp(&r.file));
         let _ = std::fs::remove_file(&r.file);
     }
 }

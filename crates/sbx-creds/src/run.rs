@@ -87,22 +87,28 @@ pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
     };
     // What a dead run left when its guardian died too.
     sbx_core::registry::reap(crate::guardian::KIND, |rec| {
-        let data: serde_json::Value = sbx_core::input::read_regular(rec, 1 << 20)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or(serde_json::Value::Null);
+        let forget = || {
+            let _ = std::fs::remove_file(crate::guardian::record_tmp(rec));
+            let _ = std::fs::remove_file(rec);
+        };
+        let Some(data) = crate::guardian::read_record(rec) else {
+            // Killed before its first record was complete: it had created
+            // nothing yet.
+            forget();
+            return Ok(());
+        };
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|t| t.as_secs())
             .unwrap_or(0);
         if data["expires_unix"].as_u64().is_some_and(|e| e < now) {
             // Past the dead run's TTL: its credentials expired by themselves.
-            let _ = std::fs::remove_file(rec);
+            forget();
             return Ok(());
         }
         let r = rt.block_on(session.revoke_stale(&data));
         if r.is_ok() {
-            let _ = std::fs::remove_file(rec);
+            forget();
         }
         r
     });
