@@ -292,3 +292,121 @@ fn without_root_timeout_rlimits_and_pids_still_bound_the_command() {
     assert_eq!(code(&out), 125);
     assert!(stderr(&out).contains("not delegated"), "{}", stderr(&out));
 }
+
+/// `sbx-policy explain` and `chain` say exactly which limits apply in this
+/// run, and `chain --cgroup` passes sbx-cgroup only those: as root, every
+/// cgroup limit (memory, pids, CPUs) applies; as the test user (no cgroup
+/// delegation here, no systemd user manager: XDG_RUNTIME_DIR unset), the
+/// total memory and CPU limits are NOT APPLIED (said so, and --memory /
+/// --cpus are not passed, so the run starts instead of failing), memory is
+/// bounded per process (RLIMIT_DATA) and processes by RLIMIT_NPROC in the
+/// command's own user namespace; the run shows those rlimits in force.
+#[test]
+fn policy_explain_and_chain_say_which_limits_apply() {
+    let d = sbx_testutil::shared_tempdir();
+    let dir = d.path().canonicalize().unwrap();
+    let bin = sbx_testutil::bin("sbx-policy");
+    let bindir = bin.parent().unwrap().to_path_buf();
+    for who in identities() {
+        if who == As::User {
+            common::chown_r(&dir);
+        }
+        let policy = |args: &[&str]| {
+            let mut c = Command::new(&bin);
+            c.args(args)
+                .current_dir(&dir)
+                .env("PATH", format!("{}:{}", bindir.display(), common::PATH))
+                .env("HOME", &dir)
+                .env_remove("XDG_RUNTIME_DIR")
+                .env_remove("SBX_KILL_AFTER")
+                .env_remove("SBX_AUDIT_LOG")
+                .stdin(Stdio::null());
+            run_as(&mut c, who);
+            c.output().unwrap()
+        };
+        let out = policy(&["explain", "--memory", "3G", "--pids", "77"]);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let ex = String::from_utf8_lossy(&out.stdout).to_string();
+        let row = |name: &str| -> String {
+            ex.lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("{who:?}: no row {name}: {ex}"))
+                .to_string()
+        };
+        assert!(row("wall clock").contains("applies"), "{ex}");
+        assert!(row("kill-after").contains("10s") && row("kill-after").contains("applies"));
+        assert!(row("largest file").contains("applies"), "{ex}");
+        let out = policy(&[
+            "chain", "--print", "--cgroup", "--memory", "3G", "--pids", "77", "--", "true",
+        ]);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let pr = String::from_utf8_lossy(&out.stdout).to_string();
+        let cg = pr
+            .lines()
+            .find(|l| !l.starts_with('#') && l.contains("sbx-cgroup "))
+            .unwrap_or_else(|| panic!("{who:?}: no sbx-cgroup layer: {pr}"))
+            .to_string();
+        match who {
+            As::Root => {
+                assert!(ex.contains("root: cgroups"), "{ex}");
+                for r in ["memory ", "processes+threads", "CPUs"] {
+                    assert!(
+                        row(r).contains("applies") && row(r).contains("cgroup"),
+                        "{ex}"
+                    );
+                }
+                assert!(!ex.contains("NOT APPLIED"), "{ex}");
+                assert!(
+                    cg.contains("--memory 3G") && cg.contains("--pids 77") && cg.contains("--cpus"),
+                    "{cg}"
+                );
+                assert!(pr.contains("NOT applied: none"), "{pr}");
+            }
+            As::User => {
+                assert!(ex.contains("no cgroup delegation"), "{ex}");
+                assert!(ex.contains("no systemd user manager"), "{ex}");
+                assert!(row("memory (total)").contains("NOT APPLIED"), "{ex}");
+                assert!(row("CPUs").contains("NOT APPLIED"), "{ex}");
+                assert!(row("memory (per process)").contains("RLIMIT_DATA"), "{ex}");
+                assert!(row("processes+threads").contains("RLIMIT_NPROC"), "{ex}");
+                assert!(
+                    !cg.contains("--memory") && !cg.contains("--cpus"),
+                    "flags that cannot apply: {cg}"
+                );
+                assert!(
+                    cg.contains("--rlimit data=3G") && cg.contains("--pids 77"),
+                    "{cg}"
+                );
+                assert!(pr.contains("# CPUs") && pr.contains("NOT applied"), "{pr}");
+            }
+        }
+        // The run itself: the limits said to apply are in force.
+        let out = policy(&[
+            "chain",
+            "--cgroup",
+            "--memory",
+            "3G",
+            "--pids",
+            "77",
+            "--",
+            "cat",
+            "/proc/self/limits",
+        ]);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let lim = String::from_utf8_lossy(&out.stdout).to_string();
+        let line = |n: &str| {
+            lim.lines()
+                .find(|l| l.starts_with(n))
+                .unwrap_or_else(|| panic!("{n}: {lim}"))
+                .to_string()
+        };
+        assert!(line("Max file size").contains("8589934592"), "{lim}");
+        if who == As::User {
+            assert!(line("Max data size").contains("3221225472"), "{lim}");
+            assert!(
+                line("Max processes").split_whitespace().any(|w| w == "77"),
+                "{lim}"
+            );
+        }
+    }
+}

@@ -88,7 +88,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l config -
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l latency-sensitive -d 'With --trust zero: prefer the fastest-starting isolation (Firecracker)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l plugin -d 'CMD is a plugin (WebAssembly/WASI tier: not built yet)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l print -d 'Print the chain (one layer per line) instead of running it'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l cgroup -d 'Include sbx-cgroup (default: only as root)'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l cgroup -d 'Include sbx-cgroup (the default with --trust low, given only the limits that apply in this run: explain says which; with --trust zero the default is only as root)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l no-cgroup -d 'Leave sbx-cgroup out'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l container -d 'With --trust low: one container per run (sbx-container, Docker/Podman) instead of the namespace chain'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'

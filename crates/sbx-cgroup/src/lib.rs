@@ -14,6 +14,7 @@ use std::ffi::OsString;
 use clap::Parser;
 use sbx_core::cli::CommonArgs;
 
+pub mod applies;
 pub mod discover;
 pub mod group;
 pub mod leaf;

@@ -372,29 +372,36 @@ fn low(
         }
         layers.push(l);
     }
-    let cgroup = o.cgroup.unwrap_or_else(|| nix_euid() == 0);
-    if cgroup {
-        let mut l = vec![
-            os(tool("sbx-cgroup")?),
-            os("--memory"),
-            os(&p.limits.memory),
-            os("--pids"),
-            os(&p.limits.pids),
-            os("--cpus"),
-            os(&p.limits.cpus),
-            os("--timeout"),
-            os(&p.limits.timeout),
-            os("--rlimit"),
-            os(format!("fsize={}", p.limits.fsize)),
-        ];
+    // sbx-cgroup is in the chain unless --no-cgroup: without root or a
+    // delegated cgroup it still applies the limits that need none (and
+    // is given only those; the notes say which do not apply).
+    let lp = crate::limitplan::plan(
+        &p.limits,
+        &crate::limitplan::detect(),
+        o.cgroup.unwrap_or(true),
+    );
+    notes.extend(lp.notes());
+    sbx_core::audit::emit(
+        "limits",
+        sbx_core::Severity::Info,
+        serde_json::json!({
+            "source": lp.source,
+            "applied": lp.rows.iter().filter(|r| r.applies)
+                .map(|r| serde_json::json!({"limit": r.limit, "value": r.value, "how": r.how}))
+                .collect::<Vec<_>>(),
+            "not_applied": lp.rows.iter().filter(|r| !r.applies)
+                .map(|r| serde_json::json!({"limit": r.limit, "value": r.value, "why": r.how}))
+                .collect::<Vec<_>>(),
+        }),
+    );
+    if let Some(args) = &lp.cgroup_args {
+        if let Some(prefix) = &lp.prefix {
+            layers.push(prefix.iter().map(os).collect());
+        }
+        let mut l = vec![os(tool("sbx-cgroup")?)];
+        l.extend(args.iter().map(os));
         cfg(&mut l, "sbx-cgroup");
         layers.push(l);
-    } else if o.cgroup == Some(false) {
-        notes.push(
-            "sbx-cgroup left out (--no-cgroup): no memory, pids, CPU or wall-clock limit".into(),
-        );
-    } else {
-        notes.push("limits in this run: none (sbx-cgroup left out: not root): no memory, pids, CPU or wall-clock limit; cgroup limits need root or a delegated cgroup; without one sbx-cgroup --pids/--timeout/--rlimit still apply (RLIMIT_NPROC in its own user namespace), --memory/--cpus do not".into());
     }
     let mut l = vec![os(tool("sbx-net")?)];
     for a in &p.net_allow {

@@ -132,23 +132,25 @@ pub fn render(p: &Policy) -> String {
     }
     table(&mut o, &["DENY", "WHAT"], &rows);
     o.push('\n');
-    let l = &p.limits;
+    let lp = crate::limitplan::plan(&p.limits, &crate::limitplan::detect(), true);
     let _ = writeln!(
         o,
-        "Limits (low trust; override with chain --memory/--pids/--cpus/--timeout/--tmp-size/--fsize):"
+        "Limits in this run (low trust; override with chain --memory/--pids/--cpus/--timeout/--tmp-size/--fsize):"
     );
-    table(
-        &mut o,
-        &["LIMIT", "VALUE"],
-        &[
-            vec!["memory".into(), l.memory.clone()],
-            vec!["processes+threads".into(), l.pids.clone()],
-            vec!["CPUs".into(), l.cpus.clone()],
-            vec!["wall clock".into(), l.timeout.clone()],
-            vec!["/tmp, /dev/shm, $HOME".into(), l.tmp_size.clone()],
-            vec!["largest file".into(), l.fsize.clone()],
-        ],
-    );
+    let _ = writeln!(o, "  {}", lp.source);
+    let rows: Vec<Vec<String>> = lp
+        .rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.limit.to_string(),
+                r.value.clone(),
+                if r.applies { "applies" } else { "NOT APPLIED" }.to_string(),
+                r.how.clone(),
+            ]
+        })
+        .collect();
+    table(&mut o, &["LIMIT", "VALUE", "IN THIS RUN", "HOW"], &rows);
     o.push('\n');
     let _ = writeln!(o, "Rules:");
     let rows: Vec<Vec<String>> = p

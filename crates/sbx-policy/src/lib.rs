@@ -14,6 +14,7 @@ use serde_json::json;
 pub mod chain;
 pub mod explain;
 pub mod gvisor;
+pub mod limitplan;
 pub mod map;
 pub mod rules;
 pub mod settings;
@@ -69,7 +70,7 @@ resolver.",
         ),
         (
             "DECISION MATRIX",
-            "--plugin: WebAssembly/WASI is not built yet: an error saying so. --trust full: no kernel isolation, the path allowlist for sbx-path. --trust low (default): sbx-creds (when --layers has an sbx-creds section), sbx-gitguard run (when the project is a git repository; with --stage, and sbx-fs --git-stage, when the grants make its .git writable: git commits inside land in the stage and are imported after verification), sbx-cgroup (as root), sbx-net, sbx-fs, sbx-seccomp --profile default (with --allow-exec when Bash rules name programs). --trust low --container: one \
+            "--plugin: WebAssembly/WASI is not built yet: an error saying so. --trust full: no kernel isolation, the path allowlist for sbx-path. --trust low (default): sbx-creds (when --layers has an sbx-creds section), sbx-gitguard run (when the project is a git repository; with --stage, and sbx-fs --git-stage, when the grants make its .git writable: git commits inside land in the stage and are imported after verification), sbx-cgroup (with the limits that apply in this run: as root or with a delegated cgroup memory, pids and CPU; unprivileged without one RLIMIT_DATA, RLIMIT_NPROC in its own user namespace, the wall clock; through systemd-run --user --scope -p Delegate=yes when a systemd user manager on cgroup v2 offers one), sbx-net, sbx-fs, sbx-seccomp --profile default (with --allow-exec when Bash rules name programs). --trust low --container: one \
 container per run (sbx-container; the rules' own denies and the domain allowlist are not carried: no network). --trust zero --latency-sensitive: sbx-vm --backend firecracker. --trust zero: gVisor when runsc is installed, else sbx-vm. The gVisor step (sbx-policy gvisor) writes an OCI bundle in a private temporary directory from sbx-fs's mount plan for the same grants (read-only empty root, the system directories read-only, the grants, every deny and invariant, no capability, no_new_privs, rlimits) and runs runsc --platform=ptrace --network=none run (only gVisor's loopback inside: no network); as root inside sbx-cgroup with the limits below, unprivileged with runsc --rootless (no memory or CPU limit; the wall clock is enforced, exit 124). The container and the directory are removed at the end, and by a guardian process when the step is killed. SBX_GVISOR_DEBUG_LOG=DIR keeps runsc's debug logs in DIR. A tier whose binary is not installed is one line naming it, exit 125.",
         ),
         (
@@ -175,7 +176,7 @@ pub struct ChainArgs {
     /// Where the sbx binaries are (default: $SBX_BIN, beside sbx-policy, PATH).
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
-    /// Include sbx-cgroup (default: only as root).
+    /// Include sbx-cgroup (the default with --trust low, given only the limits that apply in this run: explain says which; with --trust zero the default is only as root).
     #[arg(long, overrides_with = "no_cgroup")]
     pub cgroup: bool,
     /// Leave sbx-cgroup out.
