@@ -713,6 +713,40 @@ fn loose_below(git_dir: &Path, dir: &Path) -> Vec<String> {
     out
 }
 
+/// What the sandbox left at the top of the stage's git dir that is never
+/// imported but would make the host's git run a command, or act on state
+/// the host never had, had it been carried over: a rebase or cherry-pick
+/// in progress (its todo's `exec` lines run on `--continue`), hooks,
+/// config, a commondir, info/ (attributes, exclude), submodule and
+/// worktree git dirs. Dropped like everything else the import does not
+/// read; logged so that the attempt is seen (alert), or the dropped state
+/// known (warn).
+const DROPPED: &[(&str, Severity)] = &[
+    ("rebase-merge", Severity::Alert),
+    ("rebase-apply", Severity::Alert),
+    ("sequencer", Severity::Alert),
+    ("hooks", Severity::Alert),
+    ("config", Severity::Alert),
+    ("config.worktree", Severity::Alert),
+    ("commondir", Severity::Alert),
+    ("info", Severity::Warn),
+    ("modules", Severity::Warn),
+    ("worktrees", Severity::Warn),
+];
+
+fn note_dropped(upper: &Path, ev: &mut Events) {
+    for (name, sev) in DROPPED {
+        match fs::symlink_metadata(upper.join(name)) {
+            Ok(m) if !is_whiteout(&m) => ev.push(
+                "stage_entry_dropped",
+                *sev,
+                json!({ "path": name, "reason": "never imported: only objects, refs, HEAD, packed-refs and index are" }),
+            ),
+            _ => {}
+        }
+    }
+}
+
 fn refused(ev: &mut Events, name: &str, reason: impl Into<String>) {
     ev.push(
         "ref_refused",
@@ -752,6 +786,7 @@ pub fn import(
         .odb()
         .map_err(|e| ImportError::Repo(git_dir.to_path_buf(), e.message().to_string()))?;
     let owner = crate::fsutil::owner(git_dir);
+    note_dropped(&stage.git_upper(), ev);
 
     // 1. Objects: found, bounded, copied to a private place (no symlink
     // followed), read through libgit2 with hash verification, written.
