@@ -504,6 +504,7 @@ for name, t in {
     print("BAD=" + t)
     ref("refs/heads/evil-" + name, commit(t))
 ref("refs/heads/good", commit(tree([("100644", "good", blob)])))
+print("GM=" + gm)
 print("CRAFTED")
 EOF
 "#;
@@ -539,6 +540,11 @@ fn objects_git_fsck_strict_rejects_are_refused_at_the_import() {
                 let o = git_out(&p.root, &["cat-file", "-e", id]);
                 assert!(!o.status.success(), "{id} reached the host's store\n{c}");
             }
+            // Nor the .gitmodules blob of the refused tree: nothing names
+            // it any more, and git would check it only through a tree.
+            let gm = so.lines().find_map(|l| l.strip_prefix("GM=")).unwrap();
+            let o = git_out(&p.root, &["cat-file", "-e", gm]);
+            assert!(!o.status.success(), "the .gitmodules blob came in\n{c}");
             // The well-formed commit beside them came in.
             assert!(refs.contains_key("refs/heads/good"), "{c}");
             p.assert_fsck_strict(&c);
