@@ -362,9 +362,10 @@ pub(crate) fn give_back(git_dir: &Path, rel_path: &str, owner: Option<(u32, u32)
 /// New objects are first written into a quarantine (a private bare
 /// repository that also sees the real store as an alternate, as git's
 /// receive-pack quarantine does) and move into the real store only when an
-/// accepted ref or HEAD needs them with a complete history (blobs, which
-/// link to nothing, also for the index). So a refused or partial history
-/// never leaves a broken link behind.
+/// accepted ref or HEAD needs them with a complete history (blobs also
+/// when the sandbox's index names them at a path git fsck --strict
+/// accepts). So a refused or partial history never leaves a broken link
+/// behind, and no blob nothing names comes in unchecked.
 struct Quarantine {
     q: git2::Repository,
     new: BTreeMap<git2::Oid, git2::ObjectType>,
