@@ -16,7 +16,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Subcommands that print nothing on stdout themselves (the command's own
 /// output passes through untouched, or they write to a FILE).
@@ -60,27 +60,9 @@ fn assert_quiet(what: &str, mut cmd: Command) {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::from(broken_pipe()))
         .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: spawn: {e}"));
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: still running after 30 s with a broken stdout");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    use std::io::Read;
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let out = sbx_testutil::wait_within(&mut cmd, Duration::from_secs(30));
+    let status = out.status;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         !err.contains("panicked") && !err.contains("backtrace"),
         "{what}: panicked on EPIPE: {err}"

@@ -2,10 +2,9 @@
 //! visible subcommand, typing the start of one of its long options and
 //! pressing TAB offers that option (bash, zsh and fish, the real shells).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use sbx_testutil::skip;
 
@@ -74,28 +73,8 @@ fn shell_runs(shell: &str) -> bool {
 /// The shell's stdout; a shell still running after 30 s is killed and fails
 /// the test (a completion must never hang it).
 fn run(cmd: &mut Command) -> String {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn shell");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("shell still running after 30 s: {cmd:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut out = String::new();
-    let _ = child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut out);
-    out
+    let out = sbx_testutil::output_within(cmd, Duration::from_secs(30));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn quote(s: &str) -> String {

@@ -216,32 +216,86 @@ fn check_tree(
             }
         }
         prev = Some((name.to_vec(), is_dir));
-        if is_dotgitmodules(name) {
-            if m == 0o120000 {
-                return err("gitmodulesSymlink", format!("'{shown}' is a symlink"));
-            }
-            if m != 0o40000 && m != 0o160000 {
-                let b = blob(id).ok_or_else(|| {
-                    format!("gitmodulesMissing: the .gitmodules blob of '{shown}' is not in the stage or the store")
-                })?;
-                check_gitmodules(&b)?;
-            }
+        dotfile(name, m, &|| blob(id))?;
+    }
+    Ok(())
+}
+
+/// git's checks of an entry named `.gitmodules` or `.gitattributes` (any
+/// spelling) of mode `m`: git fsck reads every such entry that is not a
+/// symlink as a blob (fsck_finish), so a directory or a gitlink there is
+/// `gitmodulesBlob`/`gitattributesBlob`, a missing blob
+/// `gitmodulesMissing`, and the blob's contents are checked.
+fn dotfile(name: &[u8], m: u32, blob: &dyn Fn() -> Option<Vec<u8>>) -> Result<(), String> {
+    let shown = String::from_utf8_lossy(name);
+    if is_dotgitmodules(name) {
+        if m == 0o120000 {
+            return err("gitmodulesSymlink", format!("'{shown}' is a symlink"));
         }
-        if is_dotgitattributes(name) && (m == 0o100644 || m == 0o100755) {
-            let b = blob(id).ok_or_else(|| {
-                format!(
-                    "gitattributesMissing: the .gitattributes blob of '{shown}' is not in the stage or the store"
-                )
-            })?;
-            if b.len() > MAX_GITATTRIBUTES {
-                return err("gitattributesLarge", format!("{} bytes", b.len()));
-            }
-            if b.split(|&c| c == b'\n').any(|l| l.len() > MAX_ATTR_LINE) {
-                return err("gitattributesLineLength", "a line over 2048 bytes");
-            }
+        if m == 0o40000 || m == 0o160000 {
+            return err("gitmodulesBlob", format!("'{shown}' is not a blob"));
+        }
+        let b = blob().ok_or_else(|| {
+            format!("gitmodulesMissing: the .gitmodules blob of '{shown}' is not in the stage or the store")
+        })?;
+        check_gitmodules(&b)?;
+    }
+    if is_dotgitattributes(name) && m != 0o120000 {
+        if m == 0o40000 || m == 0o160000 {
+            return err("gitattributesBlob", format!("'{shown}' is not a blob"));
+        }
+        let b = blob().ok_or_else(|| {
+            format!(
+                "gitattributesMissing: the .gitattributes blob of '{shown}' is not in the stage or the store"
+            )
+        })?;
+        if b.len() > MAX_GITATTRIBUTES {
+            return err("gitattributesLarge", format!("{} bytes", b.len()));
+        }
+        if b.split(|&c| c == b'\n').any(|l| l.len() > MAX_ATTR_LINE) {
+            return err("gitattributesLineLength", "a line over 2048 bytes");
         }
     }
     Ok(())
+}
+
+/// The checks `git fsck --strict` applies to the tree entries an index
+/// entry becomes when the host's git commits it (`path`, `mode`, its blob
+/// by `blob`): every component a valid entry name (no `.git` in any
+/// spelling, no `.`, `..` or empty one), a `.gitmodules` or
+/// `.gitattributes` component above it is a directory (`...Blob`), and
+/// the entry itself as [`dotfile`] says. The index is where a blob the
+/// sandbox wrote can become a `.gitmodules` without a tree naming it.
+pub fn check_index_entry(
+    path: &[u8],
+    mode: u32,
+    blob: &dyn Fn() -> Option<Vec<u8>>,
+) -> Result<(), String> {
+    let r = (|| {
+        let comps: Vec<&[u8]> = path.split(|&b| b == b'/').collect();
+        for (i, c) in comps.iter().enumerate() {
+            let shown = String::from_utf8_lossy(c);
+            if c.is_empty() {
+                return err("emptyName", "an empty path component");
+            }
+            if *c == b"." || *c == b".." {
+                return err("hasDotdot", format!("a component '{shown}'"));
+            }
+            if is_dotgit(c) {
+                return err("hasDotgit", format!("a component '{shown}' (.git)"));
+            }
+            let last = i + 1 == comps.len();
+            if last {
+                dotfile(c, mode, blob)?;
+            } else if is_dotgitmodules(c) {
+                return err("gitmodulesBlob", format!("'{shown}' is a directory"));
+            } else if is_dotgitattributes(c) {
+                return err("gitattributesBlob", format!("'{shown}' is a directory"));
+            }
+        }
+        Ok(())
+    })();
+    r.map_err(|e| format!("git fsck --strict: {e}"))
 }
 
 /// A submodule name git accepts: no `..` path component (either slash).
@@ -582,6 +636,58 @@ mod tests {
             tree_err(&[("100644", b".gitattributes")], &bad(long))
                 .starts_with("gitattributesLineLength")
         );
+    }
+
+    #[test]
+    fn gitmodules_and_gitattributes_that_are_not_blobs() {
+        for (mode, name, id) in [
+            ("40000", ".gitmodules", "gitmodulesBlob"),
+            ("160000", ".gitmodules", "gitmodulesBlob"),
+            ("40000", ".gitattributes", "gitattributesBlob"),
+        ] {
+            let e = tree_err(&[(mode, name.as_bytes())], &no_blob);
+            assert!(e.starts_with(id), "{mode} {name}: {e}");
+        }
+        // A symlinked .gitattributes is only noted by git (info).
+        assert!(
+            check(
+                Kind::Tree,
+                &tree(&[("120000", b".gitattributes")]),
+                20,
+                &no_blob
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn index_entries_are_checked_as_the_trees_they_become() {
+        let evil = || Some(b"[submodule \"../../modules/x\"]\n\tpath = x\n".to_vec());
+        let good = || Some(b"[submodule \"x\"]\n\tpath = x\n\turl = ./x\n".to_vec());
+        let none = || None;
+        let e = |p: &str, m: u32, b: &dyn Fn() -> Option<Vec<u8>>| {
+            check_index_entry(p.as_bytes(), m, b).unwrap_err()
+        };
+        for p in [".gitmodules", "sub/dir/.GITMODULES", "gitmod~1"] {
+            assert!(e(p, 0o100644, &evil).contains("gitmodulesName"), "{p}");
+            assert!(
+                check_index_entry(p.as_bytes(), 0o100644, &good).is_ok(),
+                "{p}"
+            );
+        }
+        assert!(e(".gitmodules", 0o120000, &good).contains("gitmodulesSymlink"));
+        assert!(e(".gitmodules", 0o160000, &none).contains("gitmodulesBlob"));
+        assert!(e(".gitmodules", 0o100644, &none).contains("gitmodulesMissing"));
+        assert!(e(".gitmodules/x", 0o100644, &none).contains("gitmodulesBlob"));
+        assert!(e(".gitattributes/x", 0o100644, &none).contains("gitattributesBlob"));
+        assert!(e(".git/config", 0o100644, &none).contains("hasDotgit"));
+        assert!(e("a/.GIT/hooks/x", 0o100644, &none).contains("hasDotgit"));
+        assert!(e("a/../b", 0o100644, &none).contains("hasDotdot"));
+        assert!(e("a//b", 0o100644, &none).contains("emptyName"));
+        // Ordinary paths never read their blob.
+        assert!(check_index_entry(b"src/main.rs", 0o100644, &none).is_ok());
+        assert!(check_index_entry(b"sub", 0o160000, &none).is_ok());
+        assert!(check_index_entry(b"dir/.gitmodules.bak", 0o100644, &none).is_ok());
     }
 
     const T: &str = "tree 1111111111111111111111111111111111111111\n";

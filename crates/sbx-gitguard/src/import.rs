@@ -362,9 +362,10 @@ pub(crate) fn give_back(git_dir: &Path, rel_path: &str, owner: Option<(u32, u32)
 /// New objects are first written into a quarantine (a private bare
 /// repository that also sees the real store as an alternate, as git's
 /// receive-pack quarantine does) and move into the real store only when an
-/// accepted ref or HEAD needs them with a complete history (blobs, which
-/// link to nothing, also for the index). So a refused or partial history
-/// never leaves a broken link behind.
+/// accepted ref or HEAD needs them with a complete history (blobs also
+/// when the sandbox's index names them at a path git fsck --strict
+/// accepts). So a refused or partial history never leaves a broken link
+/// behind, and no blob nothing names comes in unchecked.
 struct Quarantine {
     q: git2::Repository,
     new: BTreeMap<git2::Oid, git2::ObjectType>,
@@ -713,6 +714,40 @@ fn loose_below(git_dir: &Path, dir: &Path) -> Vec<String> {
     out
 }
 
+/// What the sandbox left at the top of the stage's git dir that is never
+/// imported but would make the host's git run a command, or act on state
+/// the host never had, had it been carried over: a rebase or cherry-pick
+/// in progress (its todo's `exec` lines run on `--continue`), hooks,
+/// config, a commondir, info/ (attributes, exclude), submodule and
+/// worktree git dirs. Dropped like everything else the import does not
+/// read; logged so that the attempt is seen (alert), or the dropped state
+/// known (warn).
+const DROPPED: &[(&str, Severity)] = &[
+    ("rebase-merge", Severity::Alert),
+    ("rebase-apply", Severity::Alert),
+    ("sequencer", Severity::Alert),
+    ("hooks", Severity::Alert),
+    ("config", Severity::Alert),
+    ("config.worktree", Severity::Alert),
+    ("commondir", Severity::Alert),
+    ("info", Severity::Warn),
+    ("modules", Severity::Warn),
+    ("worktrees", Severity::Warn),
+];
+
+fn note_dropped(upper: &Path, ev: &mut Events) {
+    for (name, sev) in DROPPED {
+        match fs::symlink_metadata(upper.join(name)) {
+            Ok(m) if !is_whiteout(&m) => ev.push(
+                "stage_entry_dropped",
+                *sev,
+                json!({ "path": name, "reason": "never imported: only objects, refs, HEAD, packed-refs and index are" }),
+            ),
+            _ => {}
+        }
+    }
+}
+
 fn refused(ev: &mut Events, name: &str, reason: impl Into<String>) {
     ev.push(
         "ref_refused",
@@ -752,6 +787,7 @@ pub fn import(
         .odb()
         .map_err(|e| ImportError::Repo(git_dir.to_path_buf(), e.message().to_string()))?;
     let owner = crate::fsutil::owner(git_dir);
+    note_dropped(&stage.git_upper(), ev);
 
     // 1. Objects: found, bounded, copied to a private place (no symlink
     // followed), read through libgit2 with hash verification, written.
@@ -1122,15 +1158,30 @@ pub fn import(
         }
     }
 
-    // New blobs link to nothing: they come in even when no ref needs them
-    // (content staged in the index without a commit).
-    let blobs: Vec<git2::Oid> = quar
-        .new
-        .iter()
-        .filter(|(_, k)| **k == git2::ObjectType::Blob)
-        .map(|(id, _)| *id)
-        .collect();
-    to_migrate.extend(blobs);
+    // New blobs no accepted history needs come in when the sandbox's index
+    // names them (content staged without a commit), and only when git fsck
+    // --strict accepts the tree entry that index entry becomes on the
+    // host's next commit (a `.gitmodules` is checked as such). A blob
+    // nothing names is not brought in: git checks a `.gitmodules` blob only
+    // through a tree naming it, so an unnamed one would be unchecked (a
+    // tree naming it later is checked against the store then).
+    let index_entries = stage_index_entries(&stage.index(), private.path());
+    if let Ok(qodb) = quar.q.odb() {
+        for (path, mode, id) in &index_entries {
+            if quar.new.get(id) != Some(&git2::ObjectType::Blob) {
+                continue;
+            }
+            let blob = || qodb.read(*id).ok().map(|o| o.data().to_vec());
+            match crate::fsck::check_index_entry(path, *mode, &blob) {
+                Ok(()) => to_migrate.push(*id),
+                Err(reason) => ev.push(
+                    "object_refused",
+                    Severity::Alert,
+                    json!({ "path": format!("index: {}", String::from_utf8_lossy(path)), "object": id.to_string(), "reason": reason }),
+                ),
+            }
+        }
+    }
     let mut seen = HashSet::new();
     to_migrate.retain(|id| seen.insert(*id) && !real.exists(*id));
 
@@ -1246,6 +1297,23 @@ fn final_head(
 /// untracked cache), and with every entry whose blob did not come in reset
 /// to HEAD's version (the file in the work tree untouched: it shows as
 /// modified) or dropped when HEAD has none.
+/// The entries (path, mode, id) of the index the sandbox left, read from a
+/// private copy; none when it has none or libgit2 cannot read it (then it
+/// is not taken either).
+fn stage_index_entries(up: &Path, private: &Path) -> Vec<(Vec<u8>, u32, git2::Oid)> {
+    if !fs::symlink_metadata(up).is_ok_and(|m| m.is_file()) {
+        return Vec::new();
+    }
+    let tmp = private.join("index-entries");
+    if copy_nofollow(up, &tmp).is_err() {
+        return Vec::new();
+    }
+    match git2::Index::open(&tmp) {
+        Ok(idx) => idx.iter().map(|e| (e.path, e.mode, e.id)).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 fn take_index(
     git_dir: &Path,
     up: &Path,
@@ -1270,18 +1338,26 @@ fn take_index(
         }
     }
     let mut hidden = crate::index::Hidden::default();
+    let mut refused = Vec::new();
     // Prepared beside the journal, renamed into place when it commits.
     let tmp = dest.to_path_buf();
     let _ = fs::remove_file(&tmp);
     let r = copy_nofollow(up, &tmp)
         .map_err(|e| e.to_string())
-        .and_then(|()| rebuild_index(git_dir, &tmp, head_commit, owner, &mut hidden))
+        .and_then(|()| rebuild_index(git_dir, &tmp, head_commit, owner, &mut hidden, &mut refused))
         .and_then(|counts| {
             fs::File::open(&tmp)
                 .and_then(|f| f.sync_all())
                 .map(|()| counts)
                 .map_err(|e| e.to_string())
         });
+    for (path, object, reason) in refused {
+        ev.push(
+            "object_refused",
+            Severity::Alert,
+            json!({ "path": format!("index: {path}"), "object": object, "reason": reason }),
+        );
+    }
     match r {
         Ok((entries, reset, dropped)) => {
             if !hidden.is_empty() {
@@ -1329,6 +1405,7 @@ fn rebuild_index(
     head_commit: Option<git2::Oid>,
     owner: Option<(u32, u32)>,
     hidden: &mut crate::index::Hidden,
+    refused: &mut Vec<(String, String, String)>,
 ) -> Result<(usize, usize, usize), String> {
     let repo = crate::verify::open(git_dir).map_err(|e| e.message().to_string())?;
     let odb = repo.odb().map_err(|e| e.message().to_string())?;
@@ -1359,11 +1436,28 @@ fn rebuild_index(
             let s = empty.to_string();
             give_back(git_dir, &format!("objects/{}/{}", &s[..2], &s[2..]), owner);
         }
-        if gitlink || odb.exists(e.id) {
-            keep.push(e);
-            continue;
-        }
         let p = String::from_utf8_lossy(&e.path).into_owned();
+        let present = gitlink || odb.exists(e.id);
+        // The tree entry it becomes on the host's next commit, as git fsck
+        // --strict checks it (a `.gitmodules` naming a blob the store
+        // already had, a `.git` component...): refused entries are reset
+        // to HEAD's version or dropped. (A new blob that failed was not
+        // brought in and was refused then.)
+        let blob = || {
+            odb.read(e.id)
+                .ok()
+                .filter(|o| o.kind() == git2::ObjectType::Blob)
+                .map(|o| o.data().to_vec())
+        };
+        let verdict = crate::fsck::check_index_entry(&e.path, e.mode, &blob);
+        match verdict {
+            Ok(()) if present => {
+                keep.push(e);
+                continue;
+            }
+            Err(why) if present => refused.push((p.clone(), e.id.to_string(), why)),
+            _ => {}
+        }
         match head_tree
             .as_ref()
             .and_then(|t| t.get_path(Path::new(&p)).ok())

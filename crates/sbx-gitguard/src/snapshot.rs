@@ -435,9 +435,11 @@ pub fn save(s: &Snapshot, path: &Path) -> Result<(), SnapshotError> {
 
 /// Reads a snapshot and checks it belongs to the repository of `l`.
 pub fn load(path: &Path, l: &Layout) -> Result<Snapshot, SnapshotError> {
-    // A regular file, bounded: never a FIFO or /dev/zero.
+    // sbx-core's reader of files named on the command line: a regular file
+    // (opened non-blocking, checked on the fd), at most MAX_FILE bytes, a
+    // termination signal stops it; never a FIFO, /dev/zero or a directory.
     let data =
-        crate::fsutil::read_bounded(path, MAX_FILE).map_err(|source| SnapshotError::Read {
+        sbx_core::input::read_regular(path, MAX_FILE).map_err(|source| SnapshotError::Read {
             path: path.to_path_buf(),
             source,
         })?;

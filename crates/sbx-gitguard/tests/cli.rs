@@ -478,7 +478,7 @@ fn root_repairs_keep_the_users_ownership() {
         .current_dir(&f.w)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", f.dir.join("gitconfig"));
-    let out = c.output().unwrap();
+    let out = common::within(common::LIMIT, c, "sbx-gitguard run");
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     for p in [
         ".git/HEAD",

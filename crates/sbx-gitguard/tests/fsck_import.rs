@@ -9,6 +9,8 @@
 mod common;
 
 use common::Fixture;
+use std::process::Output;
+
 use sbx_testutil::{assert_event, code, identities, stderr};
 
 /// Writes loose objects (zlib, SHA-1) into $S/git/upper/objects and a ref
@@ -154,6 +156,123 @@ fn objects_git_fsck_strict_rejects_never_reach_the_host() {
         assert!(o.status.success());
         f.git_ok(&f.w, &["branch", "-D", "good"]);
         assert_eq!(f.state(), before);
+        assert!(!f.mark.exists());
+    }
+}
+
+/// A `.gitmodules` blob no tree names (issue 14): git checks a blob as a
+/// `.gitmodules` only through a tree that names it so, so the import never
+/// brings in a blob nothing names (it would be unchecked), checks the index
+/// entries the sandbox stages as the tree entries they become on the
+/// host's next commit, and checks a tree naming a blob the host's store
+/// already had against that blob.
+#[test]
+fn a_gitmodules_blob_no_tree_names_never_comes_in_unchecked() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let evil = f.dir.join("evil.gitmodules");
+        std::fs::write(
+            &evil,
+            "[submodule \"../../modules/evil\"]\n\tpath = x\n\turl = ./x\n",
+        )
+        .unwrap();
+        sbx_testutil::chown_to_test_user(&evil);
+        let head_gm = f.git_ok(&f.w, &["rev-parse", "HEAD:.gitmodules"]);
+        let in_store = |id: &str| f.git(&f.w, &["cat-file", "-e", id]).status.success();
+        // Writes into the stage's upper layer what git inside would: the
+        // blob (hash-object into the stage's objects) and, with $INDEX, the
+        // sandbox's index naming it at $INDEX.
+        let turn = |name: &str, write: bool, extra: &str| -> (Output, String) {
+            let stage = f.dir.join(format!("sbx-git-stage-{name}"));
+            let script = format!(
+                "set -e; U={s}/git/upper; mkdir -p $U/objects
+                 B=$(GIT_OBJECT_DIRECTORY=$U/objects git hash-object {w} {e}); echo B=$B
+                 {extra}",
+                s = stage.display(),
+                e = evil.display(),
+                w = if write { "-w" } else { "" },
+            );
+            let out = f.run_within(120, &["--stage", stage.to_str().unwrap()], &script);
+            assert_eq!(code(&out), 0, "{name}: {}", stderr(&out));
+            let b = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("B="))
+                .unwrap_or_else(|| panic!("{name}: no blob: {}", stderr(&out)))
+                .to_string();
+            (out, b)
+        };
+        // 1. Dangling: not imported.
+        let (_, b) = turn("dangling", true, "");
+        assert!(!in_store(&b), "a blob nothing names came in");
+        assert_event(&f.audit, "objects_imported", "info", |e| {
+            e["not_needed"].as_u64().unwrap_or(0) >= 1
+        });
+        // 2. Staged as .gitmodules (and below a directory): refused, never
+        // in the store; the host's index keeps HEAD's .gitmodules and gets
+        // no entry for the other path.
+        let stage_idx = |paths: &[&str]| {
+            let mut s = "cp .git/index $U/index".to_string();
+            for p in paths {
+                s.push_str(&format!(
+                    " && GIT_INDEX_FILE=$U/index GIT_OBJECT_DIRECTORY=$U/objects GIT_ALTERNATE_OBJECT_DIRECTORIES=$PWD/.git/objects git update-index --add --cacheinfo 100644,$B,{p}"
+                ));
+            }
+            s
+        };
+        turn(
+            "index",
+            true,
+            &stage_idx(&[".gitmodules", "lib2/.gitmodules"]),
+        );
+        assert!(!in_store(&b), "the refused .gitmodules blob came in");
+        let ls = f.git_ok(&f.w, &["ls-files", "-s"]);
+        assert!(ls.contains(head_gm.trim()), "{ls}");
+        assert!(!ls.contains("lib2/"), "{ls}");
+        for p in [".gitmodules", "lib2/.gitmodules"] {
+            assert_event(&f.audit, "object_refused", "alert", |e| {
+                e["path"] == format!("index: {p}")
+                    && e["reason"]
+                        .as_str()
+                        .unwrap_or("")
+                        .starts_with("git fsck --strict: gitmodulesName")
+            });
+        }
+        // 3. The blob already in the host's store (how it got there does
+        // not matter): an index entry naming it as .gitmodules is refused
+        // all the same, and so is a tree naming it.
+        let b2 = f.git_ok(&f.w, &["hash-object", "-w", evil.to_str().unwrap()]);
+        assert_eq!(b2.trim(), b);
+        let tree = "&& T=$(printf '100644 blob %s\\t.gitmodules\\n' $B | GIT_OBJECT_DIRECTORY=$U/objects GIT_ALTERNATE_OBJECT_DIRECTORIES=$PWD/.git/objects git mktree) \
+             && C=$(GIT_OBJECT_DIRECTORY=$U/objects GIT_ALTERNATE_OBJECT_DIRECTORIES=$PWD/.git/objects git commit-tree -m evil -p HEAD $T) \
+             && mkdir -p $U/refs/heads && echo $C > $U/refs/heads/evil-gm";
+        // Not in the stage this time: the checks read it from the store.
+        turn(
+            "present",
+            false,
+            &format!("{} {tree}", stage_idx(&["lib3/.gitmodules"])),
+        );
+        let ls = f.git_ok(&f.w, &["ls-files", "-s"]);
+        assert!(!ls.contains("lib3/"), "{ls}");
+        assert_event(&f.audit, "object_refused", "alert", |e| {
+            e["path"] == "index: lib3/.gitmodules"
+        });
+        let refs = f.git_ok(&f.w, &["for-each-ref", "--format=%(refname)"]);
+        assert!(!refs.contains("evil-gm"), "{refs}");
+        assert_event(&f.audit, "ref_refused", "alert", |e| {
+            e["ref"] == "refs/heads/evil-gm"
+        });
+        assert_event(&f.audit, "object_refused", "alert", |e| {
+            e["reason"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("git fsck --strict: gitmodulesName")
+                && e["path"] == "loose objects"
+        });
+        // What the host has is what git fsck --strict accepts (the blob
+        // the owner wrote is dangling: git checks it through no tree).
+        let o = f.git(&f.w, &["fsck", "--full", "--strict", "--no-dangling"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success() && !err.contains("error"), "{err}");
         assert!(!f.mark.exists());
     }
 }

@@ -120,17 +120,41 @@ fn a_fifo_in_the_git_dir_before_the_snapshot_is_refused_and_nothing_changes() {
 }
 
 #[test]
-fn against_a_fifo_or_dev_zero_is_one_line_not_a_hang() {
+fn against_a_fifo_dev_zero_a_directory_or_a_huge_file_is_one_line_not_a_hang() {
     let f = Fixture::new(user_first());
     let fifo = f.dir.join("snap.fifo");
-    let o = f.sh(&f.dir, &format!("mkfifo {}", fifo.display()));
+    let huge = f.dir.join("snap.huge");
+    let o = f.sh(
+        &f.dir,
+        &format!(
+            "mkfifo {} && truncate -s 2G {}",
+            fifo.display(),
+            huge.display()
+        ),
+    );
     assert!(o.status.success());
-    for against in [fifo.to_str().unwrap(), "/dev/zero"] {
+    let dir = f.dir.to_str().unwrap();
+    for (against, why) in [
+        (fifo.to_str().unwrap(), "not a regular file (a FIFO)"),
+        ("/dev/zero", "not a regular file (a character device)"),
+        (dir, "not a regular file (a directory)"),
+        (huge.to_str().unwrap(), "larger than the cap"),
+    ] {
         for cmd in ["check", "repair"] {
+            let t0 = Instant::now();
+            // sbx-core's bounded reader of files named on the command line.
             let out = f.guard_within(T, &[cmd, "--repo", w(&f), "--against", against]);
-            assert_usage_error(&out, "not a regular file");
+            assert_usage_error(&out, why);
+            assert!(stderr(&out).contains(against), "{}", stderr(&out));
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "{cmd} --against {against} took {:?}",
+                t0.elapsed()
+            );
         }
     }
+    // Nothing was repaired from them: the repository is as it was.
+    f.assert_fsck_clean();
 }
 
 /// The newest commit on main (a loose object in the fixture) as a path.

@@ -59,7 +59,7 @@ fn staged(f: &Fixture, stage: &Path, crash_at: Option<u32>) -> Output {
         c.env("SBX_GITGUARD_CRASH_AT", n.to_string());
     }
     sbx_testutil::run_as(&mut c, f.who);
-    c.output().unwrap()
+    common::within(common::LIMIT, c, "sbx-gitguard run --stage")
 }
 
 /// refs, HEAD, and the index as the user sees them.

@@ -22,6 +22,9 @@ struct Proj {
     audit: PathBuf,
 }
 
+/// The bound on every command these tests run (git, sh, sbx-gitguard).
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
+
 const GITCONFIG: &str = "[user]\n\tname = T\n\temail = t@example.invalid\n[init]\n\tdefaultBranch = main\n[commit]\n\tgpgsign = false\n";
 
 /// Plants git takes for repositories, one per directory, each with a
@@ -88,7 +91,7 @@ impl Proj {
         let mut c = Command::new("sh");
         c.arg("-c").arg(script).current_dir(cwd);
         self.env(&mut c);
-        c.output().unwrap()
+        sbx_testutil::output_within(&mut c, LIMIT)
     }
 
     /// `sbx-gitguard plants --dir P --quarantine Q [extra] -- sh -c SCRIPT` in P.
@@ -105,7 +108,7 @@ impl Proj {
             .args(["--", "sh", "-c", script])
             .current_dir(&self.p);
         self.env(&mut c);
-        c.output().unwrap()
+        sbx_testutil::output_within(&mut c, LIMIT)
     }
 
     /// Runs what the owner's prompt and fingers would run in `rel`, and
@@ -319,7 +322,10 @@ fn bad_input_is_one_line() {
         let mut c = sbx_testutil::tool("sbx-gitguard");
         c.args(["plants", "--dir", "/nonexistent/x", "--", "true"]);
         run_as(&mut c, who);
-        assert_usage_error(&c.output().unwrap(), "--dir /nonexistent/x");
+        assert_usage_error(
+            &sbx_testutil::output_within(&mut c, LIMIT),
+            "--dir /nonexistent/x",
+        );
         let q = pr.p.join("q");
         let mut c = sbx_testutil::tool("sbx-gitguard");
         c.arg("plants")
@@ -330,7 +336,7 @@ fn bad_input_is_one_line() {
             .args(["--", "touch", "ran"])
             .current_dir(&pr.p);
         run_as(&mut c, who);
-        let out = c.output().unwrap();
+        let out = sbx_testutil::output_within(&mut c, LIMIT);
         assert_usage_error(&out, "where the command can write");
         assert!(!pr.p.join("ran").exists());
     }
@@ -339,7 +345,6 @@ fn bad_input_is_one_line() {
 /// `plants` as [`Proj::plants`], killed and failed after 60 s: a FIFO the
 /// command left must never make the check wait.
 fn plants_within_60s(pr: &Proj, script: &str) -> Output {
-    use std::time::{Duration, Instant};
     let mut c = sbx_testutil::tool("sbx-gitguard");
     c.arg("plants")
         .arg("--audit-log")
@@ -349,22 +354,9 @@ fn plants_within_60s(pr: &Proj, script: &str) -> Output {
         .arg("--quarantine")
         .arg(&pr.q)
         .args(["--", "sh", "-c", script])
-        .current_dir(&pr.p)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+        .current_dir(&pr.p);
     pr.env(&mut c);
-    let mut child = c.spawn().unwrap();
-    let t0 = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{:?}: sbx-gitguard plants still running after 60 s", pr.who);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
+    sbx_testutil::output_within(&mut c, std::time::Duration::from_secs(60))
 }
 
 /// A FIFO as a HEAD anywhere in the tree never blocks the check (it is

@@ -600,11 +600,9 @@ fn bad_input_is_refused_before_anything_runs() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o700)).unwrap();
         if who == As::User {
-            let st = std::process::Command::new("chown")
-                .args(["-R", "sbxtest:", other.to_str().unwrap()])
-                .status()
-                .unwrap();
-            assert!(st.success());
+            let mut c = std::process::Command::new("chown");
+            c.args(["-R", "sbxtest:", other.to_str().unwrap()]);
+            assert!(common::within(common::LIMIT, c, "chown").status.success());
         }
         let o = f.guard(&["import", "--repo", w, "--stage", other.to_str().unwrap()]);
         assert_usage_error(&o, "not of");
@@ -618,11 +616,9 @@ fn start_killable(f: &Fixture, s: &Path, agent: &str) -> std::process::Child {
     let fifo = f
         .dir
         .join(format!("up-{}", s.file_name().unwrap().to_string_lossy()));
-    let mk = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap();
-    assert!(mk.success());
+    let mut mk = std::process::Command::new("mkfifo");
+    mk.arg(&fifo);
+    assert!(common::within(common::LIMIT, mk, "mkfifo").status.success());
     sbx_testutil::chown_to_test_user(&fifo);
     let w = f.w.to_str().unwrap();
     let agent = format!("{agent}\necho up > {}; exec sleep 600", fifo.display());

@@ -238,3 +238,134 @@ pub fn unique(prefix: &str) -> String {
 pub fn os(s: &str) -> &OsStr {
     OsStr::new(s)
 }
+
+/// Runs `cmd` with stdin from /dev/null and stdout and stderr captured,
+/// bounded in time: see [`wait_within`].
+pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
+    use std::process::Stdio;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    wait_within(cmd, limit)
+}
+
+/// Runs `cmd` (its stdio as the caller set it; what is piped is captured)
+/// in a process group of its own. If it has not ended, and its captured
+/// output has not been closed, within `limit`, the whole group is killed
+/// (SIGKILL) and the test fails: a hang is a defect, never a wait. Output
+/// still open after the command ended (a process it left behind holds it)
+/// fails the test the same way.
+// Every path waits: the kill closure reaps the child before it panics
+// (clippy does not see through the closure).
+#[allow(clippy::zombie_processes)]
+pub fn wait_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
+    use std::io::Read;
+    use std::sync::mpsc;
+    use std::time::Instant;
+    let what = format!("{cmd:?}");
+    let what: String = what.chars().take(400).collect();
+    cmd.process_group(0);
+    let start = Instant::now();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+    let pgid = child.id() as i32;
+    let (tx, rx) = mpsc::channel::<(u8, Vec<u8>)>();
+    let mut pending = 0;
+    if let Some(mut r) = child.stdout.take() {
+        pending += 1;
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            let _ = tx.send((1, v));
+        });
+    }
+    if let Some(mut r) = child.stderr.take() {
+        pending += 1;
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            let _ = tx.send((2, v));
+        });
+    }
+    drop(tx);
+    let kill = |child: &mut std::process::Child, why: &str| -> ! {
+        // SAFETY: kill(2) of the process group this helper created (the
+        // child is its leader); nothing else is in it.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = child.wait();
+        panic!("{what}: {why} after {limit:?} (a hang): killed");
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut status = None;
+    loop {
+        if status.is_none() {
+            status = child.try_wait().expect("wait");
+        }
+        if status.is_some() && pending == 0 {
+            break;
+        }
+        if start.elapsed() >= limit {
+            if status.is_none() {
+                kill(&mut child, "still running");
+            }
+            kill(&mut child, "its output still open (a process it left)");
+        }
+        match rx.recv_timeout(std::time::Duration::from_millis(20)) {
+            Ok((1, v)) => {
+                out = v;
+                pending -= 1;
+            }
+            Ok((_, v)) => {
+                err = v;
+                pending -= 1;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                pending = 0;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+    Output {
+        status: status.unwrap(),
+        stdout: out,
+        stderr: err,
+    }
+}
+
+#[cfg(test)]
+mod within_tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn panics_fast(script: &str) -> String {
+        let t0 = Instant::now();
+        let r = std::panic::catch_unwind(|| {
+            let mut c = Command::new("sh");
+            c.args(["-c", script]);
+            output_within(&mut c, Duration::from_millis(500))
+        });
+        assert!(t0.elapsed() < Duration::from_secs(5), "not killed in time");
+        let e = r.expect_err("an overrun must fail the test");
+        e.downcast_ref::<String>().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_command_that_overruns_is_killed_and_fails() {
+        assert!(panics_fast("sleep 30").contains("still running"));
+        // A process left behind holding the output: its group is killed.
+        assert!(panics_fast("sleep 30 & echo started").contains("output still open"));
+    }
+
+    #[test]
+    fn a_command_within_its_time_gives_its_output() {
+        let mut c = Command::new("sh");
+        c.args(["-c", "echo out; echo err >&2; exit 3"]);
+        let o = output_within(&mut c, Duration::from_secs(30));
+        assert_eq!(
+            (code(&o), stdout(&o), stderr(&o)),
+            (3, "out\n".into(), "err\n".into())
+        );
+    }
+}

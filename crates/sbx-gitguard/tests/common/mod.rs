@@ -8,6 +8,10 @@ use std::process::{Command, Output};
 
 use sbx_testutil::{As, run_as};
 
+/// The bound on every command a test runs through the fixture (git, sh,
+/// sbx-gitguard): a hang fails the test instead of stalling it.
+pub const LIMIT: u64 = 180;
+
 pub struct Fixture {
     pub who: As,
     _tmp: tempfile::TempDir,
@@ -96,7 +100,7 @@ impl Fixture {
         let mut c = Command::new("sh");
         c.arg("-c").arg(script).current_dir(cwd);
         self.env(&mut c);
-        c.output().unwrap()
+        within(LIMIT, c, "sh")
     }
 
     /// git as the identity under test.
@@ -104,7 +108,7 @@ impl Fixture {
         let mut c = Command::new("git");
         c.args(args).current_dir(cwd);
         self.env(&mut c);
-        c.output().unwrap()
+        within(LIMIT, c, "git")
     }
 
     pub fn git_ok(&self, cwd: &Path, args: &[&str]) -> String {
@@ -119,7 +123,7 @@ impl Fixture {
 
     /// sbx-gitguard as the identity under test (audit log in the fixture).
     pub fn guard(&self, args: &[&str]) -> Output {
-        self.guard_cmd(args).output().unwrap()
+        within(LIMIT, self.guard_cmd(args), "sbx-gitguard")
     }
 
     /// The command [`Fixture::guard`] runs.
@@ -232,42 +236,6 @@ true
 
 /// Runs `c` (stdout and stderr captured), killing its process group after
 /// `secs` seconds and failing the test.
-pub fn within(secs: u64, mut c: Command, what: &str) -> Output {
-    use std::io::Read;
-    use std::os::unix::process::CommandExt;
-    use std::process::Stdio;
-    c.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let mut child = c.spawn().unwrap();
-    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let t1 = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = so.read_to_end(&mut v);
-        v
-    });
-    let t2 = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = se.read_to_end(&mut v);
-        v
-    });
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if std::time::Instant::now() >= end {
-            // SAFETY: kill(2) of the process group this test created.
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-            let _ = child.wait();
-            panic!("{what}: still running after {secs}s (a hang): killed");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: t1.join().unwrap(),
-        stderr: t2.join().unwrap(),
-    }
+pub fn within(secs: u64, mut c: Command, _what: &str) -> Output {
+    sbx_testutil::output_within(&mut c, std::time::Duration::from_secs(secs))
 }
