@@ -102,6 +102,13 @@ impl Sys {
         Self { root, euid, egid }
     }
 
+    /// The same view for another caller (unit tests of the root/user split).
+    pub fn with_identity(mut self, euid: u32, egid: u32) -> Self {
+        self.euid = euid;
+        self.egid = egid;
+        self
+    }
+
     pub fn fake_root(&self) -> Option<&Path> {
         self.root.as_deref()
     }
@@ -1090,4 +1097,227 @@ pub fn vault(addr: Option<String>) -> Finding {
         format!("{addr} is unreachable ({last}): sbx-creds cannot fetch secrets"),
         "start the server (bao server ...), or correct VAULT_ADDR/BAO_ADDR",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake(files: &[(&str, &str)]) -> (tempfile::TempDir, Sys) {
+        let d = tempfile::tempdir().unwrap();
+        for (p, text) in files {
+            let f = d.path().join(p.trim_start_matches('/'));
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, text).unwrap();
+        }
+        let sys = Sys::with_root(Some(d.path().to_path_buf()));
+        (d, sys)
+    }
+
+    #[test]
+    fn each_userns_blocker_fails_for_a_user_with_its_fix_and_warns_for_root() {
+        for (file, value, fix) in [
+            (
+                "/proc/sys/user/max_user_namespaces",
+                "0\n",
+                "sudo sysctl -w user.max_user_namespaces=15000",
+            ),
+            (
+                "/proc/sys/kernel/unprivileged_userns_clone",
+                "0\n",
+                "sudo sysctl -w kernel.unprivileged_userns_clone=1",
+            ),
+            (
+                "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+                "1\n",
+                "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
+            ),
+        ] {
+            let (_d, sys) = fake(&[(file, value)]);
+            // The live probe succeeds here: the sysctl alone decides.
+            let user = userns(&sys.clone().with_identity(1000, 1000), Ok(()));
+            assert_eq!(user.status, Status::Fail, "{file}: {user:?}");
+            assert!(user.fix.as_deref().unwrap().starts_with(fix), "{user:?}");
+            let root = userns(&sys.with_identity(0, 0), Ok(()));
+            assert_eq!(root.status, Status::Warn, "{file}: {root:?}");
+            assert!(root.summary.contains("unprivileged users cannot"));
+        }
+        // Permissive values and absent files: the probe decides.
+        let (_d, sys) = fake(&[
+            ("/proc/sys/user/max_user_namespaces", "15000\n"),
+            (
+                "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+                "0\n",
+            ),
+        ]);
+        let u = sys.with_identity(1000, 1000);
+        assert_eq!(userns(&u, Ok(())).status, Status::Ok);
+        let f = userns(
+            &u,
+            Err("unshare(CLONE_NEWUSER): Operation not permitted".into()),
+        );
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.contains("Operation not permitted") && f.fix.is_some());
+    }
+
+    #[test]
+    fn landlock_and_seccomp_classify_each_kernel_answer() {
+        assert_eq!(landlock(Ok(7)).status, Status::Ok);
+        for e in [libc::ENOSYS, libc::EOPNOTSUPP, libc::EINVAL] {
+            let f = landlock(Err(e));
+            assert_eq!(f.status, Status::Warn);
+            assert!(f.fix.is_some());
+        }
+        assert!(
+            landlock(Err(libc::EOPNOTSUPP))
+                .fix
+                .unwrap()
+                .contains("lsm=")
+        );
+        let all = "kill_process kill_thread trap errno user_notif trace log allow";
+        assert_eq!(seccomp(Some(all.into()), true).status, Status::Ok);
+        assert_eq!(seccomp(None, true).status, Status::Fail);
+        let no_notif = seccomp(Some("kill_process errno allow".into()), true);
+        assert_eq!(no_notif.status, Status::Fail);
+        assert!(no_notif.summary.contains("user notification"));
+        assert_eq!(seccomp(Some(all.into()), false).status, Status::Fail);
+        assert_eq!(seccomp(Some("allow".into()), true).status, Status::Fail);
+    }
+
+    const V1: &str = "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n\
+        32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
+        35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
+        39 31 0:36 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n\
+        40 31 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd\n";
+
+    #[test]
+    fn cgroup_version_and_delegation_from_mountinfo() {
+        // v2, delegated (the group's directory is ours), all controllers.
+        let (d, sys) = fake(&[
+            (
+                "/proc/self/mountinfo",
+                "30 23 0:27 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+            ),
+            ("/proc/self/cgroup", "0::/user.slice/me\n"),
+            (
+                "/sys/fs/cgroup/user.slice/me/cgroup.controllers",
+                "cpuset cpu io memory pids\n",
+            ),
+        ]);
+        let f = cgroup(&sys);
+        assert_eq!(f.status, Status::Ok, "{f:?}");
+        assert!(f.summary.starts_with("cgroup v2"), "{f:?}");
+        // v2 without the memory controller delegated.
+        std::fs::write(
+            d.path()
+                .join("sys/fs/cgroup/user.slice/me/cgroup.controllers"),
+            "cpu pids\n",
+        )
+        .unwrap();
+        let f = cgroup(&sys);
+        assert_eq!(f.status, Status::Warn, "{f:?}");
+        assert!(f.summary.contains("no memory controller"), "{f:?}");
+        // v1 (and hybrid with a cgroup2 mount).
+        let mut files = [
+            ("/proc/self/mountinfo", V1.to_string()),
+            (
+                "/proc/self/cgroup",
+                "4:memory:/a\n9:pids:/a\n1:cpu:/a\n0::/\n".to_string(),
+            ),
+        ];
+        let fs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (*a, b.as_str())).collect();
+        let (d, sys) = fake(&fs);
+        for c in ["cpu", "memory", "pids"] {
+            std::fs::create_dir_all(d.path().join("sys/fs/cgroup").join(c).join("a")).unwrap();
+        }
+        let f = cgroup(&sys);
+        assert_eq!(f.status, Status::Ok, "{f:?}");
+        assert!(f.summary.starts_with("cgroup v1"), "{f:?}");
+        files[0]
+            .1
+            .push_str("41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n");
+        std::fs::write(d.path().join("proc/self/mountinfo"), &files[0].1).unwrap();
+        assert!(cgroup(&sys).summary.starts_with("cgroup hybrid"));
+        // Nothing mounted.
+        let (_d, sys) = fake(&[(
+            "/proc/self/mountinfo",
+            "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n",
+        )]);
+        let f = cgroup(&sys);
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.fix.unwrap().contains("mount -t cgroup2"));
+    }
+
+    #[test]
+    fn mount_roots_are_stripped_from_the_group_path() {
+        let m = &parse_mountinfo("1 0 0:1 /outer /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")[0];
+        assert_eq!(
+            group_dir(m, "/outer/inner"),
+            PathBuf::from("/sys/fs/cgroup/inner")
+        );
+    }
+
+    #[test]
+    fn urls_and_an_unset_vault() {
+        assert_eq!(
+            parse_url("http://127.0.0.1:8200"),
+            Some(("http", "127.0.0.1".into(), 8200))
+        );
+        assert_eq!(
+            parse_url("https://[::1]/x"),
+            Some(("https", "::1".into(), 443))
+        );
+        assert_eq!(parse_url("ftp://x"), None);
+        assert_eq!(parse_url("127.0.0.1:8200"), None);
+        assert_eq!(vault(None).status, Status::Skip);
+        let f = vault(Some("nonsense".into()));
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.fix.is_some());
+    }
+
+    /// A one-shot HTTP server on 127.0.0.1 answering `status`.
+    fn server(status: &'static str) -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = l.accept() {
+                let mut b = [0u8; 1024];
+                let _ = s.read(&mut b);
+                let _ = write!(s, "HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+            }
+        });
+        format!("http://{a}")
+    }
+
+    #[test]
+    fn vault_health_answers_are_read() {
+        assert_eq!(vault(Some(server("200 OK"))).status, Status::Ok);
+        assert_eq!(
+            vault(Some(server("429 Too Many Requests"))).status,
+            Status::Ok
+        );
+        let sealed = vault(Some(server("503 Service Unavailable")));
+        assert_eq!(sealed.status, Status::Fail);
+        assert!(sealed.fix.unwrap().contains("unseal"));
+        let uninit = vault(Some(server("501 Not Implemented")));
+        assert!(uninit.summary.contains("not initialised"));
+        // A port nobody listens on.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        drop(l);
+        let f = vault(Some(format!("http://{a}")));
+        assert_eq!(f.status, Status::Fail);
+        assert!(f.summary.contains("unreachable"), "{f:?}");
+    }
+
+    #[test]
+    fn devices_that_are_missing_or_not_devices_warn_with_a_fix() {
+        let (_d, sys) = fake(&[("/dev/kvm", "not a device")]);
+        let f = kvm(&sys);
+        assert_eq!(f.status, Status::Warn);
+        assert!(f.summary.contains("not a character device"));
+        let f = device(&sys, "fuse", "/dev/fuse");
+        assert_eq!(f.status, Status::Warn);
+        assert!(f.fix.unwrap().contains("modprobe fuse"));
+    }
 }
