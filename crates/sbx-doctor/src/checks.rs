@@ -552,14 +552,33 @@ fn kvm(sys: &Sys) -> Finding {
     const KVM_GET_API_VERSION: libc::c_ulong = 0xAE00;
     // SAFETY: KVM_GET_API_VERSION takes no argument and returns an int.
     let v = unsafe { libc::ioctl(f.as_raw_fd(), KVM_GET_API_VERSION, 0) };
-    if v == 12 {
-        Finding::ok("kvm", "/dev/kvm opens read-write (KVM API 12)")
-    } else {
-        Finding::warn(
+    if v != 12 {
+        return Finding::warn(
             "kvm",
             format!("/dev/kvm: KVM_GET_API_VERSION gave {v}, not 12: sbx-vm falls back to TCG"),
             "reload the kvm module (sudo modprobe -r kvm_intel kvm_amd; sudo modprobe kvm_intel)",
-        )
+        );
+    }
+    // The same test as sbx-vm's (sbx_vm::kvm): kvm_pvm starts VMMs but
+    // boots no Linux guest.
+    let module = |m: &str| sys.path(format!("/sys/module/{m}")).exists();
+    if module("kvm_pvm") {
+        return Finding::warn(
+            "kvm",
+            "/dev/kvm is kvm_pvm (a software hypervisor that boots no Linux guest): sbx-vm uses QEMU under TCG, Firecracker cannot boot",
+            "run on bare metal or in a VM with nested virtualisation, with kvm_intel or kvm_amd loaded",
+        );
+    }
+    match ["kvm_intel", "kvm_amd"].into_iter().find(|m| module(m)) {
+        Some(m) => Finding::ok(
+            "kvm",
+            format!("/dev/kvm opens read-write (KVM API 12, {m})"),
+        ),
+        None => Finding::warn(
+            "kvm",
+            "/dev/kvm opens, but neither kvm_intel nor kvm_amd is loaded: sbx-vm falls back to TCG",
+            "sudo modprobe kvm_intel (or kvm_amd)",
+        ),
     }
 }
 

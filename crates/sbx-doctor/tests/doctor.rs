@@ -106,6 +106,14 @@ fn every_check_runs_on_this_machine_as_root_and_as_the_test_user() {
             }
         }
         assert_eq!(check(&v, "vault")["status"], "skip");
+        // kvm_pvm (this machine's /dev/kvm) boots no guest: said so.
+        if Path::new("/sys/module/kvm_pvm").exists() && Path::new("/dev/kvm").exists() {
+            let k = check(&v, "kvm");
+            assert_eq!(k["status"], "warn", "{k}");
+            if who == As::Root {
+                assert!(k["summary"].as_str().unwrap().contains("kvm_pvm"), "{k}");
+            }
+        }
         // The text report: one line per check plus fixes, and a count.
         let out = doctor(who, &[], &[]);
         let text = stdout(&out);
