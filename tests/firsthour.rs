@@ -402,6 +402,16 @@ fn destdir_make_targets_and_bad_usage() {
         ],
         "no manifest",
     );
+    // No binaries to take and no cargo to build them with.
+    let src = source_copy(d.path());
+    let out = Command::new(src.join("scripts/install"))
+        .arg("--prefix")
+        .arg(d.path().join("p"))
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    sbx_testutil::assert_usage_error(&out, "no cargo on PATH");
+    assert!(!d.path().join("p").exists(), "nothing written");
     let out = Command::new(root().join("scripts/package"))
         .arg("--bogus")
         .output()
