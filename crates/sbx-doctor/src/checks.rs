@@ -869,7 +869,7 @@ fn run_bounded(mut cmd: Command, limit: Duration) -> Result<(bool, String), Stri
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("spawn: {e}"))?;
+        .map_err(|e| format!("spawn (or enter its namespaces): {e}"))?;
     let t0 = Instant::now();
     let status = loop {
         match child.try_wait() {
@@ -991,13 +991,8 @@ fn probe_nft(nft: &Path, euid: u32, egid: u32) -> Result<(), String> {
             } else {
                 enter_userns(&u, &g, libc::CLONE_NEWNET)
             };
-            r.map_err(|(step, e)| {
-                std::io::Error::other(format!(
-                    "{}: {}",
-                    ["unshare", "setgroups", "uid_map", "gid_map"][step as usize % 4],
-                    std::io::Error::from_raw_os_error(e)
-                ))
-            })
+            // No allocation after fork: the errno alone.
+            r.map_err(|(_, e)| std::io::Error::from_raw_os_error(e))
         });
     }
     match run_bounded(c, Duration::from_secs(10)) {
