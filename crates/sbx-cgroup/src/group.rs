@@ -22,7 +22,7 @@ use crate::limits::{CPU_PERIOD_US, Limits};
 use crate::owner::Owner;
 
 /// How to get a delegated cgroup, for the one-line error.
-pub const DELEGATE_HINT: &str = "run as root, or from a delegated cgroup: systemd-run --user --scope -p Delegate=yes sbx-cgroup ... (cgroup v2), or pass --parent a group chowned to you";
+pub const DELEGATE_HINT: &str = "run as root, or from a delegated cgroup: systemd-run --user --scope -p Delegate=yes sbx-cgroup ... (cgroup v2), or pass --parent a group chowned to you (`sbx-doctor --check cgroup` tells)";
 
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {

@@ -31,6 +31,7 @@ pub const TOOLS: &[&str] = &[
     "sbx-path",
     "sbx-policy",
     "sbx-audit",
+    "sbx-doctor",
 ];
 
 /// Flags every tool takes.

@@ -5,7 +5,7 @@ use std::io;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NsError {
-    #[error("clone into new namespaces ({what})")]
+    #[error("clone into new namespaces ({what}; run `sbx-doctor --check userns`)")]
     Clone {
         what: String,
         #[source]

@@ -178,7 +178,7 @@ impl Prepared {
                 return Err(e);
             }
             if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) } != 0 {
-                why.push_str("unshare(CLONE_NEWUSER|CLONE_NEWNET) (are unprivileged user namespaces disabled?)");
+                why.push_str("unshare(CLONE_NEWUSER|CLONE_NEWNET) (are unprivileged user namespaces disabled? run `sbx-doctor --check userns`)");
                 return Err(io::Error::last_os_error());
             }
             // The same ids inside: the command runs as itself, and loses

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum LandlockError {
     #[error(
-        "Landlock is not available on this kernel ({0}): the execute allowlist cannot be enforced"
+        "Landlock is not available on this kernel ({0}): the execute allowlist cannot be enforced (run `sbx-doctor --check landlock`)"
     )]
     Unavailable(std::io::Error),
     #[error("landlock_create_ruleset: {0}")]

@@ -23,6 +23,7 @@ pub fn tools() -> Vec<(clap::Command, &'static ManInfo)> {
         (sbx_container::Cli::command(), &sbx_container::MAN),
         (sbx_policy::Cli::command(), &sbx_policy::MAN),
         (sbx_audit::Cli::command(), &sbx_audit::MAN),
+        (sbx_doctor::Cli::command(), &sbx_doctor::MAN),
     ]
 }
 

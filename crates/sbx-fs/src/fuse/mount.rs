@@ -8,7 +8,7 @@ use crate::sys;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FuseMountError {
-    #[error("open /dev/fuse: {0}")]
+    #[error("open /dev/fuse (run `sbx-doctor --check fuse`): {0}")]
     Open(#[source] io::Error),
     #[error("mount the guard file system: {0}")]
     Mount(#[source] io::Error),
