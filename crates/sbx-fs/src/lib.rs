@@ -447,7 +447,10 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
                 srcs.push(*i);
             }
         }
-        plan.quota = Some(plan::QuotaPlan { budget, srcs });
+        // Without a writable directory bind there is nothing to budget.
+        if !srcs.is_empty() {
+            plan.quota = Some(plan::QuotaPlan { budget, srcs });
+        }
     }
     Ok(plan)
 }
@@ -594,6 +597,9 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         },
         None => (None, None),
     };
+    if let Some(j) = &reaper_journal {
+        ph.reaper_fds.push(j.raw_fd());
+    }
     // The reaper also runs the end sweep if sbx-fs is killed (after taking
     // out what a killed apply left half-made).
     let after: Option<Box<dyn FnOnce()>> = if sweeps.is_empty()

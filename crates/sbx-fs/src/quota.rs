@@ -279,6 +279,10 @@ impl Journal {
         Ok((Journal { file }, Journal { file: dup }))
     }
 
+    pub fn raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
     fn note(&self, p: &Path) -> io::Result<()> {
         let mut b = p.as_os_str().as_bytes().to_vec();
         b.push(0);
