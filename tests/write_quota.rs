@@ -366,7 +366,9 @@ fn sigkill_mid_run_leaves_the_host_untouched_and_nothing_behind() {
         let mut child = spawn_fs(
             &p,
             who,
-            &format!("echo new > added; echo changed > keep.txt; echo ready; exec sleep 30 {tag}"),
+            &format!(
+                "echo new > added; echo changed > keep.txt; echo ready; exec sh -c 'sleep 30; : {tag}'"
+            ),
         );
         let mut line = String::new();
         std::io::BufReader::new(child.stdout.take().unwrap())
@@ -461,4 +463,40 @@ fn bad_budgets_are_one_line_and_125() {
         .output()
         .unwrap();
     sbx_testutil::assert_usage_error(&out, "--write-quota");
+}
+
+#[test]
+fn config_keys_set_the_budget() {
+    let p = project(As::Root, false);
+    let cfg = p.base.join("config.json");
+    std::fs::write(
+        &cfg,
+        r#"{"sbx-fs": {"write-quota": "1M", "write-inodes": 50}}"#,
+    )
+    .unwrap();
+    let out = sbx_testutil::tool("sbx-fs")
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--audit-log")
+        .arg(&p.log)
+        .arg("--rw")
+        .arg(&p.root)
+        .arg("--chdir")
+        .arg(&p.root)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=big bs=64k count=64 2>/dev/null; echo DD=$?",
+        ])
+        .env("PATH", PATH)
+        .output()
+        .unwrap();
+    assert_ne!(marker(&stdout(&out), "DD"), "0", "{}", stderr(&out));
+    let e = assert_event(&p.log, "start", "info", |e| e["write_quota"].is_object());
+    assert_eq!(e["write_quota"]["bytes"], 1 << 20);
+    assert_eq!(e["write_quota"]["inodes"], 50);
+    assert_event(&p.log, "write_quota_exceeded", "alert", |e| {
+        e["resource"] == "bytes"
+    });
 }

@@ -432,13 +432,16 @@ fn low(
         l.extend([os("--chdir"), os(&p.cwd)]);
     }
     l.extend([os("--tmp-size"), os(&p.limits.tmp_size)]);
-    // The writable binds' budget (docs/policy.md, default limits).
-    l.extend([
-        os("--write-quota"),
-        os(&p.limits.write_quota),
-        os("--write-inodes"),
-        os(&p.limits.write_inodes),
-    ]);
+    // The writable binds' budget (docs/policy.md, default limits); "off":
+    // none, the writes reach the host live.
+    if p.limits.write_quota != "off" {
+        l.extend([
+            os("--write-quota"),
+            os(&p.limits.write_quota),
+            os("--write-inodes"),
+            os(&p.limits.write_inodes),
+        ]);
+    }
     if let Some(s) = &stage {
         l.extend([os("--git-stage"), os(s)]);
     }

@@ -149,7 +149,8 @@ pub struct SourceArgs {
     #[arg(long, value_name = "SIZE")]
     pub fsize: Option<String>,
     /// What a run may add to the writable binds together (sbx-fs
-    /// --write-quota, default 2G).
+    /// --write-quota, default 2G; "off": no budget, writes reach the host
+    /// live instead of at the end).
     #[arg(long, value_name = "SIZE")]
     pub write_quota: Option<String>,
     /// New inodes a run may add to the writable binds (sbx-fs
@@ -241,7 +242,9 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
         ("--write-quota", &a.write_quota, &mut limits.write_quota),
     ] {
         if let Some(v) = v {
-            units(v).map_err(|e| Failure::new(format!("{flag} {v}: {e}")))?;
+            if !(flag == "--write-quota" && v == "off") {
+                units(v).map_err(|e| Failure::new(format!("{flag} {v}: {e}")))?;
+            }
             *slot = v.clone();
         }
     }

@@ -1037,11 +1037,13 @@ impl Policy {
             fs.insert("chdir".into(), json!(self.cwd.display().to_string()));
         }
         fs.insert("tmp-size".into(), json!(self.limits.tmp_size));
-        fs.insert("write-quota".into(), json!(self.limits.write_quota));
-        fs.insert(
-            "write-inodes".into(),
-            json!(self.limits.write_inodes.parse::<u64>().unwrap_or(500_000)),
-        );
+        if self.limits.write_quota != "off" {
+            fs.insert("write-quota".into(), json!(self.limits.write_quota));
+            fs.insert(
+                "write-inodes".into(),
+                json!(self.limits.write_inodes.parse::<u64>().unwrap_or(500_000)),
+            );
+        }
         if !self.pass_env.is_empty() {
             fs.insert("pass-env".into(), json!(self.pass_env));
         }
