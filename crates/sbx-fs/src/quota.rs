@@ -259,8 +259,11 @@ fn is_whiteout(st: &libc::stat) -> bool {
 
 // ---- the journal -------------------------------------------------------
 
-/// Temporary names the apply is about to create, NUL-separated absolute
-/// host paths in a memfd shared with the reaper (no file on disk).
+/// Where the apply is about to create temporaries: NUL-separated entries
+/// `DIR/.sbx-apply.PID.` (a directory and the prefix of every temporary it
+/// makes there), each written once, before the first temporary in that
+/// directory exists, in a memfd shared with the reaper (no file on disk;
+/// its size grows with the directories touched, not the files).
 pub struct Journal {
     file: std::fs::File,
 }
@@ -290,9 +293,10 @@ impl Journal {
     }
 }
 
-/// After sbx-fs died: removes every temporary name the journal lists that
-/// still exists (a regular file or symlink with our prefix, reached
-/// without following symlinks). Returns the paths removed.
+/// After sbx-fs died: in every directory the journal names, removes the
+/// temporaries with the noted prefix that still exist (regular files and
+/// symlinks only; the directory reached without following symlinks).
+/// Returns the paths removed.
 pub fn recover(j: &Journal) -> Vec<PathBuf> {
     let mut data = Vec::new();
     let mut f = &j.file;
@@ -306,24 +310,38 @@ pub fn recover(j: &Journal) -> Vec<PathBuf> {
         let (Some(dir), Some(name)) = (p.parent(), p.file_name()) else {
             continue;
         };
-        if !name.as_bytes().starts_with(TEMP_PREFIX.as_bytes()) {
+        let prefix = name.as_bytes();
+        // The prefix must be ours: ".sbx-apply.PID." exactly.
+        let ours = prefix
+            .strip_prefix(TEMP_PREFIX.as_bytes())
+            .and_then(|r| r.strip_suffix(b"."))
+            .is_some_and(|pid| !pid.is_empty() && pid.iter().all(u8::is_ascii_digit));
+        if !ours {
             continue;
         }
         let Ok(d) = crate::sys::openat2(
             libc::AT_FDCWD,
             dir,
-            libc::O_PATH | libc::O_DIRECTORY,
+            libc::O_RDONLY | libc::O_DIRECTORY,
             0,
-            crate::sys::RESOLVE_NO_SYMLINKS,
+            crate::sys::RESOLVE_NO_SYMLINKS | crate::sys::RESOLVE_NO_MAGICLINKS,
         ) else {
             continue;
         };
-        let name = Path::new(name);
-        if let Ok(st) = lstatat(d.as_raw_fd(), name)
-            && (crate::sys::is_reg(&st) || crate::sys::is_symlink(&st))
-            && unlinkat(d.as_raw_fd(), name, false).is_ok()
-        {
-            out.push(p);
+        let Ok(entries) = names(d.as_raw_fd()) else {
+            continue;
+        };
+        for n in entries {
+            if !n.as_bytes().starts_with(prefix) {
+                continue;
+            }
+            let n = Path::new(&n);
+            if let Ok(st) = lstatat(d.as_raw_fd(), n)
+                && (crate::sys::is_reg(&st) || crate::sys::is_symlink(&st))
+                && unlinkat(d.as_raw_fd(), n, false).is_ok()
+            {
+                out.push(dir.join(n));
+            }
         }
     }
     out
@@ -339,6 +357,8 @@ struct Ctx<'a> {
     links: HashMap<u64, (std::rc::Rc<OwnedFd>, OsString)>,
     counter: u64,
     pid: u32,
+    /// Directories already in the journal.
+    noted: HashSet<PathBuf>,
 }
 
 impl Ctx<'_> {
@@ -373,8 +393,11 @@ impl Ctx<'_> {
     fn temp(&mut self, hdir: RawFd, rel_dir: &Path) -> io::Result<PathBuf> {
         self.counter += 1;
         let name = PathBuf::from(format!("{TEMP_PREFIX}{}.{}", self.pid, self.counter));
-        if let Some(j) = self.journal {
-            j.note(&self.layer.host.join(rel_dir).join(&name))?;
+        if let Some(j) = self.journal
+            && self.noted.insert(rel_dir.to_path_buf())
+        {
+            let prefix = format!("{TEMP_PREFIX}{}.", self.pid);
+            j.note(&self.layer.host.join(rel_dir).join(prefix))?;
         }
         // Whatever is there (a stale name of a killed run with a reused
         // pid) is not ours to follow: it goes.
@@ -412,6 +435,7 @@ pub fn apply(upper: RawFd, layer: &Layer, journal: Option<&Journal>) -> io::Resu
         links: HashMap::new(),
         counter: 0,
         pid: std::process::id(),
+        noted: HashSet::new(),
     };
     let host = std::rc::Rc::new(host);
     apply_dir(&mut cx, upper, &host, Path::new(""))?;
@@ -825,6 +849,14 @@ impl Watch {
     pub fn apply_all(&mut self, journal: Option<&Journal>) {
         self.check();
         for l in &self.layers {
+            // A bind root the sandbox made unreadable is still the caller's.
+            let un = PathBuf::from(upper_name(l.k));
+            if let Ok(st) = lstatat(self.fd.as_raw_fd(), &un)
+                && st.st_mode & 0o500 != 0o500
+            {
+                let _ =
+                    crate::sys::fchmodat(self.fd.as_raw_fd(), &un, (st.st_mode & 0o7777) | 0o700);
+            }
             let u = match openat(
                 self.fd.as_raw_fd(),
                 Path::new(&upper_name(l.k)),

@@ -227,23 +227,39 @@ fn protected_paths_stay() {
 fn a_killed_apply_leaves_only_journaled_temporaries_which_recover_removes() {
     let t = setup();
     let (j, reaper) = Journal::new().unwrap();
-    // What a kill between the temporary's creation and its rename leaves.
-    let name = format!("{TEMP_PREFIX}999.1");
-    j.note(&t.host.join(&name)).unwrap();
-    std::fs::write(t.host.join(&name), "half").unwrap();
-    // Named in the journal but not ours: left alone.
-    j.note(&t.host.join("not-a-temp")).unwrap();
-    std::fs::write(t.host.join("not-a-temp"), "x").unwrap();
-    // A journaled name whose directory became a symlink: not followed.
-    std::fs::write(t.outside.join(&name), "outside").unwrap();
+    // What a kill between a temporary's creation and its rename leaves.
+    let prefix = format!("{TEMP_PREFIX}999.");
+    std::fs::create_dir(t.host.join("sub")).unwrap();
+    j.note(&t.host.join("sub").join(&prefix)).unwrap();
+    std::fs::write(t.host.join("sub").join(format!("{prefix}1")), "half").unwrap();
+    symlink("x", t.host.join("sub").join(format!("{prefix}2"))).unwrap();
+    // Another run's temporary, a user's file: left alone.
+    std::fs::write(t.host.join("sub").join(format!("{TEMP_PREFIX}998.1")), "x").unwrap();
+    std::fs::write(t.host.join("sub/user-file"), "x").unwrap();
+    // A prefix that is not ours: ignored.
+    j.note(&t.host.join("sub/user-")).unwrap();
+    // A journaled directory that became a symlink to the outside: not followed.
+    std::fs::write(t.outside.join(format!("{prefix}1")), "outside").unwrap();
     symlink(&t.outside, t.host.join("sw")).unwrap();
-    j.note(&t.host.join("sw").join(&name)).unwrap();
-    let removed = recover(&reaper);
-    assert_eq!(removed, vec![t.host.join(&name)]);
-    assert!(!t.host.join(&name).exists());
-    assert!(t.host.join("not-a-temp").exists());
-    assert!(t.outside.join(&name).exists());
-    // A journal of a completed apply lists names that no longer exist.
+    j.note(&t.host.join("sw").join(&prefix)).unwrap();
+    let mut removed = recover(&reaper);
+    removed.sort();
+    assert_eq!(
+        removed,
+        vec![
+            t.host.join("sub").join(format!("{prefix}1")),
+            t.host.join("sub").join(format!("{prefix}2"))
+        ]
+    );
+    assert!(
+        t.host
+            .join("sub")
+            .join(format!("{TEMP_PREFIX}998.1"))
+            .exists()
+    );
+    assert!(t.host.join("sub/user-file").exists());
+    assert!(t.outside.join(format!("{prefix}1")).exists());
+    // A journal of a completed apply names directories with nothing left.
     std::fs::write(t.upper.join("f"), "f").unwrap();
     let (j2, r2) = Journal::new().unwrap();
     run(&t, &layer(&t, &[], &[]), Some(&j2));
