@@ -424,11 +424,15 @@ fn settings_change_takes_effect_at_the_next_turn_only() {
                       cat \"$OUT/data.txt\" >/dev/null 2>&1; echo READ=$?";
         let mut c = sbx_testutil::tool("sbx-policy");
         c.arg("--audit-log").arg(&p.log);
+        // The handshake goes through files in the project: live writes (no
+        // write budget, whose changes land only at the end).
         c.args([
             "chain",
             "--managed",
             "/nonexistent/m.json",
             "--no-cgroup",
+            "--write-quota",
+            "off",
             "--home",
         ])
         .arg(&p.home);

@@ -15,6 +15,8 @@ complete -c sbx-fs -l git-stage -d 'Show the .git directory named in DIR/gitdir 
 complete -c sbx-fs -l scan-limit -d 'How many directory entries the search for protected names (.env, credentials*, .git, .claude ...) may read per bind; beyond it sbx-fs refuses to start (exit 125) rather than leave part of the tree unprotected' -r
 complete -c sbx-fs -l quarantine -d 'Where control files created during the run (a new .claude/, .vscode/, .mcp.json ... in a writable bind) are moved at the end (default $XDG_STATE_HOME/sbx/quarantine or ~/.local/state/sbx/quarantine)' -r -F
 complete -c sbx-fs -l tmp-size -d 'Size limit of /tmp, /dev/shm and the $HOME tmpfs' -r
+complete -c sbx-fs -l write-quota -d 'A budget for the writable directory binds together: the bytes a run may add (beyond it writes fail with ENOSPC, alert write_quota_exceeded). Overlay mode: the binds are seen through an overlay over a tmpfs of SIZE, applied to the host when the run ends' -r
+complete -c sbx-fs -l write-inodes -d 'How many new inodes (files, directories, symlinks, copied-up directories, deletions) the budget allows (needs --write-quota; default 1000000)' -r
 complete -c sbx-fs -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-fs -l clearenv -d 'Start the command with an empty environment (before --setenv)'
 complete -c sbx-fs -l keep-env -d 'Pass the caller\'s whole environment (secrets included), not only the allowlist'

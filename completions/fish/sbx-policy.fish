@@ -45,6 +45,8 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l cpus -
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l tmp-size -d 'Size of /tmp, /dev/shm and $HOME (default 1G)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l timeout -d 'Wall-clock limit (default 2h)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l fsize -d 'Largest file the command may write (default 8G)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l write-quota -d 'What a run may add to the writable binds together (sbx-fs --write-quota, default 2G; "off": no budget, writes reach the host live instead of at the end)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l write-inodes -d 'New inodes a run may add to the writable binds (sbx-fs --write-inodes, default 500000)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l pass-env -d 'Pass the caller\'s variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
@@ -61,6 +63,8 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l cpus -
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l tmp-size -d 'Size of /tmp, /dev/shm and $HOME (default 1G)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l timeout -d 'Wall-clock limit (default 2h)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l fsize -d 'Largest file the command may write (default 8G)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l write-quota -d 'What a run may add to the writable binds together (sbx-fs --write-quota, default 2G; "off": no budget, writes reach the host live instead of at the end)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l write-inodes -d 'New inodes a run may add to the writable binds (sbx-fs --write-inodes, default 500000)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l pass-env -d 'Pass the caller\'s variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
@@ -77,6 +81,8 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l cpus -d 
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l tmp-size -d 'Size of /tmp, /dev/shm and $HOME (default 1G)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l timeout -d 'Wall-clock limit (default 2h)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l fsize -d 'Largest file the command may write (default 8G)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l write-quota -d 'What a run may add to the writable binds together (sbx-fs --write-quota, default 2G; "off": no budget, writes reach the host live instead of at the end)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l write-inodes -d 'New inodes a run may add to the writable binds (sbx-fs --write-inodes, default 500000)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l pass-env -d 'Pass the caller\'s variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l trust -d 'How far the command is trusted: full (path allowlist only), low (namespace chain), zero (gVisor or a microVM)' -r -f -a "full\t'Path allowlist only (sbx-path): for agents you trust'
 low\t'The Linux namespace chain'

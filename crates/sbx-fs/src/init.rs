@@ -115,13 +115,20 @@ fn setup_and_run(mut a: InitArgs) -> Result<i32, Failure> {
         while let Some(p) = pins.next_if(|p| crate::plan::depth(p) < d) {
             root.pin(p)?;
         }
-        match a.guards.by_op.get(&i) {
-            Some(g) if guarded => root.apply_guard(op, *g)?,
+        let layer = a.plan.quota.as_ref().and_then(|q| q.layer_of(op));
+        match (a.guards.by_op.get(&i), layer, &a.plan.quota) {
+            (Some(g), _, _) if guarded => root.apply_guard(op, *g)?,
+            (_, Some(k), Some(q)) => root.apply_quota(op, &a.plan.sources, k, q)?,
             _ => root.apply(op, &a.plan.sources)?,
         }
     }
     for p in pins {
         root.pin(p)?;
+    }
+    // The budget's tmpfs: the outer sbx-fs watches it and applies it.
+    if let Some(q) = root.quota_root() {
+        handoff::send(chan, handoff::TAG_QUOTA, "", Some(q))
+            .map_err(|e| Failure::new(format!("hand the write budget to sbx-fs: {e}")))?;
     }
     // /tmp, for the outer sbx-fs to notice when it fills up.
     if let Ok(Some(t)) = root.mkpath(std::path::Path::new("/tmp"), crate::plan::Kind::Dir, false) {

@@ -25,6 +25,7 @@ pub mod placeholder;
 pub mod plan;
 pub mod proc;
 pub mod protect;
+pub mod quota;
 pub mod spec;
 pub mod sys;
 pub mod tmpwatch;
@@ -80,6 +81,10 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         (
             "AUDIT",
             "Events: start (info: namespaces, binds, counts, guarded), end (info: status), env (info: passed, dropped, secrets_passed: names only), env_secret_dropped (warn: names) when variables that look like secrets were not passed, setup_failed (warn) for every refused setup step, seccomp_kill (alert) when a process of the sandbox dies of SIGSYS. fs_denied (alert: path as seen inside, access, caller_pid) when a denied path is read, listed, looked into, created or changed; fs_write_denied (alert: path, op, caller_pid) when a protected path is opened for writing, truncated, created, removed, renamed, linked, chmod-ed or given xattrs, and (op replace, caller_pid null, via) when git's config.lock/HEAD.lock appears beside a protected .git/config or .git/HEAD; each distinct (path, access) is logged once; the first alert of each protected path is always logged, further ones (other accesses, names below it) at most 200 per sandbox, and fs_guard (info, at the end) counts alerts and alerts_suppressed. fs_protected_created / fs_protected_replaced (alert: path, quarantined) and fs_protected_moved (alert: path, found_at, restored) from the end sweep; scan_limit (alert: bind, limit, flag) when a bind holds more than --scan-limit entries. fs_guard_unavailable (warn, once: reason) when /dev/fuse could not be used. tmp_full (alert, once: path /tmp, size, free) when /tmp fills up (checked every 200 ms and at the end: a fill-and-delete in between is bounded by --tmp-size but may not be logged). Remounting, mounting, unmounting, chroot and pivot_root are refused by the kernel (EPERM) without sbx-fs seeing them: those have no event here (sbx-seccomp reports them).",
+        ),
+        (
+            "WRITE BUDGET",
+            "--write-quota SIZE (and --write-inodes N, default 1000000) bound what a run may add to all its writable directory binds together. Each is shown through an overlay whose upper layer lies on one tmpfs of that size and inode count, made inside the sandbox and never visible to it: past the budget writes fail with ENOSPC, the alert write_quota_exceeded names the bind that grew (once per bind) and the command goes on. The changes reach the host only when the command has ended: sbx-fs then applies each upper layer to its directory without following any symlink (files under a temporary name renamed into place; whiteouts and opaque directories delete), never creates FIFOs, sockets or device nodes, never sets set-user/group-ID bits of files (write_apply_refused), never touches the protected and denied paths, then runs the end sweep. A SIGKILL of sbx-fs during the run applies nothing; during the apply, the reaper removes the temporaries it journaled (each file is old or new). The budget is memory (tmpfs) and counts whole copied-up files. Project quotas (ext4/XFS prjquota) are detected and reported in the start event, not used.",
         ),
         (
             "GUARD FILE SYSTEM",
@@ -184,6 +189,19 @@ pub struct Cli {
     #[arg(long, value_name = "SIZE", default_value = spec::DEFAULT_TMP_SIZE)]
     pub tmp_size: String,
 
+    /// A budget for the writable directory binds together: the bytes a run
+    /// may add (beyond it writes fail with ENOSPC, alert
+    /// write_quota_exceeded). Overlay mode: the binds are seen through an
+    /// overlay over a tmpfs of SIZE, applied to the host when the run ends.
+    #[arg(long, value_name = "SIZE")]
+    pub write_quota: Option<String>,
+
+    /// How many new inodes (files, directories, symlinks, copied-up
+    /// directories, deletions) the budget allows (needs --write-quota;
+    /// default 1000000).
+    #[arg(long, value_name = "N")]
+    pub write_inodes: Option<u64>,
+
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
@@ -200,6 +218,7 @@ pub fn main() -> ! {
 /// Checks every flag; nothing on the host is touched.
 pub fn build_spec(cli: &Cli) -> Result<Spec, Failure> {
     let tmp_size = spec::parse_size_flag("--tmp-size", &cli.tmp_size)?;
+    let write_quota = spec::parse_budget(cli.write_quota.as_deref(), cli.write_inodes)?;
     let mut binds = Vec::new();
     for r in &cli.ro {
         binds.push(spec::parse_bind("--ro", r, false)?);
@@ -271,6 +290,7 @@ pub fn build_spec(cli: &Cli) -> Result<Spec, Failure> {
         default_deny: !cli.no_default_deny,
         tmp_size,
         git_stage: cli.git_stage.clone(),
+        write_quota,
     })
 }
 
@@ -423,7 +443,58 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
     plan.ops.extend(extra);
     plan::order(&mut plan.ops);
     plan.pins = pins_of(&plan, &user_binds);
+    if let Some(budget) = spec.write_quota {
+        let mut srcs: Vec<usize> = Vec::new();
+        for (i, _) in &user_binds {
+            let s = &plan.sources[*i];
+            if s.rw && s.kind == Kind::Dir && !srcs.contains(i) {
+                srcs.push(*i);
+            }
+        }
+        // Without a writable directory bind there is nothing to budget.
+        if !srcs.is_empty() {
+            plan.quota = Some(plan::QuotaPlan { budget, srcs });
+        }
+    }
     Ok(plan)
+}
+
+/// What the outer sbx-fs needs to apply each layer of the budget: the host
+/// directory and the paths inside it that the apply must leave alone (every
+/// mount point of the plan below the bind, and the pins).
+pub fn quota_layers(plan: &Plan) -> Vec<quota::Layer> {
+    let Some(q) = &plan.quota else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, src) in q.srcs.iter().enumerate() {
+        let s = &plan.sources[*src];
+        // Where it is bound (the first user bind of that source).
+        let Some(dst) = plan
+            .ops
+            .iter()
+            .find(|o| q.layer_of(o) == Some(k))
+            .map(|o| o.dst.clone())
+        else {
+            continue;
+        };
+        let rel = |p: &std::path::Path| {
+            p.strip_prefix(&dst)
+                .ok()
+                .filter(|r| !r.as_os_str().is_empty())
+                .map(|r| r.to_path_buf())
+        };
+        let skip = plan.ops.iter().filter_map(|o| rel(&o.dst)).collect();
+        let pins = plan.pins.iter().filter_map(|p| rel(p)).collect();
+        out.push(quota::Layer {
+            k,
+            host: s.path.clone(),
+            dev: s.dev,
+            ino: s.ino,
+            rules: quota::Rules { skip, pins },
+        });
+    }
+    out
 }
 
 /// The ancestors of every protected path inside a writable bind (up to the
@@ -516,12 +587,45 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         .iter()
         .map(|p| p.shown.display().to_string())
         .collect();
-    // The reaper also runs the end sweep if sbx-fs is killed.
-    let after: Option<Box<dyn FnOnce()>> = if sweeps.is_empty() && mcp.is_none() {
+    // The write budget: its layers, and the journal of the apply's
+    // temporary names (shared with the reaper).
+    let layers = quota_layers(&plan);
+    let budget = plan.quota.as_ref().map(|q| q.budget);
+    let (journal, reaper_journal) = match budget {
+        Some(_) => match quota::Journal::new() {
+            Ok((a, b)) => (Some(a), Some(b)),
+            Err(e) => {
+                ph.cleanup();
+                return Err(Failure::new(format!("memfd for the apply journal: {e}")));
+            }
+        },
+        None => (None, None),
+    };
+    if let Some(j) = &reaper_journal {
+        ph.reaper_fds.push(j.raw_fd());
+    }
+    // The reaper also runs the end sweep if sbx-fs is killed (after taking
+    // out what a killed apply left half-made).
+    let after: Option<Box<dyn FnOnce()>> = if sweeps.is_empty()
+        && mcp.is_none()
+        && reaper_journal.is_none()
+    {
         None
     } else {
         let (sw, m, q) = (sweeps.clone(), mcp.clone(), quarantine.clone());
-        Some(Box::new(move || end_checks(&sw, m.as_ref(), &q)))
+        Some(Box::new(move || {
+            if let Some(j) = &reaper_journal {
+                let left = quota::recover(j);
+                if !left.is_empty() {
+                    audit::emit(
+                        "write_apply_interrupted",
+                        Severity::Warn,
+                        serde_json::json!({ "removed": left.iter().map(|p| p.display().to_string()).collect::<Vec<_>>() }),
+                    );
+                }
+            }
+            end_checks(&sw, m.as_ref(), &q)
+        }))
     };
     if let Err(e) = ph.start_reaper_with(after) {
         ph.cleanup();
@@ -550,6 +654,13 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             "denied": plan.ops.iter().filter(|o| o.what == What::Deny && o.why != "proc mask").count(),
             "placeholders": created,
             "guarded": guards.nodes.len(),
+            "write_quota": budget.map(|b| serde_json::json!({
+                "mode": "overlay",
+                "bytes": b.bytes,
+                "inodes": b.inodes,
+                "binds": layers.iter().map(|l| l.host.display().to_string()).collect::<Vec<_>>(),
+                "prjquota": layers.first().map(|l| quota::prjquota(&l.host).err().unwrap_or_default()),
+            })),
             "command": chain::show(&cli.cmd),
         }),
     );
@@ -668,10 +779,16 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         chan: Some(chan),
         tmp: None,
         tmp_size: spec.tmp_size,
+        quota: None,
+        budget: budget.map(|b| (b, layers)),
         locks,
         alerts: alerts.clone(),
     };
     let code = supervise(pid, &sigfd, &mut watch);
+    // Messages init sent that the loop did not read (a short command).
+    while watch.chan.is_some() {
+        watch.on_chan();
+    }
     if let Some(l) = &mut watch.locks {
         l.finish(&alerts);
     }
@@ -690,6 +807,18 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     // has run on the host since: take out the control files it created
     // (placeholders are skipped; the reaper is released only after, so a
     // kill meanwhile leaves the sweep to it).
+    // The write budget's layers land on the host first: the end sweep then
+    // judges the tree as it will stay.
+    if let Some(q) = &mut watch.quota {
+        q.apply_all(journal.as_ref());
+    } else if watch.budget.is_some() {
+        audit::emit(
+            "write_apply_failed",
+            Severity::Warn,
+            serde_json::json!({ "op": "receive the write budget", "error": "the sandbox ended before it was set up" }),
+        );
+    }
+    drop(watch.quota.take());
     end_checks(&sweeps, mcp.as_ref(), &quarantine);
     let left = ph.cleanup();
     if !left.is_empty() {
@@ -805,6 +934,9 @@ struct Watch {
     chan: Option<OwnedFd>,
     tmp: Option<tmpwatch::TmpWatch>,
     tmp_size: u64,
+    /// The write budget's tmpfs, once init sent it.
+    quota: Option<quota::Watch>,
+    budget: Option<(quota::Budget, Vec<quota::Layer>)>,
     locks: Option<lockwatch::LockWatch>,
     alerts: Arc<Mutex<guard::Alerts>>,
 }
@@ -815,6 +947,11 @@ impl Watch {
         match fuse::handoff::recv(c) {
             Ok(Some((fuse::handoff::TAG_TMP, _, Some(fd)))) => {
                 self.tmp = Some(tmpwatch::TmpWatch::new(fd, self.tmp_size));
+            }
+            Ok(Some((fuse::handoff::TAG_QUOTA, _, Some(fd)))) => {
+                if let Some((b, l)) = self.budget.take() {
+                    self.quota = Some(quota::Watch::new(fd, b, l));
+                }
             }
             Ok(Some(_)) => {}
             _ => self.chan = None,
@@ -865,7 +1002,7 @@ fn supervise(pid: libc::pid_t, sigfd: &SignalFd, watch: &mut Watch) -> i32 {
             events: libc::POLLIN,
             revents: 0,
         });
-        let timeout = if watch.tmp.is_some() {
+        let timeout = if watch.tmp.is_some() || watch.quota.is_some() {
             tmpwatch::INTERVAL.as_millis() as i32
         } else {
             -1
@@ -877,6 +1014,9 @@ fn supervise(pid: libc::pid_t, sigfd: &SignalFd, watch: &mut Watch) -> i32 {
         }
         if let Some(t) = &mut watch.tmp {
             t.check();
+        }
+        if let Some(q) = &mut watch.quota {
+            q.check();
         }
         if fds[3].revents != 0 {
             watch.on_chan();

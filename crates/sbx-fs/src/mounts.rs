@@ -12,6 +12,9 @@ use crate::sys;
 const HELPER: &str = ".sbx-helper";
 /// Where the guard file system is attached inside the helper.
 const GUARD_DIR: &str = "fuse";
+/// Where the write budget's tmpfs is attached inside the helper (its
+/// layers are cloned from there; detached at the pivot).
+const QUOTA_DIR: &str = "quota";
 const HELPER_ENTRIES: &[(&str, bool)] = &[
     ("deny-file", false),
     ("deny-dir", true),
@@ -65,6 +68,8 @@ pub struct Root {
     /// The guard file system's root (attached at the helper's `fuse`),
     /// when it could be mounted.
     guard: Option<OwnedFd>,
+    /// The write budget's tmpfs (attached at the helper's `quota`).
+    quota: Option<OwnedFd>,
 }
 
 /// Makes the mount namespace private-ish (slave: nothing propagates back
@@ -125,6 +130,7 @@ pub fn prepare(owner: Owner, sources: &mut [Source]) -> Result<Root, MountError>
         owner,
         seal: Vec::new(),
         guard: None,
+        quota: None,
     })
 }
 
@@ -419,6 +425,108 @@ impl Root {
         Ok(())
     }
 
+    /// Runs the user bind `op` (a writable directory under the budget) as
+    /// an overlay: lower the host directory, upper and work directories
+    /// `u<k>`/`w<k>` of the budget's tmpfs (made on first use, attached in
+    /// the helper, so it is never visible to the sandbox).
+    pub fn apply_quota(
+        &mut self,
+        op: &Op,
+        sources: &[Source],
+        k: usize,
+        q: &crate::plan::QuotaPlan,
+    ) -> Result<(), MountError> {
+        let dst = op.dst.as_path();
+        let What::Bind { src, .. } = op.what else {
+            return self.apply(op, sources);
+        };
+        let s = &sources[src];
+        if self.quota.is_none() {
+            let n = Path::new(QUOTA_DIR);
+            let size = q.budget.bytes.to_string();
+            let inodes = q.budget.tmpfs_inodes(q.srcs.len()).to_string();
+            let fs = sys::new_fs(
+                "tmpfs",
+                &[
+                    ("size", size.as_str()),
+                    ("nr_inodes", inodes.as_str()),
+                    ("mode", "0700"),
+                ],
+                sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+            )
+            .map_err(e("create write budget tmpfs", n))?;
+            let h = self.helper.as_raw_fd();
+            sys::mkdirat(h, n, 0o700).map_err(e("mkdir", n))?;
+            let at =
+                sys::open_beneath(h, n, libc::O_PATH | libc::O_DIRECTORY).map_err(e("open", n))?;
+            sys::move_mount_fd(fs.as_raw_fd(), at.as_raw_fd())
+                .map_err(e("attach write budget tmpfs", n))?;
+            let root =
+                sys::open_beneath(h, n, libc::O_PATH | libc::O_DIRECTORY).map_err(e("open", n))?;
+            self.quota = Some(root);
+        }
+        let qfd = self.quota.as_ref().map_or(-1, |f| f.as_raw_fd());
+        let (un, wn) = (
+            PathBuf::from(crate::quota::upper_name(k)),
+            PathBuf::from(crate::quota::work_name(k)),
+        );
+        let lst = sys::fstat(s.fd.as_raw_fd()).map_err(e("stat", &s.path))?;
+        sys::mkdirat(qfd, &un, 0o700).map_err(e("mkdir upper", dst))?;
+        sys::mkdirat(qfd, &wn, 0o700).map_err(e("mkdir work", dst))?;
+        // The bind's root shows the upper's root: the host directory's mode.
+        sys::fchmodat(qfd, &un, lst.st_mode & 0o7777).map_err(e("chmod upper", dst))?;
+        let u = sys::open_beneath(qfd, &un, libc::O_PATH | libc::O_DIRECTORY)
+            .map_err(e("open upper", dst))?;
+        let w = sys::open_beneath(qfd, &wn, libc::O_PATH | libc::O_DIRECTORY)
+            .map_err(e("open work", dst))?;
+        if sys::in_initial_userns() {
+            // SAFETY: fchownat on an O_PATH fd with AT_EMPTY_PATH.
+            unsafe {
+                libc::fchownat(
+                    u.as_raw_fd(),
+                    c"".as_ptr(),
+                    lst.st_uid,
+                    lst.st_gid,
+                    libc::AT_EMPTY_PATH,
+                )
+            };
+        }
+        let fd = |f: RawFd| format!("/proc/self/fd/{f}");
+        let (l, up, wk) = (fd(s.fd.as_raw_fd()), fd(u.as_raw_fd()), fd(w.as_raw_fd()));
+        // No redirects, metacopy or index: the upper holds whole files,
+        // whiteouts and opaque directories only, which is all the apply
+        // understands (a directory rename becomes copy + delete, EXDEV).
+        let mut opts = vec![
+            ("lowerdir", l.as_str()),
+            ("upperdir", up.as_str()),
+            ("workdir", wk.as_str()),
+            ("redirect_dir", "nofollow"),
+            ("metacopy", "off"),
+            ("index", "off"),
+            ("xino", "off"),
+        ];
+        if !sys::in_initial_userns() {
+            opts.push(("userxattr", ""));
+        }
+        let fs = sys::new_fs(
+            "overlay",
+            &opts,
+            sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+        )
+        .map_err(e("create write budget overlay", dst))?;
+        if let Some(t) = self.target(op, Kind::Dir)? {
+            sys::move_mount_fd(fs.as_raw_fd(), t.as_raw_fd())
+                .map_err(e("mount write budget overlay", dst))?;
+        }
+        Ok(())
+    }
+
+    /// The write budget's tmpfs root, when one was made.
+    pub fn quota_root(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.quota.as_ref().map(|f| f.as_fd())
+    }
+
     /// Pins the directory at `dst` (an ancestor of a protected path): binds
     /// it onto itself, attributes unchanged, so that the kernel refuses to
     /// rename or remove it (EBUSY: a mount point of this namespace). A
@@ -512,6 +620,13 @@ impl Root {
             drop(g);
             let p = hp.join(GUARD_DIR);
             sys::umount_detach(&p).map_err(e("detach guard fs", &p))?;
+            sys::unlinkat(libc::AT_FDCWD, &p, true).map_err(e("remove", &p))?;
+        }
+        if let Some(q) = self.quota {
+            // The overlays hold their own clones of the layers.
+            drop(q);
+            let p = hp.join(QUOTA_DIR);
+            sys::umount_detach(&p).map_err(e("detach write budget tmpfs", &p))?;
             sys::unlinkat(libc::AT_FDCWD, &p, true).map_err(e("remove", &p))?;
         }
         for (name, dir) in HELPER_ENTRIES {

@@ -51,6 +51,9 @@ pub struct Placeholder {
 pub struct Placeholders {
     pub list: Vec<Placeholder>,
     reaper_pipe: Option<OwnedFd>,
+    /// More fds the reaper keeps open for its `after` (the write budget's
+    /// apply journal).
+    pub reaper_fds: Vec<RawFd>,
 }
 
 impl Placeholders {
@@ -198,7 +201,7 @@ impl Placeholders {
             -1 => Err(PlaceholderError::Reaper(io::Error::last_os_error())),
             0 => {
                 drop(w);
-                reaper(me, r, &self.list, after)
+                reaper(me, r, &self.list, &self.reaper_fds, after)
             }
             _ => {
                 drop(r);
@@ -439,7 +442,13 @@ const REAPER_SETTLE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The reaper: detached from the terminal, holding only what it needs,
 /// it waits for sbx-fs (pid `owner`) to exit and removes what is left.
-fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder], after: Option<Box<dyn FnOnce()>>) -> ! {
+fn reaper(
+    owner: i32,
+    done: OwnedFd,
+    list: &[Placeholder],
+    extra: &[RawFd],
+    after: Option<Box<dyn FnOnce()>>,
+) -> ! {
     // SAFETY: plain syscalls on our own process.
     unsafe {
         libc::setsid();
@@ -451,6 +460,7 @@ fn reaper(owner: i32, done: OwnedFd, list: &[Placeholder], after: Option<Box<dyn
         .flat_map(|p| [p.parent.as_raw_fd(), p.root.as_raw_fd()])
         .collect();
     keep.push(done.as_raw_fd());
+    keep.extend_from_slice(extra);
     // The end sweep's alerts go to the audit log.
     keep.extend(sbx_core::audit::get().and_then(|a| a.raw_fd()));
     sbx_core::fds::close_all_except(&keep);

@@ -137,6 +137,29 @@ pub struct Plan {
     /// see [`crate::protect::pins`]); mounted parent first, before any op
     /// deeper than them.
     pub pins: Vec<PathBuf>,
+    /// `--write-quota`: the writable directory binds seen through an
+    /// overlay over the budget's tmpfs.
+    pub quota: Option<QuotaPlan>,
+}
+
+/// The budget and the sources of the binds under it (the position in
+/// `srcs` is the bind's layer number).
+#[derive(Debug, Clone)]
+pub struct QuotaPlan {
+    pub budget: crate::quota::Budget,
+    pub srcs: Vec<usize>,
+}
+
+impl QuotaPlan {
+    /// The layer number of a user bind op of a source under the budget.
+    pub fn layer_of(&self, op: &Op) -> Option<usize> {
+        match op.what {
+            What::Bind { src, ro: false } if op.why == "bind" => {
+                self.srcs.iter().position(|s| *s == src)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Opens `path` (following the symlinks of the path the user gave, never a

@@ -69,6 +69,8 @@ pub struct Spec {
     pub default_deny: bool,
     pub tmp_size: u64,
     pub git_stage: Option<PathBuf>,
+    /// `--write-quota`/`--write-inodes`: the writable binds' budget.
+    pub write_quota: Option<crate::quota::Budget>,
 }
 
 /// A sandbox path: absolute, no `..`, `.` and duplicate slashes removed,
@@ -153,6 +155,33 @@ pub fn parse_size_flag(flag: &'static str, raw: &str) -> Result<u64, SpecError> 
         return Err(bad(flag, OsStr::new(raw), "size must be greater than 0"));
     }
     Ok(v)
+}
+
+/// `--write-quota SIZE` and `--write-inodes N` (which needs the first).
+pub fn parse_budget(
+    size: Option<&str>,
+    inodes: Option<u64>,
+) -> Result<Option<crate::quota::Budget>, SpecError> {
+    let Some(size) = size else {
+        return match inodes {
+            Some(n) => Err(bad(
+                "--write-inodes",
+                OsStr::new(&n.to_string()),
+                "needs --write-quota",
+            )),
+            None => Ok(None),
+        };
+    };
+    let bytes = parse_size_flag("--write-quota", size)?;
+    let inodes = inodes.unwrap_or(crate::quota::DEFAULT_INODES);
+    if inodes == 0 {
+        return Err(bad(
+            "--write-inodes",
+            OsStr::new("0"),
+            "must be greater than 0",
+        ));
+    }
+    Ok(Some(crate::quota::Budget { bytes, inodes }))
 }
 
 pub fn parse_setenv(raw: &OsStr) -> Result<EnvOp, SpecError> {
@@ -245,6 +274,24 @@ mod tests {
         assert!(parse_tmpfs("/cache:lots", 1).is_err());
         assert!(parse_tmpfs("/cache:0", 1).is_err());
         assert!(parse_size_flag("--tmp-size", "12Q").is_err());
+        let b = parse_budget(Some("64M"), None).unwrap().unwrap();
+        assert_eq!(
+            (b.bytes, b.inodes),
+            (64 << 20, crate::quota::DEFAULT_INODES)
+        );
+        assert_eq!(
+            parse_budget(Some("1M"), Some(5)).unwrap().unwrap().inodes,
+            5
+        );
+        assert_eq!(parse_budget(None, None).unwrap(), None);
+        let e = parse_budget(None, Some(5)).unwrap_err().to_string();
+        assert!(
+            e.contains("--write-inodes") && e.contains("needs --write-quota"),
+            "{e}"
+        );
+        assert!(parse_budget(Some("0"), None).is_err());
+        assert!(parse_budget(Some("lots"), None).is_err());
+        assert!(parse_budget(Some("1M"), Some(0)).is_err());
     }
 
     #[test]

@@ -316,6 +316,13 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
     }
 }
 
+/// sbx-fs `--write-quota` of the low-trust chain: what a run may add to the
+/// writable binds together (the overlay's upper layer is a tmpfs: it counts
+/// in the memory limit).
+pub const WRITE_QUOTA: &str = "2G";
+/// sbx-fs `--write-inodes` of the low-trust chain.
+pub const WRITE_INODES: &str = "500000";
+
 fn vm_flags(p: &Policy) -> Vec<OsString> {
     vec![
         os("--mem"),
@@ -432,6 +439,16 @@ fn low(
         l.extend([os("--chdir"), os(&p.cwd)]);
     }
     l.extend([os("--tmp-size"), os(&p.limits.tmp_size)]);
+    // The writable binds' budget (docs/policy.md, default limits); "off":
+    // none, the writes reach the host live.
+    if p.limits.write_quota != "off" {
+        l.extend([
+            os("--write-quota"),
+            os(&p.limits.write_quota),
+            os("--write-inodes"),
+            os(&p.limits.write_inodes),
+        ]);
+    }
     if let Some(s) = &stage {
         l.extend([os("--git-stage"), os(s)]);
     }

@@ -75,7 +75,7 @@ container per run (sbx-container; the rules' own denies and the domain allowlist
         ),
         (
             "DEFAULT LIMITS",
-            "Low trust: memory 4G (half the RAM when that is less; tmpfs files count), 2048 processes and threads, three quarters of the CPUs (at least 1), /tmp, /dev/shm and $HOME 1G each, 2h wall clock, no file larger than 8G. Builds, test suites and package installs fit; a fork bomb, a memory bomb, a /tmp fill or a runaway loop hit a limit instead of the host. Override with --memory, --pids, --cpus, --tmp-size, --timeout, --fsize.",
+            "Low trust: memory 4G (half the RAM when that is less; tmpfs files count), 2048 processes and threads, three quarters of the CPUs (at least 1), /tmp, /dev/shm and $HOME 1G each, 2h wall clock, no file larger than 8G, the writable binds grow by at most 2G and 500000 new inodes per run (sbx-fs overlay mode: the changes reach the host when the command ends). Builds, test suites and package installs fit; a fork bomb, a memory bomb, a /tmp fill or a runaway loop hit a limit instead of the host. Override with --memory, --pids, --cpus, --tmp-size, --timeout, --fsize, --write-quota, --write-inodes.",
         ),
         (
             "EXAMPLES",
@@ -149,6 +149,15 @@ pub struct SourceArgs {
     /// Largest file the command may write (default 8G).
     #[arg(long, value_name = "SIZE")]
     pub fsize: Option<String>,
+    /// What a run may add to the writable binds together (sbx-fs
+    /// --write-quota, default 2G; "off": no budget, writes reach the host
+    /// live instead of at the end).
+    #[arg(long, value_name = "SIZE")]
+    pub write_quota: Option<String>,
+    /// New inodes a run may add to the writable binds (sbx-fs
+    /// --write-inodes, default 500000).
+    #[arg(long, value_name = "N")]
+    pub write_inodes: Option<String>,
     /// Pass the caller's variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env).
     #[arg(long, value_name = "NAME|PREFIX*")]
     pub pass_env: Vec<String>,
@@ -231,10 +240,23 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
         ("--memory", &a.memory, &mut limits.memory),
         ("--tmp-size", &a.tmp_size, &mut limits.tmp_size),
         ("--fsize", &a.fsize, &mut limits.fsize),
+        ("--write-quota", &a.write_quota, &mut limits.write_quota),
     ] {
         if let Some(v) = v {
-            units(v).map_err(|e| Failure::new(format!("{flag} {v}: {e}")))?;
+            if !(flag == "--write-quota" && v == "off") {
+                units(v).map_err(|e| Failure::new(format!("{flag} {v}: {e}")))?;
+            }
             *slot = v.clone();
+        }
+    }
+    if let Some(n) = &a.write_inodes {
+        match n.parse::<u64>() {
+            Ok(k) if k > 0 => limits.write_inodes = n.clone(),
+            _ => {
+                return Err(Failure::new(format!(
+                    "--write-inodes {n}: expected a positive integer"
+                )));
+            }
         }
     }
     if let Some(t) = &a.timeout {

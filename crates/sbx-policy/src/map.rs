@@ -60,6 +60,10 @@ pub struct Limits {
     pub timeout: String,
     pub tmp_size: String,
     pub fsize: String,
+    /// sbx-fs --write-quota / --write-inodes: what a run may add to the
+    /// writable binds together.
+    pub write_quota: String,
+    pub write_inodes: String,
 }
 
 impl Limits {
@@ -82,6 +86,8 @@ impl Limits {
             timeout: "2h".into(),
             tmp_size: "1G".into(),
             fsize: "8G".into(),
+            write_quota: crate::chain::WRITE_QUOTA.into(),
+            write_inodes: crate::chain::WRITE_INODES.into(),
         }
     }
 }
@@ -1031,6 +1037,13 @@ impl Policy {
             fs.insert("chdir".into(), json!(self.cwd.display().to_string()));
         }
         fs.insert("tmp-size".into(), json!(self.limits.tmp_size));
+        if self.limits.write_quota != "off" {
+            fs.insert("write-quota".into(), json!(self.limits.write_quota));
+            fs.insert(
+                "write-inodes".into(),
+                json!(self.limits.write_inodes.parse::<u64>().unwrap_or(500_000)),
+            );
+        }
         if !self.pass_env.is_empty() {
             fs.insert("pass-env".into(), json!(self.pass_env));
         }

@@ -14,6 +14,8 @@ pub const TAG_FUSE: u8 = b'F';
 pub const TAG_UNAVAILABLE: u8 = b'E';
 /// An O_PATH fd of the sandbox's /tmp (watched for "full").
 pub const TAG_TMP: u8 = b'T';
+/// An O_PATH fd of the root of the write budget's tmpfs (`--write-quota`).
+pub const TAG_QUOTA: u8 = b'Q';
 
 pub fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
     passfd::seqpacket_pair()
