@@ -326,6 +326,7 @@ fn a_legitimate_commit_survives_a_damaged_tip_inside() {
     for who in identities() {
         for chain in CHAINS {
             let p = project(who);
+            let before = p.refs();
             let old = p.git(&["rev-parse", "main"]).trim().to_string();
             let t = format!(".git/objects/{}/{}", &old[..2], &old[2..]);
             // The agent's work first (it needs the tip readable), then the
@@ -349,6 +350,9 @@ fn a_legitimate_commit_survives_a_damaged_tip_inside() {
             // and the old tip is intact.
             assert_eq!(p.git(&["rev-parse", "main"]).trim(), new, "{c}");
             assert_eq!(p.git(&["rev-parse", "main~1"]).trim(), old, "{c}");
+            let mut want = before.clone();
+            want.insert("refs/heads/main".into(), new.clone());
+            assert_eq!(p.refs(), want, "{c}");
             assert_eq!(
                 p.git(&["log", "--format=%s", "-3", "main"]),
                 "agent\ntwo\none\n"

@@ -637,10 +637,30 @@ fn start_killable(f: &Fixture, s: &Path, agent: &str) -> std::process::Child {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     sbx_testutil::run_as(&mut c, f.who);
-    let child = c.spawn().unwrap();
-    // Blocks until the agent opened the fifo (bounded by the test
-    // harness's timeout; the run has nothing else to wait for).
-    let up = std::fs::read_to_string(&fifo).unwrap();
+    std::os::unix::process::CommandExt::process_group(&mut c, 0);
+    let mut child = c.spawn().unwrap();
+    // Waits for the agent to say it is up, at most LIMIT seconds: a run
+    // that never gets there fails the test (its process group killed)
+    // instead of blocking it on the fifo.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let rd = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::read_to_string(&rd));
+    });
+    let up = match rx.recv_timeout(std::time::Duration::from_secs(common::LIMIT)) {
+        Ok(r) => r.unwrap(),
+        Err(_) => {
+            // SAFETY: kill(2) of the process group this test created.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            // Releases the reader blocked in open(2) on the fifo.
+            let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+            panic!(
+                "the sandboxed agent did not come up within {}s",
+                common::LIMIT
+            );
+        }
+    };
     assert_eq!(up.trim(), "up");
     assert!(s.join("git/upper").is_dir());
     child
