@@ -28,6 +28,7 @@
 mod common;
 use common::*;
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -83,11 +84,24 @@ fn children_of(pid: i32) -> Vec<i32> {
     out
 }
 
+/// The sbx tool a process is: its comm (helpers name themselves, e.g.
+/// sbx-cg-watch), else its argv[0]'s file name (the chain executes the
+/// next tool through an fd, so the kernel's comm is that fd's number).
 fn comm(pid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+    let c = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .unwrap_or_default()
         .trim()
-        .to_string()
+        .to_string();
+    if c.starts_with("sbx-") {
+        return c;
+    }
+    let argv0 = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let argv0 = argv0.split(|b| *b == 0).next().unwrap_or_default();
+    let base = Path::new(std::ffi::OsStr::from_bytes(argv0))
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    if base.starts_with("sbx-") { base } else { c }
 }
 
 /// The sbx supervisors below `root` (the sbx-run shell), with their names.
@@ -392,8 +406,16 @@ fn random_kills_across_the_chain_leave_nothing() {
         }
         if child.try_wait().unwrap().is_none() && rng.below(8) != 0 {
             let sv = supervisors(child.id() as i32);
-            if !sv.is_empty() {
-                let (pid, name) = &sv[rng.below(sv.len() as u64) as usize];
+            // A tool first (each as likely, however many processes it
+            // has: sbx-creds and its guardian share a name), then one of
+            // its processes.
+            let mut names: Vec<&str> = sv.iter().map(|(_, n)| n.as_str()).collect();
+            names.sort();
+            names.dedup();
+            if !names.is_empty() {
+                let name = names[rng.below(names.len() as u64) as usize].to_string();
+                let of: Vec<&(i32, String)> = sv.iter().filter(|(_, n)| *n == name).collect();
+                let (pid, name) = of[rng.below(of.len() as u64) as usize];
                 // SAFETY: a process of this test's own run.
                 unsafe { libc::kill(*pid, libc::SIGKILL) };
                 victim = Some(format!("{name}@{}ms", at.as_millis()));

@@ -410,3 +410,82 @@ fn policy_explain_and_chain_say_which_limits_apply() {
         }
     }
 }
+
+/// The systemd user manager, through the binary: as the test user with
+/// `XDG_RUNTIME_DIR` naming a directory whose `systemd/private` is a real
+/// socket the test binds, `explain` finds the manager; on a pure cgroup v2
+/// host `chain --print` then starts sbx-cgroup under `systemd-run --user
+/// --scope -p Delegate=yes` with every cgroup limit, on a v1/hybrid host
+/// (this one) it says why the scope is not used. Without the socket: "no
+/// systemd user manager".
+#[test]
+fn policy_detects_a_systemd_user_manager_by_its_socket() {
+    if !sbx_testutil::is_root() {
+        sbx_testutil::skip!("needs root to run as the test user");
+    }
+    let d = sbx_testutil::shared_tempdir();
+    let dir = d.path().canonicalize().unwrap();
+    let rt = dir.join("run");
+    std::fs::create_dir_all(rt.join("systemd")).unwrap();
+    let _sock = std::os::unix::net::UnixListener::bind(rt.join("systemd/private")).unwrap();
+    common::chown_r(&dir);
+    let bin = sbx_testutil::bin("sbx-policy");
+    let bindir = bin.parent().unwrap().to_path_buf();
+    let policy = |args: &[&str], xdg: Option<&Path>| {
+        let mut c = Command::new(&bin);
+        c.args(args)
+            .current_dir(&dir)
+            .env("PATH", format!("{}:{}", bindir.display(), common::PATH))
+            .env("HOME", &dir)
+            .env_remove("SBX_AUDIT_LOG")
+            .stdin(Stdio::null());
+        match xdg {
+            Some(x) => c.env("XDG_RUNTIME_DIR", x),
+            None => c.env_remove("XDG_RUNTIME_DIR"),
+        };
+        run_as(&mut c, As::User);
+        c.output().unwrap()
+    };
+    let v2 = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.contains(" /sys/fs/cgroup ") && l.contains(" - cgroup2 "));
+    let have_run = common::PATH
+        .split(':')
+        .any(|p| Path::new(p).join("systemd-run").is_file());
+    let out = policy(&["explain"], Some(&rt));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let ex = String::from_utf8_lossy(&out.stdout).to_string();
+    let out = policy(&["chain", "--print", "--", "true"], Some(&rt));
+    // The layers only (the notes quote the delegation hint).
+    let pr: String = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    if v2 && have_run {
+        assert!(ex.contains("systemd user manager (systemd-run"), "{ex}");
+        assert!(
+            pr.contains("systemd-run --user --scope") && pr.contains("--memory"),
+            "{pr}"
+        );
+    } else if have_run {
+        assert!(
+            ex.contains("a systemd user manager, but the host's cgroups are"),
+            "{ex}"
+        );
+        assert!(!pr.contains("systemd-run --user"), "{pr}");
+    } else {
+        assert!(ex.contains("systemd-run is not on PATH"), "{ex}");
+    }
+    assert!(!ex.contains("no systemd user manager"), "{ex}");
+    let out = policy(&["explain"], None);
+    let ex = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        ex.contains("no systemd user manager: XDG_RUNTIME_DIR is not set"),
+        "{ex}"
+    );
+    let out = policy(&["explain"], Some(&dir.join("nowhere")));
+    let ex = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(ex.contains("no systemd user manager ("), "{ex}");
+}
