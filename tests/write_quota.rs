@@ -500,3 +500,39 @@ fn config_keys_set_the_budget() {
         e["resource"] == "bytes"
     });
 }
+
+#[test]
+fn chain_passes_the_documented_default_and_off_drops_it() {
+    let p = project(As::Root, false);
+    let print = |extra: &[&str]| {
+        let out = sbx_testutil::tool("sbx-policy")
+            .args(["chain", "--managed", "/nonexistent/m.json", "--home"])
+            .arg(&p.home)
+            .args(extra)
+            .args(["--print", "--", "true"])
+            .current_dir(&p.root)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let s = print(&[]);
+    assert!(s.contains("--write-quota 2G --write-inodes 500000"), "{s}");
+    let s = print(&["--write-quota", "off"]);
+    assert!(!s.contains("--write-quota") && s.contains("sbx-fs"), "{s}");
+    let out = sbx_testutil::tool("sbx-policy")
+        .args([
+            "chain",
+            "--managed",
+            "/nonexistent/m.json",
+            "--write-inodes",
+            "0",
+            "--print",
+            "--",
+            "true",
+        ])
+        .current_dir(&p.root)
+        .output()
+        .unwrap();
+    sbx_testutil::assert_usage_error(&out, "--write-inodes");
+}

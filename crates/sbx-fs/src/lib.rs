@@ -811,7 +811,8 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     // judges the tree as it will stay.
     if let Some(q) = &mut watch.quota {
         q.apply_all(journal.as_ref());
-    } else if watch.budget.is_some() {
+    } else if watch.budget.is_some() && code != sbx_core::exit::TOOL_FAILED {
+        // (A refused setup has said why already; nothing ran.)
         audit::emit(
             "write_apply_failed",
             Severity::Warn,

@@ -163,7 +163,7 @@ fn a_hostile_upper_does_not_escape() {
     std::fs::write(u.join("suid"), "#!/bin/sh\n").unwrap();
     std::fs::set_permissions(u.join("suid"), std::fs::Permissions::from_mode(0o4755)).unwrap();
     let _sock = std::os::unix::net::UnixListener::bind(u.join("sock")).unwrap();
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = sbx_testutil::is_root();
     if root {
         let c = cstr(&u.join("null")).unwrap();
         // SAFETY: a valid C string; char 1/3 (/dev/null).
