@@ -212,6 +212,21 @@ pub fn plan(l: &Limits, app: &Applicable, cgroup: bool) -> LimitPlan {
         applies: true,
         how: "tmpfs size (sbx-fs)".into(),
     });
+    let budget = l.write_quota != "off";
+    rows.push(Row {
+        limit: "project writes",
+        value: if budget {
+            format!("{} bytes, {} new inodes", l.write_quota, l.write_inodes)
+        } else {
+            "off".into()
+        },
+        applies: budget,
+        how: if budget {
+            "overlay on a size- and inode-limited tmpfs, applied to the project at the end (sbx-fs --write-quota)".into()
+        } else {
+            "none: --write-quota off writes the project live".into()
+        },
+    });
     rows.push(Row {
         limit: "kill-after",
         value: kill_after(),
@@ -260,7 +275,20 @@ mod tests {
             timeout: "1h".into(),
             tmp_size: "1G".into(),
             fsize: "8G".into(),
+            write_quota: "2G".into(),
+            write_inodes: "500000".into(),
         }
+    }
+
+    /// The write budget is a row of its own; `off` says it does not apply.
+    #[test]
+    fn the_write_budget_is_a_row() {
+        let on = plan(&limits(), &app(false, false, true, false), true);
+        assert!(applies(&on, "project writes"));
+        let mut l = limits();
+        l.write_quota = "off".into();
+        let off = plan(&l, &app(false, false, true, false), true);
+        assert!(!applies(&off, "project writes"));
     }
 
     fn applies(p: &LimitPlan, name: &str) -> bool {
