@@ -420,6 +420,15 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
             }
         }
     }
+    // Targets of control symlinks that lie in another writable bind.
+    let rw: Vec<(&std::path::Path, &std::path::Path)> = user_binds
+        .iter()
+        .filter(|(i, _)| plan.sources[*i].rw)
+        .map(|(i, d)| (plan.sources[*i].path.as_path(), d.as_path()))
+        .collect();
+    protect::place_link_targets(&mut extra, &rw)
+        .inspect_err(|e| e.alert())
+        .map_err(|e| Failure::new(e.to_string()))?;
     plan.ops.extend(extra);
     plan::order(&mut plan.ops);
     plan.pins = pins_of(&plan, &user_binds);

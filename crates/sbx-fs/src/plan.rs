@@ -276,9 +276,9 @@ pub fn invariants_limited(
     if s.kind != Kind::Dir {
         return Ok(Vec::new());
     }
-    let mut ops = invariants_in(s, Path::new(""), dst, true, staged);
+    let mut ops = invariants_in(s, Path::new(""), dst, true, staged)?;
     for rel in crate::protect::control_dirs(&s.path, limit)? {
-        ops.extend(invariants_in(s, &rel, &dst.join(&rel), false, staged));
+        ops.extend(invariants_in(s, &rel, &dst.join(&rel), false, staged)?);
     }
     Ok(ops)
 }
@@ -292,8 +292,9 @@ fn invariants_in(
     dst: &Path,
     top: bool,
     staged: Option<&Path>,
-) -> Vec<Op> {
+) -> Result<Vec<Op>, crate::protect::ScanError> {
     let mut ops = Vec::new();
+    let mut refused = None;
     let base = s.path.join(rel_dir);
     // Another sandbox's placeholder counts as missing: this one then holds
     // it as its own placeholder too.
@@ -305,7 +306,13 @@ fn invariants_in(
     };
     let mut overlay = None;
     let mut protect = |rel: String, kind: Kind, exists: Option<std::fs::Metadata>| match exists {
-        Some(m) if m.file_type().is_symlink() => {}
+        // What git, Claude Code and VS Code read through it: its target.
+        Some(m) if m.file_type().is_symlink() => {
+            match crate::protect::link_ops(&s.path, dst, &base.join(&rel)) {
+                Ok(v) => ops.extend(v),
+                Err(e) => refused = refused.take().or(Some(e)),
+            }
+        }
         Some(m) => ops.push(Op::new(
             dst.join(&rel),
             if m.is_dir() { Kind::Dir } else { Kind::File },
@@ -409,7 +416,7 @@ fn invariants_in(
         }
     }
     ops.extend(overlay);
-    ops
+    refused.map_or(Ok(ops), Err)
 }
 
 /// The environment the command starts with: the caller's through the

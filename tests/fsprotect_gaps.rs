@@ -1,0 +1,350 @@
+//! Issue 13, the gaps an attacker pass found after the first round:
+//! symlinked control entries, the scripts hooks run, more control files,
+//! paths beyond PATH_MAX, repositories inside repositories, and the
+//! quarantine itself. Each attack runs through both composed chains
+//! (`scripts/sbx-run`, `sbx-policy chain`), as root and as the
+//! unprivileged test user; each test asserts the host is unchanged (or
+//! only what is allowed changed) and the alert is in the audit log.
+
+mod common;
+use common::*;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use sbx_testutil::{As, assert_event, identities, stderr, stdout};
+use serde_json::Value;
+
+/// Every entry below `dir`: file contents, symlink targets, directories.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(dir.join(&rel)) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let r = rel.join(e.file_name());
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            let v = if m.file_type().is_symlink() {
+                format!("link:{}", std::fs::read_link(e.path()).unwrap().display())
+            } else if m.is_dir() {
+                stack.push(r.clone());
+                "dir".to_string()
+            } else {
+                format!(
+                    "file:{}",
+                    String::from_utf8_lossy(&std::fs::read(e.path()).unwrap_or_default())
+                )
+            };
+            out.insert(r, v);
+        }
+    }
+    out
+}
+
+fn assert_same(before: &BTreeMap<PathBuf, String>, after: &BTreeMap<PathBuf, String>, ctx: &str) {
+    for (k, v) in before {
+        assert_eq!(after.get(k), Some(v), "{} changed\n{ctx}", k.display());
+    }
+    for k in after.keys() {
+        assert!(before.contains_key(k), "{} appeared\n{ctx}", k.display());
+    }
+}
+
+fn ctx(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        stdout(out),
+        stderr(out)
+    )
+}
+
+/// The attack ran to its end, nothing escaped, `refused` writes failed.
+fn ran(out: &Output, refused: usize) -> String {
+    let c = ctx(out);
+    assert_eq!(out.status.code(), Some(0), "{c}");
+    let so = stdout(out);
+    assert!(so.contains("attacked"), "{c}");
+    assert!(!so.contains("ESCAPED"), "{c}");
+    assert_eq!(so.matches("refused").count(), refused, "{c}");
+    c
+}
+
+const TRY: &str =
+    "try() { if sh -c \"$1\" 2>/dev/null; then echo ESCAPED \"$1\"; else echo refused; fi; }; ";
+
+fn host(t: &ChainTree, rel: &str) -> String {
+    t.proj.join(rel).display().to_string()
+}
+
+fn path_is(e: &Value, p: &str) -> bool {
+    e["path"].as_str() == Some(p)
+}
+
+/// Runs `f` for each identity that can use the guard file system and
+/// each chain.
+fn each(f: impl Fn(As, &str, ChainRunner)) {
+    for who in identities() {
+        if !fuse_usable(who) {
+            sbx_testutil::skip!("/dev/fuse is not usable as {who:?} (run scripts/setup)");
+        }
+        for (name, run) in CHAINS {
+            f(who, name, *run);
+        }
+    }
+}
+
+// ---- 1. symlinked control entries -------------------------------------
+
+#[test]
+fn gap1_symlinked_control_entries_protect_their_targets() {
+    each(|who, chain, run| {
+        let t = ChainTree::new();
+        write(&t.proj.join("shared/claude-cfg/settings.json"), "{}\n");
+        write(&t.proj.join("shared/vs/tasks.json"), "{\"tasks\":[]}\n");
+        std::os::unix::fs::symlink("shared/claude-cfg", t.proj.join(".claude")).unwrap();
+        std::os::unix::fs::symlink("shared/vs", t.proj.join(".vscode")).unwrap();
+        // Dangling at the start: what appears there during the run goes.
+        std::fs::create_dir_all(t.proj.join("pkg")).unwrap();
+        std::os::unix::fs::symlink("../shared/vs-new", t.proj.join("pkg/.vscode")).unwrap();
+        t.own(who);
+        let before = snapshot(&t.proj);
+        let log = t.log("gap1");
+        let script = format!(
+            "{TRY} try 'echo evil >> shared/claude-cfg/settings.json'; \
+             try 'echo {{}} > shared/claude-cfg/settings.local.json'; \
+             try 'echo evil > shared/vs/tasks.json'; \
+             try 'mv shared shared.orig'; \
+             mkdir -p shared/vs-new && echo evil > shared/vs-new/tasks.json; \
+             mkdir -p sub && ln -s ../shared/vs-new sub/.vscode && ln -s shared/vs-new .idea; \
+             echo attacked"
+        );
+        let out = run(&t, &log, &script, who);
+        let c = format!("{chain} as {who:?}\n{}", ran(&out, 4));
+        let mut want = before.clone();
+        // The directory made during the run stays, its control link goes.
+        want.insert("sub".into(), "dir".into());
+        assert_same(&want, &snapshot(&t.proj), &c);
+        for rel in ["shared/claude-cfg/settings.json", "shared/vs/tasks.json"] {
+            let p = host(&t, rel);
+            assert_event(&log, "fs_write_denied", "alert", |e| path_is(e, &p));
+        }
+        let p = host(&t, "shared/claude-cfg/settings.local.json");
+        assert_event(&log, "fs_write_denied", "alert", |e| {
+            path_is(e, &p) && e["op"] == "create"
+        });
+        let vs_new = host(&t, "shared/vs-new");
+        let via = host(&t, "pkg/.vscode");
+        assert_event(&log, "fs_protected_created", "alert", |e| {
+            path_is(e, &vs_new) && e["via"] == via.as_str() && e["quarantined"].is_string()
+        });
+        for rel in ["sub/.vscode", ".idea"] {
+            let p = host(&t, rel);
+            assert_event(&log, "fs_protected_created", "alert", |e| {
+                path_is(e, &p) && e["quarantined"].is_string()
+            });
+        }
+        // Through another symlink: what it names could change during the
+        // run, so the run is refused (one line, 125, alert), nothing runs.
+        std::os::unix::fs::symlink("shared/vs", t.proj.join("hop")).unwrap();
+        std::os::unix::fs::symlink("hop", t.proj.join(".cursor")).unwrap();
+        let log = t.log("gap1-chained");
+        let out = run(&t, &log, "echo RAN", who);
+        let c = format!("{chain} as {who:?}\n{}", ctx(&out));
+        assert_eq!(out.status.code(), Some(125), "{c}");
+        assert!(!stdout(&out).contains("RAN"), "{c}");
+        assert!(
+            stderr(&out)
+                .lines()
+                .any(|l| l.contains(".cursor") && l.contains("symlink")),
+            "{c}"
+        );
+        let p = host(&t, ".cursor");
+        assert_event(&log, "fs_protected_link", "alert", |e| path_is(e, &p));
+    });
+}
+
+// ---- 2. the scripts hooks run ------------------------------------------
+
+#[test]
+fn gap2_scripts_named_by_hook_commands_stay_read_only() {
+    each(|who, chain, run| {
+        let t = ChainTree::new();
+        let proj = t.proj.display().to_string();
+        let hooks = serde_json::json!({
+            "hooks": {
+                "PostToolUse": [{"matcher": "Edit", "hooks": [
+                    {"type": "command", "command": "sh tools/a.sh"},
+                    {"type": "command", "command": "bash -e tools/b.sh --flag"},
+                    {"type": "command", "command": "node lib/c.js"},
+                    {"type": "command", "command": "python3 py/d.py --x 1"},
+                    {"type": "command", "command": "make -C build all"},
+                    {"type": "command", "command": "./run.sh --fast"},
+                    {"type": "command", "command": "sh tools/missing.sh"}
+                ]}]
+            },
+            "statusLine": {"type": "command", "command": "cat conf/status.txt | sh"}
+        });
+        write(&t.proj.join(".claude/settings.json"), &hooks.to_string());
+        for rel in [
+            "tools/a.sh",
+            "tools/b.sh",
+            "lib/c.js",
+            "py/d.py",
+            "build/Makefile",
+            "run.sh",
+            "conf/status.txt",
+            "tools/f.py",
+            "tools/g.js",
+            "tools/free.sh",
+        ] {
+            write(&t.proj.join(rel), "true\n");
+        }
+        // The user's own settings and a plugin's hooks.json run in every
+        // project: the project files they name are protected too.
+        let user = serde_json::json!({"hooks": {"Stop": [{"hooks": [
+            {"type": "command", "command": format!("python3 {proj}/tools/f.py")}
+        ]}]}});
+        write(&t.home.join(".claude/settings.json"), &user.to_string());
+        let plugin = serde_json::json!({"hooks": {"Stop": [{"hooks": [
+            {"type": "command", "command": format!("node \"{proj}/tools/g.js\"")}
+        ]}]}});
+        write(
+            &t.home.join(".claude/plugins/acme/hooks/hooks.json"),
+            &plugin.to_string(),
+        );
+        t.own(who);
+        let before = snapshot(&t.proj);
+        let log = t.log("gap2");
+        let mut script = TRY.to_string();
+        let targets = [
+            "tools/a.sh",
+            "tools/b.sh",
+            "lib/c.js",
+            "py/d.py",
+            "build/Makefile",
+            "run.sh",
+            "conf/status.txt",
+            "tools/f.py",
+            "tools/g.js",
+        ];
+        for rel in targets {
+            script.push_str(&format!("try 'echo evil >> {rel}'; "));
+        }
+        script.push_str(
+            "try 'echo evil > tools/missing.sh'; try 'mv tools tools.orig'; \
+             echo evil > build/GNUmakefile; echo ok >> tools/free.sh; echo attacked",
+        );
+        let out = run(&t, &log, &script, who);
+        let c = format!("{chain} as {who:?}\n{}", ran(&out, targets.len() + 2));
+        // The one file no hook names was written; everything else is as it was.
+        let mut want = before.clone();
+        want.insert("tools/free.sh".into(), "file:true\nok\n".into());
+        assert_same(&want, &snapshot(&t.proj), &c);
+        for rel in targets.iter().chain(&["tools/missing.sh"]) {
+            let p = host(&t, rel);
+            assert_event(&log, "fs_write_denied", "alert", |e| path_is(e, &p));
+        }
+        // A makefile that would take precedence is taken out at the end.
+        let p = host(&t, "build/GNUmakefile");
+        assert_event(&log, "fs_protected_created", "alert", |e| {
+            path_is(e, &p) && e["quarantined"].is_string()
+        });
+    });
+}
+
+// ---- 3. more control files -----------------------------------------------
+
+/// Files (and directories' files) that make the next host session run
+/// code: always read-only, existing or not, at any depth.
+const MORE_CONTROL: &[&str] = &[
+    ".cargo/config.toml",
+    ".cargo/config",
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".pnpmfile.cjs",
+    ".pre-commit-config.yaml",
+    ".cursor/mcp.json",
+    ".continue/config.json",
+    ".devcontainer/devcontainer.json",
+    ".direnv/bin/ls",
+    ".tool-versions",
+    "mise.toml",
+    ".mise.toml",
+    ".python-version",
+];
+
+/// Left writable on purpose (docs/fs.md says why): they run in CI, not in
+/// the next host session, or they are instructions like CLAUDE.md.
+const NOT_CONTROL: &[&str] = &[
+    ".github/workflows/ci.yml",
+    ".gitlab-ci.yml",
+    ".cursorrules",
+    ".windsurfrules",
+];
+
+#[test]
+fn gap3_more_control_files_are_read_only_existing_or_not() {
+    each(|who, chain, run| {
+        let t = ChainTree::new();
+        for rel in MORE_CONTROL {
+            write(&t.proj.join(rel), "orig\n");
+            write(&t.proj.join("pkgs/a/b").join(rel), "orig\n");
+        }
+        for rel in NOT_CONTROL {
+            write(&t.proj.join(rel), "orig\n");
+        }
+        t.own(who);
+        let before = snapshot(&t.proj);
+        let log = t.log("gap3");
+        let mut script = TRY.to_string();
+        for rel in MORE_CONTROL {
+            script.push_str(&format!(
+                "try 'echo evil >> {rel}'; try 'echo evil >> pkgs/a/b/{rel}'; \
+                 mkdir -p $(dirname new/x/y/{rel}) && echo evil > new/x/y/{rel}; "
+            ));
+        }
+        for rel in NOT_CONTROL {
+            script.push_str(&format!("echo more >> {rel}; "));
+        }
+        script.push_str("echo attacked");
+        let out = run(&t, &log, &script, who);
+        let c = format!("{chain} as {who:?}\n{}", ran(&out, 2 * MORE_CONTROL.len()));
+        let mut want = before.clone();
+        for rel in NOT_CONTROL {
+            want.insert(PathBuf::from(rel), "file:orig\nmore\n".into());
+        }
+        // The directories made during the run stay (empty of control files).
+        let after = snapshot(&t.proj);
+        let swept_whole = [".cursor", ".continue", ".devcontainer", ".direnv"];
+        for (k, v) in &after {
+            if k.starts_with("new")
+                && v == "dir"
+                && !k.iter().any(|c| swept_whole.iter().any(|s| c == *s))
+            {
+                want.insert(k.clone(), v.clone());
+            }
+        }
+        assert_same(&want, &after, &c);
+        for rel in MORE_CONTROL {
+            for at in [rel.to_string(), format!("pkgs/a/b/{rel}")] {
+                let p = host(&t, &at);
+                assert_event(&log, "fs_write_denied", "alert", |e| path_is(e, &p));
+            }
+            // Created: the first component that is a control entry goes.
+            let top = if rel.starts_with(".cargo/") {
+                rel.to_string()
+            } else {
+                rel.split('/').next().unwrap().to_string()
+            };
+            let p = host(&t, &format!("new/x/y/{top}"));
+            assert_event(&log, "fs_protected_created", "alert", |e| {
+                path_is(e, &p) && e["quarantined"].is_string()
+            });
+        }
+    });
+}
