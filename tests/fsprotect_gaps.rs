@@ -348,3 +348,81 @@ fn gap3_more_control_files_are_read_only_existing_or_not() {
         }
     });
 }
+
+// ---- 4. beyond PATH_MAX --------------------------------------------------
+
+/// Makes a tree 90 levels of 50-byte names deep (more than 4096 bytes of
+/// path) and control files and a repository at its bottom, walking with
+/// relative chdir (as an attacker would: no path is ever too long).
+const DEEP: &str = "python3 -c \"
+import os
+for i in range(90):
+    os.mkdir('d'*50); os.chdir('d'*50)
+os.mkdir('.claude'); open('.claude/settings.json','w').write('{}')
+os.mkdir('.vscode'); open('.vscode/tasks.json','w').write('{}')
+open('.mcp.json','w').write('{}')
+os.mkdir('.git'); open('.git/HEAD','w').write('ref: refs/heads/main')
+os.mkdir('.git/objects'); os.mkdir('.git/refs')
+print('attacked')\"";
+
+/// `find DIR -name NAME` (find walks with fds: any depth).
+fn find_named(dir: &Path, names: &[&str]) -> String {
+    let mut c = std::process::Command::new("find");
+    c.arg(dir).arg("(");
+    for (i, n) in names.iter().enumerate() {
+        if i > 0 {
+            c.arg("-o");
+        }
+        c.args(["-name", n]);
+    }
+    c.arg(")");
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "find: {}", stderr(&out));
+    stdout(&out)
+}
+
+#[test]
+fn gap4_control_files_beyond_path_max_are_swept_or_refused() {
+    each(|who, chain, run| {
+        let t = ChainTree::new();
+        write(&t.proj.join("README"), "hello\n");
+        t.own(who);
+        let log = t.log("gap4");
+        let out = run(&t, &log, DEEP, who);
+        let c = format!("{chain} as {who:?}\n{}", ran(&out, 0));
+        // The control files at the bottom are gone from the host: moved to
+        // the quarantine at the end, each alerted with its whole path.
+        assert_eq!(
+            find_named(&t.proj, &[".claude", ".vscode", ".mcp.json"]),
+            "",
+            "{c}"
+        );
+        for name in ["/.claude", "/.vscode", "/.mcp.json"] {
+            assert_event(&log, "fs_protected_created", "alert", |e| {
+                e["path"]
+                    .as_str()
+                    .is_some_and(|p| p.len() > 4096 && p.ends_with(name))
+                    && e["quarantined"].is_string()
+            });
+        }
+        // The repository down there is beyond git's reach, and said so.
+        assert_event(&log, "plant_scan_too_deep", "alert", |e| {
+            e["entries"].as_u64().is_some_and(|n| n > 0)
+        });
+        // The next run refuses to start on a tree it cannot protect.
+        let log2 = t.log("gap4-next");
+        let out = run(&t, &log2, "echo RAN", who);
+        let c = format!("{chain} as {who:?}\n{}", ctx(&out));
+        assert_eq!(out.status.code(), Some(125), "{c}");
+        assert!(!stdout(&out).contains("RAN"), "{c}");
+        assert!(
+            stderr(&out)
+                .lines()
+                .any(|l| l.contains("PATH_MAX") && l.contains("refusing to start")),
+            "{c}"
+        );
+        assert_event(&log2, "scan_too_deep", "alert", |e| {
+            e["len"].as_u64().is_some_and(|n| n > 3840)
+        });
+    });
+}

@@ -657,6 +657,14 @@ pub enum ScanError {
     )]
     Link { link: PathBuf, why: &'static str },
     #[error(
+        "searching {bind} for protected names: cannot open a directory of {dir}… ({err}): refusing to go on with part of the tree unread"
+    )]
+    Open {
+        bind: PathBuf,
+        dir: String,
+        err: std::io::Error,
+    },
+    #[error(
         "{bind}: {path}… is {len} bytes long, beyond what a mount can protect (PATH_MAX {max}): refusing to start with what lies below it unprotected (flatten the tree, or bind less)"
     )]
     TooDeep {
@@ -681,6 +689,11 @@ impl ScanError {
                 "fs_protected_link",
                 Severity::Alert,
                 json!({ "path": link.display().to_string(), "reason": why, "action": "refused" }),
+            ),
+            ScanError::Open { bind, dir, err } => audit::emit(
+                "scan_limit",
+                Severity::Alert,
+                json!({ "bind": bind.display().to_string(), "dir": dir, "reason": err.to_string() }),
             ),
             ScanError::TooDeep {
                 bind,
@@ -856,10 +869,20 @@ pub enum Step {
     Skip,
 }
 
+/// PATH_MAX: the longest path a system call takes.
+pub const PATH_MAX: usize = libc::PATH_MAX as usize;
+
+/// The longest host path the walks at the start let through: what lies
+/// deeper cannot be mounted over (a mount takes a path), so finding such an
+/// entry refuses the run (room is left for a control entry's own suffix
+/// and a different mount destination).
+pub const START_PATH_MAX: usize = PATH_MAX - 256;
+
 /// Walks `root` depth-first without following symlinks, at any depth,
 /// calling `f(rel_dir, name, is_dir)` for every entry but symlinks;
 /// `.git` directories are not entered. Reading more than `limit` entries
-/// is an error.
+/// is an error, and so is an entry whose path is longer than
+/// [`START_PATH_MAX`] (it could not be protected).
 pub fn walk(
     root: &Path,
     limit: usize,
@@ -876,12 +899,63 @@ pub fn walk_links(
     links: bool,
     f: &mut dyn FnMut(&Path, &OsStr, bool) -> Step,
 ) -> Result<(), ScanError> {
+    walk_at(root, limit, links, false, f)
+}
+
+/// The walk itself. Each directory is opened relative to its parent's fd
+/// (`openat`, never following a symlink) and listed through
+/// `/proc/self/fd/N`, so no path longer than PATH_MAX is ever handed to
+/// the kernel: with `deep` the walk goes on below PATH_MAX (the end
+/// sweep, which reaches such entries through [`Reach`]); without it an
+/// entry deeper than [`START_PATH_MAX`] is an error. Directories are
+/// opened when they are walked, so the fds held are those of the
+/// directories with siblings still to walk (at most the depth).
+fn walk_at(
+    root: &Path,
+    limit: usize,
+    links: bool,
+    deep: bool,
+    f: &mut dyn FnMut(&Path, &OsStr, bool) -> Step,
+) -> Result<(), ScanError> {
+    use std::rc::Rc;
+    let Ok(top) = open_dir_at(libc::AT_FDCWD, root.as_os_str(), root) else {
+        return Ok(());
+    };
+    let base_len = root.as_os_str().len();
     let mut left = limit;
-    let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let Some(rd) = list_dir(&root.join(&rel)) else {
-            continue;
+    // (the parent's fd, this directory's name, its path relative to root)
+    let mut stack: Vec<(Option<Rc<std::os::fd::OwnedFd>>, OsString, PathBuf)> = Vec::new();
+    let mut first = Some(top);
+    stack.push((None, OsString::new(), PathBuf::new()));
+    while let Some((parent, name, rel)) = stack.pop() {
+        let fd = match (&parent, first.take()) {
+            (None, Some(top)) => top,
+            (Some(p), _) => {
+                use std::os::fd::AsRawFd;
+                match open_dir_at(p.as_raw_fd(), &name, &root.join(&rel)) {
+                    Ok(fd) => fd,
+                    // Out of fds: never a silent stop.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                        let dir: String = root
+                            .join(&rel)
+                            .to_string_lossy()
+                            .chars()
+                            .take(120)
+                            .collect();
+                        return Err(ScanError::Open {
+                            bind: root.to_path_buf(),
+                            dir,
+                            err: e,
+                        });
+                    }
+                    Err(_) => continue,
+                }
+            }
+            (None, None) => continue,
         };
+        drop(parent);
+        let fd = Rc::new(fd);
+        let Some(rd) = list_fd(&fd) else { continue };
         for e in rd.flatten() {
             if left == 0 {
                 return Err(ScanError::Limit {
@@ -892,6 +966,20 @@ pub fn walk_links(
             left -= 1;
             let Ok(ft) = e.file_type() else { continue };
             let n = e.file_name();
+            let len = base_len + 1 + rel.as_os_str().len() + 1 + n.len();
+            if !deep && len > START_PATH_MAX {
+                let shown = root.join(&rel).join(&n);
+                let head: String = String::from_utf8_lossy(shown.as_os_str().as_bytes())
+                    .chars()
+                    .take(120)
+                    .collect();
+                return Err(ScanError::TooDeep {
+                    bind: root.to_path_buf(),
+                    path: head,
+                    len,
+                    max: PATH_MAX,
+                });
+            }
             let dir = ft.is_dir() && !ft.is_symlink();
             if ft.is_symlink() {
                 if links {
@@ -900,31 +988,118 @@ pub fn walk_links(
                 continue;
             }
             if f(&rel, &n, dir) == Step::Descend && dir && n != ".git" {
-                stack.push(rel.join(&n));
+                stack.push((Some(fd.clone()), n.clone(), rel.join(&n)));
             }
         }
     }
     Ok(())
 }
 
-/// Lists `d`. A directory of ours that cannot be listed (the command ran
-/// `chmod 111` on it: programs still reach a control file or a `.git`
-/// below it by name) is made ours to list again, with an alert; one that
-/// is not ours (the command could not have made it) is skipped as before.
-fn list_dir(d: &Path) -> Option<std::fs::ReadDir> {
-    match std::fs::read_dir(d) {
-        Ok(rd) => Some(rd),
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-            regain(d, 0o700)?;
-            std::fs::read_dir(d).ok()
+/// Opens the directory `name` of `dirfd` without following a symlink. A
+/// directory of ours that cannot be read (the command ran `chmod 111` on
+/// it: programs still reach a control file or a `.git` below it by name)
+/// is made ours to list again, with an alert; one that is not ours (the
+/// command could not have made it) is skipped as before.
+fn open_dir_at(dirfd: i32, name: &OsStr, shown: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let c = std::ffi::CString::new(name.as_bytes())?;
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    let nofollow = if dirfd == libc::AT_FDCWD {
+        0
+    } else {
+        libc::O_NOFOLLOW
+    };
+    for attempt in 0..2 {
+        // SAFETY: openat with a NUL-terminated name; the fd is owned below.
+        let fd = unsafe { libc::openat(dirfd, c.as_ptr(), flags | nofollow) };
+        if fd >= 0 {
+            // SAFETY: fd was just returned by openat and is ours alone.
+            return Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
         }
-        Err(_) => None,
+        let err = std::io::Error::last_os_error();
+        if attempt > 0 || err.raw_os_error() != Some(libc::EACCES) {
+            return Err(err);
+        }
+        let p = if dirfd == libc::AT_FDCWD {
+            PathBuf::from(name)
+        } else {
+            Path::new(&format!("/proc/self/fd/{dirfd}")).join(name)
+        };
+        if regain_as(&p, shown, 0o700).is_none() {
+            return Err(err);
+        }
     }
+    Err(std::io::Error::from_raw_os_error(libc::EACCES))
+}
+
+/// Lists an open directory (through its `/proc/self/fd` link: a short
+/// path, whatever its depth).
+fn list_fd(fd: &std::os::fd::OwnedFd) -> Option<std::fs::ReadDir> {
+    use std::os::fd::AsRawFd;
+    std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
+}
+
+/// A path that can be handed to the kernel for `root/rel`, however long:
+/// the path itself when it is short enough, else `/proc/self/fd/N/NAME`
+/// with N the parent directory, opened component by component without
+/// following symlinks (and kept open as long as this lives).
+pub struct Reach {
+    _fd: Option<std::os::fd::OwnedFd>,
+    pub path: PathBuf,
+}
+
+impl Reach {
+    pub fn new(root: &Path, rel: &Path) -> Option<Reach> {
+        use std::os::fd::AsRawFd;
+        let full = root.join(rel);
+        if full.as_os_str().len() < PATH_MAX - 1 {
+            return Some(Reach {
+                _fd: None,
+                path: full,
+            });
+        }
+        let name = rel.file_name()?;
+        let mut fd = open_path_at(libc::AT_FDCWD, root.as_os_str())?;
+        for c in rel.parent()?.iter() {
+            fd = open_path_at(fd.as_raw_fd(), c)?;
+        }
+        let path = Path::new(&format!("/proc/self/fd/{}", fd.as_raw_fd())).join(name);
+        Some(Reach {
+            _fd: Some(fd),
+            path,
+        })
+    }
+}
+
+fn open_path_at(dirfd: i32, name: &OsStr) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let c = std::ffi::CString::new(name.as_bytes()).ok()?;
+    let nofollow = if dirfd == libc::AT_FDCWD {
+        0
+    } else {
+        libc::O_NOFOLLOW
+    };
+    // SAFETY: openat with a NUL-terminated name; the fd is owned below.
+    let fd = unsafe {
+        libc::openat(
+            dirfd,
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | nofollow,
+        )
+    };
+    // SAFETY: fd was just returned by openat and is ours alone.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 /// Adds `bits` to the mode of directory `d` when it is ours and lacks them
 /// (logged as `fs_dir_mode_restored`, alert); None when it is not ours.
 fn regain(d: &Path, bits: u32) -> Option<()> {
+    regain_as(d, d, bits)
+}
+
+/// [`regain`] of `d`, alerted as `shown` (its real path; `d` may be a
+/// `/proc/self/fd` one).
+fn regain_as(d: &Path, shown: &Path, bits: u32) -> Option<()> {
     use std::os::unix::fs::PermissionsExt;
     let m = std::fs::symlink_metadata(d).ok()?;
     // SAFETY: geteuid has no preconditions.
@@ -942,7 +1117,7 @@ fn regain(d: &Path, bits: u32) -> Option<()> {
     audit::emit(
         "fs_dir_mode_restored",
         Severity::Alert,
-        json!({ "path": d, "mode": format!("{:o}", m.mode() & 0o7777), "added": format!("{bits:o}") }),
+        json!({ "path": shown, "mode": format!("{:o}", m.mode() & 0o7777), "added": format!("{bits:o}") }),
     );
     Some(())
 }
@@ -1030,12 +1205,15 @@ fn find_controls(
     root: &Path,
     limit: usize,
     repos: Option<&[(PathBuf, u64, u64)]>,
+    deep: bool,
 ) -> Result<(Vec<PathBuf>, Vec<(PathBuf, u64, u64)>), ScanError> {
     let names = swept_names();
     let nested = nested();
     let mut out = Vec::new();
     let mut gits = Vec::new();
-    walk_links(root, limit, true, &mut |rel, n, dir| {
+    let exists =
+        |r: &Path| Reach::new(root, r).is_some_and(|x| std::fs::symlink_metadata(&x.path).is_ok());
+    walk_at(root, limit, true, deep, &mut |rel, n, dir| {
         if names.iter().any(|x| OsStr::new(x) == n) {
             out.push(rel.join(n));
             return Step::Skip;
@@ -1043,14 +1221,14 @@ fn find_controls(
         if dir && let Some((_, kids)) = nested.iter().find(|(d, _)| OsStr::new(d) == n) {
             for k in kids {
                 let r = rel.join(n).join(k);
-                if std::fs::symlink_metadata(root.join(&r)).is_ok() {
+                if exists(&r) {
                     out.push(r);
                 }
             }
         }
         if n == ".git" && dir {
             let r = rel.join(n);
-            if let Some((dev, ino)) = identity(&root.join(&r)) {
+            if let Some((dev, ino)) = Reach::new(root, &r).and_then(|x| identity(&x.path)) {
                 gits.push((r, dev, ino));
             }
         }
@@ -1065,7 +1243,7 @@ fn find_controls(
         }
         for i in CONTROL.iter().filter(|i| i.rel.starts_with(".git/")) {
             let rel = g.0.join(&i.rel[5..]);
-            if std::fs::symlink_metadata(root.join(&rel)).is_ok() {
+            if exists(&rel) {
                 out.push(rel);
             }
         }
@@ -1077,7 +1255,7 @@ impl Sweep {
     /// Records the control entries of the writable bind `root` (before any
     /// placeholder exists).
     pub fn start(root: &Path, limit: usize) -> Result<Sweep, ScanError> {
-        let (found, gits) = find_controls(root, limit, None)?;
+        let (found, gits) = find_controls(root, limit, None, false)?;
         let mut watch = hook_watch(root);
         for rel in &found {
             if rel.file_name() == Some(OsStr::new(".claude"))
@@ -1133,7 +1311,9 @@ impl Sweep {
         // Unbounded: the sandbox could grow the tree past any limit to hide
         // a control file behind it (the next run's search refuses to start
         // on such a tree instead).
-        let found = match find_controls(&self.root, usize::MAX, Some(&self.repos)) {
+        // Deep too: a control file below PATH_MAX is reached through its
+        // directory's fd (the next run refuses to start on such a tree).
+        let found = match find_controls(&self.root, usize::MAX, Some(&self.repos), true) {
             Ok((f, _)) => f,
             Err(e) => {
                 audit::emit(
@@ -1152,7 +1332,11 @@ impl Sweep {
             .map(|k| (k.rel.as_path(), k.dev, k.ino, k.link.as_deref()))
             .collect();
         for rel in found {
-            let p = self.root.join(&rel);
+            let shown = self.root.join(&rel);
+            let Some(reach) = Reach::new(&self.root, &rel) else {
+                continue;
+            };
+            let p = reach.path.clone();
             let Some((dev, ino)) = identity(&p) else {
                 continue;
             };
@@ -1175,7 +1359,7 @@ impl Sweep {
                 },
                 Severity::Alert,
                 json!({
-                    "path": p.display().to_string(),
+                    "path": shown.display().to_string(),
                     "quarantined": moved.as_ref().ok().map(|_| dest.display().to_string()),
                     "error": moved.as_ref().err().map(|e| e.to_string()),
                 }),
@@ -1245,8 +1429,11 @@ impl Sweep {
             return;
         }
         let mut whereabouts: Vec<(usize, PathBuf)> = Vec::new();
-        let _ = walk_links(&self.root, usize::MAX, true, &mut |rel, n, _| {
-            let p = self.root.join(rel).join(n);
+        let _ = walk_at(&self.root, usize::MAX, true, true, &mut |rel, n, _| {
+            let Some(reach) = Reach::new(&self.root, &rel.join(n)) else {
+                return Step::Descend;
+            };
+            let p = reach.path.clone();
             // Same inode and, as inode numbers are reused, the same target
             // (or none): a new file that took a removed link's number is not it.
             if let Some(id) = identity(&p)
@@ -1450,8 +1637,20 @@ pub fn canonical_prefix(path: &Path) -> PathBuf {
     canon
 }
 
-/// `quarantine/<sbx id>/<bind root, flattened>/<rel>`.
+/// `quarantine/<sbx id>/<bind root, flattened>/<rel>`; a `rel` too long
+/// to be a path there becomes `deep-<n>/<its last name>` (the alert names
+/// the original path).
 fn quarantine_path(quarantine: &Path, root: &Path, rel: &Path) -> PathBuf {
+    static DEEP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let short;
+    let rel = if rel.as_os_str().len() > 1024 {
+        let n = DEEP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        short =
+            Path::new(&format!("deep-{n}")).join(rel.file_name().unwrap_or(OsStr::new("entry")));
+        short.as_path()
+    } else {
+        rel
+    };
     let id = sbx_core::id::get()
         .map(str::to_string)
         .unwrap_or_else(|| format!("pid-{}", std::process::id()));

@@ -101,7 +101,18 @@ pub struct Entry {
 pub struct Inventory {
     pub entries: Vec<Entry>,
     pub scanned: u64,
+    /// Entries whose path is too long for a system call (PATH_MAX): not
+    /// looked at, counted and alerted (`plant_scan_too_deep`), never
+    /// skipped silently. git cannot run there (its `getcwd` fails beyond
+    /// PATH_MAX) and discovers repositories upwards only, so nothing there
+    /// is a repository for git unless a `.git` file or `GIT_DIR` points at
+    /// it, and such a pointer is itself found.
+    pub too_deep: u64,
+    pub first_too_deep: Option<PathBuf>,
 }
+
+/// PATH_MAX, counted with the terminating NUL.
+const PATH_MAX: usize = libc::PATH_MAX as usize;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
@@ -335,6 +346,11 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                     });
                 }
                 let p = e.path();
+                if p.as_os_str().len() >= PATH_MAX {
+                    inv.too_deep += 1;
+                    inv.first_too_deep.get_or_insert_with(|| d.clone());
+                    continue;
+                }
                 let Ok(m) = fs::symlink_metadata(&p) else {
                     continue;
                 };
@@ -540,6 +556,9 @@ pub fn check_after(
                 return out;
             }
         };
+        if pass == 0 && now.too_deep > 0 {
+            out.findings.push(too_deep_finding(&now));
+        }
         let mut acted = false;
         let mut moved_back = Vec::new();
         // Planted first: a planted entry may sit where a moved user's
@@ -608,6 +627,23 @@ pub fn check_after(
         }
     }
     out
+}
+
+/// The alert for entries beyond PATH_MAX (see [`Inventory::too_deep`]).
+fn too_deep_finding(inv: &Inventory) -> Finding {
+    let first = inv.first_too_deep.clone().unwrap_or_default();
+    let head: String = first.to_string_lossy().chars().take(120).collect();
+    Finding {
+        event: "plant_scan_too_deep",
+        severity: Severity::Alert,
+        fields: json!({ "entries": inv.too_deep, "first_dir": head, "path_max": PATH_MAX,
+                        "action": "not looked at: git cannot run there (getcwd fails) and finds repositories upwards only" }),
+        line: format!(
+            "alert: planted repositories: {} entries below {}… lie beyond PATH_MAX -> not looked at (git cannot run there)",
+            inv.too_deep,
+            escape::terminal(&head)
+        ),
+    }
 }
 
 fn plant(e: &Entry, q: &mut Quarantine, out: &mut After) {
@@ -823,6 +859,11 @@ pub fn cmd_plants(a: PlantsArgs) -> Result<i32, Failure> {
             )));
         }
     };
+    if before.too_deep > 0 {
+        let f = too_deep_finding(&before);
+        crate::audit(f.event, f.severity, f.fields.clone());
+        eprintln!("{}: {}", crate::TOOL, f.line);
+    }
     crate::audit(
         "git_plant_snapshot",
         Severity::Info,
