@@ -426,3 +426,292 @@ fn gap4_control_files_beyond_path_max_are_swept_or_refused() {
         });
     });
 }
+
+// ---- 5. repositories inside repositories ---------------------------------
+
+/// Runs `sh -c script` in `dir` as `who` with a clean git environment.
+fn sh_as(who: As, dir: &Path, script: &str) -> Output {
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_COMMON_DIR");
+    sbx_testutil::run_as(&mut c, who);
+    c.output().unwrap()
+}
+
+#[test]
+fn gap5_plants_look_inside_known_repositories() {
+    each(|who, chain, run| {
+        let t = ChainTree::new();
+        let p = &t.proj;
+        // The user's: a nested repository with a submodule (its git dir in
+        // keep/.git/modules/sub) and worktree config on, and a bare one.
+        git(p, &["init", "-q", "-b", "main", "subsrc"]);
+        write(&p.join("subsrc/f"), "f\n");
+        git(&p.join("subsrc"), &["add", "f"]);
+        git(&p.join("subsrc"), &["commit", "-qm", "sub"]);
+        git(p, &["init", "-q", "-b", "main", "keep"]);
+        write(&p.join("keep/k"), "k\n");
+        git(&p.join("keep"), &["add", "k"]);
+        git(&p.join("keep"), &["commit", "-qm", "keep"]);
+        git(
+            &p.join("keep"),
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                "../subsrc",
+                "sub",
+            ],
+        );
+        git(&p.join("keep"), &["commit", "-qm", "submodule"]);
+        git(
+            &p.join("keep"),
+            &["config", "extensions.worktreeConfig", "true"],
+        );
+        git(p, &["init", "-q", "--bare", "-b", "main", "backup.git"]);
+        assert!(p.join("keep/.git/modules/sub/HEAD").is_file());
+        t.own(who);
+        let before = snapshot(p);
+        let m = |tag: &str| t.state.join(format!("MARK-{tag}")).display().to_string();
+        let log = t.log("gap5");
+        let script = format!(
+            "set -e; \
+             printf '[core]\\n\\tfsmonitor = touch {sub}\\n' >> keep/.git/modules/sub/config; \
+             printf '[core]\\n\\tfsmonitor = touch {wt}\\n' > keep/.git/config.worktree; \
+             printf '#!/bin/sh\\ntouch {hook}\\n' > backup.git/hooks/post-update; chmod +x backup.git/hooks/post-update; \
+             printf '[alias]\\n\\tst = !touch {bare}\\n' >> backup.git/config; \
+             mkdir -p keep/.git/modules/evil/objects keep/.git/modules/evil/refs keep/evil; \
+             printf 'ref: refs/heads/main\\n' > keep/.git/modules/evil/HEAD; \
+             printf '[core]\\n\\tfsmonitor = touch {evil}\\n[alias]\\n\\tst = !touch {evil}\\n' > keep/.git/modules/evil/config; \
+             echo 'gitdir: ../.git/modules/evil' > keep/evil/.git; echo attacked",
+            sub = m("sub"),
+            wt = m("wt"),
+            hook = m("hook"),
+            bare = m("bare"),
+            evil = m("evil"),
+        );
+        let out = run(&t, &log, &script, who);
+        let c = format!("{chain} as {who:?}\n{}", ran(&out, 0));
+        // The owner's git, where the plants would run: nothing runs.
+        for (dir, cmd) in [
+            ("keep/sub", "echo x > f; git status >/dev/null 2>&1; true"),
+            ("keep", "echo y > k; git status >/dev/null 2>&1; true"),
+            (
+                "keep/evil",
+                "git status >/dev/null 2>&1; git st >/dev/null 2>&1; true",
+            ),
+            ("backup.git", "git st >/dev/null 2>&1; true"),
+        ] {
+            if p.join(dir).is_dir() {
+                sh_as(who, &p.join(dir), cmd);
+            }
+        }
+        for tag in ["sub", "wt", "hook", "bare", "evil"] {
+            assert!(!Path::new(&m(tag)).exists(), "{tag} ran\n{c}");
+        }
+        // Put the files back as the checks above left them, then compare:
+        // the user's repositories are as they were, the plant is gone.
+        write(&p.join("keep/sub/f"), "f\n");
+        write(&p.join("keep/k"), "k\n");
+        let after = snapshot(p);
+        for rel in [
+            "keep/.git/modules/sub/config",
+            "keep/.git/config",
+            "backup.git/config",
+            "backup.git/HEAD",
+        ] {
+            assert_eq!(
+                after.get(Path::new(rel)),
+                before.get(Path::new(rel)),
+                "{rel}\n{c}"
+            );
+        }
+        for rel in [
+            "keep/.git/config.worktree",
+            "backup.git/hooks/post-update",
+            "keep/.git/modules/evil/HEAD",
+        ] {
+            assert!(!after.contains_key(Path::new(rel)), "{rel} left\n{c}");
+        }
+        let at = |rel: &str| p.join(rel).display().to_string();
+        for rel in ["keep/.git/modules/sub", "keep/.git", "backup.git"] {
+            let want = at(rel);
+            assert_event(&log, "git_repo_changed", "alert", |e| path_is(e, &want));
+        }
+        let evil = at("keep/.git/modules/evil");
+        assert_event(&log, "git_repo_planted", "alert", |e| path_is(e, &evil));
+    });
+}
+
+// ---- 6. the quarantine -----------------------------------------------------
+
+/// Files below `dir`, with their apparent size and allocated bytes.
+fn sizes_below(dir: &Path) -> Vec<(PathBuf, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.is_file() {
+                out.push((e.path(), m.len(), m.blocks() * 512));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn gap6_a_sparse_file_quarantined_across_file_systems_stays_sparse() {
+    each(|who, chain, run| {
+        let mut t = ChainTree::new();
+        // The quarantine on another file system (tmpfs) than the project:
+        // the sweep copies; a 4 GiB sparse file must not become 4 GiB.
+        let shm = tempfile::Builder::new()
+            .prefix("sbx-test-q-")
+            .tempdir_in("/dev/shm")
+            .unwrap();
+        t.state = shm.path().to_path_buf();
+        write(&t.proj.join("README"), "hello\n");
+        t.own(who);
+        if who == As::User {
+            chown_r(&t.state);
+        }
+        let before = snapshot(&t.proj);
+        let log = t.log("gap6-sparse");
+        let out = run(
+            &t,
+            &log,
+            "mkdir -p pkg/.vscode && truncate -s 4G pkg/.vscode/big.bin && \
+             printf tail >> pkg/.vscode/big.bin && echo '{}' > pkg/.vscode/tasks.json && echo attacked",
+            who,
+        );
+        let c = format!("{chain} as {who:?}\n{}", ran(&out, 0));
+        let mut want = before.clone();
+        want.insert("pkg".into(), "dir".into());
+        assert_same(&want, &snapshot(&t.proj), &c);
+        let vs = host(&t, "pkg/.vscode");
+        assert_event(&log, "fs_protected_created", "alert", |e| {
+            path_is(e, &vs) && e["truncated"] == false && e["quarantined"].is_string()
+        });
+        let files = sizes_below(&t.state);
+        let big = files
+            .iter()
+            .find(|(p, _, _)| p.ends_with("pkg/.vscode/big.bin"))
+            .unwrap_or_else(|| panic!("not quarantined: {files:?}\n{c}"));
+        assert_eq!(big.1, (4 << 30) + 4, "{c}");
+        assert!(big.2 < 1 << 20, "the copy takes {} bytes\n{c}", big.2);
+        let mut tail = [0u8; 4];
+        use std::os::unix::fs::FileExt;
+        std::fs::File::open(&big.0)
+            .unwrap()
+            .read_exact_at(&mut tail, 4 << 30)
+            .unwrap();
+        assert_eq!(&tail, b"tail", "{c}");
+        // The test user's quarantine holds mode-000 slots of gitguard's
+        // (none here) and 0700 dirs: root removes it with the tempdir.
+        drop(shm);
+    });
+}
+
+/// A bind mount of `src` on `dst` (made by root, in the host's mount
+/// namespace, on a directory the test made), undone on drop.
+struct Alias(PathBuf);
+
+impl Alias {
+    fn new(src: &Path, dst: &Path) -> Alias {
+        std::fs::create_dir_all(dst).unwrap();
+        let st = std::process::Command::new("mount")
+            .arg("--bind")
+            .arg(src)
+            .arg(dst)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount --bind");
+        Alias(dst.to_path_buf())
+    }
+}
+
+impl Drop for Alias {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn gap6_a_quarantine_reached_through_an_alias_of_the_project_is_refused() {
+    if !sbx_testutil::is_root() {
+        sbx_testutil::skip!("making a bind mount needs root (the test user runs under it)");
+    }
+    each(|who, chain, run| {
+        let t = ChainTree::new();
+        write(&t.proj.join("README"), "hello\n");
+        let inner = t.proj.join("inner");
+        std::fs::create_dir_all(&inner).unwrap();
+        t.own(who);
+        // XDG_STATE_HOME reaches a directory inside the project through
+        // a bind mount (no ancestor in common): the default quarantine
+        // there is skipped, the next one (the home's) is used.
+        let alias_dir = t.proj.parent().unwrap().join("alias");
+        let _alias = Alias::new(&inner, &alias_dir);
+        let t2 = ChainTree {
+            _d: tempfile::tempdir().unwrap(),
+            proj: t.proj.clone(),
+            home: t.home.clone(),
+            state: alias_dir.clone(),
+        };
+        let before = snapshot(&t.proj);
+        let log = t.log("gap6-alias");
+        let out = run(&t2, &log, "echo '{}' > .mcp.json; echo attacked", who);
+        let c = format!("{chain} as {who:?}\n{}", ran(&out, 0));
+        // Nothing of the quarantine was made inside the project.
+        assert_same(&before, &snapshot(&t.proj), &c);
+        let mcp = host(&t, ".mcp.json");
+        let home_q = t.home.join(".local/state/sbx/quarantine");
+        assert_event(&log, "fs_protected_created", "alert", |e| {
+            path_is(e, &mcp)
+                && e["quarantined"]
+                    .as_str()
+                    .is_some_and(|q| q.starts_with(home_q.to_str().unwrap()))
+        });
+        // sbx-fs --quarantine ALIAS: refused before anything runs.
+        let mut cmd = sbx_testutil::tool("sbx-fs");
+        let log2 = t.log("gap6-flag");
+        cmd.arg("--audit-log")
+            .arg(&log2)
+            .arg("--rw")
+            .arg(&t.proj)
+            .arg("--quarantine")
+            .arg(&alias_dir)
+            .args(["--", "sh", "-c", "echo ran > ran.txt"])
+            .current_dir(&t.proj);
+        sbx_testutil::run_as(&mut cmd, who);
+        let out = cmd.output().unwrap();
+        sbx_testutil::assert_usage_error(&out, "inside the writable bind");
+        assert!(!t.proj.join("ran.txt").exists(), "the command ran");
+        assert_event(&log2, "fs_quarantine_refused", "alert", |e| {
+            e["path"] == alias_dir.to_str().unwrap()
+        });
+        // Not a directory, or missing: refused the same way.
+        for bad in [t.proj.join("README"), t.proj.parent().unwrap().join("nope")] {
+            let mut cmd = sbx_testutil::tool("sbx-fs");
+            cmd.arg("--rw")
+                .arg(&t.proj)
+                .arg("--quarantine")
+                .arg(&bad)
+                .args(["--", "true"]);
+            sbx_testutil::run_as(&mut cmd, who);
+            let out = cmd.output().unwrap();
+            sbx_testutil::assert_usage_error(&out, "--quarantine");
+        }
+    });
+}

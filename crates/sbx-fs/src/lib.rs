@@ -25,6 +25,7 @@ pub mod placeholder;
 pub mod plan;
 pub mod proc;
 pub mod protect;
+pub mod quarantine;
 pub mod spec;
 pub mod sys;
 pub mod tmpwatch;
@@ -507,6 +508,8 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let prog = cli.cmd[0].clone();
     let exec_fd = chain::open_tool(&prog, env_get(&env, "PATH").map(|p| p.as_os_str()));
 
+    // --quarantine first: a bad one is refused before any walk.
+    quarantine::check_flag(&spec)?;
     let plan = build_plan(&spec, &env)?;
     auditlog::refuse_log_in_writable_bind(&plan)?;
     let (sweeps, mcp, quarantine) = start_sweeps(&spec, &plan)?;
@@ -748,12 +751,10 @@ fn start_sweeps(spec: &Spec, plan: &Plan) -> Result<EndChecks, Failure> {
     if rw.is_empty() {
         return Ok((Vec::new(), None, PathBuf::new()));
     }
-    let inside = |q: &std::path::Path| {
-        let q = protect::canonical_prefix(q);
-        rw.iter()
-            .find(|s| q.starts_with(&s.path))
-            .map(|s| s.path.clone())
-    };
+    // By path, identity and mount alias (a bind mount of a directory
+    // inside a writable bind reaches it by another path).
+    let rw_paths: Vec<PathBuf> = rw.iter().map(|s| s.path.clone()).collect();
+    let inside = |q: &std::path::Path| quarantine::inside(q, &rw_paths);
     let q = match &spec.quarantine {
         Some(q) => {
             if let Some(b) = inside(q) {

@@ -1361,6 +1361,7 @@ impl Sweep {
                 json!({
                     "path": shown.display().to_string(),
                     "quarantined": moved.as_ref().ok().map(|_| dest.display().to_string()),
+                    "truncated": moved.as_ref().ok().copied().unwrap_or(false),
                     "error": moved.as_ref().err().map(|e| e.to_string()),
                 }),
             );
@@ -1381,6 +1382,7 @@ impl Sweep {
                     "path": w.display().to_string(),
                     "via": "hook",
                     "quarantined": moved.as_ref().ok().map(|_| dest.display().to_string()),
+                    "truncated": moved.as_ref().ok().copied().unwrap_or(false),
                     "error": moved.as_ref().err().map(|e| e.to_string()),
                 }),
             );
@@ -1411,6 +1413,7 @@ impl Sweep {
                     "path": t.display().to_string(),
                     "via": p.display().to_string(),
                     "quarantined": moved.as_ref().ok().map(|_| dest.display().to_string()),
+                    "truncated": moved.as_ref().ok().copied().unwrap_or(false),
                     "error": moved.as_ref().err().map(|e| e.to_string()),
                 }),
             );
@@ -1663,14 +1666,16 @@ fn quarantine_path(quarantine: &Path, root: &Path, rel: &Path) -> PathBuf {
 }
 
 /// Copies `from` to `to` inside the quarantine (checked as for [`move_out`]).
-fn copy_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
+fn copy_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<bool> {
     prepare_quarantine(quarantine, to)?;
-    copy_tree(from, to)
+    copy_tree(from, to, &mut crate::quarantine::COPY_CAP.clone())
 }
 
 /// Moves `from` to `to` (a rename; across file systems a copy, then the
 /// removal of `from`). Symlinks are moved as symlinks, never followed.
-fn move_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
+/// Returns whether data was left out of a copy (see
+/// [`crate::quarantine::COPY_CAP`]).
+fn move_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<bool> {
     prepare_quarantine(quarantine, to)?;
     // A parent the command made read-only (chmod 555) must not keep the
     // entry in place: it is ours, so it is made writable again.
@@ -1682,10 +1687,12 @@ fn move_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
         let _ = regain(from, 0o700);
     }
     match std::fs::rename(from, to) {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(false),
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            copy_tree(from, to)?;
-            remove_tree(from)
+            let mut budget = crate::quarantine::COPY_CAP;
+            let truncated = copy_tree(from, to, &mut budget)?;
+            remove_tree(from)?;
+            Ok(truncated)
         }
         Err(e) => Err(e),
     }
@@ -1717,22 +1724,28 @@ fn prepare_quarantine(quarantine: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+/// Copies a tree into the quarantine: files keep their holes and at most
+/// `budget` data bytes are copied in all (a sparse file of terabytes, or
+/// many large files, cannot fill the quarantine's disk). Returns whether
+/// data was left out.
+fn copy_tree(from: &Path, to: &Path, budget: &mut u64) -> std::io::Result<bool> {
     let m = std::fs::symlink_metadata(from)?;
     if m.file_type().is_symlink() {
-        std::os::unix::fs::symlink(std::fs::read_link(from)?, to)
+        std::os::unix::fs::symlink(std::fs::read_link(from)?, to)?;
+        Ok(false)
     } else if m.is_dir() {
         std::fs::create_dir(to)?;
+        let mut cut = false;
         for e in std::fs::read_dir(from)? {
             let e = e?;
-            copy_tree(&e.path(), &to.join(e.file_name()))?;
+            cut |= copy_tree(&e.path(), &to.join(e.file_name()), budget)?;
         }
-        Ok(())
+        Ok(cut)
     } else if m.is_file() {
-        std::fs::copy(from, to).map(|_| ())
+        crate::quarantine::copy_sparse(from, to, budget)
     } else {
         // FIFOs, sockets, devices: nothing to keep, they are removed.
-        Ok(())
+        Ok(false)
     }
 }
 

@@ -75,6 +75,9 @@ pub struct Content {
     // HEAD is not compared: switching branches is normal work, and HEAD
     // makes git run nothing.
     config: Option<Vec<u8>>,
+    /// `config.worktree`: git reads it when the common config sets
+    /// `extensions.worktreeConfig`.
+    config_worktree: Option<Vec<u8>>,
     commondir: Option<Vec<u8>>,
     /// A `.git` file's bytes or a `.git` symlink's target.
     gitfile: Option<Vec<u8>>,
@@ -295,6 +298,7 @@ fn content(p: &Path, kind: Kind) -> Content {
     });
     Content {
         config: read_limited(&p.join("config")),
+        config_worktree: read_limited(&p.join("config.worktree")),
         commondir: read_limited(&p.join("commondir")),
         gitfile: None,
         hooks,
@@ -313,8 +317,9 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
         if !m.is_dir() {
             return Err(ScanError::NotDir(root.clone()));
         }
-        let mut stack = vec![root.clone()];
-        while let Some(d) = stack.pop() {
+        // (directory, whether it lies inside a git dir)
+        let mut stack = vec![(root.clone(), false)];
+        while let Some((d, mut in_git)) = stack.pop() {
             if d.file_name() != Some(OsStr::new(".git")) && is_git_directory(&d) {
                 if let Ok(m) = fs::symlink_metadata(&d) {
                     inv.entries.push(Entry {
@@ -325,7 +330,10 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                         ino: m.ino(),
                     });
                 }
-                continue;
+                // Walked too: git dirs hold git dirs (`modules/NAME` of a
+                // submodule, `worktrees/NAME`), each with its own config
+                // and hooks, and a plant can hide in a user's repository.
+                in_git = true;
             }
             let rd = match list(&d) {
                 Ok(rd) => rd,
@@ -354,12 +362,18 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                 let Ok(m) = fs::symlink_metadata(&p) else {
                     continue;
                 };
+                // The object store is large and runs nothing; a git dir
+                // planted in it is reachable only through a pointer (a
+                // `.git` file, found as such).
+                if in_git && (e.file_name() == "objects" || e.file_name() == "lfs") {
+                    continue;
+                }
                 if e.file_name() == ".git" {
                     let kind = if m.is_dir() {
                         if !is_git_directory(&p) {
                             // Not a repository for git (it moves on up):
                             // walked like any directory.
-                            stack.push(p);
+                            stack.push((p, in_git));
                             continue;
                         }
                         Kind::GitDir
@@ -368,15 +382,18 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                     };
                     inv.entries.push(Entry {
                         content: content(&p, kind),
-                        path: p,
+                        path: p.clone(),
                         kind,
                         dev: m.dev(),
                         ino: m.ino(),
                     });
+                    if kind == Kind::GitDir {
+                        stack.push((p, true));
+                    }
                     continue;
                 }
                 if m.is_dir() {
-                    stack.push(p);
+                    stack.push((p, in_git));
                 }
             }
         }
@@ -736,6 +753,12 @@ fn restore_content(e: &Entry, b: &Entry, q: &mut Quarantine, out: &mut After) ->
             e.path.join("commondir"),
             &b.content.commondir,
             &e.content.commondir,
+        );
+        put(
+            "config.worktree",
+            e.path.join("config.worktree"),
+            &b.content.config_worktree,
+            &e.content.config_worktree,
         );
         if e.content.hooks_ident != b.content.hooks_ident && e.content.hooks_ident.is_some() {
             // hooks/ itself replaced (or a symlink now): all of it goes.
