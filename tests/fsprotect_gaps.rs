@@ -671,12 +671,29 @@ fn gap6_a_quarantine_reached_through_an_alias_of_the_project_is_refused() {
         };
         let before = snapshot(&t.proj);
         let log = t.log("gap6-alias");
-        let out = run(&t2, &log, "echo '{}' > .mcp.json; echo attacked", who);
+        let out = run(
+            &t2,
+            &log,
+            "echo '{}' > .mcp.json; mkdir -p x/.git/objects x/.git/refs; \
+             printf 'ref: refs/heads/main\\n' > x/.git/HEAD; echo attacked",
+            who,
+        );
         let c = format!("{chain} as {who:?}\n{}", ran(&out, 0));
-        // Nothing of the quarantine was made inside the project.
-        assert_same(&before, &snapshot(&t.proj), &c);
+        // Nothing of the quarantines was made inside the project (`x`,
+        // made in the run, stays without its .git).
+        let mut want = before.clone();
+        want.insert("x".into(), "dir".into());
+        assert_same(&want, &snapshot(&t.proj), &c);
         let mcp = host(&t, ".mcp.json");
         let home_q = t.home.join(".local/state/sbx/quarantine");
+        // sbx-gitguard plants' default quarantine skips the alias too.
+        let x = host(&t, "x/.git");
+        assert_event(&log, "git_repo_planted", "alert", |e| {
+            path_is(e, &x)
+                && e["quarantine"]
+                    .as_str()
+                    .is_some_and(|q| q.starts_with(home_q.to_str().unwrap()))
+        });
         assert_event(&log, "fs_protected_created", "alert", |e| {
             path_is(e, &mcp)
                 && e["quarantined"]

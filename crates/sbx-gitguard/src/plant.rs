@@ -478,6 +478,82 @@ impl Quarantine {
     }
 }
 
+/// The root of `roots` (canonical) that the quarantine `q` lies in: by
+/// path, by the identity of `q` (as far as it exists) and the directories
+/// above it, and by place on its file system (a bind mount aliasing a
+/// directory inside a root reaches it with no ancestor in common:
+/// mountinfo gives the same device and path within the file system).
+fn quarantine_inside<'a>(q: &Path, roots: &'a [PathBuf]) -> Option<&'a PathBuf> {
+    let mut have = q.to_path_buf();
+    let mut tail = Vec::new();
+    while fs::symlink_metadata(&have).is_err() {
+        let (Some(p), Some(n)) = (have.parent(), have.file_name()) else {
+            break;
+        };
+        tail.push(n.to_os_string());
+        have = p.to_path_buf();
+    }
+    let mut qc = fs::canonicalize(&have).unwrap_or(have);
+    qc.extend(tail.iter().rev());
+    if let Some(r) = roots.iter().find(|r| qc.starts_with(r)) {
+        return Some(r);
+    }
+    let mut chain = Vec::new();
+    let mut cur = Some(qc.as_path());
+    while let Some(c) = cur {
+        if let Ok(m) = fs::metadata(c) {
+            chain.push((m.dev(), m.ino()));
+        }
+        cur = c.parent();
+    }
+    let mi = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let q_at = fs_place(&qc, &mi);
+    roots.iter().find(|r| {
+        fs::metadata(r).is_ok_and(|m| chain.contains(&(m.dev(), m.ino())))
+            || matches!((&q_at, fs_place(r, &mi)), (Some((qd, qp)), Some((rd, rp))) if *qd == rd && qp.starts_with(&rp))
+    })
+}
+
+/// (device, path within its file system) of the absolute path `p`, from
+/// mountinfo: the last mount on the longest mount point above it.
+fn fs_place(p: &Path, mountinfo: &str) -> Option<(String, PathBuf)> {
+    fn unescape(f: &str) -> PathBuf {
+        let b = f.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'\\'
+                && i + 3 < b.len()
+                && let Ok(v) = u8::from_str_radix(&f[i + 1..i + 4], 8)
+            {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+            out.push(b[i]);
+            i += 1;
+        }
+        PathBuf::from(OsString::from_vec(out))
+    }
+    let mut best: Option<(usize, String, PathBuf, PathBuf)> = None;
+    for line in mountinfo.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        if f.len() < 5 {
+            continue;
+        }
+        let mp = unescape(f[4]);
+        if !p.starts_with(&mp) {
+            continue;
+        }
+        let len = mp.as_os_str().len();
+        if best.as_ref().is_none_or(|b| len >= b.0) {
+            best = Some((len, f[2].to_string(), unescape(f[3]), mp));
+        }
+    }
+    let (_, dev, root, mp) = best?;
+    Some((dev, root.join(p.strip_prefix(&mp).ok()?)))
+}
+
 /// The default quarantines, in order: `$XDG_STATE_HOME/sbx/quarantine`,
 /// `~/.local/state/sbx/quarantine`, `/var/tmp/sbx-quarantine-UID`.
 pub fn default_quarantine() -> Vec<PathBuf> {
@@ -847,10 +923,11 @@ pub fn cmd_plants(a: PlantsArgs) -> Result<i32, Failure> {
     let qbases: Vec<PathBuf> = if a.quarantine.is_some() {
         qbases
     } else {
-        // A default inside a writable directory is skipped, not refused.
+        // A default inside a writable directory (by path, identity or a
+        // bind mount aliasing it) is skipped, not refused.
         qbases
             .into_iter()
-            .filter(|q| !roots.iter().any(|r| q.starts_with(r)))
+            .filter(|q| quarantine_inside(q, &roots).is_none())
             .collect()
     };
     for q in &qbases {
@@ -860,7 +937,7 @@ pub fn cmd_plants(a: PlantsArgs) -> Result<i32, Failure> {
                 escape::path(q)
             )));
         }
-        if let Some(r) = roots.iter().find(|r| q.starts_with(r)) {
+        if let Some(r) = quarantine_inside(q, &roots) {
             return Err(Failure::new(format!(
                 "--quarantine {}: inside {}, where the command can write",
                 escape::path(q),
