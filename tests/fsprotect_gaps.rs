@@ -107,6 +107,11 @@ fn gap1_symlinked_control_entries_protect_their_targets() {
         write(&t.proj.join("shared/vs/tasks.json"), "{\"tasks\":[]}\n");
         std::os::unix::fs::symlink("shared/claude-cfg", t.proj.join(".claude")).unwrap();
         std::os::unix::fs::symlink("shared/vs", t.proj.join(".vscode")).unwrap();
+        // Deeper down, a package's own link.
+        write(&t.proj.join("shared/claude2/settings.json"), "{}\n");
+        std::fs::create_dir_all(t.proj.join("pkgs/web")).unwrap();
+        std::os::unix::fs::symlink("../../shared/claude2", t.proj.join("pkgs/web/.claude"))
+            .unwrap();
         // Dangling at the start: what appears there during the run goes.
         std::fs::create_dir_all(t.proj.join("pkg")).unwrap();
         std::os::unix::fs::symlink("../shared/vs-new", t.proj.join("pkg/.vscode")).unwrap();
@@ -117,18 +122,23 @@ fn gap1_symlinked_control_entries_protect_their_targets() {
             "{TRY} try 'echo evil >> shared/claude-cfg/settings.json'; \
              try 'echo {{}} > shared/claude-cfg/settings.local.json'; \
              try 'echo evil > shared/vs/tasks.json'; \
+             try 'echo evil >> shared/claude2/settings.json'; \
              try 'mv shared shared.orig'; \
              mkdir -p shared/vs-new && echo evil > shared/vs-new/tasks.json; \
              mkdir -p sub && ln -s ../shared/vs-new sub/.vscode && ln -s shared/vs-new .idea; \
              echo attacked"
         );
         let out = run(&t, &log, &script, who);
-        let c = format!("{chain} as {who:?}\n{}", ran(&out, 4));
+        let c = format!("{chain} as {who:?}\n{}", ran(&out, 5));
         let mut want = before.clone();
         // The directory made during the run stays, its control link goes.
         want.insert("sub".into(), "dir".into());
         assert_same(&want, &snapshot(&t.proj), &c);
-        for rel in ["shared/claude-cfg/settings.json", "shared/vs/tasks.json"] {
+        for rel in [
+            "shared/claude-cfg/settings.json",
+            "shared/vs/tasks.json",
+            "shared/claude2/settings.json",
+        ] {
             let p = host(&t, rel);
             assert_event(&log, "fs_write_denied", "alert", |e| path_is(e, &p));
         }

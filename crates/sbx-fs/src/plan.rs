@@ -295,6 +295,11 @@ fn invariants_in(
 ) -> Result<Vec<Op>, crate::protect::ScanError> {
     let mut ops = Vec::new();
     let mut refused = None;
+    // Where the bind's root is mounted (`dst` is this directory's place).
+    let mut root_dst = dst.to_path_buf();
+    for _ in rel_dir.components() {
+        root_dst.pop();
+    }
     let base = s.path.join(rel_dir);
     // Another sandbox's placeholder counts as missing: this one then holds
     // it as its own placeholder too.
@@ -308,7 +313,7 @@ fn invariants_in(
     let mut protect = |rel: String, kind: Kind, exists: Option<std::fs::Metadata>| match exists {
         // What git, Claude Code and VS Code read through it: its target.
         Some(m) if m.file_type().is_symlink() => {
-            match crate::protect::link_ops(&s.path, dst, &base.join(&rel)) {
+            match crate::protect::link_ops(&s.path, &root_dst, &base.join(&rel)) {
                 Ok(v) => ops.extend(v),
                 Err(e) => refused = refused.take().or(Some(e)),
             }

@@ -1126,7 +1126,8 @@ fn regain_as(d: &Path, shown: &Path, bits: u32) -> Option<()> {
 /// entry ([`is_control_name`]): their invariants are protected too.
 pub fn control_dirs(root: &Path, limit: usize) -> Result<Vec<PathBuf>, ScanError> {
     let mut out: Vec<PathBuf> = Vec::new();
-    walk(root, limit, &mut |rel, n, _| {
+    // Symlinks too: a control entry that is a symlink protects its target.
+    walk_links(root, limit, true, &mut |rel, n, _| {
         if is_control_name(n) {
             if !rel.as_os_str().is_empty() && out.last().map(|p| p.as_path()) != Some(rel) {
                 out.push(rel.to_path_buf());
