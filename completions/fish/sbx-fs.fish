@@ -13,7 +13,7 @@ complete -c sbx-fs -l uid -d 'User id inside the sandbox (default: the caller\'s
 complete -c sbx-fs -l gid -d 'Group id inside the sandbox (default: the caller\'s)' -r
 complete -c sbx-fs -l git-stage -d 'Show the .git directory named in DIR/gitdir through an overlay whose upper layer is DIR/git/upper: git can commit there, the host\'s .git is not written (sbx-gitguard run --stage makes DIR and imports it)' -r -F
 complete -c sbx-fs -l scan-limit -d 'How many directory entries the search for protected names (.env, credentials*, .git, .claude ...) may read per bind; beyond it sbx-fs refuses to start (exit 125) rather than leave part of the tree unprotected' -r
-complete -c sbx-fs -l quarantine -d 'Where control files created during the run (a new .claude/, .vscode/, .mcp.json ... in a writable bind) are moved at the end (default $XDG_STATE_HOME/sbx/quarantine or ~/.local/state/sbx/quarantine)' -r -F
+complete -c sbx-fs -l quarantine -d 'Where control files created during the run (a new .claude/, .vscode/, .mcp.json ... in a writable bind) are moved at the end (default $XDG_STATE_HOME/sbx/quarantine or ~/.local/state/sbx/quarantine). It must exist, be the caller\'s alone and lie outside every writable bind, also through a bind mount alias (exit 125 otherwise)' -r -F
 complete -c sbx-fs -l tmp-size -d 'Size limit of /tmp, /dev/shm and the $HOME tmpfs' -r
 complete -c sbx-fs -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-fs -l clearenv -d 'Start the command with an empty environment (before --setenv)'
