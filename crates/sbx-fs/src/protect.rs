@@ -1669,7 +1669,11 @@ fn quarantine_path(quarantine: &Path, root: &Path, rel: &Path) -> PathBuf {
 /// Copies `from` to `to` inside the quarantine (checked as for [`move_out`]).
 fn copy_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<bool> {
     prepare_quarantine(quarantine, to)?;
-    copy_tree(from, to, &mut crate::quarantine::COPY_CAP.clone())
+    let start = crate::quarantine::budget(quarantine);
+    let mut budget = start;
+    let r = copy_tree(from, to, &mut budget);
+    crate::quarantine::spent(start - budget);
+    r
 }
 
 /// Moves `from` to `to` (a rename; across file systems a copy, then the
@@ -1690,8 +1694,11 @@ fn move_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<bool> 
     match std::fs::rename(from, to) {
         Ok(()) => Ok(false),
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            let mut budget = crate::quarantine::COPY_CAP;
-            let truncated = copy_tree(from, to, &mut budget)?;
+            let start = crate::quarantine::budget(quarantine);
+            let mut budget = start;
+            let truncated = copy_tree(from, to, &mut budget);
+            crate::quarantine::spent(start - budget);
+            let truncated = truncated?;
             remove_tree(from)?;
             Ok(truncated)
         }

@@ -21,6 +21,31 @@ use crate::spec::Spec;
 /// truncated, and the original still goes.
 pub const COPY_CAP: u64 = 64 << 20;
 
+/// Data bytes all the moves of one sbx-fs process copy across file
+/// systems together (many entries of [`COPY_CAP`] each must not fill the
+/// disk either).
+pub const COPY_TOTAL: u64 = 256 << 20;
+
+static COPIED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The data budget for one move into `quarantine`: [`COPY_CAP`], less
+/// what the process copied already beyond [`COPY_TOTAL`], and at most
+/// half of what is free on the quarantine's file system.
+pub fn budget(quarantine: &Path) -> u64 {
+    let used = COPIED.load(std::sync::atomic::Ordering::Relaxed);
+    let mut b = COPY_CAP.min(COPY_TOTAL.saturating_sub(used));
+    if let Ok(st) = nix::sys::statvfs::statvfs(quarantine) {
+        let free = st.blocks_available().saturating_mul(st.fragment_size());
+        b = b.min(free / 2);
+    }
+    b
+}
+
+/// Counts `n` copied data bytes against [`COPY_TOTAL`].
+pub fn spent(n: u64) {
+    COPIED.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The writable bind of `rw` (canonical host sources) that `q` lies in:
 /// by path, by the identity of `q` and every directory above it, and by
 /// place on the file system (mountinfo: a bind mount aliasing a directory
