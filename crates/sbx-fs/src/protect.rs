@@ -370,10 +370,11 @@ fn home_and_config() -> (Option<PathBuf>, Option<PathBuf>) {
 fn project_commands(base: &Path) -> Vec<String> {
     let mut cmds = settings_commands(&base.join(".claude"));
     let (_, config) = home_and_config();
-    if let Some(c) = &config
-        && c != &base.join(".claude")
-    {
-        cmds.extend(settings_commands(c));
+    if let Some(c) = &config {
+        // The project may be the home: its .claude is the user's then.
+        if c != &base.join(".claude") {
+            cmds.extend(settings_commands(c));
+        }
         cmds.extend(plugin_commands(&c.join("plugins")));
     }
     cmds
@@ -513,6 +514,12 @@ pub fn hook_words(cmds: &[String], cwd: Option<&Path>, exp: &[(&str, PathBuf)]) 
                 after_interp = false;
                 continue;
             };
+            // `sh -c CODE`, `node -e CODE`, `python3 -m MOD`: what follows
+            // is code or a module, not a script file.
+            if after_interp && matches!(*w, "-c" | "-e" | "-m" | "-p" | "--eval" | "--print") {
+                after_interp = false;
+                continue;
+            }
             let script =
                 after_interp && !w.starts_with('-') && (w.contains('/') || w.contains('.'));
             let file = std::fs::metadata(&p).is_ok_and(|m| m.is_file());
@@ -1805,6 +1812,47 @@ mod tests {
         assert!(dirs[0].ends_with("d11"), "{dirs:?}");
         let err = control_dirs(d.path(), 5).unwrap_err();
         assert!(err.to_string().contains("--scan-limit"), "{err}");
+    }
+
+    #[test]
+    fn hook_words_name_the_scripts_a_command_runs() {
+        let d = tempfile::tempdir().unwrap();
+        let b = d.path();
+        for f in ["a.sh", "t/b.sh", "c.js", "conf", "m/Makefile"] {
+            std::fs::create_dir_all(b.join(f).parent().unwrap()).unwrap();
+            std::fs::write(b.join(f), "").unwrap();
+        }
+        let cmds: Vec<String> = [
+            "sh a.sh",
+            "bash -e t/b.sh --x",
+            "node c.js",
+            "python3 missing.py",
+            "cat conf | sh",
+            "make -C m all",
+            "./run.sh --fast",
+            "node -e console.log(1)",
+            "python3 -m black .",
+            "$CLAUDE_PROJECT_DIR/hooks/x.sh",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let exp = vec![("$CLAUDE_PROJECT_DIR", b.to_path_buf())];
+        let got = inside(b, hook_words(&cmds, Some(b), &exp));
+        for want in [
+            "a.sh",
+            "t/b.sh",
+            "c.js",
+            "missing.py",
+            "conf",
+            "m/Makefile",
+            "run.sh",
+            "hooks/x.sh",
+        ] {
+            assert!(got.iter().any(|g| g == want), "{want} missing from {got:?}");
+        }
+        assert!(!got.iter().any(|g| g.contains("console")), "{got:?}");
+        assert_eq!(got.len(), 8, "{got:?}");
     }
 
     #[test]
