@@ -1797,6 +1797,21 @@ mod tests {
         assert_eq!(f("/p/.mcp.json").as_deref(), Some(".mcp.json"));
         assert_eq!(f("/p/src/.envrc").as_deref(), Some(".envrc"));
         assert_eq!(f("/p/src"), None);
+        assert_eq!(
+            f("/p/a/.cargo/config.toml").as_deref(),
+            Some(".cargo/config.toml")
+        );
+        assert_eq!(f("/p/.cargo/registry/x"), None);
+        assert_eq!(f("/p/.npmrc").as_deref(), Some(".npmrc"));
+        assert_eq!(
+            f("/p/.devcontainer/devcontainer.json").as_deref(),
+            Some(".devcontainer")
+        );
+        assert_eq!(f("/p/.github/workflows/ci.yml"), None);
+        assert!(is_control_name(OsStr::new(".cargo")));
+        assert!(is_control_name(OsStr::new("mise.toml")));
+        assert!(!is_control_name(OsStr::new(".cursorrules")));
+        assert_eq!(nested(), vec![(".cargo", vec!["config.toml", "config"])]);
     }
 
     #[test]
