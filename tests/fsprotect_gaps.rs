@@ -112,6 +112,14 @@ fn gap1_symlinked_control_entries_protect_their_targets() {
         std::fs::create_dir_all(t.proj.join("pkgs/web")).unwrap();
         std::os::unix::fs::symlink("../../shared/claude2", t.proj.join("pkgs/web/.claude"))
             .unwrap();
+        // A link inside a protected directory: its target too.
+        write(&t.proj.join("conf/run.xml"), "<run/>\n");
+        std::fs::create_dir_all(t.proj.join(".idea/runConfigurations")).unwrap();
+        std::os::unix::fs::symlink(
+            "../../conf/run.xml",
+            t.proj.join(".idea/runConfigurations/run.xml"),
+        )
+        .unwrap();
         // Dangling at the start: what appears there during the run goes.
         std::fs::create_dir_all(t.proj.join("pkg")).unwrap();
         std::os::unix::fs::symlink("../shared/vs-new", t.proj.join("pkg/.vscode")).unwrap();
@@ -123,13 +131,14 @@ fn gap1_symlinked_control_entries_protect_their_targets() {
              try 'echo {{}} > shared/claude-cfg/settings.local.json'; \
              try 'echo evil > shared/vs/tasks.json'; \
              try 'echo evil >> shared/claude2/settings.json'; \
+             try 'echo evil >> conf/run.xml'; \
              try 'mv shared shared.orig'; \
              mkdir -p shared/vs-new && echo evil > shared/vs-new/tasks.json; \
-             mkdir -p sub && ln -s ../shared/vs-new sub/.vscode && ln -s shared/vs-new .idea; \
+             mkdir -p sub && ln -s ../shared/vs-new sub/.vscode && ln -s shared/vs-new .mcp.json; \
              echo attacked"
         );
         let out = run(&t, &log, &script, who);
-        let c = format!("{chain} as {who:?}\n{}", ran(&out, 5));
+        let c = format!("{chain} as {who:?}\n{}", ran(&out, 6));
         let mut want = before.clone();
         // The directory made during the run stays, its control link goes.
         want.insert("sub".into(), "dir".into());
@@ -138,6 +147,7 @@ fn gap1_symlinked_control_entries_protect_their_targets() {
             "shared/claude-cfg/settings.json",
             "shared/vs/tasks.json",
             "shared/claude2/settings.json",
+            "conf/run.xml",
         ] {
             let p = host(&t, rel);
             assert_event(&log, "fs_write_denied", "alert", |e| path_is(e, &p));
@@ -151,7 +161,7 @@ fn gap1_symlinked_control_entries_protect_their_targets() {
         assert_event(&log, "fs_protected_created", "alert", |e| {
             path_is(e, &vs_new) && e["via"] == via.as_str() && e["quarantined"].is_string()
         });
-        for rel in ["sub/.vscode", ".idea"] {
+        for rel in ["sub/.vscode", ".mcp.json"] {
             let p = host(&t, rel);
             assert_event(&log, "fs_protected_created", "alert", |e| {
                 path_is(e, &p) && e["quarantined"].is_string()

@@ -318,12 +318,22 @@ fn invariants_in(
                 Err(e) => refused = refused.take().or(Some(e)),
             }
         }
-        Some(m) => ops.push(Op::new(
-            dst.join(&rel),
-            if m.is_dir() { Kind::Dir } else { Kind::File },
-            What::ReadOnly,
-            "invariant",
-        )),
+        Some(m) => {
+            ops.push(Op::new(
+                dst.join(&rel),
+                if m.is_dir() { Kind::Dir } else { Kind::File },
+                What::ReadOnly,
+                "invariant",
+            ));
+            // Symlinks inside a protected directory (a hook linked to a
+            // script of the project): their targets too.
+            if m.is_dir() {
+                match crate::protect::inner_link_ops(&s.path, &root_dst, &base.join(&rel)) {
+                    Ok(v) => ops.extend(v),
+                    Err(e) => refused = refused.take().or(Some(e)),
+                }
+            }
+        }
         None => ops.push(Op::new(dst.join(&rel), kind, What::Empty, "invariant")),
     };
     // .git: each control entry read-only (git still writes the index,

@@ -827,6 +827,38 @@ pub fn link_ops(bind_src: &Path, bind_dst: &Path, link: &Path) -> Result<Vec<Op>
     Ok(ops)
 }
 
+/// The ops for the symlinks inside the protected directory `dir` (at any
+/// depth; not `.git/objects` and `.git/refs`, which hold no program):
+/// each one's target, as [`link_ops`] protects a control symlink's. A
+/// dangling one needs nothing now (its target can be created, but nothing
+/// reads it through the link that did not before the run: see the limits
+/// in docs/fs.md).
+pub fn inner_link_ops(bind_src: &Path, bind_dst: &Path, dir: &Path) -> Result<Vec<Op>, ScanError> {
+    if dir.ends_with(".git/objects") || dir.ends_with(".git/refs") {
+        return Ok(Vec::new());
+    }
+    let mut links = Vec::new();
+    walk_links(dir, DEFAULT_SCAN_LIMIT, true, &mut |rel, n, _| {
+        let p = dir.join(rel).join(n);
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
+            links.push(p);
+        }
+        Step::Descend
+    })?;
+    let mut ops = Vec::new();
+    for l in links {
+        // A link to a place inside the protected directory itself is
+        // protected with it.
+        if let LinkTarget::Resolved(c, _) = resolve_link(&l)
+            && c.starts_with(dir)
+        {
+            continue;
+        }
+        ops.extend(link_ops(bind_src, bind_dst, &l)?);
+    }
+    Ok(ops)
+}
+
 /// Puts the [`LINK_TARGET`] ops where the sandbox shows their host path
 /// and drops invariants that a denied path hides already:
 /// inside the writable bind (host source, sandbox destination) that holds
