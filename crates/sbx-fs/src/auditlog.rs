@@ -48,7 +48,7 @@ fn unescape(f: &str) -> PathBuf {
 /// device (major:minor) and the path from the file system's own root, read
 /// from /proc/self/mountinfo. A bind mount that aliases a directory gives
 /// the same answer as the directory itself, whatever path reaches it.
-fn fs_path(p: &Path, mountinfo: &str) -> Option<(String, PathBuf)> {
+pub(crate) fn fs_path(p: &Path, mountinfo: &str) -> Option<(String, PathBuf)> {
     let mut best: Option<(usize, &str, PathBuf, PathBuf)> = None;
     for line in mountinfo.lines() {
         let f: Vec<&str> = line.split(' ').collect();

@@ -25,6 +25,7 @@ pub mod placeholder;
 pub mod plan;
 pub mod proc;
 pub mod protect;
+pub mod quarantine;
 pub mod quota;
 pub mod spec;
 pub mod sys;
@@ -64,7 +65,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "INVARIANTS",
-            "Whatever the configuration, inside every writable bind these are read-only: .git/HEAD, .git/config, .git/objects/, .git/refs/ and .git/hooks/ (.git/objects and .git/refs bound onto themselves read-only, the others guard file system nodes; git can still write its index, logs and the like), and .git/info/ where it exists, and the whole .claude directory, a guard file system node too (so .claude/settings*.json, whatever the name, .claude/skills/, commands/, agents/ and hooks/ can be neither written nor created); .mcp.json, .envrc, .gitmodules, .vscode/ and .idea/ where they exist; and the project scripts that .claude/settings*.json hooks and statusLine run ($CLAUDE_PROJECT_DIR/..., ./...), existing or not. Entries that do not exist are covered by an empty read-only file or directory so they cannot be created; when .git or .claude does not exist at all, an empty read-only directory takes its place. A .git file (a worktree's gitfile) is kept read-only as it is. A writable bind of a .claude directory itself (such as ~/.claude, the agent's state directory) stays writable except its settings*.json, skills/, commands/, agents/, hooks/, plugins/ and every script a command of its settings' hooks or statusLine names inside it (these cannot be created when missing either). They are enforced at the top of each writable bind and in every directory holding one of them, at any depth (the same --scan-limit); a missing .git or .claude gets a placeholder only at the top. Every directory between a writable bind's root and a protected or denied path is bound onto itself, so that it cannot be renamed, exchanged or removed (EBUSY, EXDEV): no rename of an ancestor carries a protection away. Control files created during the run anywhere else (a new .claude/, .vscode/, .idea/, .mcp.json, .envrc, .gitmodules) are moved at the end, after the sandbox is gone, to the quarantine directory (--quarantine), each with the alert fs_protected_created. A --rw whose source lies inside one of them is refused.",
+            "Whatever the configuration, inside every writable bind these are read-only: .git/HEAD, .git/config, .git/objects/, .git/refs/ and .git/hooks/ (.git/objects and .git/refs bound onto themselves read-only, the others guard file system nodes; git can still write its index, logs and the like), and .git/info/ where it exists, and the whole .claude directory, a guard file system node too (so .claude/settings*.json, whatever the name, .claude/skills/, commands/, agents/ and hooks/ can be neither written nor created); .mcp.json, .envrc, .gitmodules, .vscode/, .idea/, .cargo/config[.toml], .npmrc, .yarnrc[.yml], .pnpmfile.cjs, .pre-commit-config.yaml, .cursor/, .continue/, .devcontainer/, .direnv/, .tool-versions, [.]mise.toml and .python-version where they exist; the target of any of these that is a symlink (a link through another link is refused, exit 125); and every file the hook and statusLine commands of the project's and the user's settings and plugins' hooks.json name (sh x.sh, node x.js, python3 x.py, ./x.sh, make -C DIR, $CLAUDE_PROJECT_DIR/..., any word naming an existing file), script words existing or not. An entry deeper than PATH_MAX cannot be protected by a mount: the run is refused (scan_too_deep). Entries that do not exist are covered by an empty read-only file or directory so they cannot be created; when .git or .claude does not exist at all, an empty read-only directory takes its place. A .git file (a worktree's gitfile) is kept read-only as it is. A writable bind of a .claude directory itself (such as ~/.claude, the agent's state directory) stays writable except its settings*.json, skills/, commands/, agents/, hooks/, plugins/ and every script a command of its settings' hooks or statusLine names inside it (these cannot be created when missing either). They are enforced at the top of each writable bind and in every directory holding one of them, at any depth (the same --scan-limit); a missing .git or .claude gets a placeholder only at the top. Every directory between a writable bind's root and a protected or denied path is bound onto itself, so that it cannot be renamed, exchanged or removed (EBUSY, EXDEV): no rename of an ancestor carries a protection away. Control files created during the run anywhere else (a new .claude/, .vscode/, .idea/, .mcp.json, .envrc, .gitmodules) are moved at the end, after the sandbox is gone, to the quarantine directory (--quarantine), each with the alert fs_protected_created. A --rw whose source lies inside one of them is refused.",
         ),
         (
             "GIT STAGE",
@@ -182,6 +183,8 @@ pub struct Cli {
     /// Where control files created during the run (a new .claude/, .vscode/,
     /// .mcp.json ... in a writable bind) are moved at the end (default
     /// $XDG_STATE_HOME/sbx/quarantine or ~/.local/state/sbx/quarantine).
+    /// It must exist, be the caller's alone and lie outside every writable
+    /// bind, also through a bind mount alias (exit 125 otherwise).
     #[arg(long, value_name = "DIR")]
     pub quarantine: Option<PathBuf>,
 
@@ -440,6 +443,15 @@ pub fn build_plan(spec: &Spec, env: &[(OsString, OsString)]) -> Result<Plan, Fai
             }
         }
     }
+    // Targets of control symlinks that lie in another writable bind.
+    let rw: Vec<(&std::path::Path, &std::path::Path)> = user_binds
+        .iter()
+        .filter(|(i, _)| plan.sources[*i].rw)
+        .map(|(i, d)| (plan.sources[*i].path.as_path(), d.as_path()))
+        .collect();
+    protect::place_link_targets(&mut extra, &rw)
+        .inspect_err(|e| e.alert())
+        .map_err(|e| Failure::new(e.to_string()))?;
     plan.ops.extend(extra);
     plan::order(&mut plan.ops);
     plan.pins = pins_of(&plan, &user_binds);
@@ -569,6 +581,8 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let prog = cli.cmd[0].clone();
     let exec_fd = chain::open_tool(&prog, env_get(&env, "PATH").map(|p| p.as_os_str()));
 
+    // --quarantine first: a bad one is refused before any walk.
+    quarantine::check_flag(&spec)?;
     let plan = build_plan(&spec, &env)?;
     auditlog::refuse_log_in_writable_bind(&plan)?;
     let (sweeps, mcp, quarantine) = start_sweeps(&spec, &plan)?;
@@ -869,12 +883,10 @@ fn start_sweeps(spec: &Spec, plan: &Plan) -> Result<EndChecks, Failure> {
     if rw.is_empty() {
         return Ok((Vec::new(), None, PathBuf::new()));
     }
-    let inside = |q: &std::path::Path| {
-        let q = protect::canonical_prefix(q);
-        rw.iter()
-            .find(|s| q.starts_with(&s.path))
-            .map(|s| s.path.clone())
-    };
+    // By path, identity and mount alias (a bind mount of a directory
+    // inside a writable bind reaches it by another path).
+    let rw_paths: Vec<PathBuf> = rw.iter().map(|s| s.path.clone()).collect();
+    let inside = |q: &std::path::Path| quarantine::inside(q, &rw_paths);
     let q = match &spec.quarantine {
         Some(q) => {
             if let Some(b) = inside(q) {

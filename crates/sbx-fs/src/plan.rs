@@ -299,9 +299,9 @@ pub fn invariants_limited(
     if s.kind != Kind::Dir {
         return Ok(Vec::new());
     }
-    let mut ops = invariants_in(s, Path::new(""), dst, true, staged);
+    let mut ops = invariants_in(s, Path::new(""), dst, true, staged)?;
     for rel in crate::protect::control_dirs(&s.path, limit)? {
-        ops.extend(invariants_in(s, &rel, &dst.join(&rel), false, staged));
+        ops.extend(invariants_in(s, &rel, &dst.join(&rel), false, staged)?);
     }
     Ok(ops)
 }
@@ -315,8 +315,14 @@ fn invariants_in(
     dst: &Path,
     top: bool,
     staged: Option<&Path>,
-) -> Vec<Op> {
+) -> Result<Vec<Op>, crate::protect::ScanError> {
     let mut ops = Vec::new();
+    let mut refused = None;
+    // Where the bind's root is mounted (`dst` is this directory's place).
+    let mut root_dst = dst.to_path_buf();
+    for _ in rel_dir.components() {
+        root_dst.pop();
+    }
     let base = s.path.join(rel_dir);
     // Another sandbox's placeholder counts as missing: this one then holds
     // it as its own placeholder too.
@@ -328,13 +334,29 @@ fn invariants_in(
     };
     let mut overlay = None;
     let mut protect = |rel: String, kind: Kind, exists: Option<std::fs::Metadata>| match exists {
-        Some(m) if m.file_type().is_symlink() => {}
-        Some(m) => ops.push(Op::new(
-            dst.join(&rel),
-            if m.is_dir() { Kind::Dir } else { Kind::File },
-            What::ReadOnly,
-            "invariant",
-        )),
+        // What git, Claude Code and VS Code read through it: its target.
+        Some(m) if m.file_type().is_symlink() => {
+            match crate::protect::link_ops(&s.path, &root_dst, &base.join(&rel)) {
+                Ok(v) => ops.extend(v),
+                Err(e) => refused = refused.take().or(Some(e)),
+            }
+        }
+        Some(m) => {
+            ops.push(Op::new(
+                dst.join(&rel),
+                if m.is_dir() { Kind::Dir } else { Kind::File },
+                What::ReadOnly,
+                "invariant",
+            ));
+            // Symlinks inside a protected directory (a hook linked to a
+            // script of the project): their targets too.
+            if m.is_dir() {
+                match crate::protect::inner_link_ops(&s.path, &root_dst, &base.join(&rel)) {
+                    Ok(v) => ops.extend(v),
+                    Err(e) => refused = refused.take().or(Some(e)),
+                }
+            }
+        }
         None => ops.push(Op::new(dst.join(&rel), kind, What::Empty, "invariant")),
     };
     // .git: each control entry read-only (git still writes the index,
@@ -432,7 +454,7 @@ fn invariants_in(
         }
     }
     ops.extend(overlay);
-    ops
+    refused.map_or(Ok(ops), Err)
 }
 
 /// The environment the command starts with: the caller's through the

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use sbx_core::{Severity, audit};
 use serde_json::json;
 
-use crate::plan::Kind;
+use crate::plan::{Kind, Op, What};
 
 /// Default for `--scan-limit`: entries one bind's walk may read.
 pub const DEFAULT_SCAN_LIMIT: usize = 1_000_000;
@@ -106,7 +106,100 @@ pub const CONTROL: &[Invariant] = &[
         ".envrc (direnv runs it) stays read-only",
     ),
     inv(".gitmodules", Kind::File, ".gitmodules stays read-only"),
+    // Issue 13 gaps, item 3: each makes the next host session run code
+    // (docs/fs.md says how; CI files and rule files are left out there).
+    inv(
+        ".cargo/config.toml",
+        Kind::File,
+        ".cargo/config.toml (build.rustc-wrapper, runners, aliases cargo runs) stays read-only",
+    ),
+    inv(
+        ".cargo/config",
+        Kind::File,
+        ".cargo/config (build.rustc-wrapper, runners, aliases cargo runs) stays read-only",
+    ),
+    inv(
+        ".npmrc",
+        Kind::File,
+        ".npmrc (script-shell, node-options npm runs) stays read-only",
+    ),
+    inv(
+        ".yarnrc",
+        Kind::File,
+        ".yarnrc (yarn-path: the script yarn runs) stays read-only",
+    ),
+    inv(
+        ".yarnrc.yml",
+        Kind::File,
+        ".yarnrc.yml (yarnPath, plugins yarn runs) stays read-only",
+    ),
+    inv(
+        ".pnpmfile.cjs",
+        Kind::File,
+        ".pnpmfile.cjs (pnpm runs it on install) stays read-only",
+    ),
+    inv(
+        ".pre-commit-config.yaml",
+        Kind::File,
+        ".pre-commit-config.yaml (the hooks the next commit runs) stays read-only",
+    ),
+    inv(
+        ".cursor",
+        Kind::Dir,
+        ".cursor (mcp.json servers Cursor starts) stays read-only",
+    ),
+    inv(
+        ".continue",
+        Kind::Dir,
+        ".continue (MCP servers and commands Continue starts) stays read-only",
+    ),
+    inv(
+        ".devcontainer",
+        Kind::Dir,
+        ".devcontainer (initializeCommand runs on the host) stays read-only",
+    ),
+    inv(
+        ".direnv",
+        Kind::Dir,
+        ".direnv (layouts direnv puts on PATH) stays read-only",
+    ),
+    inv(
+        ".tool-versions",
+        Kind::File,
+        ".tool-versions (tools asdf/mise install and put on PATH) stays read-only",
+    ),
+    inv(
+        "mise.toml",
+        Kind::File,
+        "mise.toml (hooks, env scripts, tools mise runs) stays read-only",
+    ),
+    inv(
+        ".mise.toml",
+        Kind::File,
+        ".mise.toml (hooks, env scripts, tools mise runs) stays read-only",
+    ),
+    inv(
+        ".python-version",
+        Kind::File,
+        ".python-version (the interpreter pyenv/uv/mise run) stays read-only",
+    ),
 ];
+
+/// Control entries below a directory that is not one themselves
+/// (`.cargo/config.toml`): (directory, entry names).
+pub fn nested() -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+    for i in CONTROL.iter().filter(|i| !i.rel.starts_with(".git/")) {
+        let Some((d, n)) = i.rel.split_once('/') else {
+            continue;
+        };
+        match out.iter_mut().find(|(x, _)| *x == d) {
+            Some((_, v)) => v.push(n),
+            None => out.push((d, vec![n])),
+        }
+    }
+    out
+}
 
 /// In a writable bind of a `.claude` directory itself (`~/.claude`, which
 /// Claude Code must write): what stays read-only there. `plugins` holds
@@ -155,7 +248,7 @@ pub const CLAUDE_DIR: &[Invariant] = &[
 pub fn swept_names() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = CONTROL
         .iter()
-        .filter(|i| !i.rel.starts_with(".git/"))
+        .filter(|i| !i.rel.contains('/'))
         .map(|i| i.rel)
         .collect();
     v.dedup();
@@ -165,7 +258,14 @@ pub fn swept_names() -> Vec<&'static str> {
 /// Whether a directory entry named `name` marks its directory as one whose
 /// invariants must be protected.
 pub fn is_control_name(name: &OsStr) -> bool {
-    name == ".git" || CONTROL.iter().any(|i| OsStr::new(i.rel) == name)
+    name == ".git"
+        || CONTROL.iter().any(|i| {
+            OsStr::new(i.rel) == name
+                || (!i.rel.starts_with(".git/")
+                    && i.rel
+                        .split_once('/')
+                        .is_some_and(|(d, _)| OsStr::new(d) == name))
+        })
 }
 
 /// Whether `path` (host or sandbox) is, or lies inside, a protected entry:
@@ -199,6 +299,12 @@ pub fn invariant_of(path: &Path) -> Option<(String, &'static str)> {
             && let Some(x) = CONTROL.iter().find(|x| x.rel == c)
         {
             return Some((c.to_string(), x.note));
+        } else if let Some(n) = next
+            && let Some(x) = CONTROL
+                .iter()
+                .find(|x| !x.rel.starts_with(".git/") && x.rel.split_once('/') == Some((c, n)))
+        {
+            return Some((x.rel.to_string(), x.note));
         }
     }
     None
@@ -209,47 +315,316 @@ pub fn is_claude_settings(name: &str) -> bool {
 }
 
 /// The files inside the `.claude` directory `base` (`~/.claude`) that its
-/// `settings*.json` run: every word of a hook's or the status line's
-/// `command` that names a path inside it (`~/.claude/…`, `$HOME/.claude/…`,
-/// `$CLAUDE_CONFIG_DIR/…`, or its absolute path). Relative paths, without
-/// `..`.
+/// `settings*.json` and its plugins' `hooks.json` run: every word of a
+/// hook's or the status line's `command` that names a path inside it
+/// (`~/.claude/…`, `$HOME/.claude/…`, `$CLAUDE_CONFIG_DIR/…`, or its
+/// absolute path), see [`hook_words`]. Relative paths, without `..`.
 pub fn claude_hook_scripts(base: &Path) -> Vec<String> {
-    let abs = format!("{}/", base.display());
-    hook_scripts(
-        base,
-        &[
-            "~/.claude/",
-            "$HOME/.claude/",
-            "${HOME}/.claude/",
-            "$CLAUDE_CONFIG_DIR/",
-            "${CLAUDE_CONFIG_DIR}/",
-            abs.as_str(),
-        ],
-    )
+    let mut cmds = settings_commands(base);
+    cmds.extend(plugin_commands(&base.join("plugins")));
+    let mut exp: Vec<(&str, PathBuf)> = vec![
+        ("$CLAUDE_CONFIG_DIR", base.to_path_buf()),
+        ("${CLAUDE_CONFIG_DIR}", base.to_path_buf()),
+    ];
+    if base.file_name() == Some(OsStr::new(".claude"))
+        && let Some(home) = base.parent()
+    {
+        for h in ["~", "$HOME", "${HOME}"] {
+            exp.push((h, home.to_path_buf()));
+        }
+    }
+    // Hooks run in the project directory, not here: relative words name
+    // nothing inside it.
+    inside(base, hook_words(&cmds, None, &exp))
 }
 
-/// The files of the project directory `base` that its
-/// `.claude/settings*.json` run (hooks and the status line run in the
-/// project directory): words of their commands starting with
-/// `$CLAUDE_PROJECT_DIR/`, `./` or the project's absolute path. Relative
-/// to `base`, without `..`.
+/// The files of the project directory `base` that hooks and the status
+/// line run, from its `.claude/settings*.json` and from the user's
+/// (`$CLAUDE_CONFIG_DIR` or `~/.claude`: settings and plugins' `hooks.json`),
+/// which run in every project: see [`hook_words`]. Relative to `base`,
+/// without `..`.
 pub fn project_hook_scripts(base: &Path) -> Vec<String> {
-    let abs = format!("{}/", base.display());
-    hook_scripts(
-        &base.join(".claude"),
-        &[
-            "$CLAUDE_PROJECT_DIR/",
-            "${CLAUDE_PROJECT_DIR}/",
-            "./",
-            abs.as_str(),
-        ],
+    inside(
+        base,
+        hook_words(
+            &project_commands(base),
+            Some(base),
+            &project_expansions(base),
+        ),
     )
 }
 
-/// Words of the `command`s in the `hooks` and `statusLine` of the
-/// `settings*.json` in `settings_dir` that start with one of `prefixes`,
-/// the prefix removed (quotes dropped first: `"$CLAUDE_PROJECT_DIR"/x`).
-fn hook_scripts(settings_dir: &Path, prefixes: &[&str]) -> Vec<String> {
+fn home_and_config() -> (Option<PathBuf>, Option<PathBuf>) {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute());
+    let config = std::env::var_os("CLAUDE_CONFIG_DIR")
+        .map(PathBuf::from)
+        .filter(|c| c.is_absolute())
+        .or_else(|| home.as_ref().map(|h| h.join(".claude")));
+    (home, config)
+}
+
+/// The hook commands that run in the project directory `base`: its own
+/// settings' and the user's.
+fn project_commands(base: &Path) -> Vec<String> {
+    let mut cmds = settings_commands(&base.join(".claude"));
+    let (_, config) = home_and_config();
+    if let Some(c) = &config {
+        // The project may be the home: its .claude is the user's then.
+        if c != &base.join(".claude") {
+            cmds.extend(settings_commands(c));
+        }
+        cmds.extend(plugin_commands(&c.join("plugins")));
+    }
+    cmds
+}
+
+fn project_expansions(base: &Path) -> Vec<(&'static str, PathBuf)> {
+    let (home, config) = home_and_config();
+    let mut exp: Vec<(&str, PathBuf)> = vec![
+        ("$CLAUDE_PROJECT_DIR", base.to_path_buf()),
+        ("${CLAUDE_PROJECT_DIR}", base.to_path_buf()),
+    ];
+    if let Some(h) = &home {
+        for n in ["~", "$HOME", "${HOME}"] {
+            exp.push((n, h.clone()));
+        }
+    }
+    if let Some(c) = &config {
+        exp.push(("$CLAUDE_CONFIG_DIR", c.clone()));
+        exp.push(("${CLAUDE_CONFIG_DIR}", c.clone()));
+    }
+    exp
+}
+
+/// The paths of `words` inside `base`, relative, once each.
+fn inside(base: &Path, words: Vec<PathBuf>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for w in words {
+        let Ok(rel) = w.strip_prefix(base) else {
+            continue;
+        };
+        let Some(r) = rel.to_str().filter(|r| !r.is_empty()) else {
+            continue;
+        };
+        if !out.iter().any(|o| o == r) {
+            out.push(r.to_string());
+        }
+    }
+    out
+}
+
+/// Programs whose first argument that is not an option is a script they
+/// run.
+const INTERPRETERS: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "fish",
+    "source",
+    ".",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "tsx",
+    "ts-node",
+    "python",
+    "python3",
+    "python2",
+    "pypy3",
+    "uv",
+    "perl",
+    "ruby",
+    "php",
+    "lua",
+    "Rscript",
+    "osascript",
+    "pwsh",
+];
+
+/// The files a shell command line names, as absolute paths (lexically
+/// normalised), read conservatively: quotes are dropped, the line is cut
+/// into words at blanks and `;&|()<>`, `NAME/…` and `NAME` prefixes of
+/// `exp` (`$HOME`, `~`, `$CLAUDE_PROJECT_DIR`) are expanded, relative
+/// words are taken from `cwd` (when known). Kept: every word that names an
+/// existing regular file (whatever the program: `cat x | sh`, `make -f
+/// x`); a word that starts with `./`, an expanded prefix or `/` or follows
+/// an interpreter (`sh x.sh`, `bash -e x.sh`, `node x.js`, `python3 x.py`)
+/// existing or not (the sandbox could create it); for `make` the makefiles
+/// of `-C DIR` (or of `cwd`), existing or, when none is, `Makefile`.
+/// Not followed: what those scripts source or import, command
+/// substitution, variables other than those in `exp`, `cd` in the line.
+pub fn hook_words(cmds: &[String], cwd: Option<&Path>, exp: &[(&str, PathBuf)]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for c in cmds {
+        let c: String = c.chars().filter(|ch| *ch != '"' && *ch != '\'').collect();
+        let words: Vec<&str> = c
+            .split(|ch: char| ch.is_whitespace() || ";&|()<>`".contains(ch))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let resolve = |w: &str| -> Option<(PathBuf, bool)> {
+            for (name, to) in exp {
+                if w == *name {
+                    return Some((to.clone(), true));
+                }
+                if let Some(rest) = w.strip_prefix(name).and_then(|r| r.strip_prefix('/')) {
+                    return Some((lexical(&to.join(rest)), true));
+                }
+            }
+            if w.starts_with('$') || w.starts_with('~') || w.contains('=') {
+                return None;
+            }
+            if w.starts_with('/') {
+                return Some((lexical(Path::new(w)), true));
+            }
+            let cwd = cwd?;
+            Some((lexical(&cwd.join(w)), w.starts_with("./")))
+        };
+        let mut after_interp = false;
+        let mut make: Option<Option<PathBuf>> = None;
+        let mut make_dir_next = false;
+        for w in &words {
+            let prog = Path::new(w)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("");
+            if make_dir_next {
+                make_dir_next = false;
+                if let Some((p, _)) = resolve(w) {
+                    make = Some(Some(p));
+                }
+                continue;
+            }
+            if make.is_some() && *w == "-C" {
+                make_dir_next = true;
+                continue;
+            }
+            if make.is_some()
+                && let Some(d) = w.strip_prefix("-C")
+                && !d.is_empty()
+            {
+                make = resolve(d).map(|(p, _)| Some(p)).or(make);
+                continue;
+            }
+            let Some((p, explicit)) = resolve(w) else {
+                after_interp = false;
+                continue;
+            };
+            // `sh -c CODE`, `node -e CODE`, `python3 -m MOD`: what follows
+            // is code or a module, not a script file.
+            if after_interp && matches!(*w, "-c" | "-e" | "-m" | "-p" | "--eval" | "--print") {
+                after_interp = false;
+                continue;
+            }
+            let script =
+                after_interp && !w.starts_with('-') && (w.contains('/') || w.contains('.'));
+            let file = std::fs::metadata(&p).is_ok_and(|m| m.is_file());
+            if file || ((explicit || script) && std::fs::symlink_metadata(&p).is_err()) {
+                out.push(p.clone());
+            }
+            if script {
+                after_interp = false;
+            } else if INTERPRETERS.contains(&prog) {
+                after_interp = true;
+            }
+            if prog == "make" || prog == "gmake" {
+                make = Some(None);
+            }
+        }
+        if let Some(dir) = make {
+            let Some(dir) = dir.or_else(|| cwd.map(Path::to_path_buf)) else {
+                continue;
+            };
+            // make takes the first of these that exists: the existing ones
+            // are protected; one that would take precedence is not made a
+            // placeholder (an empty makefile would break make inside) but
+            // watched: the end sweep takes it out (see [`hook_watch`]).
+            let files: Vec<PathBuf> = MAKEFILES
+                .iter()
+                .map(|n| dir.join(n))
+                .filter(|p| std::fs::symlink_metadata(p).is_ok())
+                .collect();
+            if files.is_empty() {
+                out.push(dir.join("Makefile"));
+            }
+            out.extend(files);
+        }
+    }
+    out
+}
+
+/// The makefiles GNU make looks for, in its order.
+const MAKEFILES: &[&str] = &["GNUmakefile", "makefile", "Makefile"];
+
+/// Paths that hooks of the project directory `base` would run if they
+/// appeared, but that cannot be placeholders: makefiles that would take
+/// precedence over the one `make` (or `make -C DIR`) reads now. The end
+/// sweep moves out any that appear. Absolute.
+pub fn hook_watch(base: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for w in hook_words(
+        &project_commands(base),
+        Some(base),
+        &project_expansions(base),
+    ) {
+        let Some(n) = w.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(i) = MAKEFILES.iter().position(|m| *m == n) else {
+            continue;
+        };
+        let dir = w.parent().unwrap_or(base);
+        for m in &MAKEFILES[..i] {
+            let p = dir.join(m);
+            if std::fs::symlink_metadata(&p).is_err() && p.starts_with(base) && !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// The `command`s of the `hooks` and `statusLine` of the `settings*.json`
+/// in `dir`.
+fn settings_commands(dir: &Path) -> Vec<String> {
+    let mut cmds = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let n = e.file_name();
+            if !n.to_str().is_some_and(is_claude_settings) {
+                continue;
+            }
+            json_commands(&e.path(), &["hooks", "statusLine"], &mut cmds);
+        }
+    }
+    cmds
+}
+
+/// The hook `command`s of every plugin's `hooks.json` below `plugins`.
+fn plugin_commands(plugins: &Path) -> Vec<String> {
+    let mut cmds = Vec::new();
+    if !plugins.is_dir() {
+        return cmds;
+    }
+    let mut files = Vec::new();
+    let _ = walk(plugins, usize::MAX, &mut |rel, n, dir| {
+        if !dir && n == "hooks.json" {
+            files.push(plugins.join(rel).join(n));
+        }
+        Step::Descend
+    });
+    for f in files {
+        json_commands(&f, &["hooks"], &mut cmds);
+    }
+    cmds
+}
+
+/// Every string `command` below the `keys` of the JSON file `p`.
+fn json_commands(p: &Path, keys: &[&str], out: &mut Vec<String>) {
     fn commands(v: &serde_json::Value, out: &mut Vec<String>) {
         match v {
             serde_json::Value::Object(m) => {
@@ -266,48 +641,16 @@ fn hook_scripts(settings_dir: &Path, prefixes: &[&str]) -> Vec<String> {
             _ => {}
         }
     }
-    let mut cmds = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(settings_dir) {
-        for e in rd.flatten() {
-            let n = e.file_name();
-            if !n.to_str().is_some_and(is_claude_settings) {
-                continue;
-            }
-            let Ok(text) = std::fs::read_to_string(e.path()) else {
-                continue;
-            };
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
-                for key in ["hooks", "statusLine"] {
-                    if let Some(h) = v.get(key) {
-                        commands(h, &mut cmds);
-                    }
-                }
+    let Ok(text) = std::fs::read_to_string(p) else {
+        return;
+    };
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+        for key in keys {
+            if let Some(h) = v.get(*key) {
+                commands(h, out);
             }
         }
     }
-    let mut out = Vec::new();
-    for c in cmds {
-        let c: String = c.chars().filter(|ch| *ch != '"' && *ch != '\'').collect();
-        for w in c.split(|ch: char| {
-            ch.is_whitespace() || ch == ';' || ch == '&' || ch == '|' || ch == '(' || ch == ')'
-        }) {
-            let Some(rest) = prefixes.iter().find_map(|p| w.strip_prefix(p)) else {
-                continue;
-            };
-            let rel = Path::new(rest);
-            if rest.is_empty()
-                || !rel
-                    .components()
-                    .all(|c| matches!(c, std::path::Component::Normal(_)))
-            {
-                continue;
-            }
-            if !out.iter().any(|o| o == rest) {
-                out.push(rest.to_string());
-            }
-        }
-    }
-    out
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -316,18 +659,246 @@ pub enum ScanError {
         "searching {bind} for protected names stopped at {limit} entries: refusing to start with part of it unprotected (raise --scan-limit, or bind less)"
     )]
     Limit { bind: PathBuf, limit: usize },
+    #[error(
+        "{link}: a control entry that is a symlink {why}: refusing to start with what it names writable (replace the link by its target, or point it straight at a path without symlinks)"
+    )]
+    Link { link: PathBuf, why: &'static str },
+    #[error(
+        "searching {bind} for protected names: cannot open a directory of {dir}… ({err}): refusing to go on with part of the tree unread"
+    )]
+    Open {
+        bind: PathBuf,
+        dir: String,
+        err: std::io::Error,
+    },
+    #[error(
+        "{bind}: {path}… is {len} bytes long, beyond what a mount can protect (PATH_MAX {max}): refusing to start with what lies below it unprotected (flatten the tree, or bind less)"
+    )]
+    TooDeep {
+        bind: PathBuf,
+        /// The first bytes of the path (it is too long to print).
+        path: String,
+        len: usize,
+        max: usize,
+    },
 }
 
 impl ScanError {
     /// The alert the refusal leaves in the audit log.
     pub fn alert(&self) {
-        let ScanError::Limit { bind, limit } = self;
-        audit::emit(
-            "scan_limit",
-            Severity::Alert,
-            json!({ "bind": bind.display().to_string(), "limit": limit, "flag": "--scan-limit" }),
-        );
+        match self {
+            ScanError::Limit { bind, limit } => audit::emit(
+                "scan_limit",
+                Severity::Alert,
+                json!({ "bind": bind.display().to_string(), "limit": limit, "flag": "--scan-limit" }),
+            ),
+            ScanError::Link { link, why } => audit::emit(
+                "fs_protected_link",
+                Severity::Alert,
+                json!({ "path": link.display().to_string(), "reason": why, "action": "refused" }),
+            ),
+            ScanError::Open { bind, dir, err } => audit::emit(
+                "scan_limit",
+                Severity::Alert,
+                json!({ "bind": bind.display().to_string(), "dir": dir, "reason": err.to_string() }),
+            ),
+            ScanError::TooDeep {
+                bind,
+                path,
+                len,
+                max,
+            } => audit::emit(
+                "scan_too_deep",
+                Severity::Alert,
+                json!({ "bind": bind.display().to_string(), "path": path, "len": len, "path_max": max, "action": "refused" }),
+            ),
+        }
     }
+}
+
+/// `p` with `.` and `..` resolved as text (no file system access).
+pub fn lexical(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::RootDir => out.push("/"),
+            Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+        }
+    }
+    out
+}
+
+/// Where a control entry that is a symlink leads: the path git, Claude
+/// Code and VS Code read through it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LinkTarget {
+    /// It resolves, in one step, to this canonical path.
+    Resolved(PathBuf, Kind),
+    /// Its target does not exist (yet): this path, which nothing on the
+    /// way to is a symlink.
+    Dangling(PathBuf),
+    /// It resolves through another symlink (or to itself, or to one of its
+    /// own directories): what it names could change during the run.
+    Chained,
+}
+
+/// Resolves the symlink `link` (an absolute host path without symlinks in
+/// its directories).
+pub fn resolve_link(link: &Path) -> LinkTarget {
+    let Ok(t) = std::fs::read_link(link) else {
+        return LinkTarget::Chained;
+    };
+    let want = lexical(&link.parent().unwrap_or(Path::new("/")).join(t));
+    if link.starts_with(&want) {
+        return LinkTarget::Chained;
+    }
+    match std::fs::canonicalize(link) {
+        Ok(c) if c == want => {
+            let kind = if std::fs::metadata(&c).is_ok_and(|m| m.is_dir()) {
+                Kind::Dir
+            } else {
+                Kind::File
+            };
+            LinkTarget::Resolved(c, kind)
+        }
+        Ok(_) => LinkTarget::Chained,
+        Err(_) => {
+            // Dangling: no component of the way may be a symlink either.
+            let mut cur = PathBuf::new();
+            for c in want.iter() {
+                cur.push(c);
+                match std::fs::symlink_metadata(&cur) {
+                    Ok(m) if m.file_type().is_symlink() => return LinkTarget::Chained,
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+            LinkTarget::Dangling(want)
+        }
+    }
+}
+
+/// Why an op protects the target of a control symlink outside its own
+/// bind: [`place_link_targets`] maps it into the bind that holds it.
+pub const LINK_TARGET: &str = "invariant link";
+
+/// The ops that protect what the control symlink `link` (inside the
+/// writable bind `bind_src` mounted at `bind_dst`) names: its target, read
+/// only (a `.git` link: the target's control entries). A target outside
+/// this bind gets an op at its canonical host path, placed by
+/// [`place_link_targets`]. A chained link is refused.
+pub fn link_ops(bind_src: &Path, bind_dst: &Path, link: &Path) -> Result<Vec<Op>, ScanError> {
+    let (c, kind) = match resolve_link(link) {
+        LinkTarget::Resolved(c, k) => (c, k),
+        // Nothing to protect yet; the end sweep takes out what appears.
+        LinkTarget::Dangling(_) => return Ok(Vec::new()),
+        LinkTarget::Chained => {
+            return Err(ScanError::Link {
+                link: link.to_path_buf(),
+                why: "resolves through another symlink or into its own directory",
+            });
+        }
+    };
+    let place = |p: &Path| match p.strip_prefix(bind_src) {
+        Ok(rel) => (bind_dst.join(rel), "invariant"),
+        Err(_) => (p.to_path_buf(), LINK_TARGET),
+    };
+    let mut ops = Vec::new();
+    if link.file_name() == Some(OsStr::new(".git")) && kind == Kind::Dir {
+        for inv in CONTROL.iter().filter(|i| i.rel.starts_with(".git/")) {
+            let p = c.join(&inv.rel[5..]);
+            if let Ok(m) = std::fs::symlink_metadata(&p)
+                && !m.file_type().is_symlink()
+            {
+                let (dst, why) = place(&p);
+                let k = if m.is_dir() { Kind::Dir } else { Kind::File };
+                ops.push(Op::new(dst, k, What::ReadOnly, why));
+            }
+        }
+    } else {
+        let (dst, why) = place(&c);
+        ops.push(Op::new(dst, kind, What::ReadOnly, why));
+    }
+    Ok(ops)
+}
+
+/// The ops for the symlinks inside the protected directory `dir` (at any
+/// depth; not `.git/objects` and `.git/refs`, which hold no program):
+/// each one's target, as [`link_ops`] protects a control symlink's. A
+/// dangling one needs nothing now (its target can be created, but nothing
+/// reads it through the link that did not before the run: see the limits
+/// in docs/fs.md).
+pub fn inner_link_ops(bind_src: &Path, bind_dst: &Path, dir: &Path) -> Result<Vec<Op>, ScanError> {
+    if dir.ends_with(".git/objects") || dir.ends_with(".git/refs") {
+        return Ok(Vec::new());
+    }
+    let mut links = Vec::new();
+    walk_links(dir, DEFAULT_SCAN_LIMIT, true, &mut |rel, n, _| {
+        let p = dir.join(rel).join(n);
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
+            links.push(p);
+        }
+        Step::Descend
+    })?;
+    let mut ops = Vec::new();
+    for l in links {
+        // A link to a place inside the protected directory itself is
+        // protected with it.
+        if let LinkTarget::Resolved(c, _) = resolve_link(&l)
+            && c.starts_with(dir)
+        {
+            continue;
+        }
+        ops.extend(link_ops(bind_src, bind_dst, &l)?);
+    }
+    Ok(ops)
+}
+
+/// Puts the [`LINK_TARGET`] ops where the sandbox shows their host path
+/// and drops invariants that a denied path hides already:
+/// inside the writable bind (host source, sandbox destination) that holds
+/// it, as an ordinary invariant; a target in no writable bind is read-only
+/// or invisible inside anyway, and its op is dropped.
+pub fn place_link_targets(ops: &mut Vec<Op>, rw: &[(&Path, &Path)]) -> Result<(), ScanError> {
+    let mut err = None;
+    ops.retain_mut(|o| {
+        if o.why != LINK_TARGET {
+            return true;
+        }
+        let Some((src, dst)) = rw.iter().find(|(src, _)| o.dst.starts_with(src)) else {
+            return false;
+        };
+        let rel = o.dst.strip_prefix(src).unwrap_or(Path::new(""));
+        if rel.as_os_str().is_empty() {
+            // A whole writable bind: it cannot be made read-only.
+            err.get_or_insert(ScanError::Link {
+                link: o.dst.clone(),
+                why: "names the root of a writable bind",
+            });
+            return false;
+        }
+        o.dst = dst.join(rel);
+        o.why = "invariant";
+        true
+    });
+    // Hidden wins: an invariant at or below a denied path (`~/.npmrc` in a
+    // home bind is both) would show what the deny node hides.
+    let denied: Vec<PathBuf> = ops
+        .iter()
+        .filter(|o| o.what == What::Deny)
+        .map(|o| o.dst.clone())
+        .collect();
+    ops.retain(|o| {
+        !(o.why == "invariant"
+            && matches!(o.what, What::ReadOnly | What::Empty)
+            && denied.iter().any(|d| o.dst.starts_with(d)))
+    });
+    err.map_or(Ok(()), Err)
 }
 
 /// What the walk tells its visitor to do with a directory entry.
@@ -337,10 +908,20 @@ pub enum Step {
     Skip,
 }
 
+/// PATH_MAX: the longest path a system call takes.
+pub const PATH_MAX: usize = libc::PATH_MAX as usize;
+
+/// The longest host path the walks at the start let through: what lies
+/// deeper cannot be mounted over (a mount takes a path), so finding such an
+/// entry refuses the run (room is left for a control entry's own suffix
+/// and a different mount destination).
+pub const START_PATH_MAX: usize = PATH_MAX - 256;
+
 /// Walks `root` depth-first without following symlinks, at any depth,
 /// calling `f(rel_dir, name, is_dir)` for every entry but symlinks;
 /// `.git` directories are not entered. Reading more than `limit` entries
-/// is an error.
+/// is an error, and so is an entry whose path is longer than
+/// [`START_PATH_MAX`] (it could not be protected).
 pub fn walk(
     root: &Path,
     limit: usize,
@@ -357,12 +938,63 @@ pub fn walk_links(
     links: bool,
     f: &mut dyn FnMut(&Path, &OsStr, bool) -> Step,
 ) -> Result<(), ScanError> {
+    walk_at(root, limit, links, false, f)
+}
+
+/// The walk itself. Each directory is opened relative to its parent's fd
+/// (`openat`, never following a symlink) and listed through
+/// `/proc/self/fd/N`, so no path longer than PATH_MAX is ever handed to
+/// the kernel: with `deep` the walk goes on below PATH_MAX (the end
+/// sweep, which reaches such entries through [`Reach`]); without it an
+/// entry deeper than [`START_PATH_MAX`] is an error. Directories are
+/// opened when they are walked, so the fds held are those of the
+/// directories with siblings still to walk (at most the depth).
+fn walk_at(
+    root: &Path,
+    limit: usize,
+    links: bool,
+    deep: bool,
+    f: &mut dyn FnMut(&Path, &OsStr, bool) -> Step,
+) -> Result<(), ScanError> {
+    use std::rc::Rc;
+    let Ok(top) = open_dir_at(libc::AT_FDCWD, root.as_os_str(), root) else {
+        return Ok(());
+    };
+    let base_len = root.as_os_str().len();
     let mut left = limit;
-    let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let Some(rd) = list_dir(&root.join(&rel)) else {
-            continue;
+    // (the parent's fd, this directory's name, its path relative to root)
+    let mut stack: Vec<(Option<Rc<std::os::fd::OwnedFd>>, OsString, PathBuf)> = Vec::new();
+    let mut first = Some(top);
+    stack.push((None, OsString::new(), PathBuf::new()));
+    while let Some((parent, name, rel)) = stack.pop() {
+        let fd = match (&parent, first.take()) {
+            (None, Some(top)) => top,
+            (Some(p), _) => {
+                use std::os::fd::AsRawFd;
+                match open_dir_at(p.as_raw_fd(), &name, &root.join(&rel)) {
+                    Ok(fd) => fd,
+                    // Out of fds: never a silent stop.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                        let dir: String = root
+                            .join(&rel)
+                            .to_string_lossy()
+                            .chars()
+                            .take(120)
+                            .collect();
+                        return Err(ScanError::Open {
+                            bind: root.to_path_buf(),
+                            dir,
+                            err: e,
+                        });
+                    }
+                    Err(_) => continue,
+                }
+            }
+            (None, None) => continue,
         };
+        drop(parent);
+        let fd = Rc::new(fd);
+        let Some(rd) = list_fd(&fd) else { continue };
         for e in rd.flatten() {
             if left == 0 {
                 return Err(ScanError::Limit {
@@ -373,6 +1005,20 @@ pub fn walk_links(
             left -= 1;
             let Ok(ft) = e.file_type() else { continue };
             let n = e.file_name();
+            let len = base_len + 1 + rel.as_os_str().len() + 1 + n.len();
+            if !deep && len > START_PATH_MAX {
+                let shown = root.join(&rel).join(&n);
+                let head: String = String::from_utf8_lossy(shown.as_os_str().as_bytes())
+                    .chars()
+                    .take(120)
+                    .collect();
+                return Err(ScanError::TooDeep {
+                    bind: root.to_path_buf(),
+                    path: head,
+                    len,
+                    max: PATH_MAX,
+                });
+            }
             let dir = ft.is_dir() && !ft.is_symlink();
             if ft.is_symlink() {
                 if links {
@@ -381,31 +1027,118 @@ pub fn walk_links(
                 continue;
             }
             if f(&rel, &n, dir) == Step::Descend && dir && n != ".git" {
-                stack.push(rel.join(&n));
+                stack.push((Some(fd.clone()), n.clone(), rel.join(&n)));
             }
         }
     }
     Ok(())
 }
 
-/// Lists `d`. A directory of ours that cannot be listed (the command ran
-/// `chmod 111` on it: programs still reach a control file or a `.git`
-/// below it by name) is made ours to list again, with an alert; one that
-/// is not ours (the command could not have made it) is skipped as before.
-fn list_dir(d: &Path) -> Option<std::fs::ReadDir> {
-    match std::fs::read_dir(d) {
-        Ok(rd) => Some(rd),
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-            regain(d, 0o700)?;
-            std::fs::read_dir(d).ok()
+/// Opens the directory `name` of `dirfd` without following a symlink. A
+/// directory of ours that cannot be read (the command ran `chmod 111` on
+/// it: programs still reach a control file or a `.git` below it by name)
+/// is made ours to list again, with an alert; one that is not ours (the
+/// command could not have made it) is skipped as before.
+fn open_dir_at(dirfd: i32, name: &OsStr, shown: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let c = std::ffi::CString::new(name.as_bytes())?;
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    let nofollow = if dirfd == libc::AT_FDCWD {
+        0
+    } else {
+        libc::O_NOFOLLOW
+    };
+    for attempt in 0..2 {
+        // SAFETY: openat with a NUL-terminated name; the fd is owned below.
+        let fd = unsafe { libc::openat(dirfd, c.as_ptr(), flags | nofollow) };
+        if fd >= 0 {
+            // SAFETY: fd was just returned by openat and is ours alone.
+            return Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
         }
-        Err(_) => None,
+        let err = std::io::Error::last_os_error();
+        if attempt > 0 || err.raw_os_error() != Some(libc::EACCES) {
+            return Err(err);
+        }
+        let p = if dirfd == libc::AT_FDCWD {
+            PathBuf::from(name)
+        } else {
+            Path::new(&format!("/proc/self/fd/{dirfd}")).join(name)
+        };
+        if regain_as(&p, shown, 0o700).is_none() {
+            return Err(err);
+        }
     }
+    Err(std::io::Error::from_raw_os_error(libc::EACCES))
+}
+
+/// Lists an open directory (through its `/proc/self/fd` link: a short
+/// path, whatever its depth).
+fn list_fd(fd: &std::os::fd::OwnedFd) -> Option<std::fs::ReadDir> {
+    use std::os::fd::AsRawFd;
+    std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
+}
+
+/// A path that can be handed to the kernel for `root/rel`, however long:
+/// the path itself when it is short enough, else `/proc/self/fd/N/NAME`
+/// with N the parent directory, opened component by component without
+/// following symlinks (and kept open as long as this lives).
+pub struct Reach {
+    _fd: Option<std::os::fd::OwnedFd>,
+    pub path: PathBuf,
+}
+
+impl Reach {
+    pub fn new(root: &Path, rel: &Path) -> Option<Reach> {
+        use std::os::fd::AsRawFd;
+        let full = root.join(rel);
+        if full.as_os_str().len() < PATH_MAX - 1 {
+            return Some(Reach {
+                _fd: None,
+                path: full,
+            });
+        }
+        let name = rel.file_name()?;
+        let mut fd = open_path_at(libc::AT_FDCWD, root.as_os_str())?;
+        for c in rel.parent()?.iter() {
+            fd = open_path_at(fd.as_raw_fd(), c)?;
+        }
+        let path = Path::new(&format!("/proc/self/fd/{}", fd.as_raw_fd())).join(name);
+        Some(Reach {
+            _fd: Some(fd),
+            path,
+        })
+    }
+}
+
+fn open_path_at(dirfd: i32, name: &OsStr) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let c = std::ffi::CString::new(name.as_bytes()).ok()?;
+    let nofollow = if dirfd == libc::AT_FDCWD {
+        0
+    } else {
+        libc::O_NOFOLLOW
+    };
+    // SAFETY: openat with a NUL-terminated name; the fd is owned below.
+    let fd = unsafe {
+        libc::openat(
+            dirfd,
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | nofollow,
+        )
+    };
+    // SAFETY: fd was just returned by openat and is ours alone.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 /// Adds `bits` to the mode of directory `d` when it is ours and lacks them
 /// (logged as `fs_dir_mode_restored`, alert); None when it is not ours.
 fn regain(d: &Path, bits: u32) -> Option<()> {
+    regain_as(d, d, bits)
+}
+
+/// [`regain`] of `d`, alerted as `shown` (its real path; `d` may be a
+/// `/proc/self/fd` one).
+fn regain_as(d: &Path, shown: &Path, bits: u32) -> Option<()> {
     use std::os::unix::fs::PermissionsExt;
     let m = std::fs::symlink_metadata(d).ok()?;
     // SAFETY: geteuid has no preconditions.
@@ -423,7 +1156,7 @@ fn regain(d: &Path, bits: u32) -> Option<()> {
     audit::emit(
         "fs_dir_mode_restored",
         Severity::Alert,
-        json!({ "path": d, "mode": format!("{:o}", m.mode() & 0o7777), "added": format!("{bits:o}") }),
+        json!({ "path": shown, "mode": format!("{:o}", m.mode() & 0o7777), "added": format!("{bits:o}") }),
     );
     Some(())
 }
@@ -432,7 +1165,8 @@ fn regain(d: &Path, bits: u32) -> Option<()> {
 /// entry ([`is_control_name`]): their invariants are protected too.
 pub fn control_dirs(root: &Path, limit: usize) -> Result<Vec<PathBuf>, ScanError> {
     let mut out: Vec<PathBuf> = Vec::new();
-    walk(root, limit, &mut |rel, n, _| {
+    // Symlinks too: a control entry that is a symlink protects its target.
+    walk_links(root, limit, true, &mut |rel, n, _| {
         if is_control_name(n) {
             if !rel.as_os_str().is_empty() && out.last().map(|p| p.as_path()) != Some(rel) {
                 out.push(rel.to_path_buf());
@@ -478,6 +1212,9 @@ struct Known {
     /// A symlink's target (a removed symlink cannot be found by inode:
     /// it is made again).
     link: Option<PathBuf>,
+    /// A symlink's resolved target inside the bind and its identity then
+    /// (None: it did not exist): what appears there is taken out.
+    target: Option<(PathBuf, Option<(u64, u64)>)>,
 }
 
 /// The control entries of one writable bind at the start, and the check
@@ -488,6 +1225,9 @@ pub struct Sweep {
     known: Vec<Known>,
     /// The `.git` directories at the start (relative, device, inode).
     repos: Vec<(PathBuf, u64, u64)>,
+    /// Paths that did not exist at the start and that a hook would run
+    /// if they appeared ([`hook_watch`]): taken out at the end.
+    watch: Vec<PathBuf>,
 }
 
 fn identity(p: &Path) -> Option<(u64, u64)> {
@@ -505,18 +1245,30 @@ fn find_controls(
     root: &Path,
     limit: usize,
     repos: Option<&[(PathBuf, u64, u64)]>,
+    deep: bool,
 ) -> Result<(Vec<PathBuf>, Vec<(PathBuf, u64, u64)>), ScanError> {
     let names = swept_names();
+    let nested = nested();
     let mut out = Vec::new();
     let mut gits = Vec::new();
-    walk_links(root, limit, true, &mut |rel, n, dir| {
+    let exists =
+        |r: &Path| Reach::new(root, r).is_some_and(|x| std::fs::symlink_metadata(&x.path).is_ok());
+    walk_at(root, limit, true, deep, &mut |rel, n, dir| {
         if names.iter().any(|x| OsStr::new(x) == n) {
             out.push(rel.join(n));
             return Step::Skip;
         }
+        if dir && let Some((_, kids)) = nested.iter().find(|(d, _)| OsStr::new(d) == n) {
+            for k in kids {
+                let r = rel.join(n).join(k);
+                if exists(&r) {
+                    out.push(r);
+                }
+            }
+        }
         if n == ".git" && dir {
             let r = rel.join(n);
-            if let Some((dev, ino)) = identity(&root.join(&r)) {
+            if let Some((dev, ino)) = Reach::new(root, &r).and_then(|x| identity(&x.path)) {
                 gits.push((r, dev, ino));
             }
         }
@@ -531,7 +1283,7 @@ fn find_controls(
         }
         for i in CONTROL.iter().filter(|i| i.rel.starts_with(".git/")) {
             let rel = g.0.join(&i.rel[5..]);
-            if std::fs::symlink_metadata(root.join(&rel)).is_ok() {
+            if exists(&rel) {
                 out.push(rel);
             }
         }
@@ -543,18 +1295,35 @@ impl Sweep {
     /// Records the control entries of the writable bind `root` (before any
     /// placeholder exists).
     pub fn start(root: &Path, limit: usize) -> Result<Sweep, ScanError> {
-        let (found, gits) = find_controls(root, limit, None)?;
+        let (found, gits) = find_controls(root, limit, None, false)?;
+        let mut watch = hook_watch(root);
+        for rel in &found {
+            if rel.file_name() == Some(OsStr::new(".claude"))
+                && let Some(d) = rel.parent().filter(|d| !d.as_os_str().is_empty())
+            {
+                watch.extend(hook_watch(&root.join(d)));
+            }
+        }
         let known = found
             .into_iter()
             .filter(|rel| !crate::placeholder::is_placeholder(&root.join(rel)))
             .filter_map(|rel| {
                 let p = root.join(&rel);
                 let link = std::fs::read_link(&p).ok();
+                let target = link.as_ref().and_then(|_| match resolve_link(&p) {
+                    LinkTarget::Resolved(c, _) if c.starts_with(root) => {
+                        let id = identity(&c);
+                        Some((c, id))
+                    }
+                    LinkTarget::Dangling(l) if l.starts_with(root) => Some((l, None)),
+                    _ => None,
+                });
                 identity(&p).map(|(dev, ino)| Known {
                     rel,
                     dev,
                     ino,
                     link,
+                    target,
                 })
             })
             .collect();
@@ -566,6 +1335,7 @@ impl Sweep {
             root: root.to_path_buf(),
             known,
             repos,
+            watch,
         })
     }
 
@@ -581,7 +1351,9 @@ impl Sweep {
         // Unbounded: the sandbox could grow the tree past any limit to hide
         // a control file behind it (the next run's search refuses to start
         // on such a tree instead).
-        let found = match find_controls(&self.root, usize::MAX, Some(&self.repos)) {
+        // Deep too: a control file below PATH_MAX is reached through its
+        // directory's fd (the next run refuses to start on such a tree).
+        let found = match find_controls(&self.root, usize::MAX, Some(&self.repos), true) {
             Ok((f, _)) => f,
             Err(e) => {
                 audit::emit(
@@ -600,7 +1372,11 @@ impl Sweep {
             .map(|k| (k.rel.as_path(), k.dev, k.ino, k.link.as_deref()))
             .collect();
         for rel in found {
-            let p = self.root.join(&rel);
+            let shown = self.root.join(&rel);
+            let Some(reach) = Reach::new(&self.root, &rel) else {
+                continue;
+            };
+            let p = reach.path.clone();
             let Some((dev, ino)) = identity(&p) else {
                 continue;
             };
@@ -623,8 +1399,61 @@ impl Sweep {
                 },
                 Severity::Alert,
                 json!({
-                    "path": p.display().to_string(),
+                    "path": shown.display().to_string(),
                     "quarantined": moved.as_ref().ok().map(|_| dest.display().to_string()),
+                    "truncated": moved.as_ref().ok().copied().unwrap_or(false),
+                    "error": moved.as_ref().err().map(|e| e.to_string()),
+                }),
+            );
+        }
+        // What a hook would run had it appeared (a makefile that takes
+        // precedence over the one `make` reads).
+        for w in &self.watch {
+            if std::fs::symlink_metadata(w).is_err() {
+                continue;
+            }
+            let rel = w.strip_prefix(&self.root).unwrap_or(w);
+            let dest = quarantine_path(quarantine, &self.root, rel);
+            let moved = move_out(quarantine, w, &dest);
+            audit::emit(
+                "fs_protected_created",
+                Severity::Alert,
+                json!({
+                    "path": w.display().to_string(),
+                    "via": "hook",
+                    "quarantined": moved.as_ref().ok().map(|_| dest.display().to_string()),
+                    "truncated": moved.as_ref().ok().copied().unwrap_or(false),
+                    "error": moved.as_ref().err().map(|e| e.to_string()),
+                }),
+            );
+        }
+        // A control symlink of the user's whose target did not exist at the
+        // start (or was replaced): what is there now is taken out.
+        for k in &self.known {
+            let Some((t, id)) = &k.target else { continue };
+            let p = self.root.join(&k.rel);
+            if identity(&p) != Some((k.dev, k.ino)) || std::fs::read_link(&p).ok() != k.link {
+                continue;
+            }
+            let now = identity(t);
+            if now.is_none() || now == *id {
+                continue;
+            }
+            let rel = t.strip_prefix(&self.root).unwrap_or(t);
+            let dest = quarantine_path(quarantine, &self.root, rel);
+            let moved = move_out(quarantine, t, &dest);
+            audit::emit(
+                if id.is_some() {
+                    "fs_protected_replaced"
+                } else {
+                    "fs_protected_created"
+                },
+                Severity::Alert,
+                json!({
+                    "path": t.display().to_string(),
+                    "via": p.display().to_string(),
+                    "quarantined": moved.as_ref().ok().map(|_| dest.display().to_string()),
+                    "truncated": moved.as_ref().ok().copied().unwrap_or(false),
                     "error": moved.as_ref().err().map(|e| e.to_string()),
                 }),
             );
@@ -643,8 +1472,11 @@ impl Sweep {
             return;
         }
         let mut whereabouts: Vec<(usize, PathBuf)> = Vec::new();
-        let _ = walk_links(&self.root, usize::MAX, true, &mut |rel, n, _| {
-            let p = self.root.join(rel).join(n);
+        let _ = walk_at(&self.root, usize::MAX, true, true, &mut |rel, n, _| {
+            let Some(reach) = Reach::new(&self.root, &rel.join(n)) else {
+                return Step::Descend;
+            };
+            let p = reach.path.clone();
             // Same inode and, as inode numbers are reused, the same target
             // (or none): a new file that took a removed link's number is not it.
             if let Some(id) = identity(&p)
@@ -848,8 +1680,20 @@ pub fn canonical_prefix(path: &Path) -> PathBuf {
     canon
 }
 
-/// `quarantine/<sbx id>/<bind root, flattened>/<rel>`.
+/// `quarantine/<sbx id>/<bind root, flattened>/<rel>`; a `rel` too long
+/// to be a path there becomes `deep-<n>/<its last name>` (the alert names
+/// the original path).
 fn quarantine_path(quarantine: &Path, root: &Path, rel: &Path) -> PathBuf {
+    static DEEP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let short;
+    let rel = if rel.as_os_str().len() > 1024 {
+        let n = DEEP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        short =
+            Path::new(&format!("deep-{n}")).join(rel.file_name().unwrap_or(OsStr::new("entry")));
+        short.as_path()
+    } else {
+        rel
+    };
     let id = sbx_core::id::get()
         .map(str::to_string)
         .unwrap_or_else(|| format!("pid-{}", std::process::id()));
@@ -862,14 +1706,20 @@ fn quarantine_path(quarantine: &Path, root: &Path, rel: &Path) -> PathBuf {
 }
 
 /// Copies `from` to `to` inside the quarantine (checked as for [`move_out`]).
-fn copy_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
+fn copy_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<bool> {
     prepare_quarantine(quarantine, to)?;
-    copy_tree(from, to)
+    let start = crate::quarantine::budget(quarantine);
+    let mut budget = start;
+    let r = copy_tree(from, to, &mut budget);
+    crate::quarantine::spent(start - budget);
+    r
 }
 
 /// Moves `from` to `to` (a rename; across file systems a copy, then the
 /// removal of `from`). Symlinks are moved as symlinks, never followed.
-fn move_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
+/// Returns whether data was left out of a copy (see
+/// [`crate::quarantine::COPY_CAP`]).
+fn move_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<bool> {
     prepare_quarantine(quarantine, to)?;
     // A parent the command made read-only (chmod 555) must not keep the
     // entry in place: it is ours, so it is made writable again.
@@ -881,10 +1731,15 @@ fn move_out(quarantine: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
         let _ = regain(from, 0o700);
     }
     match std::fs::rename(from, to) {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(false),
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            copy_tree(from, to)?;
-            remove_tree(from)
+            let start = crate::quarantine::budget(quarantine);
+            let mut budget = start;
+            let truncated = copy_tree(from, to, &mut budget);
+            crate::quarantine::spent(start - budget);
+            let truncated = truncated?;
+            remove_tree(from)?;
+            Ok(truncated)
         }
         Err(e) => Err(e),
     }
@@ -916,22 +1771,28 @@ fn prepare_quarantine(quarantine: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+/// Copies a tree into the quarantine: files keep their holes and at most
+/// `budget` data bytes are copied in all (a sparse file of terabytes, or
+/// many large files, cannot fill the quarantine's disk). Returns whether
+/// data was left out.
+fn copy_tree(from: &Path, to: &Path, budget: &mut u64) -> std::io::Result<bool> {
     let m = std::fs::symlink_metadata(from)?;
     if m.file_type().is_symlink() {
-        std::os::unix::fs::symlink(std::fs::read_link(from)?, to)
+        std::os::unix::fs::symlink(std::fs::read_link(from)?, to)?;
+        Ok(false)
     } else if m.is_dir() {
         std::fs::create_dir(to)?;
+        let mut cut = false;
         for e in std::fs::read_dir(from)? {
             let e = e?;
-            copy_tree(&e.path(), &to.join(e.file_name()))?;
+            cut |= copy_tree(&e.path(), &to.join(e.file_name()), budget)?;
         }
-        Ok(())
+        Ok(cut)
     } else if m.is_file() {
-        std::fs::copy(from, to).map(|_| ())
+        crate::quarantine::copy_sparse(from, to, budget)
     } else {
         // FIFOs, sockets, devices: nothing to keep, they are removed.
-        Ok(())
+        Ok(false)
     }
 }
 
@@ -968,6 +1829,21 @@ mod tests {
         assert_eq!(f("/p/.mcp.json").as_deref(), Some(".mcp.json"));
         assert_eq!(f("/p/src/.envrc").as_deref(), Some(".envrc"));
         assert_eq!(f("/p/src"), None);
+        assert_eq!(
+            f("/p/a/.cargo/config.toml").as_deref(),
+            Some(".cargo/config.toml")
+        );
+        assert_eq!(f("/p/.cargo/registry/x"), None);
+        assert_eq!(f("/p/.npmrc").as_deref(), Some(".npmrc"));
+        assert_eq!(
+            f("/p/.devcontainer/devcontainer.json").as_deref(),
+            Some(".devcontainer")
+        );
+        assert_eq!(f("/p/.github/workflows/ci.yml"), None);
+        assert!(is_control_name(OsStr::new(".cargo")));
+        assert!(is_control_name(OsStr::new("mise.toml")));
+        assert!(!is_control_name(OsStr::new(".cursorrules")));
+        assert_eq!(nested(), vec![(".cargo", vec!["config.toml", "config"])]);
     }
 
     #[test]
@@ -983,6 +1859,47 @@ mod tests {
         assert!(dirs[0].ends_with("d11"), "{dirs:?}");
         let err = control_dirs(d.path(), 5).unwrap_err();
         assert!(err.to_string().contains("--scan-limit"), "{err}");
+    }
+
+    #[test]
+    fn hook_words_name_the_scripts_a_command_runs() {
+        let d = tempfile::tempdir().unwrap();
+        let b = d.path();
+        for f in ["a.sh", "t/b.sh", "c.js", "conf", "m/Makefile"] {
+            std::fs::create_dir_all(b.join(f).parent().unwrap()).unwrap();
+            std::fs::write(b.join(f), "").unwrap();
+        }
+        let cmds: Vec<String> = [
+            "sh a.sh",
+            "bash -e t/b.sh --x",
+            "node c.js",
+            "python3 missing.py",
+            "cat conf | sh",
+            "make -C m all",
+            "./run.sh --fast",
+            "node -e console.log(1)",
+            "python3 -m black .",
+            "$CLAUDE_PROJECT_DIR/hooks/x.sh",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let exp = vec![("$CLAUDE_PROJECT_DIR", b.to_path_buf())];
+        let got = inside(b, hook_words(&cmds, Some(b), &exp));
+        for want in [
+            "a.sh",
+            "t/b.sh",
+            "c.js",
+            "missing.py",
+            "conf",
+            "m/Makefile",
+            "run.sh",
+            "hooks/x.sh",
+        ] {
+            assert!(got.iter().any(|g| g == want), "{want} missing from {got:?}");
+        }
+        assert!(!got.iter().any(|g| g.contains("console")), "{got:?}");
+        assert_eq!(got.len(), 8, "{got:?}");
     }
 
     #[test]

@@ -75,6 +75,9 @@ pub struct Content {
     // HEAD is not compared: switching branches is normal work, and HEAD
     // makes git run nothing.
     config: Option<Vec<u8>>,
+    /// `config.worktree`: git reads it when the common config sets
+    /// `extensions.worktreeConfig`.
+    config_worktree: Option<Vec<u8>>,
     commondir: Option<Vec<u8>>,
     /// A `.git` file's bytes or a `.git` symlink's target.
     gitfile: Option<Vec<u8>>,
@@ -101,7 +104,18 @@ pub struct Entry {
 pub struct Inventory {
     pub entries: Vec<Entry>,
     pub scanned: u64,
+    /// Entries whose path is too long for a system call (PATH_MAX): not
+    /// looked at, counted and alerted (`plant_scan_too_deep`), never
+    /// skipped silently. git cannot run there (its `getcwd` fails beyond
+    /// PATH_MAX) and discovers repositories upwards only, so nothing there
+    /// is a repository for git unless a `.git` file or `GIT_DIR` points at
+    /// it, and such a pointer is itself found.
+    pub too_deep: u64,
+    pub first_too_deep: Option<PathBuf>,
 }
+
+/// PATH_MAX, counted with the terminating NUL.
+const PATH_MAX: usize = libc::PATH_MAX as usize;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
@@ -284,6 +298,7 @@ fn content(p: &Path, kind: Kind) -> Content {
     });
     Content {
         config: read_limited(&p.join("config")),
+        config_worktree: read_limited(&p.join("config.worktree")),
         commondir: read_limited(&p.join("commondir")),
         gitfile: None,
         hooks,
@@ -302,8 +317,9 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
         if !m.is_dir() {
             return Err(ScanError::NotDir(root.clone()));
         }
-        let mut stack = vec![root.clone()];
-        while let Some(d) = stack.pop() {
+        // (directory, whether it lies inside a git dir)
+        let mut stack = vec![(root.clone(), false)];
+        while let Some((d, mut in_git)) = stack.pop() {
             if d.file_name() != Some(OsStr::new(".git")) && is_git_directory(&d) {
                 if let Ok(m) = fs::symlink_metadata(&d) {
                     inv.entries.push(Entry {
@@ -314,7 +330,10 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                         ino: m.ino(),
                     });
                 }
-                continue;
+                // Walked too: git dirs hold git dirs (`modules/NAME` of a
+                // submodule, `worktrees/NAME`), each with its own config
+                // and hooks, and a plant can hide in a user's repository.
+                in_git = true;
             }
             let rd = match list(&d) {
                 Ok(rd) => rd,
@@ -335,15 +354,26 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                     });
                 }
                 let p = e.path();
+                if p.as_os_str().len() >= PATH_MAX {
+                    inv.too_deep += 1;
+                    inv.first_too_deep.get_or_insert_with(|| d.clone());
+                    continue;
+                }
                 let Ok(m) = fs::symlink_metadata(&p) else {
                     continue;
                 };
+                // The object store is large and runs nothing; a git dir
+                // planted in it is reachable only through a pointer (a
+                // `.git` file, found as such).
+                if in_git && (e.file_name() == "objects" || e.file_name() == "lfs") {
+                    continue;
+                }
                 if e.file_name() == ".git" {
                     let kind = if m.is_dir() {
                         if !is_git_directory(&p) {
                             // Not a repository for git (it moves on up):
                             // walked like any directory.
-                            stack.push(p);
+                            stack.push((p, in_git));
                             continue;
                         }
                         Kind::GitDir
@@ -352,15 +382,18 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                     };
                     inv.entries.push(Entry {
                         content: content(&p, kind),
-                        path: p,
+                        path: p.clone(),
                         kind,
                         dev: m.dev(),
                         ino: m.ino(),
                     });
+                    if kind == Kind::GitDir {
+                        stack.push((p, true));
+                    }
                     continue;
                 }
                 if m.is_dir() {
-                    stack.push(p);
+                    stack.push((p, in_git));
                 }
             }
         }
@@ -443,6 +476,82 @@ impl Quarantine {
             }
         }
     }
+}
+
+/// The root of `roots` (canonical) that the quarantine `q` lies in: by
+/// path, by the identity of `q` (as far as it exists) and the directories
+/// above it, and by place on its file system (a bind mount aliasing a
+/// directory inside a root reaches it with no ancestor in common:
+/// mountinfo gives the same device and path within the file system).
+fn quarantine_inside<'a>(q: &Path, roots: &'a [PathBuf]) -> Option<&'a PathBuf> {
+    let mut have = q.to_path_buf();
+    let mut tail = Vec::new();
+    while fs::symlink_metadata(&have).is_err() {
+        let (Some(p), Some(n)) = (have.parent(), have.file_name()) else {
+            break;
+        };
+        tail.push(n.to_os_string());
+        have = p.to_path_buf();
+    }
+    let mut qc = fs::canonicalize(&have).unwrap_or(have);
+    qc.extend(tail.iter().rev());
+    if let Some(r) = roots.iter().find(|r| qc.starts_with(r)) {
+        return Some(r);
+    }
+    let mut chain = Vec::new();
+    let mut cur = Some(qc.as_path());
+    while let Some(c) = cur {
+        if let Ok(m) = fs::metadata(c) {
+            chain.push((m.dev(), m.ino()));
+        }
+        cur = c.parent();
+    }
+    let mi = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let q_at = fs_place(&qc, &mi);
+    roots.iter().find(|r| {
+        fs::metadata(r).is_ok_and(|m| chain.contains(&(m.dev(), m.ino())))
+            || matches!((&q_at, fs_place(r, &mi)), (Some((qd, qp)), Some((rd, rp))) if *qd == rd && qp.starts_with(&rp))
+    })
+}
+
+/// (device, path within its file system) of the absolute path `p`, from
+/// mountinfo: the last mount on the longest mount point above it.
+fn fs_place(p: &Path, mountinfo: &str) -> Option<(String, PathBuf)> {
+    fn unescape(f: &str) -> PathBuf {
+        let b = f.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'\\'
+                && i + 3 < b.len()
+                && let Ok(v) = u8::from_str_radix(&f[i + 1..i + 4], 8)
+            {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+            out.push(b[i]);
+            i += 1;
+        }
+        PathBuf::from(OsString::from_vec(out))
+    }
+    let mut best: Option<(usize, String, PathBuf, PathBuf)> = None;
+    for line in mountinfo.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        if f.len() < 5 {
+            continue;
+        }
+        let mp = unescape(f[4]);
+        if !p.starts_with(&mp) {
+            continue;
+        }
+        let len = mp.as_os_str().len();
+        if best.as_ref().is_none_or(|b| len >= b.0) {
+            best = Some((len, f[2].to_string(), unescape(f[3]), mp));
+        }
+    }
+    let (_, dev, root, mp) = best?;
+    Some((dev, root.join(p.strip_prefix(&mp).ok()?)))
 }
 
 /// The default quarantines, in order: `$XDG_STATE_HOME/sbx/quarantine`,
@@ -540,6 +649,9 @@ pub fn check_after(
                 return out;
             }
         };
+        if pass == 0 && now.too_deep > 0 {
+            out.findings.push(too_deep_finding(&now));
+        }
         let mut acted = false;
         let mut moved_back = Vec::new();
         // Planted first: a planted entry may sit where a moved user's
@@ -608,6 +720,23 @@ pub fn check_after(
         }
     }
     out
+}
+
+/// The alert for entries beyond PATH_MAX (see [`Inventory::too_deep`]).
+fn too_deep_finding(inv: &Inventory) -> Finding {
+    let first = inv.first_too_deep.clone().unwrap_or_default();
+    let head: String = first.to_string_lossy().chars().take(120).collect();
+    Finding {
+        event: "plant_scan_too_deep",
+        severity: Severity::Alert,
+        fields: json!({ "entries": inv.too_deep, "first_dir": head, "path_max": PATH_MAX,
+                        "action": "not looked at: git cannot run there (getcwd fails) and finds repositories upwards only" }),
+        line: format!(
+            "alert: planted repositories: {} entries below {}… lie beyond PATH_MAX -> not looked at (git cannot run there)",
+            inv.too_deep,
+            escape::terminal(&head)
+        ),
+    }
 }
 
 fn plant(e: &Entry, q: &mut Quarantine, out: &mut After) {
@@ -701,6 +830,12 @@ fn restore_content(e: &Entry, b: &Entry, q: &mut Quarantine, out: &mut After) ->
             &b.content.commondir,
             &e.content.commondir,
         );
+        put(
+            "config.worktree",
+            e.path.join("config.worktree"),
+            &b.content.config_worktree,
+            &e.content.config_worktree,
+        );
         if e.content.hooks_ident != b.content.hooks_ident && e.content.hooks_ident.is_some() {
             // hooks/ itself replaced (or a symlink now): all of it goes.
             match q.take(&e.path.join("hooks")) {
@@ -788,10 +923,11 @@ pub fn cmd_plants(a: PlantsArgs) -> Result<i32, Failure> {
     let qbases: Vec<PathBuf> = if a.quarantine.is_some() {
         qbases
     } else {
-        // A default inside a writable directory is skipped, not refused.
+        // A default inside a writable directory (by path, identity or a
+        // bind mount aliasing it) is skipped, not refused.
         qbases
             .into_iter()
-            .filter(|q| !roots.iter().any(|r| q.starts_with(r)))
+            .filter(|q| quarantine_inside(q, &roots).is_none())
             .collect()
     };
     for q in &qbases {
@@ -801,7 +937,7 @@ pub fn cmd_plants(a: PlantsArgs) -> Result<i32, Failure> {
                 escape::path(q)
             )));
         }
-        if let Some(r) = roots.iter().find(|r| q.starts_with(r)) {
+        if let Some(r) = quarantine_inside(q, &roots) {
             return Err(Failure::new(format!(
                 "--quarantine {}: inside {}, where the command can write",
                 escape::path(q),
@@ -823,6 +959,11 @@ pub fn cmd_plants(a: PlantsArgs) -> Result<i32, Failure> {
             )));
         }
     };
+    if before.too_deep > 0 {
+        let f = too_deep_finding(&before);
+        crate::audit(f.event, f.severity, f.fields.clone());
+        eprintln!("{}: {}", crate::TOOL, f.line);
+    }
     crate::audit(
         "git_plant_snapshot",
         Severity::Info,

@@ -441,3 +441,72 @@ touch -d "@$m" "$H"
         pr.keep_ok();
     }
 }
+
+/// Plants inside known repositories: a git dir planted in a user's
+/// `.git/modules` with a `.git` file naming it (before, such a file was
+/// kept as a submodule's), a user's bare repository's config and hooks,
+/// and `config.worktree` where the user's config enables it.
+const INNER_PLANTS: &str = r#"set -e
+mkdir -p keep/.git/modules/evil/objects keep/.git/modules/evil/refs keep/evil
+printf 'ref: refs/heads/main\n' > keep/.git/modules/evil/HEAD
+printf '[core]\n\tfsmonitor = touch %s-m\n[alias]\n\tst = !touch %s-m\n' "$MARK" "$MARK" > keep/.git/modules/evil/config
+echo 'gitdir: ../.git/modules/evil' > keep/evil/.git
+printf '[core]\n\tfsmonitor = touch %s-w\n' "$MARK" > keep/.git/config.worktree
+printf '[alias]\n\tst = !touch %s-b\n' "$MARK" >> bare.git/config
+printf '#!/bin/sh\ntouch %s-b\n' "$MARK" > bare.git/hooks/post-update; chmod +x bare.git/hooks/post-update
+"#;
+
+#[test]
+fn plants_inside_known_repositories_are_found() {
+    for who in identities() {
+        // Control: without `plants`, each of them runs its program.
+        let pr = Proj::new(who);
+        let o = pr.sh(
+            &pr.p,
+            "set -e; git -C keep config extensions.worktreeConfig true; git init -q --bare bare.git",
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let o = pr.sh(&pr.p, INNER_PLANTS);
+        assert!(o.status.success(), "{}", stderr(&o));
+        for (rel, tag) in [("keep/evil", "m"), ("keep", "w"), ("bare.git", "b")] {
+            assert!(
+                pr.git_runs_plant(rel, tag),
+                "{who:?}: control: git in {rel} did not run the plant"
+            );
+        }
+        // With `plants`: none runs, the user's repositories are as they were.
+        let pr = Proj::new(who);
+        let o = pr.sh(
+            &pr.p,
+            "set -e; git -C keep config extensions.worktreeConfig true; git init -q --bare bare.git",
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let bare_cfg = std::fs::read(pr.p.join("bare.git/config")).unwrap();
+        let out = pr.plants(&[], INNER_PLANTS);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        for (rel, tag) in [("keep/evil", "m"), ("keep", "w"), ("bare.git", "b")] {
+            assert!(
+                !pr.git_runs_plant(rel, tag),
+                "{who:?}: git in {rel} ran the plant"
+            );
+        }
+        assert_eq!(
+            std::fs::read(pr.p.join("bare.git/config")).unwrap(),
+            bare_cfg
+        );
+        assert!(!pr.p.join("bare.git/hooks/post-update").exists());
+        assert!(!pr.p.join("keep/.git/config.worktree").exists());
+        assert!(!pr.p.join("keep/.git/modules/evil/HEAD").exists());
+        pr.keep_ok();
+        let evil = pr.p.join("keep/.git/modules/evil");
+        assert_event(&pr.audit, "git_repo_planted", "alert", |e| {
+            e["path"] == evil.to_str().unwrap()
+        });
+        for rel in ["keep/.git", "bare.git"] {
+            let want = pr.p.join(rel);
+            assert_event(&pr.audit, "git_repo_changed", "alert", |e| {
+                e["path"] == want.to_str().unwrap()
+            });
+        }
+    }
+}

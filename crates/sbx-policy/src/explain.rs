@@ -10,7 +10,7 @@ pub const INVARIANTS: &[&str] = &[
     "nothing of the host is visible unless granted; the system (/usr, /bin, /lib*, /etc) read-only",
     "$HOME and /tmp are empty private tmpfs; /proc shows only the sandbox; minimal /dev",
     "hidden: /etc/shadow, /etc/gshadow, .env and .env.* at any depth, ~/.aws, ~/.netrc, credentials* under a home (fs_denied alert)",
-    "read-only in a writable project, at any depth: .git/config, .git/hooks, .git/info, .claude (settings*.json, skills, commands, agents, hooks), .mcp.json, .vscode, .idea, .envrc, .gitmodules (fs_write_denied alert; created during the run: moved to a quarantine at the end, fs_protected_created alert)",
+    "read-only in a writable project, at any depth: .git/config, .git/hooks, .git/info, .claude (settings*.json, skills, commands, agents, hooks), .mcp.json, .vscode, .idea, .envrc, .gitmodules, .cargo/config[.toml], .npmrc, .yarnrc[.yml], .pnpmfile.cjs, .pre-commit-config.yaml, .cursor, .continue, .devcontainer, .direnv, .tool-versions, [.]mise.toml, .python-version, and the scripts hooks run (fs_write_denied alert; created during the run: moved to a quarantine at the end, fs_protected_created alert)",
     "never written on the host: .git/HEAD, .git/objects, .git/refs (git commits into a stage; sbx-gitguard verifies and imports it after the command)",
     "no mount, unmount, chroot, pivot_root; no TIOCSTI (syscall_denied alert)",
 ];
