@@ -149,12 +149,24 @@ pub fn copy_sparse(from: &Path, to: &Path, budget: &mut u64) -> io::Result<bool>
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(from)?;
-    let len = src.metadata()?.len();
     let dst = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(to)?;
+    copy_sparse_fds(&src, &dst, budget)
+}
+
+/// Copies the open regular file `src` into the empty file `dst` keeping its
+/// holes, at most `*budget` data bytes (decreased); `dst` gets `src`'s
+/// length. Returns whether data was left out. The write budget's apply uses
+/// it too: a sparse file made inside must not become a full one on the host.
+pub fn copy_sparse_fds(
+    src: &std::fs::File,
+    dst: &std::fs::File,
+    budget: &mut u64,
+) -> io::Result<bool> {
+    let len = src.metadata()?.len();
     let (s, d) = (src.as_raw_fd(), dst.as_raw_fd());
     let mut off: i64 = 0;
     let mut truncated = false;

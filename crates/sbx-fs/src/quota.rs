@@ -666,12 +666,15 @@ fn apply_file(
             libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
             0o600,
         )?;
-        let mut from = std::fs::File::from(src);
-        let mut to = std::fs::File::from(dst);
-        let res = io::copy(&mut from, &mut to).inspect(|_| {
-            copy_xattrs(from.as_raw_fd(), to.as_raw_fd());
-            set_attrs(to.as_raw_fd(), st, mode);
-        });
+        let from = std::fs::File::from(src);
+        let to = std::fs::File::from(dst);
+        let mut unlimited = u64::MAX;
+        let res = crate::quarantine::copy_sparse_fds(&from, &to, &mut unlimited)
+            .and_then(|_| Ok(from.metadata()?.len()))
+            .inspect(|_| {
+                copy_xattrs(from.as_raw_fd(), to.as_raw_fd());
+                set_attrs(to.as_raw_fd(), st, mode);
+            });
         let n = match res {
             Ok(n) => n,
             Err(e) => {

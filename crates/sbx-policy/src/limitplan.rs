@@ -224,7 +224,7 @@ pub fn plan(l: &Limits, app: &Applicable, cgroup: bool) -> LimitPlan {
         how: if budget {
             "overlay on a size- and inode-limited tmpfs, applied to the project at the end (sbx-fs --write-quota)".into()
         } else {
-            "none: --write-quota off writes the project live".into()
+            "none: the project is written live (the write budget is off)".into()
         },
     });
     rows.push(Row {

@@ -282,3 +282,23 @@ fn project_quota_detection_says_why_not() {
     let why = prjquota(Path::new("/")).unwrap_err();
     assert!(!why.is_empty());
 }
+
+/// A sparse file made inside stays sparse on the host: the apply must not
+/// turn a 1 GiB hole (nothing against the budget) into 1 GiB of the host's
+/// disk.
+#[test]
+fn a_sparse_file_stays_sparse() {
+    let t = setup();
+    let f = std::fs::File::create(t.upper.join("sparse")).unwrap();
+    f.set_len(1 << 30).unwrap();
+    std::os::unix::fs::FileExt::write_at(&f, b"tail", (1 << 30) - 4).unwrap();
+    drop(f);
+    run(&t, &layer(&t, &[], &[]), None);
+    let m = std::fs::metadata(t.host.join("sparse")).unwrap();
+    assert_eq!(m.len(), 1 << 30);
+    assert!(m.blocks() * 512 < 1 << 20, "{} blocks", m.blocks());
+    let mut b = [0u8; 4];
+    let h = std::fs::File::open(t.host.join("sparse")).unwrap();
+    std::os::unix::fs::FileExt::read_exact_at(&h, &mut b, (1 << 30) - 4).unwrap();
+    assert_eq!(&b, b"tail");
+}
