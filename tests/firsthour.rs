@@ -638,3 +638,47 @@ fn static_release_tarball_and_deb() {
         .unwrap();
     assert_eq!(stdout(&o).trim(), "", "static binaries depend on nothing");
 }
+
+/// A namespace the kernel refuses (EPERM, as when unprivileged user
+/// namespaces are blocked; produced here by a seccomp filter on the one
+/// call) gives sbx-fs and sbx-net one line that names the doctor check, as
+/// root and as the test user.
+#[test]
+fn a_refused_namespace_names_the_doctor_check() {
+    for who in identities() {
+        for (tool, call, args) in [
+            (
+                "sbx-fs",
+                "clone",
+                &[
+                    "--ro", "/usr", "--ro", "/bin", "--ro", "/lib", "--ro", "/lib64",
+                ][..],
+            ),
+            ("sbx-net", "unshare", &[][..]),
+        ] {
+            let mut c = sbx_testutil::tool("sbx-seccomp");
+            c.args([
+                "--profile",
+                "none",
+                "--action",
+                "errno",
+                "--deny",
+                call,
+                "--",
+            ])
+            .arg(sbx_testutil::bin(tool))
+            .args(args)
+            .args(["--", "/bin/true"]);
+            run_as(&mut c, who);
+            let out = c.output().unwrap();
+            let err = stderr(&out);
+            assert_eq!(code(&out), 125, "{who:?} {tool}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{who:?} {tool}: {err}");
+            assert!(
+                err.contains("run `sbx-doctor --check userns`")
+                    && err.contains("Operation not permitted"),
+                "{who:?} {tool}: {err}"
+            );
+        }
+    }
+}
