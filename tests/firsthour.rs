@@ -682,3 +682,54 @@ fn a_refused_namespace_names_the_doctor_check() {
         }
     }
 }
+
+/// landlock_create_ruleset refused (EPERM through a seccomp filter, as in
+/// a container whose profile lacks it): sbx-seccomp --allow-exec names the
+/// doctor check, and the doctor's landlock check warns with its fix.
+#[test]
+fn a_refused_landlock_names_the_doctor_check_and_the_doctor_sees_it() {
+    let deny = |c: &mut Command| {
+        c.args([
+            "--profile",
+            "none",
+            "--action",
+            "errno",
+            "--deny",
+            "landlock_create_ruleset",
+            "--",
+        ]);
+    };
+    let mut c = sbx_testutil::tool("sbx-seccomp");
+    deny(&mut c);
+    c.arg(sbx_testutil::bin("sbx-seccomp")).args([
+        "--allow-exec",
+        "/usr",
+        "--allow-exec",
+        "/bin",
+        "--",
+        "/bin/true",
+    ]);
+    let out = c.output().unwrap();
+    sbx_testutil::assert_usage_error(&out, "(run `sbx-doctor --check landlock`)");
+    let mut c = sbx_testutil::tool("sbx-seccomp");
+    deny(&mut c);
+    c.arg(sbx_testutil::bin("sbx-doctor"))
+        .args(["--check", "landlock", "--json"]);
+    let out = c.output().unwrap();
+    assert_eq!(code(&out), 0, "a warn: {}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let l = &v["checks"][0];
+    assert_eq!(l["id"], "landlock");
+    assert_eq!(l["status"], "warn", "{v}");
+    assert!(
+        l["summary"].as_str().unwrap().contains("refused (EPERM)"),
+        "{v}"
+    );
+    assert!(
+        l["fix"]
+            .as_str()
+            .unwrap()
+            .contains("landlock_create_ruleset"),
+        "{v}"
+    );
+}
