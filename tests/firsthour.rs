@@ -733,3 +733,66 @@ fn a_refused_landlock_names_the_doctor_check_and_the_doctor_sees_it() {
         "{v}"
     );
 }
+
+/// The live probes see real refusals (a seccomp filter around the doctor
+/// answering EPERM to unshare and seccomp): userns, nftables and seccomp
+/// fail with their fixes and exit 1 for the test user; as root the userns
+/// check only warns (root needs no user namespace).
+#[test]
+fn the_doctor_live_probes_report_refused_namespaces_and_seccomp() {
+    for who in identities() {
+        let mut c = sbx_testutil::tool("sbx-seccomp");
+        c.args([
+            "--profile",
+            "none",
+            "--action",
+            "errno",
+            "--deny",
+            "unshare",
+            "--deny",
+            "seccomp",
+            "--",
+        ])
+        .arg(sbx_testutil::bin("sbx-doctor"))
+        .args([
+            "--json", "--check", "userns", "--check", "nftables", "--check", "seccomp",
+        ]);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert_eq!(code(&out), 1, "{who:?}: {}", stdout(&out));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let get = |id: &str| {
+            v["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["id"] == id)
+                .cloned()
+                .unwrap()
+        };
+        let u = get("userns");
+        assert_eq!(
+            u["status"],
+            if who == As::Root { "warn" } else { "fail" },
+            "{u}"
+        );
+        assert!(
+            u["summary"]
+                .as_str()
+                .unwrap()
+                .contains("Operation not permitted"),
+            "{u}"
+        );
+        for id in ["nftables", "seccomp"] {
+            let c = get(id);
+            assert_eq!(c["status"], "fail", "{who:?}: {c}");
+            assert!(c["fix"].is_string(), "{c}");
+        }
+        assert!(
+            get("seccomp")["summary"]
+                .as_str()
+                .unwrap()
+                .contains("user notification")
+        );
+    }
+}
