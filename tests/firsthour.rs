@@ -638,3 +638,161 @@ fn static_release_tarball_and_deb() {
         .unwrap();
     assert_eq!(stdout(&o).trim(), "", "static binaries depend on nothing");
 }
+
+/// A namespace the kernel refuses (EPERM, as when unprivileged user
+/// namespaces are blocked; produced here by a seccomp filter on the one
+/// call) gives sbx-fs and sbx-net one line that names the doctor check, as
+/// root and as the test user.
+#[test]
+fn a_refused_namespace_names_the_doctor_check() {
+    for who in identities() {
+        for (tool, call, args) in [
+            (
+                "sbx-fs",
+                "clone",
+                &[
+                    "--ro", "/usr", "--ro", "/bin", "--ro", "/lib", "--ro", "/lib64",
+                ][..],
+            ),
+            ("sbx-net", "unshare", &[][..]),
+        ] {
+            let mut c = sbx_testutil::tool("sbx-seccomp");
+            c.args([
+                "--profile",
+                "none",
+                "--action",
+                "errno",
+                "--deny",
+                call,
+                "--",
+            ])
+            .arg(sbx_testutil::bin(tool))
+            .args(args)
+            .args(["--", "/bin/true"]);
+            run_as(&mut c, who);
+            let out = c.output().unwrap();
+            let err = stderr(&out);
+            assert_eq!(code(&out), 125, "{who:?} {tool}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{who:?} {tool}: {err}");
+            assert!(
+                err.contains("run `sbx-doctor --check userns`")
+                    && err.contains("Operation not permitted"),
+                "{who:?} {tool}: {err}"
+            );
+        }
+    }
+}
+
+/// landlock_create_ruleset refused (EPERM through a seccomp filter, as in
+/// a container whose profile lacks it): sbx-seccomp --allow-exec names the
+/// doctor check, and the doctor's landlock check warns with its fix.
+#[test]
+fn a_refused_landlock_names_the_doctor_check_and_the_doctor_sees_it() {
+    let deny = |c: &mut Command| {
+        c.args([
+            "--profile",
+            "none",
+            "--action",
+            "errno",
+            "--deny",
+            "landlock_create_ruleset",
+            "--",
+        ]);
+    };
+    let mut c = sbx_testutil::tool("sbx-seccomp");
+    deny(&mut c);
+    c.arg(sbx_testutil::bin("sbx-seccomp")).args([
+        "--allow-exec",
+        "/usr",
+        "--allow-exec",
+        "/bin",
+        "--",
+        "/bin/true",
+    ]);
+    let out = c.output().unwrap();
+    sbx_testutil::assert_usage_error(&out, "(run `sbx-doctor --check landlock`)");
+    let mut c = sbx_testutil::tool("sbx-seccomp");
+    deny(&mut c);
+    c.arg(sbx_testutil::bin("sbx-doctor"))
+        .args(["--check", "landlock", "--json"]);
+    let out = c.output().unwrap();
+    assert_eq!(code(&out), 0, "a warn: {}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let l = &v["checks"][0];
+    assert_eq!(l["id"], "landlock");
+    assert_eq!(l["status"], "warn", "{v}");
+    assert!(
+        l["summary"].as_str().unwrap().contains("refused (EPERM)"),
+        "{v}"
+    );
+    assert!(
+        l["fix"]
+            .as_str()
+            .unwrap()
+            .contains("landlock_create_ruleset"),
+        "{v}"
+    );
+}
+
+/// The live probes see real refusals (a seccomp filter around the doctor
+/// answering EPERM to unshare and seccomp): userns, nftables and seccomp
+/// fail with their fixes and exit 1 for the test user; as root the userns
+/// check only warns (root needs no user namespace).
+#[test]
+fn the_doctor_live_probes_report_refused_namespaces_and_seccomp() {
+    for who in identities() {
+        let mut c = sbx_testutil::tool("sbx-seccomp");
+        c.args([
+            "--profile",
+            "none",
+            "--action",
+            "errno",
+            "--deny",
+            "unshare",
+            "--deny",
+            "seccomp",
+            "--",
+        ])
+        .arg(sbx_testutil::bin("sbx-doctor"))
+        .args([
+            "--json", "--check", "userns", "--check", "nftables", "--check", "seccomp",
+        ]);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert_eq!(code(&out), 1, "{who:?}: {}", stdout(&out));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let get = |id: &str| {
+            v["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["id"] == id)
+                .cloned()
+                .unwrap()
+        };
+        let u = get("userns");
+        assert_eq!(
+            u["status"],
+            if who == As::Root { "warn" } else { "fail" },
+            "{u}"
+        );
+        assert!(
+            u["summary"]
+                .as_str()
+                .unwrap()
+                .contains("Operation not permitted"),
+            "{u}"
+        );
+        for id in ["nftables", "seccomp"] {
+            let c = get(id);
+            assert_eq!(c["status"], "fail", "{who:?}: {c}");
+            assert!(c["fix"].is_string(), "{c}");
+        }
+        assert!(
+            get("seccomp")["summary"]
+                .as_str()
+                .unwrap()
+                .contains("user notification")
+        );
+    }
+}

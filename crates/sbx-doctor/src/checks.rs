@@ -776,6 +776,11 @@ pub fn landlock(abi: Result<i64, i32>) -> Finding {
             "this kernel has no Landlock (Linux >= 5.13 with CONFIG_SECURITY_LANDLOCK): sbx-seccomp --allow-exec cannot be enforced",
             "boot a kernel with CONFIG_SECURITY_LANDLOCK=y (Debian 12's kernels have it)",
         ),
+        Err(libc::EPERM) => Finding::warn(
+            "landlock",
+            "landlock_create_ruleset was refused (EPERM): a seccomp filter of a container or sandbox around sbx-doctor: sbx-seccomp --allow-exec cannot be enforced here",
+            "run the chain outside that container, or let its seccomp profile allow landlock_create_ruleset, landlock_add_rule and landlock_restrict_self",
+        ),
         Err(e) => Finding::warn(
             "landlock",
             format!(
@@ -1259,7 +1264,7 @@ mod tests {
     #[test]
     fn landlock_and_seccomp_classify_each_kernel_answer() {
         assert_eq!(landlock(Ok(7)).status, Status::Ok);
-        for e in [libc::ENOSYS, libc::EOPNOTSUPP, libc::EINVAL] {
+        for e in [libc::ENOSYS, libc::EOPNOTSUPP, libc::EPERM, libc::EINVAL] {
             let f = landlock(Err(e));
             assert_eq!(f.status, Status::Warn);
             assert!(f.fix.is_some());
@@ -1270,6 +1275,7 @@ mod tests {
                 .unwrap()
                 .contains("lsm=")
         );
+        assert!(landlock(Err(libc::EPERM)).summary.contains("refused"));
         let all = "kill_process kill_thread trap errno user_notif trace log allow";
         assert_eq!(seccomp(Some(all.into()), true).status, Status::Ok);
         assert_eq!(seccomp(None, true).status, Status::Fail);
