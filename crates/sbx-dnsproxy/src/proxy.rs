@@ -57,6 +57,7 @@ pub struct DnsProxy {
     cache: Cache,
     tracker: SubdomainTracker,
     budget: QueryBudget,
+    novel: guard::NovelBytes,
     limiter: RefusalLimiter,
     /// Rate limit of the `dns_upstream_failed` events.
     fail_limiter: RefusalLimiter,
@@ -125,6 +126,7 @@ impl DnsProxy {
             cache: Cache::new(cfg.cache_size),
             tracker: SubdomainTracker::default(),
             budget: QueryBudget::default(),
+            novel: guard::NovelBytes::default(),
             limiter: RefusalLimiter::new(cfg.refused_rate, cfg.refused_burst),
             fail_limiter: RefusalLimiter::new(5, 20),
             fail_suppressed: Default::default(),
@@ -496,7 +498,10 @@ impl DnsProxy {
         let over = self.budget.check(&self.cfg.tunnel, who);
         let sus = guard::static_check(&self.cfg.tunnel, name, below)
             .or_else(|| match m {
-                Match::Wildcard(sfx) => self.tracker.check(&self.cfg.tunnel, who, sfx, name),
+                Match::Wildcard(sfx) => self
+                    .tracker
+                    .check(&self.cfg.tunnel, who, sfx, name)
+                    .or_else(|| self.novel.check(&self.cfg.tunnel, who, name, below)),
                 Match::Exact => None,
             })
             .or(over);
