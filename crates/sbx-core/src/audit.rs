@@ -270,8 +270,8 @@ impl Audit {
             return;
         }
         let mut w = self.chain.lock().unwrap_or_else(|e| e.into_inner());
-        let r = w.append(fd.as_raw_fd(), |seq, prev| {
-            let mut m = m.clone();
+        let r = w.append(fd.as_raw_fd(), move |seq, prev| {
+            let mut m = m;
             m.insert("seq".into(), Value::from(seq));
             m.insert("prev".into(), Value::String(prev.to_string()));
             let mut s = Value::Object(m).to_string();

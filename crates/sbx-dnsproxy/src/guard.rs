@@ -109,16 +109,27 @@ pub fn static_check(limits: &TunnelLimits, name: &str, below: &str) -> Option<Su
             max: limits.max_name_len,
         });
     }
-    if limits.max_label_len > 0
-        && let Some(l) = name.split('.').map(str::len).max()
-        && l > limits.max_label_len
-    {
-        return Some(Suspicion::LabelTooLong {
-            len: l,
-            max: limits.max_label_len,
-        });
+    if limits.max_label_len > 0 && name.len() > limits.max_label_len {
+        // Longest label, without splitting (this runs for every query).
+        let (mut cur, mut l) = (0usize, 0usize);
+        for &b in name.as_bytes() {
+            if b == b'.' {
+                cur = 0;
+            } else {
+                cur += 1;
+                l = l.max(cur);
+            }
+        }
+        if l > limits.max_label_len {
+            return Some(Suspicion::LabelTooLong {
+                len: l,
+                max: limits.max_label_len,
+            });
+        }
     }
-    if limits.max_entropy > 0.0 {
+    // The part below the entry is short for almost every real name: the
+    // scores below are not computed at all then.
+    if limits.max_entropy > 0.0 && below.len() >= limits.entropy_min_len.max(1) {
         let chars: Vec<u8> = below.bytes().filter(|&b| b != b'.').collect();
         if chars.len() >= limits.entropy_min_len.max(1) {
             let bits = entropy(&chars);
@@ -202,7 +213,7 @@ pub fn label_stats(below: &str) -> LabelStats {
 /// CDNs make (`static-content-eu`, `ec2-54-1-2-3`, `d1a2b3c4`: shorter
 /// than `encoded_min_len`) do neither.
 pub fn encoded_check(limits: &TunnelLimits, below: &str) -> Option<Suspicion> {
-    if limits.encoded_min_len == 0 {
+    if limits.encoded_min_len == 0 || below.len() < limits.encoded_min_len {
         return None;
     }
     let st = label_stats(below);
@@ -327,9 +338,23 @@ impl SubdomainTracker {
         suffix: &str,
         name: &str,
     ) -> Option<Suspicion> {
+        self.note(limits, client, suffix, name).err()
+    }
+
+    /// [`SubdomainTracker::check`], telling also whether the name was
+    /// already seen in the window (`Ok(true)`: a repeat carries no new
+    /// data, the novel-bytes budget need not look at it). With the limit
+    /// off every name is new.
+    pub fn note(
+        &self,
+        limits: &TunnelLimits,
+        client: IpAddr,
+        suffix: &str,
+        name: &str,
+    ) -> Result<bool, Suspicion> {
         let max = limits.max_distinct_per_window;
         if max == 0 {
-            return None;
+            return Ok(false);
         }
         let now = Instant::now();
         let key = (client, self.h(registered_parent(suffix)));
@@ -347,17 +372,17 @@ impl SubdomainTracker {
             w.names.clear();
         }
         if w.names.contains(&nh) {
-            return None;
+            return Ok(true);
         }
         if w.names.len() >= max {
-            return Some(Suspicion::TooManySubdomains {
+            return Err(Suspicion::TooManySubdomains {
                 seen: w.names.len() + 1,
                 max,
                 suffix: suffix.to_string(),
             });
         }
         w.names.insert(nh);
-        None
+        Ok(false)
     }
 }
 

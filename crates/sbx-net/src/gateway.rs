@@ -556,3 +556,36 @@ impl Gateway {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every IPv6 form that embeds the host's loopback is the loopback;
+    /// public addresses and private ones (allowed by a CIDR on purpose)
+    /// are not refused here.
+    #[test]
+    fn embedded_loopback_is_never_reachable() {
+        for a in [
+            "127.0.0.1",
+            "127.1.2.3",
+            "::1",
+            "::ffff:127.0.0.1",
+            "::127.0.0.1",
+            "64:ff9b::7f00:1",
+            "2002:7f00:1::",
+        ] {
+            assert_eq!(
+                forbidden(a.parse().unwrap()),
+                Some("host loopback is never reachable"),
+                "{a}"
+            );
+        }
+        for a in ["0.0.0.0", "::", "224.0.0.1", "255.255.255.255", "ff02::1"] {
+            assert!(forbidden(a.parse().unwrap()).is_some(), "{a}");
+        }
+        for a in ["93.184.216.34", "10.1.2.3", "2606:4700::1111", "fd00::1"] {
+            assert_eq!(forbidden(a.parse().unwrap()), None, "{a}");
+        }
+    }
+}
