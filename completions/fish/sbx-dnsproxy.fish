@@ -11,7 +11,9 @@ complete -c sbx-dnsproxy -l max-entropy -d 'Highest entropy (bits/char) of the p
 complete -c sbx-dnsproxy -l entropy-min-len -d 'Shortest subdomain part the entropy check applies to' -r
 complete -c sbx-dnsproxy -l max-subdomains -d 'Distinct names a client may ask under one wildcard entry per window (0: no limit)' -r
 complete -c sbx-dnsproxy -l max-queries -d 'Queries for allowed names a client may make per window, cache hits and repeats included (0: no limit)' -r
-complete -c sbx-dnsproxy -l subdomain-window -d 'The window of --max-subdomains and --max-queries' -r
+complete -c sbx-dnsproxy -l encoded-min-len -d 'Shortest part below a wildcard entry (dots removed) that is scored for encoded data (hex, base32, base64url: letter/digit switches, vowels, consonant runs); 0: off' -r
+complete -c sbx-dnsproxy -l max-novel-bytes -d 'Bytes of new names below wildcard entries (each distinct name once) a client may send per window, all entries together (0: no limit)' -r
+complete -c sbx-dnsproxy -l subdomain-window -d 'The window of --max-subdomains, --max-queries and --max-novel-bytes' -r
 complete -c sbx-dnsproxy -l client-prefix4 -d 'A client, for the rate limits and budgets, is its IPv4 source address masked to N bits' -r
 complete -c sbx-dnsproxy -l client-prefix6 -d 'The same for IPv6 sources' -r
 complete -c sbx-dnsproxy -l refused-rate -d 'Refused answers per client per second (0: no limit); beyond, refused queries are dropped' -r

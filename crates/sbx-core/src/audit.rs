@@ -7,6 +7,12 @@
 //! real sbx tool, decided by file identity ([`crate::toolid`]), never by
 //! name; so the sandboxed program itself never holds a writable handle to the
 //! log and needs no path to it inside the sandbox.
+//!
+//! Without `--audit-log` (nor an fd handed down), the first tool keeps the
+//! run's events in an anonymous in-memory file (memfd `sbx-audit-mem`,
+//! at most [`MEM_CAP`] bytes) handed down the same way: every alert is
+//! then also a line on stderr as it happens, and the end-of-run
+//! `<sandbox_violations>` summary is made from it as from a file.
 
 use std::ffi::OsStr;
 use std::fs::OpenOptions;
@@ -41,9 +47,17 @@ pub enum AuditError {
     BadFd(String),
 }
 
+/// The name of the in-memory log (memfd) of a run without `--audit-log`.
+pub const MEM_NAME: &str = "sbx-audit-mem";
+/// Bytes the in-memory log keeps at most; later events reach stderr only.
+pub const MEM_CAP: u64 = 8 << 20;
+
 pub struct Audit {
     tool: &'static str,
     fd: Option<OwnedFd>,
+    /// The log is the in-memory one (no `--audit-log`): alerts also go to
+    /// stderr, and it is capped at [`MEM_CAP`].
+    mem: bool,
     chain: std::sync::Mutex<crate::auditchain::Writer>,
     /// Where this run's lines start, when this tool owns the end-of-run
     /// summary (it opened the log, or took over from the tool that
@@ -63,12 +77,19 @@ pub fn init(tool: &'static str, path: Option<&Path>) -> Result<&'static Audit, A
     }
     // Before any namespace or root change: which files are the real tools.
     crate::toolid::init();
-    let fd = match path {
+    let mut fd = match path {
         Some(p) => Some(open_log(p)?),
         None => inherited_fd()?,
     };
+    let mut created_mem = false;
+    if fd.is_none() {
+        fd = mem_log();
+        created_mem = fd.is_some();
+    }
+    let mem = fd.as_ref().is_some_and(|f| is_mem(f.as_raw_fd()));
     let summary_from = match (&fd, path) {
         (Some(f), Some(_)) => Some(crate::auditchain::size_of(f.as_raw_fd())),
+        (Some(_), None) if created_mem => Some(0),
         (Some(_), None) => std::env::var(crate::violations::ENV_START)
             .ok()
             .and_then(|v| v.parse().ok()),
@@ -90,6 +111,7 @@ pub fn init(tool: &'static str, path: Option<&Path>) -> Result<&'static Audit, A
     Ok(GLOBAL.get_or_init(|| Audit {
         tool,
         fd,
+        mem,
         chain,
         summary_from,
         summary_file,
@@ -110,6 +132,31 @@ fn open_log(path: &Path) -> Result<OwnedFd, AuditError> {
             source,
         })?;
     Ok(f.into())
+}
+
+/// The in-memory log of a run without `--audit-log` (None when memfds are
+/// unavailable: then alerts reach stderr only, with no summary).
+fn mem_log() -> Option<OwnedFd> {
+    let name = std::ffi::CString::new(MEM_NAME).ok()?;
+    // SAFETY: a NUL-terminated name; the fd is owned below.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a fresh fd nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Appends from every tool of the chain land whole at the end.
+    // SAFETY: F_SETFL on our own fd.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_APPEND) };
+    Some(fd)
+}
+
+/// Whether `fd` is the in-memory log (what `/proc/self/fd/N` names).
+fn is_mem(fd: RawFd) -> bool {
+    std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok_and(|p| {
+        p.to_string_lossy()
+            .starts_with(&format!("/memfd:{MEM_NAME}"))
+    })
 }
 
 fn inherited_fd() -> Result<Option<OwnedFd>, AuditError> {
@@ -188,8 +235,21 @@ impl Audit {
         self.fd.as_ref().map(|f| f.as_raw_fd())
     }
 
+    /// Whether the log is the in-memory one of a run without
+    /// `--audit-log`: nobody reads it but the end-of-run summary, so
+    /// alerts must also be lines on stderr.
+    pub fn is_mem(&self) -> bool {
+        self.mem
+    }
+
     pub fn emit(&self, event: &str, severity: Severity, fields: Value) {
-        trace_event(self.tool, event, severity, &fields, self.fd.is_some());
+        trace_event(
+            self.tool,
+            event,
+            severity,
+            &fields,
+            self.fd.is_some() && !self.mem,
+        );
         self.record(event, severity, fields);
     }
 
@@ -206,9 +266,12 @@ impl Audit {
     /// For events relayed from elsewhere (a guest's log).
     pub fn append_object(&self, m: Map<String, Value>) {
         let Some(fd) = &self.fd else { return };
+        if self.mem && crate::auditchain::size_of(fd.as_raw_fd()) >= MEM_CAP {
+            return;
+        }
         let mut w = self.chain.lock().unwrap_or_else(|e| e.into_inner());
-        let r = w.append(fd.as_raw_fd(), |seq, prev| {
-            let mut m = m.clone();
+        let r = w.append(fd.as_raw_fd(), move |seq, prev| {
+            let mut m = m;
             m.insert("seq".into(), Value::from(seq));
             m.insert("prev".into(), Value::String(prev.to_string()));
             let mut s = Value::Object(m).to_string();

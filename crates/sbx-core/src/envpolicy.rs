@@ -16,6 +16,13 @@
 //! - A variable that looks like a secret and is dropped is named (never
 //!   its value) in one warning line on stderr and in an
 //!   `env_secret_dropped` warn event.
+//! - A variable whose *value* holds a credential ([`secret_value_kind`]:
+//!   a URL with a password in it, a GitHub/GitLab/Slack/OpenAI/Anthropic
+//!   token, an AWS access key id, a JWT, a PEM private key) passes only
+//!   when named exactly (or with `--keep-env`), whatever its name: passed
+//!   by a prefix pattern or the default allowlist it is dropped, named
+//!   (never the value) on stderr and in an `env_secret_value_dropped`
+//!   alert.
 
 use std::ffi::OsString;
 
@@ -191,6 +198,94 @@ pub fn looks_secret(name: &str) -> bool {
     words.len() > 1 && words.contains(&"PWD")
 }
 
+/// Token prefixes of well-known credentials, with the shortest length a
+/// whole token has (so a word that merely starts the same is not one).
+const TOKEN_PREFIXES: &[(&str, usize, &str)] = &[
+    ("github_pat_", 40, "github_token"),
+    ("ghp_", 36, "github_token"),
+    ("gho_", 36, "github_token"),
+    ("ghu_", 36, "github_token"),
+    ("ghs_", 36, "github_token"),
+    ("ghr_", 36, "github_token"),
+    ("glpat-", 20, "gitlab_token"),
+    ("xoxb-", 20, "slack_token"),
+    ("xoxp-", 20, "slack_token"),
+    ("xoxa-", 20, "slack_token"),
+    ("xoxr-", 20, "slack_token"),
+    ("xoxs-", 20, "slack_token"),
+    ("sk-ant-", 24, "anthropic_key"),
+    ("sk-", 24, "api_key"),
+    ("AKIA", 20, "aws_access_key_id"),
+    ("ASIA", 20, "aws_access_key_id"),
+    ("npm_", 36, "npm_token"),
+    ("pypi-", 40, "pypi_token"),
+    ("hvs.", 24, "vault_token"),
+];
+
+fn token_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.'
+}
+
+/// What kind of credential a value holds, if it holds one (the value is
+/// never shown; this names the kind only).
+pub fn secret_value_kind(v: &[u8]) -> Option<&'static str> {
+    let text = String::from_utf8_lossy(v);
+    if text.contains("-----BEGIN") && text.contains("PRIVATE KEY") {
+        return Some("pem_private_key");
+    }
+    // Every token of the value (split on what cannot be in a token).
+    for tok in text
+        .split(|c: char| !(c.is_ascii() && token_char(c as u8)) && c != ':' && c != '/' && c != '@')
+        .filter(|t| !t.is_empty())
+    {
+        if let Some(k) = url_userinfo(tok) {
+            return Some(k);
+        }
+        for part in tok.split([':', '/', '@']) {
+            for (p, min, kind) in TOKEN_PREFIXES {
+                if part.starts_with(p)
+                    && part.len() >= *min
+                    && part.bytes().all(token_char)
+                    // AKIA... ids are upper-case letters and digits.
+                    && (!p.starts_with('A') || part.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
+                {
+                    return Some(kind);
+                }
+            }
+            if looks_jwt(part) {
+                return Some("jwt");
+            }
+        }
+    }
+    None
+}
+
+/// `scheme://user:password@host...` (or a long token as the user name,
+/// as GitHub and GitLab take them).
+fn url_userinfo(tok: &str) -> Option<&'static str> {
+    let (_, rest) = tok.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    match userinfo.split_once(':') {
+        Some((_, pw)) if !pw.is_empty() => Some("url_with_password"),
+        _ if userinfo.len() >= 20 => Some("url_with_token"),
+        _ => None,
+    }
+}
+
+/// Three base64url segments, the first a JSON header (`eyJ`).
+fn looks_jwt(t: &str) -> bool {
+    let segs: Vec<&str> = t.split('.').collect();
+    segs.len() == 3
+        && segs[0].starts_with("eyJ")
+        && segs[0].len() >= 10
+        && segs[1].len() >= 10
+        && segs.iter().all(|s| {
+            s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
 fn default_allowed(name: &str) -> bool {
     DEFAULT_NAMES.contains(&name) || DEFAULT_PREFIXES.iter().any(|p| name.starts_with(p))
 }
@@ -243,6 +338,9 @@ pub struct Filtered {
     pub secrets_dropped: Vec<String>,
     /// Names that look like secrets and pass (named exactly, --keep-env).
     pub secrets_passed: Vec<String>,
+    /// Names whose value holds a credential, dropped (name, kind of
+    /// credential): they matched a prefix pattern or the default list only.
+    pub secret_values_dropped: Vec<(String, &'static str)>,
 }
 
 /// Applies the policy to an environment. SBX_PASS_ENV itself never passes.
@@ -262,13 +360,22 @@ pub fn filter(env: Vec<(OsString, OsString)>, p: &Policy) -> Filtered {
             continue;
         }
         let secret = looks_secret(&name);
-        let pass = if p.keep_all || p.named(&name) {
+        let exact = p.keep_all || p.named(&name);
+        let pass = if exact {
             true
         } else if secret {
             false
         } else {
             default_allowed(&name) || p.prefixed(&name)
         };
+        // A credential in the value of a variable passed by a pattern.
+        if pass
+            && !exact
+            && let Some(kind) = secret_value_kind(v.as_encoded_bytes())
+        {
+            out.secret_values_dropped.push((name, kind));
+            continue;
+        }
         match (pass, secret) {
             (true, true) => out.secrets_passed.push(name),
             (false, true) => out.secrets_dropped.push(name),
@@ -286,6 +393,7 @@ pub fn filter(env: Vec<(OsString, OsString)>, p: &Policy) -> Filtered {
     ] {
         l.sort();
     }
+    out.secret_values_dropped.sort();
     out
 }
 
@@ -304,6 +412,27 @@ pub fn report(tool: &str, f: &Filtered) {
                 "env_secret_dropped",
                 Severity::Warn,
                 json!({ "names": f.secrets_dropped }),
+            );
+        }
+    }
+    if !f.secret_values_dropped.is_empty() {
+        let names: Vec<&str> = f
+            .secret_values_dropped
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        eprintln!(
+            "{tool}: warning: not passed into the sandbox (their values hold credentials): {}; --pass-env NAME (exact) passes one",
+            names.join(", ")
+        );
+        let kinds: Vec<&str> = f.secret_values_dropped.iter().map(|(_, k)| *k).collect();
+        // An alert: an earlier layer's variable was about to carry a
+        // credential into the sandbox under an innocent name.
+        if let Some(a) = log {
+            a.record(
+                "env_secret_value_dropped",
+                Severity::Alert,
+                json!({ "names": names, "kinds": kinds, "name": names.join(",") }),
             );
         }
     }
@@ -451,6 +580,93 @@ mod tests {
         let f = filter(env(&["A", "B_KEY", "SBX_PASS_ENV"]), &all);
         assert_eq!(names(&f.env), ["A", "B_KEY"]);
         assert_eq!(f.secrets_passed, ["B_KEY"]);
+    }
+
+    #[test]
+    fn credential_values_are_recognised() {
+        for (v, kind) in [
+            (
+                "https://user:tok3n@git.example.com/x.git",
+                "url_with_password",
+            ),
+            (
+                "https://oauth2:glpat-abcdefghijklmnopqrst@gitlab.com",
+                "url_with_password",
+            ),
+            (
+                "https://x-access-token-abcdefghij1234@github.com/o/r",
+                "url_with_token",
+            ),
+            ("ghp_0123456789abcdefghijABCDEFGHIJ012345", "github_token"),
+            (
+                "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+                "github_token",
+            ),
+            ("glpat-AbCdEfGhIjKlMnOpQrSt", "gitlab_token"),
+            ("xoxb-1234567890-abcdefghij", "slack_token"),
+            ("xoxp-1234567890-abcdefghij", "slack_token"),
+            ("sk-proj-abcdefghijklmnopqrstuvwx", "api_key"),
+            ("sk-ant-api03-abcdefghijklmnopqrstuvwxyz", "anthropic_key"),
+            ("AKIAIOSFODNN7EXAMPLE", "aws_access_key_id"),
+            (
+                "--token=ghp_0123456789abcdefghijABCDEFGHIJ012345 -v",
+                "github_token",
+            ),
+            (
+                "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+                "jwt",
+            ),
+            (
+                "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n",
+                "pem_private_key",
+            ),
+        ] {
+            assert_eq!(secret_value_kind(v.as_bytes()), Some(kind), "{v}");
+        }
+        for v in [
+            "/usr/local/bin:/usr/bin:/bin",
+            "https://example.com/path",
+            "ssh://git@github.com/o/r.git",
+            "git@github.com:o/r.git",
+            "xterm-256color",
+            "en_US.UTF-8",
+            "sk-SK",
+            "AKIA",
+            "ghp_short",
+            "a.b.c",
+            "-----BEGIN CERTIFICATE-----",
+            "/home/u/.config",
+        ] {
+            assert_eq!(secret_value_kind(v.as_bytes()), None, "{v}");
+        }
+    }
+
+    /// A value that holds a credential passes only by its exact name.
+    #[test]
+    fn credential_values_pass_only_by_exact_name() {
+        let tok = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+        let env: Vec<(OsString, OsString)> = vec![
+            ("MY_URL".into(), "https://u:p4ss@h.example/".into()),
+            ("MY_OK".into(), "plain".into()),
+            ("LC_EVIL".into(), tok.into()),
+            ("EXACT_URL".into(), "https://u:p4ss@h.example/".into()),
+        ];
+        let p = Policy {
+            keep_all: false,
+            pass: vec![
+                parse_pass("--pass-env", "MY_*").unwrap(),
+                parse_pass("--pass-env", "EXACT_URL").unwrap(),
+            ],
+        };
+        let f = filter(env, &p);
+        assert_eq!(names(&f.env), ["MY_OK", "EXACT_URL"]);
+        assert_eq!(
+            f.secret_values_dropped,
+            [
+                ("LC_EVIL".to_string(), "github_token"),
+                ("MY_URL".to_string(), "url_with_password")
+            ]
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! (`--`, `--config`), the exit status rules, SBX_ID, the audit log, tracing,
 //! fd hygiene, fd passing, signal forwarding and die-with-parent.
 
+pub mod addrclass;
 pub mod audit;
 pub mod auditchain;
 pub mod chain;

@@ -14,8 +14,11 @@
 //! object to FILE (created 0600, replaced): `{sbx_id, count, violations:
 //! [{tool, event, subject, count}]}`. Both come from the audit log lines of
 //! this run (this `sbx_id`, severity `alert`, after the offset where the run
-//! started), so they need `--audit-log`; without one, each alert is a line
-//! on stderr as it happens.
+//! started). Without `--audit-log` the first tool keeps the run's lines in
+//! an in-memory log (a memfd handed down the chain like a log file, see
+//! [`crate::audit`]), so the summary is printed all the same, and each
+//! alert is also a line on stderr as it happens (`tests/netgaps.rs`
+//! `without_an_audit_log_alerts_and_the_summary_reach_stderr`).
 
 use std::os::fd::RawFd;
 

@@ -26,6 +26,14 @@ pub struct TunnelLimits {
     /// hits, repeats and TTL-0 answers included: the choice of which
     /// allowed (name, type) to ask, and when, is a channel of its own.
     pub max_queries_per_window: usize,
+    /// Shortest part below the wildcard entry (dots removed) that the
+    /// encoding score ([`crate::guard::encoded_check`]) judges: hex,
+    /// base32 and base64url data look alike to it whatever the alphabet.
+    pub encoded_min_len: usize,
+    /// Bytes of new names (the part below the wildcard entry, each
+    /// distinct name counted once) one client may send per window, over
+    /// every wildcard entry together: the ceiling of any encoding.
+    pub max_novel_bytes_per_window: usize,
     pub window: Duration,
 }
 
@@ -38,6 +46,8 @@ impl Default for TunnelLimits {
             entropy_min_len: 24,
             max_distinct_per_window: 100,
             max_queries_per_window: 1000,
+            encoded_min_len: 20,
+            max_novel_bytes_per_window: 2048,
             window: Duration::from_secs(60),
         }
     }

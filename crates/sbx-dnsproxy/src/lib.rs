@@ -184,7 +184,18 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = TunnelLimits::default().max_queries_per_window)]
     pub max_queries: usize,
 
-    /// The window of --max-subdomains and --max-queries.
+    /// Shortest part below a wildcard entry (dots removed) that is scored for
+    /// encoded data (hex, base32, base64url: letter/digit switches, vowels,
+    /// consonant runs); 0: off.
+    #[arg(long, value_name = "N", default_value_t = TunnelLimits::default().encoded_min_len)]
+    pub encoded_min_len: usize,
+
+    /// Bytes of new names below wildcard entries (each distinct name once) a client may
+    /// send per window, all entries together (0: no limit).
+    #[arg(long, value_name = "BYTES", default_value_t = TunnelLimits::default().max_novel_bytes_per_window)]
+    pub max_novel_bytes: usize,
+
+    /// The window of --max-subdomains, --max-queries and --max-novel-bytes.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_dur)]
     pub subdomain_window: Duration,
 
@@ -322,6 +333,8 @@ impl Cli {
                 entropy_min_len: self.entropy_min_len,
                 max_distinct_per_window: self.max_subdomains,
                 max_queries_per_window: self.max_queries,
+                encoded_min_len: self.encoded_min_len,
+                max_novel_bytes_per_window: self.max_novel_bytes,
                 window: self.subdomain_window,
             },
             client_prefix_v4: self.client_prefix4,

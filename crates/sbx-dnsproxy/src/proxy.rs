@@ -57,6 +57,7 @@ pub struct DnsProxy {
     cache: Cache,
     tracker: SubdomainTracker,
     budget: QueryBudget,
+    novel: guard::NovelBytes,
     limiter: RefusalLimiter,
     /// Rate limit of the `dns_upstream_failed` events.
     fail_limiter: RefusalLimiter,
@@ -125,6 +126,7 @@ impl DnsProxy {
             cache: Cache::new(cfg.cache_size),
             tracker: SubdomainTracker::default(),
             budget: QueryBudget::default(),
+            novel: guard::NovelBytes::default(),
             limiter: RefusalLimiter::new(cfg.refused_rate, cfg.refused_burst),
             fail_limiter: RefusalLimiter::new(5, 20),
             fail_suppressed: Default::default(),
@@ -223,35 +225,111 @@ impl DnsProxy {
         client: SocketAddr,
         udp: bool,
     ) -> Option<Option<Vec<u8>>> {
-        let payload = self.cfg.udp_payload;
-        let limit = udp.then(|| match fq.edns {
-            Some(p) => usize::from(p.clamp(512, payload)),
-            None => 512,
-        });
         let qtype = RecordType::from(fq.qtype);
-        let refuse = |r: Refusal| {
-            self.refuse_with(client, &fq.name, qtype, &r, || {
-                Some(wire::reply(
-                    query,
-                    fq,
-                    None,
-                    u16::from(r.rcode) as u8,
-                    0,
-                    payload,
-                    limit,
-                ))
-            })
-        };
         if let Some(r) = self.check(&fq.name, qtype, DNSClass::from(fq.qclass), client.ip()) {
-            return Some(refuse(r));
+            return Some(self.fast_refuse(query, fq, client, udp, r));
         }
         let (outcome, age) = match self.lookup_or_fetch(&fq.name, qtype, client, false).await {
             Ok(x) => x,
             Err(()) => {
-                return Some(Some(wire::reply(query, fq, None, 2, 0, payload, limit)));
+                let payload = self.cfg.udp_payload;
+                return Some(Some(wire::reply(
+                    query,
+                    fq,
+                    None,
+                    2,
+                    0,
+                    payload,
+                    self.udp_limit(fq, udp),
+                )));
             }
         };
-        match &*outcome {
+        self.fast_outcome(query, fq, client, udp, &outcome, age)
+    }
+
+    /// What the receiving thread can answer at once, without a task: a
+    /// fast-path query whose (name, type) is in the cache with a template
+    /// (or a cached refusal), or one refused before any budget counts it
+    /// (class, type, not on the list). `None` (nothing done, nothing
+    /// counted): take
+    /// [`DnsProxy::handle_udp`]. The same answers as that path, in the
+    /// same order of checks (the checks, then the cache).
+    pub fn answer_udp_now(&self, query: &[u8], client: SocketAddr) -> Option<Option<Vec<u8>>> {
+        if !self.cfg.fast_path || query.len() < 12 || query[2] & 0x80 != 0 {
+            return None;
+        }
+        let fq = wire::parse_query(query)?;
+        let qtype = RecordType::from(fq.qtype);
+        let class = DNSClass::from(fq.qclass);
+        let cached = self.cache.get(&fq.name, fq.qtype);
+        match &cached {
+            Some((o, _)) if matches!(&**o, Outcome::Answer { template: None, .. }) => return None,
+            Some(_) => {}
+            // Not cached: answered here only when refused before any budget
+            // counts it (class, type, not on the list).
+            None => {
+                if class == DNSClass::IN
+                    && self.cfg.qtypes.contains(&qtype)
+                    && self.allow.load().matches(&fq.name).is_some()
+                {
+                    return None;
+                }
+            }
+        }
+        // From here on the query is answered here.
+        Stats::inc(&self.stats.queries);
+        if let Some(r) = self.check(&fq.name, qtype, class, client.ip()) {
+            return Some(self.fast_refuse(query, &fq, client, true, r));
+        }
+        let (outcome, age) = cached?;
+        Stats::inc(&self.stats.cache_hits);
+        self.fast_outcome(query, &fq, client, true, &outcome, age)
+    }
+
+    /// The largest UDP reply the client takes (None over TCP).
+    fn udp_limit(&self, fq: &wire::FastQuery, udp: bool) -> Option<usize> {
+        let payload = self.cfg.udp_payload;
+        udp.then(|| match fq.edns {
+            Some(p) => usize::from(p.clamp(512, payload)),
+            None => 512,
+        })
+    }
+
+    fn fast_refuse(
+        &self,
+        query: &[u8],
+        fq: &wire::FastQuery,
+        client: SocketAddr,
+        udp: bool,
+        r: Refusal,
+    ) -> Option<Vec<u8>> {
+        let payload = self.cfg.udp_payload;
+        let limit = self.udp_limit(fq, udp);
+        self.refuse_with(client, &fq.name, RecordType::from(fq.qtype), &r, || {
+            Some(wire::reply(
+                query,
+                fq,
+                None,
+                u16::from(r.rcode) as u8,
+                0,
+                payload,
+                limit,
+            ))
+        })
+    }
+
+    fn fast_outcome(
+        &self,
+        query: &[u8],
+        fq: &wire::FastQuery,
+        client: SocketAddr,
+        udp: bool,
+        outcome: &Outcome,
+        age: u32,
+    ) -> Option<Option<Vec<u8>>> {
+        let payload = self.cfg.udp_payload;
+        let limit = self.udp_limit(fq, udp);
+        match outcome {
             Outcome::Answer {
                 template: Some(t), ..
             } => {
@@ -270,11 +348,17 @@ impl DnsProxy {
                 )))
             }
             Outcome::Answer { template: None, .. } => None,
-            Outcome::Refused { reason, detail, .. } => Some(refuse(Refusal {
-                reason,
-                detail: detail.clone(),
-                rcode: ResponseCode::Refused,
-            })),
+            Outcome::Refused { reason, detail, .. } => Some(self.fast_refuse(
+                query,
+                fq,
+                client,
+                udp,
+                Refusal {
+                    reason,
+                    detail: detail.clone(),
+                    rcode: ResponseCode::Refused,
+                },
+            )),
         }
     }
 
@@ -496,7 +580,12 @@ impl DnsProxy {
         let over = self.budget.check(&self.cfg.tunnel, who);
         let sus = guard::static_check(&self.cfg.tunnel, name, below)
             .or_else(|| match m {
-                Match::Wildcard(sfx) => self.tracker.check(&self.cfg.tunnel, who, sfx, name),
+                Match::Wildcard(sfx) => match self.tracker.note(&self.cfg.tunnel, who, sfx, name) {
+                    Err(s) => Some(s),
+                    // A repeat in the window carries no new bytes.
+                    Ok(true) => None,
+                    Ok(false) => self.novel.check(&self.cfg.tunnel, who, name, below),
+                },
                 Match::Exact => None,
             })
             .or(over);

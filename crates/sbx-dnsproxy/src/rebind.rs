@@ -2,71 +2,18 @@
 //! point to.
 
 use std::collections::HashSet;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
-/// Why an address is not acceptable for a public name, if it is not.
+/// Why an address is not acceptable for a public name, if it is not: a
+/// host address (also when embedded in an IPv6 form), or any block of
+/// the special-purpose table ([`sbx_core::addrclass`], shared with
+/// sbx-net).
 pub fn internal_kind(ip: IpAddr, own: &HashSet<IpAddr>) -> Option<&'static str> {
-    let ip = match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => ip,
-        },
-        v4 => v4,
-    };
-    if own.contains(&ip) {
-        return Some("host_address");
+    if let Some(s) = sbx_core::addrclass::classify(ip) {
+        return Some(s.kind);
     }
-    match ip {
-        IpAddr::V4(v4) => v4_kind(v4),
-        IpAddr::V6(v6) => v6_kind(v6),
-    }
-}
-
-fn v4_kind(ip: Ipv4Addr) -> Option<&'static str> {
-    let o = ip.octets();
-    if ip.is_loopback() {
-        Some("loopback")
-    } else if ip.is_private() {
-        Some("private")
-    } else if ip.is_link_local() {
-        Some("link_local")
-    } else if ip.is_unspecified() || o[0] == 0 {
-        Some("unspecified")
-    } else if o[0] == 100 && (o[1] & 0xc0) == 64 {
-        Some("shared_cgnat")
-    } else if ip.is_broadcast() || ip.is_multicast() {
-        Some("multicast_broadcast")
-    } else {
-        None
-    }
-}
-
-fn v6_kind(ip: Ipv6Addr) -> Option<&'static str> {
-    let s = ip.segments();
-    if ip.is_loopback() {
-        Some("loopback")
-    } else if ip.is_unspecified() {
-        Some("unspecified")
-    } else if (s[0] & 0xfe00) == 0xfc00 {
-        Some("private")
-    } else if (s[0] & 0xffc0) == 0xfe80 || (s[0] & 0xffc0) == 0xfec0 {
-        Some("link_local")
-    } else if ip.is_multicast() {
-        Some("multicast_broadcast")
-    } else if s[0] == 0x64 && s[1] == 0xff9b {
-        // NAT64: judge the embedded IPv4 address.
-        let v4 = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
-        v4_kind(v4)
-    } else if let Some(v4) = ip.to_ipv4() {
-        // IPv4-compatible (deprecated) forms.
-        if s[0..5].iter().all(|&x| x == 0) {
-            v4_kind(v4)
-        } else {
-            None
-        }
-    } else {
-        None
-    }
+    let canon = sbx_core::addrclass::canonical(ip);
+    (own.contains(&ip) || own.contains(&canon)).then_some("host_address")
 }
 
 /// The addresses of this host's interfaces (in the current network
@@ -92,7 +39,7 @@ mod tests {
 
     #[test]
     fn kinds() {
-        let own: HashSet<IpAddr> = ["198.51.100.7".parse().unwrap()].into();
+        let own: HashSet<IpAddr> = ["93.184.216.7".parse().unwrap()].into();
         let k = |s: &str| internal_kind(s.parse().unwrap(), &own);
         assert_eq!(k("127.0.0.1"), Some("loopback"));
         assert_eq!(k("10.1.2.3"), Some("private"));
@@ -101,15 +48,23 @@ mod tests {
         assert_eq!(k("169.254.169.254"), Some("link_local"));
         assert_eq!(k("0.0.0.0"), Some("unspecified"));
         assert_eq!(k("100.64.0.1"), Some("shared_cgnat"));
-        assert_eq!(k("198.51.100.7"), Some("host_address"));
+        assert_eq!(k("93.184.216.7"), Some("host_address"));
+        assert_eq!(k("::ffff:93.184.216.7"), Some("host_address"));
+        assert_eq!(k("2002:5db8:d807::1"), Some("host_address"));
         assert_eq!(k("::1"), Some("loopback"));
         assert_eq!(k("::ffff:127.0.0.1"), Some("loopback"));
         assert_eq!(k("fd00::1"), Some("private"));
         assert_eq!(k("fe80::1"), Some("link_local"));
         assert_eq!(k("64:ff9b::a00:1"), Some("private"));
-        assert_eq!(k("192.0.2.1"), None);
-        assert_eq!(k("203.0.113.5"), None);
-        assert_eq!(k("2001:db8::1"), None);
+        assert_eq!(k("2002:a00:1::"), Some("private"));
+        assert_eq!(k("2001:0:4136:e378:8000:63bf:3fff:fdd2"), Some("teredo"));
+        assert_eq!(k("192.0.2.1"), Some("documentation"));
+        assert_eq!(k("198.18.0.1"), Some("benchmarking"));
+        assert_eq!(k("240.0.0.1"), Some("reserved"));
+        assert_eq!(k("192.0.0.1"), Some("ietf_protocol"));
+        assert_eq!(k("203.0.113.5"), Some("documentation"));
+        assert_eq!(k("2001:db8::1"), Some("documentation"));
         assert_eq!(k("93.184.216.34"), None);
+        assert_eq!(k("2606:4700::1111"), None);
     }
 }

@@ -221,6 +221,14 @@ fn udp_thread(
             let Some((query, peer)) = batch.get(i) else {
                 continue;
             };
+            // A cached answer or a refusal of it: answered right here, no
+            // copy of the query, no future.
+            if let Some(r) = proxy.answer_udp_now(query, peer) {
+                if let Some(reply) = r {
+                    replies.push((reply, peer));
+                }
+                continue;
+            }
             let query = query.to_vec();
             let p = proxy.clone();
             let mut fut = Box::pin(async move { p.handle_udp(&query, peer).await });

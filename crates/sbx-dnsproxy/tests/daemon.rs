@@ -20,15 +20,15 @@ fn allowed_names_resolve_over_udp_and_tcp() {
         let p = Proxy::start(&up, ALLOW, who);
         let m = p.ask("a.allowed.test", RecordType::A);
         assert_eq!(rcode(&m), ResponseCode::NoError);
-        assert_eq!(ips(&m), ["192.0.2.10"], "{who:?}");
+        assert_eq!(ips(&m), ["192.0.32.10"], "{who:?}");
         let m = p.ask("deep.sub.allowed.test", RecordType::AAAA);
-        assert_eq!(ips(&m), ["2001:db8::10"]);
+        assert_eq!(ips(&m), ["2a00:db8::10"]);
         let m = p.ask_tcp("exact.test", RecordType::A);
-        assert_eq!(ips(&m), ["192.0.2.20"]);
+        assert_eq!(ips(&m), ["192.0.32.20"]);
         // The question is echoed as asked (case preserved).
         let m = p.ask("MiXeD.Allowed.Test", RecordType::A);
         assert_eq!(m.queries[0].name().to_ascii(), "MiXeD.Allowed.Test.");
-        assert_eq!(ips(&m), ["192.0.2.10"]);
+        assert_eq!(ips(&m), ["192.0.32.10"]);
         let (code, _) = p.stop();
         assert_eq!(code, 0);
     }
@@ -54,9 +54,9 @@ fn several_listeners() {
     assert_eq!(p.addrs.len(), 2);
     for a in &p.addrs {
         let m = udp_query(*a, "x.allowed.test", RecordType::A, Duration::from_secs(8)).unwrap();
-        assert_eq!(ips(&m), ["192.0.2.10"], "{a}");
+        assert_eq!(ips(&m), ["192.0.32.10"], "{a}");
         let m = tcp_query(*a, &query_bytes("y.allowed.test", RecordType::A, false)).unwrap();
-        assert_eq!(ips(&m), ["192.0.2.10"], "{a}");
+        assert_eq!(ips(&m), ["192.0.32.10"], "{a}");
     }
 }
 
@@ -154,10 +154,10 @@ fn cname_chains_only_through_allowlisted_names() {
     let m = p.ask("alias.allowed.test", RecordType::A);
     assert_eq!(rcode(&m), ResponseCode::NoError);
     assert_eq!(m.answers[0].record_type(), RecordType::CNAME);
-    assert_eq!(ips(&m), ["192.0.2.30"]);
+    assert_eq!(ips(&m), ["192.0.32.30"]);
     // Two hops, ending at an exact entry.
     let m = p.ask("hop1.allowed.test", RecordType::A);
-    assert_eq!(ips(&m), ["192.0.2.20"]);
+    assert_eq!(ips(&m), ["192.0.32.20"]);
     // An alias leaving the allowlist is refused, its target never asked.
     let m = p.ask("bad.allowed.test", RecordType::A);
     assert_eq!(rcode(&m), ResponseCode::Refused);
@@ -203,7 +203,7 @@ fn rebinding_answers_are_dropped() {
         }
         // A mixed answer keeps the public address only.
         let m = p.ask("mixed.rebind.test", RecordType::A);
-        assert_eq!(ips(&m), ["192.0.2.40"]);
+        assert_eq!(ips(&m), ["192.0.32.40"]);
         assert_event(&p.audit, "dns_answer_dropped", "alert", |e| {
             e["name"] == "mixed.rebind.test" && e["detail"].as_str().unwrap().contains("10.9.9.9")
         });
@@ -332,16 +332,16 @@ fn refused_queries_are_rate_limited() {
         e["dropped"].as_u64().unwrap() >= 1
     });
     // An allowlisted name still resolves for that client.
-    assert_eq!(ips(&p.ask("exact.test", RecordType::A)), ["192.0.2.20"]);
+    assert_eq!(ips(&p.ask("exact.test", RecordType::A)), ["192.0.32.20"]);
 }
 
 #[test]
 fn answers_are_cached_for_their_ttl() {
-    let up = upstream!("--host-record=short.allowed.test,192.0.2.77,2");
+    let up = upstream!("--host-record=short.allowed.test,192.0.32.77,2");
     let p = Proxy::start(&up, ALLOW, identities()[0]);
     let first = p.ask("c.allowed.test", RecordType::A);
     let second = p.ask("c.allowed.test", RecordType::A);
-    assert_eq!(ips(&second), ["192.0.2.10"]);
+    assert_eq!(ips(&second), ["192.0.32.10"]);
     assert!(second.answers[0].ttl <= first.answers[0].ttl);
     assert!(first.answers[0].ttl <= 300 && first.answers[0].ttl >= 290);
     assert_eq!(
@@ -356,7 +356,7 @@ fn answers_are_cached_for_their_ttl() {
     std::thread::sleep(Duration::from_millis(3100));
     assert_eq!(
         ips(&p.ask("short.allowed.test", RecordType::A)),
-        ["192.0.2.77"]
+        ["192.0.32.77"]
     );
     assert_eq!(up.times_asked("short.allowed.test"), 2);
 }
@@ -420,7 +420,10 @@ fn sighup_reloads_without_dropping_queries() {
         // Queries keep being answered while the list is swapped.
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            assert_eq!(ips(&p.ask("a.allowed.test", RecordType::A)), ["192.0.2.10"]);
+            assert_eq!(
+                ips(&p.ask("a.allowed.test", RecordType::A)),
+                ["192.0.32.10"]
+            );
             if rcode(&p.ask("b.allowed.test", RecordType::A)) == ResponseCode::NoError {
                 break;
             }
@@ -441,7 +444,10 @@ fn sighup_reloads_without_dropping_queries() {
             assert!(Instant::now() < deadline, "no reload failure reported");
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert_eq!(ips(&p.ask("b.allowed.test", RecordType::A)), ["192.0.2.10"]);
+        assert_eq!(
+            ips(&p.ask("b.allowed.test", RecordType::A)),
+            ["192.0.32.10"]
+        );
         let (code, _) = p.stop();
         assert_eq!(code, 0);
     }
@@ -546,7 +552,10 @@ fn settings_from_a_config_file() {
             &["--config".to_string(), cfg.to_str().unwrap().to_string()],
             who,
         );
-        assert_eq!(ips(&p.ask("a.allowed.test", RecordType::A)), ["192.0.2.10"]);
+        assert_eq!(
+            ips(&p.ask("a.allowed.test", RecordType::A)),
+            ["192.0.32.10"]
+        );
         assert_eq!(
             rcode(&p.ask("evil.test", RecordType::A)),
             ResponseCode::NXDomain
@@ -594,11 +603,11 @@ fn several_queries_on_one_tcp_connection() {
     }
     assert_eq!(
         got[0],
-        (100, ResponseCode::NoError, vec!["192.0.2.10".to_string()])
+        (100, ResponseCode::NoError, vec!["192.0.32.10".to_string()])
     );
     assert_eq!(
         got[1],
-        (101, ResponseCode::NoError, vec!["192.0.2.20".to_string()])
+        (101, ResponseCode::NoError, vec!["192.0.32.20".to_string()])
     );
     assert_eq!(got[2], (102, ResponseCode::Refused, vec![]));
 }

@@ -51,7 +51,10 @@ fn escaped_dot_label_is_refused_never_forwarded_and_alerted() {
         }
         // A real name under the wildcard still resolves (the upstream
         // answers it), so the refusal above is the matcher's doing.
-        assert_eq!(ips(&p.ask("x.allowed.test", RecordType::A)), ["192.0.2.10"]);
+        assert_eq!(
+            ips(&p.ask("x.allowed.test", RecordType::A)),
+            ["192.0.32.10"]
+        );
         let after: Vec<String> = up.queries()[before..].to_vec();
         assert_eq!(
             after.len(),
@@ -180,6 +183,8 @@ thread_local! {
             max_entropy: 0.0,
             max_distinct_per_window: 0,
             max_queries_per_window: 0,
+            encoded_min_len: 0,
+            max_novel_bytes_per_window: 0,
             ..TunnelLimits::default()
         },
         ..Default::default()
@@ -261,7 +266,7 @@ fn budgets_are_per_prefix_not_per_source_address() {
         );
         assert_eq!(
             ips(&reply_on(&s, Duration::from_secs(8)).unwrap()),
-            ["192.0.2.20"]
+            ["192.0.32.20"]
         );
         p.stop();
     }
@@ -328,7 +333,7 @@ fn sixty_five_thousand_sources_lock_nobody_out() {
     );
     assert_eq!(
         ips(&reply_on(&s, Duration::from_secs(8)).unwrap()),
-        ["192.0.2.20"]
+        ["192.0.32.20"]
     );
     p.stop();
 }
@@ -431,7 +436,7 @@ fn scripted_answer(q: &Message, count: usize) -> Option<Message> {
     let cname = |owner: &str, t: &str| Record::from_rdata(n(owner), 300, RData::CNAME(CNAME(n(t))));
     match name.as_str() {
         "signed.allowed.test." => {
-            m.add_answer(a("signed.allowed.test.", [192, 0, 2, 50]));
+            m.add_answer(a("signed.allowed.test.", [192, 0, 32, 50]));
             if dnssec {
                 m.add_answer(Record::from_rdata(
                     n("signed.allowed.test."),
@@ -456,13 +461,13 @@ fn scripted_answer(q: &Message, count: usize) -> Option<Message> {
                     &format!("hop{}.allowed.test.", j + 1),
                 ));
             }
-            m.add_answer(a("hop12.allowed.test.", [192, 0, 2, 51]));
+            m.add_answer(a("hop12.allowed.test.", [192, 0, 32, 51]));
         }
         "lossy.allowed.test." => {
             if count == 1 {
                 return None; // the first datagram is lost
             }
-            m.add_answer(a("lossy.allowed.test.", [192, 0, 2, 52]));
+            m.add_answer(a("lossy.allowed.test.", [192, 0, 32, 52]));
         }
         _ => m.metadata.response_code = ResponseCode::NXDomain,
     }
@@ -547,7 +552,7 @@ fn badvers_and_dnssec_pass_through() {
         ] {
             assert_eq!(rcode(&m), ResponseCode::NoError);
             assert!(m.edns.as_ref().unwrap().flags().dnssec_ok, "DO echoed");
-            assert_eq!(ips(&m), ["192.0.2.50"]);
+            assert_eq!(ips(&m), ["192.0.32.50"]);
             let sig = |m: &Message| {
                 m.answers
                     .iter()
@@ -569,7 +574,7 @@ fn badvers_and_dnssec_pass_through() {
         // Without DO: no signatures (and the DO answers did not leak into
         // the plain cache).
         let m = p.ask("signed.allowed.test", RecordType::A);
-        assert_eq!(ips(&m), ["192.0.2.50"]);
+        assert_eq!(ips(&m), ["192.0.32.50"]);
         assert!(
             m.answers
                 .iter()
@@ -603,7 +608,7 @@ fn cname_loops_and_long_chains_are_servfail() {
         // hop4 -> ... -> hop12: 8 hops, the limit the docs promise.
         let m = p.ask("hop4.allowed.test", RecordType::A);
         assert_eq!(rcode(&m), ResponseCode::NoError);
-        assert_eq!(ips(&m), ["192.0.2.51"]);
+        assert_eq!(ips(&m), ["192.0.32.51"]);
         let m = p.ask("hop3.allowed.test", RecordType::A);
         assert_eq!(rcode(&m), ResponseCode::ServFail, "9 hops");
         let ev = p.events();
@@ -624,7 +629,7 @@ fn a_silent_upstream_is_asked_again() {
     let up = Scripted::start(scripted_answer);
     let p = scripted_proxy(&up, identities()[0]);
     let m = p.ask("lossy.allowed.test", RecordType::A);
-    assert_eq!(ips(&m), ["192.0.2.52"], "{m:?}");
+    assert_eq!(ips(&m), ["192.0.32.52"], "{m:?}");
     assert_eq!(up.asked("lossy.allowed.test"), 2);
     p.stop();
 }
@@ -699,11 +704,14 @@ fn tcp_connections_are_capped_per_client() {
     t.read_exact(&mut len).unwrap();
     let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
     t.read_exact(&mut buf).unwrap();
-    assert_eq!(ips(&Message::from_vec(&buf).unwrap()), ["192.0.2.20"]);
+    assert_eq!(ips(&Message::from_vec(&buf).unwrap()), ["192.0.32.20"]);
     // Closing the held ones frees the first client's slots.
     drop(held);
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(ips(&p.ask_tcp("exact.test", RecordType::A)), ["192.0.2.20"]);
+    assert_eq!(
+        ips(&p.ask_tcp("exact.test", RecordType::A)),
+        ["192.0.32.20"]
+    );
     p.stop();
 }
 
@@ -731,6 +739,8 @@ fn a_silent_upstream_under_load_keeps_memory_bounded() {
         "--max-subdomains",
         "0",
         "--max-queries",
+        "0",
+        "--max-novel-bytes",
         "0",
     ]
     .iter()
@@ -790,7 +800,7 @@ const TUNNEL_TARGET: &str = "mzxw6ytboi4dcnrtgq2tmnzyhe3dkmbrgizdiobv.allowed.te
 fn downstream_content_is_capped() {
     use hickory_proto::rr::RData;
     let cname = format!("--cname=c.allowed.test,{TUNNEL_TARGET}");
-    let host = format!("--host-record={TUNNEL_TARGET},192.0.2.61");
+    let host = format!("--host-record={TUNNEL_TARGET},192.0.32.61");
     // "1 . alpn=h2 ech=01020304 key65000=hello" and "1 evil.test. alpn=h2".
     let up = upstream!(
         "--dns-rr=data.allowed.test,65,000100000100030268320005000401020304fde8000568656c6c6f",
@@ -847,7 +857,7 @@ fn downstream_content_is_capped() {
         .unwrap();
         assert_eq!(
             ips(&direct),
-            ["192.0.2.61"],
+            ["192.0.32.61"],
             "the upstream follows the alias"
         );
         let m = p.ask("c.allowed.test", RecordType::A);

@@ -29,7 +29,7 @@ fn handle_and_answer_log() {
         allow: vec![
             "*.allowed.test".into(),
             "exact.test".into(),
-            "192.0.2.99".into(),
+            "192.0.32.99".into(),
         ],
         upstreams: vec![up.addr],
         ..Default::default()
@@ -45,8 +45,8 @@ fn handle_and_answer_log() {
             .await
             .unwrap();
         let m = Message::from_vec(&r).unwrap();
-        assert_eq!(ips(&m), ["192.0.2.10"]);
-        let ip: IpAddr = "192.0.2.10".parse().unwrap();
+        assert_eq!(ips(&m), ["192.0.32.10"]);
+        let ip: IpAddr = "192.0.32.10".parse().unwrap();
         assert_eq!(log.names_for(ip), ["a.allowed.test"]);
         let a = &log.lookup(ip)[0];
         assert!(a.ttl <= 300 && a.ttl > 0);
@@ -59,7 +59,7 @@ fn handle_and_answer_log() {
             )
             .await
             .unwrap();
-        let mut names = log.names_for("192.0.2.20".parse().unwrap());
+        let mut names = log.names_for("192.0.32.20".parse().unwrap());
         names.sort();
         assert_eq!(
             names,
@@ -75,7 +75,7 @@ fn handle_and_answer_log() {
             Message::from_vec(&r).unwrap().metadata.response_code,
             ResponseCode::Refused
         );
-        assert!(log.names_for("198.51.100.66".parse().unwrap()).is_empty());
+        assert!(log.names_for("198.51.200.66".parse().unwrap()).is_empty());
         let r = proxy
             .handle(
                 &query_bytes("bad.allowed.test", RecordType::A, true),
@@ -87,14 +87,14 @@ fn handle_and_answer_log() {
             Message::from_vec(&r).unwrap().metadata.response_code,
             ResponseCode::Refused
         );
-        assert!(log.names_for("198.51.100.66".parse().unwrap()).is_empty());
+        assert!(log.names_for("198.51.200.66".parse().unwrap()).is_empty());
 
         // Garbage: dropped or FORMERR, never a panic.
         assert!(proxy.handle(&[1, 2, 3], client()).await.is_none());
     });
     assert_eq!(
         proxy.allowlist().ips(),
-        ["192.0.2.99".parse::<IpAddr>().unwrap()]
+        ["192.0.32.99".parse::<IpAddr>().unwrap()]
     );
     assert!(proxy.is_allowed("X.Allowed.Test."));
     assert!(!proxy.is_allowed("allowed.test"));
@@ -103,7 +103,7 @@ fn handle_and_answer_log() {
 #[test]
 fn udp_replies_are_truncated_to_the_client_size() {
     let extra: Vec<String> = (1..=60)
-        .map(|i| format!("--host-record=big.allowed.test,203.0.113.{i}"))
+        .map(|i| format!("--host-record=big.allowed.test,203.0.213.{i}"))
         .collect();
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let up = match Upstream::start(&extra) {
@@ -186,8 +186,8 @@ fn shared_entry_validation() {
         AllowEntry::Subdomains("example.com".into())
     );
     assert_eq!(
-        parse_allow_entry("2001:db8::1").unwrap(),
-        AllowEntry::Ip("2001:db8::1".parse().unwrap())
+        parse_allow_entry("2a00:db8::1").unwrap(),
+        AllowEntry::Ip("2a00:db8::1".parse().unwrap())
     );
     let e = parse_allow_entry("*.com").unwrap_err().to_string();
     assert!(e.contains("'*.com'"), "{e}");
@@ -299,7 +299,7 @@ fn concurrent_identical_questions_share_one_upstream_query() {
         for r in [a, b, c, d] {
             assert_eq!(
                 ips(&Message::from_vec(&r.unwrap()).unwrap()),
-                ["192.0.2.10"]
+                ["192.0.32.10"]
             );
         }
     });

@@ -28,9 +28,9 @@ server:
   logfile: ""
   module-config: "iterator"
   local-zone: "allowed.test." redirect
-  local-data: "allowed.test. 120 IN A 192.0.2.10"
-  local-data: "allowed.test. 120 IN AAAA 2001:db8::10"
-  local-data: "evil.test. 120 IN A 198.51.100.66"
+  local-data: "allowed.test. 120 IN A 192.0.32.10"
+  local-data: "allowed.test. 120 IN AAAA 2a00:db8::10"
+  local-data: "evil.test. 120 IN A 198.51.200.66"
 remote-control:
   control-enable: no
 EOC
@@ -95,21 +95,21 @@ fn answers_are_published_to_nft_sets() {
             "{who:?} {:?}: {text}\n{err}",
             out.status
         );
-        assert!(text.contains("A=192.0.2.10"), "{text}");
-        assert!(text.contains("AAAA=2001:db8::10"), "{text}");
+        assert!(text.contains("A=192.0.32.10"), "{text}");
+        assert!(text.contains("AAAA=2a00:db8::10"), "{text}");
         assert!(text.contains("EVIL=\n"), "{text}");
         let (ok4, rest) = text.split_once("--- ok6").unwrap();
         let (ok6, again) = rest.split_once("--- ok4 again").unwrap();
         assert!(
-            ok4.contains("192.0.2.10 timeout"),
+            ok4.contains("192.0.32.10 timeout"),
             "TTL-bound element: {ok4}"
         );
         assert!(
-            !ok4.contains("198.51.100.66"),
+            !ok4.contains("198.51.200.66"),
             "a refused name's address is not published: {ok4}"
         );
-        assert!(ok6.contains("2001:db8::10"), "{ok6}");
-        assert!(!ok6.contains("192.0.2.10"));
-        assert!(again.contains("192.0.2.10 timeout"), "{again}");
+        assert!(ok6.contains("2a00:db8::10"), "{ok6}");
+        assert!(!ok6.contains("192.0.32.10"));
+        assert!(again.contains("192.0.32.10 timeout"), "{again}");
     }
 }

@@ -225,21 +225,17 @@ fn reset(s: TcpStream) {
 }
 
 /// Addresses the gateway never connects to whatever the allowlist says:
-/// the host's loopback (reachable only through an IPv4-mapped IPv6 trick),
-/// unspecified, multicast and broadcast.
+/// the host's loopback (reachable only through an IPv6 form that embeds
+/// it: mapped, compatible, NAT64, 6to4), unspecified, multicast and
+/// broadcast; judged through the shared table ([`sbx_core::addrclass`]),
+/// so an embedded form is the address it embeds.
 fn forbidden(ip: IpAddr) -> Option<&'static str> {
-    if ip.is_loopback() {
-        return Some("host loopback is never reachable");
+    match sbx_core::addrclass::classify(ip).map(|s| s.kind) {
+        Some("loopback") => Some("host loopback is never reachable"),
+        Some("unspecified") => Some("unspecified address"),
+        Some("multicast_broadcast") => Some("multicast or broadcast address"),
+        _ => None,
     }
-    if ip.is_unspecified() || ip.is_multicast() {
-        return Some("unspecified or multicast address");
-    }
-    if let IpAddr::V4(a) = ip
-        && a.is_broadcast()
-    {
-        return Some("broadcast address");
-    }
-    None
 }
 
 impl Gateway {
@@ -275,7 +271,11 @@ impl Gateway {
         }
         // The host's own addresses: only when named by --allow-host-address,
         // whatever CIDR or answer covers them.
-        if !self.host_allow.contains(&ip) && self.host_addrs.contains(ip) {
+        let canon = sbx_core::addrclass::canonical(ip);
+        if !self.host_allow.contains(&ip)
+            && !self.host_allow.contains(&canon)
+            && (self.host_addrs.contains(ip) || self.host_addrs.contains(canon))
+        {
             self.deny(
                 dst,
                 "a host address (only reachable with --allow-host-address)",
@@ -553,6 +553,39 @@ impl Gateway {
                     }
                 }
             });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every IPv6 form that embeds the host's loopback is the loopback;
+    /// public addresses and private ones (allowed by a CIDR on purpose)
+    /// are not refused here.
+    #[test]
+    fn embedded_loopback_is_never_reachable() {
+        for a in [
+            "127.0.0.1",
+            "127.1.2.3",
+            "::1",
+            "::ffff:127.0.0.1",
+            "::127.0.0.1",
+            "64:ff9b::7f00:1",
+            "2002:7f00:1::",
+        ] {
+            assert_eq!(
+                forbidden(a.parse().unwrap()),
+                Some("host loopback is never reachable"),
+                "{a}"
+            );
+        }
+        for a in ["0.0.0.0", "::", "224.0.0.1", "255.255.255.255", "ff02::1"] {
+            assert!(forbidden(a.parse().unwrap()).is_some(), "{a}");
+        }
+        for a in ["93.184.216.34", "10.1.2.3", "2606:4700::1111", "fd00::1"] {
+            assert_eq!(forbidden(a.parse().unwrap()), None, "{a}");
         }
     }
 }

@@ -84,10 +84,14 @@ before the filter is installed (it runs without it), double-forked so that it is
 child of CMD, in a session of its own, not dumpable, holding only the listener and the \
 audit log; it exits when no filtered process is left. CMD never holds the listener. CMD \
 cannot signal the notifier: kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo and \
-pidfd_open aimed at it (its pid, its process group, or kill(-1)) are refused EPERM with a \
-notifier_attacked alert (pidfd_send_signal on an fd of its /proc directory is not covered). If \
-the notifier dies anyway, the calls still fail, with ENOSYS, and their alerts are lost; under \
-sbx-fs its init reaps it and logs seccomp_notifier_died (alert). The first alert the rate limit \
+pidfd_open aimed at it or at its watcher (their pids, the notifier's process group, or \
+kill(-1)) are refused EPERM with a notifier_attacked alert; every pidfd_send_signal goes to \
+the notifier, which copies the caller's fd (pidfd_getfd), refuses it (EPERM, alert) when it \
+refers to the notifier or its watcher (a pidfd or a /proc/PID directory fd), and otherwise \
+sends the signal itself through the copy. If the notifier is killed anyway (from outside), \
+its watcher (sbx-seccomp-wd) logs seccomp_notifier_died (alert) and kills CMD (status 137): \
+the run never goes on with refusals that would be silent ENOSYS; a killed watcher is the \
+same. Under sbx-fs its init also reaps the notifier and logs seccomp_notifier_died. The first alert the rate limit \
 holds back is itself an alert_budget_exhausted alert (once). Without \
 an audit log the alerts are lines on stderr (sbx-seccomp: ALERT ...) while CMD runs. With \
 --action errno, denials are silent EPERM as plain seccomp gives. \
@@ -313,9 +317,6 @@ allows executing only: {})",
     sbx_core::chain::resolve(&cli.cmd[0], path_var.as_deref())?;
 
     install::no_new_privs()?;
-    if cli.no_tsc {
-        install::no_tsc()?;
-    }
     let mut progs = match notify_filter {
         Some(nf) => notify::merge_deny(&doc, nf, progs)?,
         None => progs,
@@ -367,7 +368,7 @@ allows executing only: {})",
                         execwatch::insert_block(&mut p, intercept_memfd);
                     }
                     // Signals and pidfds aimed at the notifier go to it.
-                    notify::insert_guard(&mut p, n.pid);
+                    notify::insert_guard(&mut p, &[n.pid, n.watcher]);
                     if denials || exec_watch {
                         match notify::install_with_listener(&p) {
                             Ok(fd) => {
@@ -443,6 +444,14 @@ allows executing only: {})",
     // run_main blocked the signals a supervisor forwards; CMD must not
     // inherit that mask (Ctrl-C and SIGTERM would not reach it).
     sbx_core::signals::unblock_all().map_err(|e| Failure::new(format!("sigprocmask: {e}")))?;
+    // The TSC trap last, just before the exec: it is inherited by CMD, but
+    // not by the notifier (forked earlier), and nothing here reads the
+    // clock after it (a timestamp through the vDSO executes rdtsc, and an
+    // audit line needs one: the in-memory log of a run without
+    // --audit-log too).
+    if cli.no_tsc {
+        install::no_tsc()?;
+    }
     // Only 0, 1, 2 reach CMD (chain::exec hands the audit fd to a next
     // sbx tool, by identity).
     sbx_core::fds::cloexec_all_except(&[])

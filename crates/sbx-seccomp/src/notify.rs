@@ -216,11 +216,19 @@ fn guarded(nr: u32) -> bool {
         .any(|n| *n as u32 == nr)
 }
 
-/// The BPF block that sends signals and pidfd_open aimed at `pid` (also
-/// kill(-pid), its process group, and kill(-1)) to the notifier; anything
-/// else falls through with the accumulator holding the syscall number, as
-/// after the prelude.
-pub fn guard_block(pid: i32) -> Vec<seccompiler::sock_filter> {
+/// pidfd_send_signal: always to the notifier, which looks at what the
+/// pidfd (or /proc/PID directory fd) refers to in a copy of it
+/// (pidfd_getfd), refuses it when it is the notifier or its watcher, and
+/// otherwise sends the signal itself through that copy, so the caller
+/// cannot swap the fd between the look and the send.
+pub const NR_PIDFD_SEND_SIGNAL: u32 = libc::SYS_pidfd_send_signal as u32;
+
+/// The BPF block that sends signals and pidfd_open aimed at one of
+/// `pids` (the notifier first, the leader of its own process group: also
+/// kill(-pid), and kill(-1)) and every pidfd_send_signal to the notifier;
+/// anything else falls through with the accumulator holding the syscall
+/// number, as after the prelude.
+pub fn guard_block(pids: &[i32]) -> Vec<seccompiler::sock_filter> {
     use seccompiler::sock_filter;
     const LD: u16 = 0x20;
     const JEQ: u16 = 0x15;
@@ -228,41 +236,50 @@ pub fn guard_block(pid: i32) -> Vec<seccompiler::sock_filter> {
     let i = |code, jt, jf, k| sock_filter { code, jt, jf, k };
     let n_kill = GUARDED_KILL.len();
     let n_pid = GUARDED_BY_PID.len();
-    // Layout: [ld arch, jeq arch, ld nr, kill jeqs, pid jeqs, ja END,
-    //  KILLCHK: ld arg0, jeq -1, jeq -pid, PCHK: ld arg0, jeq pid, ja END,
-    //  NOTIFY: ret notif, END: ld nr]
-    let killchk = 3 + n_kill + n_pid + 1;
-    let pchk = killchk + 3;
-    let notify = pchk + 3;
+    let np = pids.len();
+    // Layout: [ld arch, jeq arch, ld nr, kill jeqs, pid jeqs,
+    //  jeq pidfd_send_signal, ja END,
+    //  KILLCHK: ld arg0, jeq -1, jeq -pid..., PCHK: ld arg0, jeq pid...,
+    //  ja END, NOTIFY: ret notif, END: ld nr]
+    let killchk = 3 + n_kill + n_pid + 2;
+    let pchk = killchk + 2 + np;
+    let notify = pchk + 1 + np + 1;
     let end = notify + 1;
+    // Jump offsets are relative to the next instruction.
+    let rel = |from: usize, to: usize| (to - from - 1) as u8;
     let mut v = vec![
         i(LD, 0, 0, 4),
-        i(JEQ, 0, (end - 2) as u8, crate::compile::AUDIT_ARCH),
+        i(JEQ, 0, rel(1, end), crate::compile::AUDIT_ARCH),
         i(LD, 0, 0, 0),
     ];
     for nr in GUARDED_KILL {
         let at = v.len();
-        v.push(i(JEQ, (killchk - at - 1) as u8, 0, *nr as u32));
+        v.push(i(JEQ, rel(at, killchk), 0, *nr as u32));
     }
     for nr in GUARDED_BY_PID {
         let at = v.len();
-        v.push(i(JEQ, (pchk - at - 1) as u8, 0, *nr as u32));
+        v.push(i(JEQ, rel(at, pchk), 0, *nr as u32));
     }
     let at = v.len();
-    v.push(i(JA, 0, 0, (end - at - 1) as u32));
+    v.push(i(JEQ, rel(at, notify), 0, NR_PIDFD_SEND_SIGNAL));
+    let at = v.len();
+    v.push(i(JA, 0, 0, u32::from(rel(at, end))));
     debug_assert_eq!(v.len(), killchk);
     v.push(i(LD, 0, 0, 16));
-    v.push(i(JEQ, (notify - killchk - 2) as u8, 0, u32::MAX));
-    v.push(i(
-        JEQ,
-        (notify - killchk - 3) as u8,
-        0,
-        (pid as u32).wrapping_neg(),
-    ));
+    let at = v.len();
+    v.push(i(JEQ, rel(at, notify), 0, u32::MAX));
+    for p in pids {
+        let at = v.len();
+        v.push(i(JEQ, rel(at, notify), 0, (*p as u32).wrapping_neg()));
+    }
     debug_assert_eq!(v.len(), pchk);
     v.push(i(LD, 0, 0, 16));
-    v.push(i(JEQ, (notify - pchk - 2) as u8, 0, pid as u32));
-    v.push(i(JA, 0, 0, (end - pchk - 3) as u32));
+    for p in pids {
+        let at = v.len();
+        v.push(i(JEQ, rel(at, notify), 0, *p as u32));
+    }
+    let at = v.len();
+    v.push(i(JA, 0, 0, u32::from(rel(at, end))));
     debug_assert_eq!(v.len(), notify);
     v.push(i(BPF_RET_K, 0, 0, RET_USER_NOTIF));
     v.push(i(LD, 0, 0, 0));
@@ -270,11 +287,11 @@ pub fn guard_block(pid: i32) -> Vec<seccompiler::sock_filter> {
 }
 
 /// Puts [`guard_block`] into the listener's filter, after the prelude.
-pub fn insert_guard(prog: &mut BpfProgram, pid: i32) {
+pub fn insert_guard(prog: &mut BpfProgram, pids: &[i32]) {
     let pre = crate::compile::prelude();
     let at = if prog.starts_with(&pre) { pre.len() } else { 0 };
     let tail = prog.split_off(at);
-    prog.extend(guard_block(pid));
+    prog.extend(guard_block(pids));
     prog.extend(tail);
 }
 
@@ -282,6 +299,8 @@ pub fn insert_guard(prog: &mut BpfProgram, pid: i32) {
 pub struct Notifier {
     sock: RawFd,
     pub pid: i32,
+    /// The notifier's watcher (see [`watcher_main`]).
+    pub watcher: i32,
 }
 
 impl Notifier {
@@ -301,31 +320,33 @@ impl Notifier {
             return Err(NotifyError::Fork(io::Error::last_os_error()));
         }
         if mid == 0 {
-            // The middle process: fork the notifier, report its pid, exit.
+            // The middle process: fork the notifier and exit (the notifier
+            // reports its pid and its watcher's itself).
             let pid = unsafe { libc::fork() };
             if pid == 0 {
                 notifier_main(me, theirs, ours, audit_fd, names, exec);
             }
-            let b = pid.to_ne_bytes();
-            unsafe {
-                libc::write(theirs, b.as_ptr().cast(), b.len());
-                libc::_exit(0);
-            }
+            unsafe { libc::_exit(0) }
         }
         unsafe {
             libc::close(theirs);
             libc::waitpid(mid, std::ptr::null_mut(), 0);
         }
-        let mut b = [0u8; 4];
+        let mut b = [0u8; 8];
         let n = unsafe { libc::read(ours, b.as_mut_ptr().cast(), b.len()) };
-        let pid = i32::from_ne_bytes(b);
-        if n != 4 || pid <= 0 {
+        let pid = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+        let watcher = i32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
+        if n != 8 || pid <= 0 || watcher <= 0 {
             unsafe { libc::close(ours) };
             return Err(NotifyError::Fork(io::Error::other(
                 "the notifier did not start",
             )));
         }
-        Ok(Notifier { sock: ours, pid })
+        Ok(Notifier {
+            sock: ours,
+            pid,
+            watcher,
+        })
     }
 
     /// Hands `listener` to the notifier and closes it and the socket here.
@@ -436,7 +457,10 @@ fn notifier_main(
     // copy of it (closed when the notifier exits, with the last filtered
     // process); it is closed as soon as CMD itself exits, so a reader of
     // CMD's stderr sees EOF then even when CMD left filtered processes.
-    let (err, cmd_pidfd) = if audit_fd.is_none() {
+    // The in-memory log of a run without --audit-log is read by nobody
+    // until the end: alerts go to stderr too.
+    let mem = sbx_core::audit::get().is_some_and(|a| a.is_mem());
+    let (err, cmd_pidfd) = if audit_fd.is_none() || mem {
         // The grandparent: sbx-seccomp, which becomes CMD. Watched from
         // before it execs (it waits for us to receive the listener).
         // SAFETY: plain syscalls; the fds are ours.
@@ -467,16 +491,151 @@ fn notifier_main(
     .flatten()
     .collect();
     sbx_core::fds::close_all_except(&keep);
+    // The watcher: a child that outlives this process when it is killed,
+    // and then alerts and kills CMD (a run whose refusals would silently
+    // become ENOSYS ends instead). Both pids are guarded by the filter.
+    // SAFETY: plain syscalls on fds this process owns.
+    let me = unsafe { libc::getpid() };
+    let kill_cmd = unsafe { libc::syscall(libc::SYS_pidfd_open, cmd_pid, 0) } as RawFd;
+    KILL_CMD.store(kill_cmd, std::sync::atomic::Ordering::Relaxed);
+    let mut pipe = [-1; 2];
+    let watcher = if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+        let w = unsafe { libc::fork() };
+        if w == 0 {
+            unsafe {
+                libc::close(pipe[1]);
+                libc::close(sock);
+            }
+            watcher_main(me, pipe[0]);
+        }
+        unsafe { libc::close(pipe[0]) };
+        w
+    } else {
+        -1
+    };
+    if watcher <= 0 {
+        // No watcher, no run: sbx-seccomp reads a short message and fails.
+        unsafe { libc::_exit(1) }
+    }
+    WATCH_PIPE.store(pipe[1], std::sync::atomic::Ordering::Relaxed);
+    WATCHER.store(watcher, std::sync::atomic::Ordering::Relaxed);
+    let wfd = unsafe { libc::syscall(libc::SYS_pidfd_open, watcher, 0) } as RawFd;
+    WATCHER_PIDFD.store(wfd, std::sync::atomic::Ordering::Relaxed);
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&me.to_ne_bytes());
+    b[4..].copy_from_slice(&watcher.to_ne_bytes());
+    // SAFETY: one write of a live buffer.
+    unsafe { libc::write(sock, b.as_ptr().cast(), b.len()) };
     // EOF (sbx-seccomp dropped the Notifier without a listener) or any
     // error: nothing to serve.
     // SAFETY: `sock` is open until closed below.
     let got = sbx_core::passfd::recv_fds(unsafe { BorrowedFd::borrow_raw(sock) }, &mut [0u8; 1]);
     let Some(listener) = got.ok().flatten().and_then(|m| m.fds.into_iter().next()) else {
-        unsafe { libc::_exit(0) }
+        clean_exit()
     };
     let listener = listener.into_raw_fd();
     unsafe { libc::close(sock) };
     serve(listener, &names, exec);
+    clean_exit()
+}
+
+/// The write end of the pipe to the watcher.
+static WATCH_PIPE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+/// The watcher's pid and a pidfd of it.
+static WATCHER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+static WATCHER_PIDFD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+/// A pidfd of CMD, to kill it when the notifier or its watcher is killed.
+static KILL_CMD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// The notifier ends normally: tells the watcher so, then exits.
+fn clean_exit() -> ! {
+    let w = WATCH_PIPE.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: one byte to our own pipe, then exit.
+    unsafe {
+        if w >= 0 {
+            libc::write(w, b"k".as_ptr().cast(), 1);
+        }
+        libc::_exit(0)
+    }
+}
+
+/// Kills CMD (fail closed) and says why; `what` died.
+fn fail_closed(what: &str, pid: i32) {
+    let k = KILL_CMD.load(std::sync::atomic::Ordering::Relaxed);
+    // CMD still running? (its pidfd is readable once it has exited)
+    let alive = k >= 0 && {
+        let mut p = libc::pollfd {
+            fd: k,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll of one live pollfd, no wait.
+        unsafe { libc::poll(&mut p, 1, 0) == 0 }
+    };
+    record(
+        "seccomp_notifier_died",
+        serde_json::json!({
+            "what": what,
+            "notifier_pid": pid,
+            "effect": "later seccomp refusals would fail with ENOSYS, unlogged",
+            "action": if alive { "command killed (SIGKILL)" } else { "command had exited" },
+        }),
+    );
+    if alive {
+        // SAFETY: a signal through our own pidfd.
+        unsafe { libc::syscall(libc::SYS_pidfd_send_signal, k, libc::SIGKILL, 0, 0) };
+    }
+}
+
+/// The watcher: waits for the notifier's last word; when the pipe ends
+/// without it (the notifier was killed), alerts and kills CMD.
+fn watcher_main(notifier: i32, rd: RawFd) -> ! {
+    // SAFETY: prctl on ourselves.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"sbx-seccomp-wd".as_ptr(), 0, 0, 0) };
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: rd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: CMD_PIDFD.load(std::sync::atomic::Ordering::Relaxed),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: poll over a live array (a negative fd is ignored).
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            break;
+        }
+        if fds[1].revents != 0 {
+            // CMD exited: its stderr is not held open by us either.
+            let err = STDERR.swap(-1, std::sync::atomic::Ordering::Relaxed);
+            let pfd = CMD_PIDFD.swap(-1, std::sync::atomic::Ordering::Relaxed);
+            unsafe {
+                libc::close(err);
+                libc::close(pfd);
+            }
+        }
+        if fds[0].revents == 0 {
+            continue;
+        }
+        let mut b = [0u8; 1];
+        // SAFETY: a read into a live buffer.
+        let n = unsafe { libc::read(rd, b.as_mut_ptr().cast(), 1) };
+        if n == 1 && b[0] == b'k' {
+            unsafe { libc::_exit(0) }
+        }
+        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        break;
+    }
+    fail_closed("notifier", notifier);
     unsafe { libc::_exit(0) }
 }
 
@@ -489,8 +648,7 @@ pub(crate) fn record(event: &str, fields: serde_json::Value) {
     if let Some(a) = sbx_core::audit::get()
         && a.raw_fd().is_some()
     {
-        a.record(event, sbx_core::Severity::Alert, fields);
-        return;
+        a.record(event, sbx_core::Severity::Alert, fields.clone());
     }
     let err = STDERR.load(std::sync::atomic::Ordering::Relaxed);
     if err < 0 {
@@ -503,6 +661,145 @@ pub(crate) fn record(event: &str, fields: serde_json::Value) {
     let line = format!("sbx-seccomp: ALERT {event} {subject}\n");
     // SAFETY: one write of a live buffer to our own fd.
     unsafe { libc::write(err, line.as_ptr().cast(), line.len()) };
+}
+
+/// The pid a pidfd or a /proc/PID directory fd (of this process) refers
+/// to, as this process's /proc sees it.
+fn fd_target(fd: RawFd) -> Option<i32> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    if let Some(l) = info.lines().find_map(|l| l.strip_prefix("Pid:")) {
+        return l.trim().parse().ok();
+    }
+    let p = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    let s = p.to_str()?;
+    let rest = s.strip_prefix("/proc/")?;
+    rest.parse().ok()
+}
+
+/// The caller's real, effective, saved and file-system uids and gids
+/// equal ours: what the kernel checks for a signal is then what it
+/// checks for the notifier sending it.
+fn same_creds(pid: u32) -> bool {
+    let Ok(st) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    // SAFETY: plain getters.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let all = |key: &str, want: u32| {
+        st.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .is_some_and(|v| v.split_whitespace().all(|x| x.parse() == Ok(want)))
+    };
+    all("Uid:", uid) && all("Gid:", gid)
+}
+
+/// pidfd_send_signal(fd, sig, info, flags) of the caller: the fd is copied
+/// out of the caller (pidfd_getfd), so what is checked is what is used; a
+/// signal aimed at the notifier or its watcher is refused EPERM with a
+/// `notifier_attacked` alert, anything else is sent by the notifier
+/// through the copy and its result returned.
+fn pidfd_signal(
+    listener: RawFd,
+    n: &Notif,
+    names: &BTreeMap<u32, String>,
+    limit: &mut RateLimit,
+) -> NotifResp {
+    let answer = |val: i64, errno: i32| NotifResp {
+        id: n.id,
+        val,
+        error: -errno,
+        flags: 0,
+    };
+    let [fd, sig, info, flags, ..] = n.data.args;
+    // SAFETY: plain syscalls; every fd opened here is closed below.
+    let caller = unsafe { libc::syscall(libc::SYS_pidfd_open, n.pid as i32, 0) } as RawFd;
+    if caller < 0 {
+        return answer(0, libc::ESRCH);
+    }
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, caller, fd as i32, 0) } as RawFd;
+    let err = io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EBADF);
+    unsafe { libc::close(caller) };
+    if copy < 0 {
+        return answer(
+            0,
+            if err == libc::EPERM {
+                libc::EPERM
+            } else {
+                libc::EBADF
+            },
+        );
+    }
+    let close = || unsafe {
+        libc::close(copy);
+    };
+    let me = unsafe { libc::getpid() };
+    let watcher = WATCHER.load(std::sync::atomic::Ordering::Relaxed);
+    let target = fd_target(copy);
+    if target.is_some_and(|t| t == me || t == watcher) {
+        close();
+        if limit.allow() {
+            let nr = NR_PIDFD_SEND_SIGNAL;
+            record(
+                "notifier_attacked",
+                serde_json::json!({
+                    "syscall": names.get(&nr).cloned().unwrap_or_else(|| "pidfd_send_signal".into()),
+                    "nr": nr,
+                    "target": target,
+                    "signal": sig as i32,
+                    "caller_pid": n.pid,
+                    "errno": "EPERM",
+                }),
+            );
+        }
+        return answer(0, libc::EPERM);
+    }
+    if !same_creds(n.pid) {
+        // The caller changed its ids: the notifier would signal with
+        // other rights than the caller's. Refused.
+        close();
+        return answer(0, libc::EPERM);
+    }
+    // The siginfo, when given, from the caller's memory.
+    let mut si = [0u8; 128];
+    let info_ptr = if info == 0 {
+        std::ptr::null()
+    } else {
+        let local = libc::iovec {
+            iov_base: si.as_mut_ptr().cast(),
+            iov_len: si.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: info as *mut libc::c_void,
+            iov_len: si.len(),
+        };
+        if unsafe { libc::process_vm_readv(n.pid as i32, &local, 1, &remote, 1, 0) } != 128 {
+            close();
+            return answer(0, libc::EFAULT);
+        }
+        si.as_ptr()
+    };
+    // Still the same call (the caller may have been killed meanwhile).
+    let id = n.id;
+    if unsafe { libc::ioctl(listener, IOC_NOTIF_ID_VALID as _, &id as *const u64) } != 0 {
+        close();
+        return answer(0, libc::ESRCH);
+    }
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            copy,
+            sig as i32,
+            info_ptr,
+            flags as u32,
+        )
+    };
+    let e = io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EINVAL);
+    close();
+    if r < 0 { answer(0, e) } else { answer(r, 0) }
 }
 
 fn serve(
@@ -529,9 +826,23 @@ fn serve(
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: WATCHER_PIDFD.load(std::sync::atomic::Ordering::Relaxed),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         // SAFETY: poll over a live array (a negative fd is ignored).
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 3, -1) };
+        if fds[2].revents != 0 {
+            // The watcher was killed (it never exits before us otherwise).
+            let w = WATCHER_PIDFD.swap(-1, std::sync::atomic::Ordering::Relaxed);
+            unsafe { libc::close(w) };
+            fail_closed(
+                "watcher",
+                WATCHER.load(std::sync::atomic::Ordering::Relaxed),
+            );
+        }
         if fds[1].revents != 0 {
             // CMD exited: give its stderr back (EOF for its reader).
             let err = STDERR.swap(-1, std::sync::atomic::Ordering::Relaxed);
@@ -611,6 +922,11 @@ fn serve(
                         flags: FLAG_CONTINUE,
                     },
                 };
+                unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
+                continue;
+            }
+            if n.data.arch == crate::compile::AUDIT_ARCH && nr == NR_PIDFD_SEND_SIGNAL {
+                let resp = pidfd_signal(listener, &n, names, &mut limit);
                 unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
                 continue;
             }

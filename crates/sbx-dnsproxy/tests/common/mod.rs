@@ -17,25 +17,25 @@ use sbx_testutil::As;
 pub use sbx_testutil::{assert_event, assert_usage_error, audit_events, have, run_as, skip};
 
 /// The test zones every upstream serves. Public-looking names answer in
-/// the documentation ranges (192.0.2.0/24, 2001:db8::/32); the rebinding
+/// the documentation ranges (192.0.32.0/24, 2a00:db8::/32); the rebinding
 /// names answer internal addresses.
 pub const ZONES: &[&str] = &[
-    "--address=/allowed.test/192.0.2.10",
-    "--address=/allowed.test/2001:db8::10",
-    "--host-record=exact.test,192.0.2.20",
-    "--host-record=target.allowed.test,192.0.2.30",
+    "--address=/allowed.test/192.0.32.10",
+    "--address=/allowed.test/2a00:db8::10",
+    "--host-record=exact.test,192.0.32.20",
+    "--host-record=target.allowed.test,192.0.32.30",
     "--cname=alias.allowed.test,target.allowed.test",
     "--cname=hop1.allowed.test,hop2.allowed.test",
     "--cname=hop2.allowed.test,exact.test",
     "--cname=bad.allowed.test,www.evil.test",
-    "--host-record=www.evil.test,198.51.100.66",
-    "--host-record=evil.test,198.51.100.66",
+    "--host-record=www.evil.test,198.51.200.66",
+    "--host-record=evil.test,198.51.200.66",
     "--txt-record=txt.allowed.test,secret-data",
     "--host-record=loop.rebind.test,127.0.0.1",
     "--host-record=priv.rebind.test,10.0.0.5",
     "--host-record=ll.rebind.test,169.254.169.254",
     "--host-record=v6.rebind.test,::1",
-    "--host-record=mixed.rebind.test,192.0.2.40",
+    "--host-record=mixed.rebind.test,192.0.32.40",
     "--host-record=mixed.rebind.test,10.9.9.9",
     "--host-record=svc.internal.test,10.1.2.3",
     // HTTPS records: "1 . alpn=h2" and "1 . ipv4hint=10.0.0.1".
