@@ -684,22 +684,25 @@ pub enum ScanError {
 }
 
 impl ScanError {
-    /// The alert the refusal leaves in the audit log.
+    /// The alert the refusal leaves in the audit log (the log only: the
+    /// refusal's one line on stderr says it).
     pub fn alert(&self) {
+        let emit = |event: &str, fields: serde_json::Value| {
+            if let Some(a) = audit::get() {
+                a.record(event, Severity::Alert, fields);
+            }
+        };
         match self {
-            ScanError::Limit { bind, limit } => audit::emit(
+            ScanError::Limit { bind, limit } => emit(
                 "scan_limit",
-                Severity::Alert,
                 json!({ "bind": bind.display().to_string(), "limit": limit, "flag": "--scan-limit" }),
             ),
-            ScanError::Link { link, why } => audit::emit(
+            ScanError::Link { link, why } => emit(
                 "fs_protected_link",
-                Severity::Alert,
                 json!({ "path": link.display().to_string(), "reason": why, "action": "refused" }),
             ),
-            ScanError::Open { bind, dir, err } => audit::emit(
+            ScanError::Open { bind, dir, err } => emit(
                 "scan_limit",
-                Severity::Alert,
                 json!({ "bind": bind.display().to_string(), "dir": dir, "reason": err.to_string() }),
             ),
             ScanError::TooDeep {
@@ -707,9 +710,8 @@ impl ScanError {
                 path,
                 len,
                 max,
-            } => audit::emit(
+            } => emit(
                 "scan_too_deep",
-                Severity::Alert,
                 json!({ "bind": bind.display().to_string(), "path": path, "len": len, "path_max": max, "action": "refused" }),
             ),
         }

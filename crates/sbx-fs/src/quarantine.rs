@@ -100,9 +100,9 @@ pub fn check_flag(spec: &Spec) -> Result<(), Failure> {
         return Ok(());
     };
     let refuse = |why: String| {
-        // Into the audit log only: without one, the one line says it all.
-        if audit::get().and_then(|a| a.raw_fd()).is_some() {
-            audit::emit(
+        // Into the audit log only: on stderr, the one line says it all.
+        if let Some(a) = audit::get() {
+            a.record(
                 "fs_quarantine_refused",
                 Severity::Alert,
                 json!({ "path": q.display().to_string(), "reason": why }),
