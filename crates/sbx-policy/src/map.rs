@@ -102,7 +102,13 @@ fn meminfo_total() -> Option<u64> {
 /// The layers' configuration.
 #[derive(Debug, Clone)]
 pub struct Policy {
+    /// The project (src/project.rs): granted writable, its repository
+    /// checked by sbx-gitguard, relative rules resolved against it.
     pub cwd: PathBuf,
+    /// Where the command starts (inside the project, or the project).
+    pub start: PathBuf,
+    /// How the project was chosen (explain prints it).
+    pub project_why: String,
     pub rw: Vec<PathBuf>,
     pub ro: Vec<PathBuf>,
     pub deny: Vec<String>,
@@ -972,6 +978,8 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     let git_repo = ctx.cwd.join(".git").exists();
     Ok(Policy {
         cwd: ctx.cwd.clone(),
+        start: ctx.cwd.clone(),
+        project_why: String::new(),
         rw,
         ro,
         deny,
@@ -1019,9 +1027,10 @@ fn strs(v: &[PathBuf]) -> Value {
 }
 
 impl Policy {
-    /// Whether the project is inside the sandbox (a deny may remove it).
+    /// Whether the start directory (in the project) is inside the sandbox
+    /// (a deny may remove it): the command starts there.
     pub fn project_visible(&self) -> bool {
-        self.cwd
+        self.start
             .ancestors()
             .any(|a| self.rw.iter().chain(self.ro.iter()).any(|g| g == a))
     }
@@ -1034,7 +1043,7 @@ impl Policy {
         fs.insert("ro".into(), strs(&self.ro));
         fs.insert("deny".into(), json!(self.deny));
         if self.project_visible() {
-            fs.insert("chdir".into(), json!(self.cwd.display().to_string()));
+            fs.insert("chdir".into(), json!(self.start.display().to_string()));
         }
         fs.insert("tmp-size".into(), json!(self.limits.tmp_size));
         if self.limits.write_quota != "off" {
