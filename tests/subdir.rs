@@ -200,3 +200,55 @@ fn outside_git_the_nearest_dot_claude_is_the_project() {
         });
     }
 }
+
+/// As root in the test user's repository git refuses it ("dubious
+/// ownership"). Through both chains, from a subdirectory: sbx-gitguard is
+/// in the chain (its events are in the log) and the sandboxed command's
+/// git accepts the repository (safe.directory in git's command-line scope,
+/// for that top level only); no config file of the host gains it.
+#[test]
+fn as_root_in_the_test_users_repository_git_works_inside_and_gitguard_runs() {
+    if !sbx_testutil::is_root() || sbx_testutil::test_user().is_none() {
+        sbx_testutil::skip!("needs root and the test user");
+    }
+    let script = "git log -1 --format=LOG=%s; echo GIT=$?; git config --get-all safe.directory";
+    for chain in ["scripts/sbx-run", "sbx-policy chain"] {
+        let t = tree(As::User);
+        // Premise: git refuses the repository as root.
+        let o = Command::new("git")
+            .args(["rev-parse", "--git-dir"])
+            .current_dir(&t.sub)
+            .env("HOME", &t.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(
+            !o.status.success() && stderr(&o).contains("dubious ownership"),
+            "premise: {}",
+            stderr(&o)
+        );
+        let log = t.base.join("audit.jsonl");
+        let out = if chain == "scripts/sbx-run" {
+            sbx_run(&t, &log, As::Root, script)
+        } else {
+            policy(&t, &log, As::Root, &["chain", "--", "sh", "-c", script])
+        };
+        let so = stdout(&out);
+        let ctx = format!("{chain}\nstdout:\n{so}\nstderr:\n{}", stderr(&out));
+        assert_eq!(out.status.code(), Some(0), "{ctx}");
+        assert!(so.contains("LOG=init\nGIT=0\n"), "{ctx}");
+        assert!(!stderr(&out).contains("dubious ownership"), "{ctx}");
+        // Only this top level, nothing wider.
+        assert!(
+            so.ends_with(&format!("GIT=0\n{}\n", t.root.display())),
+            "{ctx}"
+        );
+        for ev in ["git_snapshot", "git_verified", "git_plants_checked"] {
+            assert_event(&log, ev, "info", |e| e["tool"] == "sbx-gitguard");
+        }
+        // Nothing was written to a config file of the host.
+        assert!(!t.home.join(".gitconfig").exists(), "{ctx}");
+        let cfg = std::fs::read_to_string(t.root.join(".git/config")).unwrap();
+        assert!(!cfg.contains("safe"), "{ctx}\n{cfg}");
+    }
+}
