@@ -252,3 +252,81 @@ fn as_root_in_the_test_users_repository_git_works_inside_and_gitguard_runs() {
         assert!(!cfg.contains("safe"), "{ctx}\n{cfg}");
     }
 }
+
+/// Every key sbx does not map is a NOT ENFORCED row of explain; an unknown
+/// tool in a rule is a warning and a NOT ENFORCED row, and the chain runs
+/// (never 125). From a subdirectory, as root and as the test user.
+#[test]
+fn explain_lists_unmapped_keys_and_unknown_tools_as_not_enforced() {
+    const S: &str = r#"{"permissions": {"deny": ["Read(./secret.txt)", "ListMcpResourcesTool"],
+        "allow": ["FutureTool(x)"], "defaultMode": "acceptEdits"},
+      "sandbox": {"enabled": true, "excludedCommands": ["docker"],
+        "allowUnsandboxedCommands": false, "autoAllowBashIfSandboxed": true,
+        "failIfUnavailable": true, "someFutureKey": 1,
+        "network": {"allowUnixSockets": ["/run/x.sock"], "allowLocalBinding": true,
+          "httpProxyPort": 3128, "allowManagedDomainsOnly": true}}}"#;
+    for who in identities() {
+        let t = tree(who);
+        write(&t.root.join(".claude/settings.json"), S);
+        chown_r(&t.root.join(".claude"));
+        let log = t.base.join("audit.jsonl");
+        let out = policy(&t, &log, who, &["explain"]);
+        let so = stdout(&out);
+        let se = stderr(&out);
+        let ctx = format!("{who:?}\nstdout:\n{so}\nstderr:\n{se}");
+        assert_eq!(out.status.code(), Some(0), "{ctx}");
+        let tail = so
+            .split("NOT ENFORCED by any kernel layer")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{ctx}"));
+        for k in [
+            "sandbox.excludedCommands",
+            "sandbox.allowUnsandboxedCommands",
+            "sandbox.autoAllowBashIfSandboxed",
+            "sandbox.failIfUnavailable",
+            "sandbox.someFutureKey",
+            "sandbox.network.allowUnixSockets",
+            "sandbox.network.allowLocalBinding",
+            "sandbox.network.httpProxyPort",
+            "sandbox.network.allowManagedDomainsOnly",
+            "permissions.defaultMode",
+            "ListMcpResourcesTool",
+            "FutureTool(x)",
+        ] {
+            assert!(tail.contains(k), "{k} must be NOT ENFORCED: {ctx}");
+        }
+        assert!(
+            tail.contains("these commands still run inside the sandbox"),
+            "{ctx}"
+        );
+        for tool in ["ListMcpResourcesTool", "FutureTool"] {
+            assert!(
+                se.contains("warning:") && se.contains(&format!("unknown tool '{tool}'")),
+                "{ctx}"
+            );
+        }
+        // The chain runs, and the project's deny still applies.
+        let out = policy(
+            &t,
+            &log,
+            who,
+            &[
+                "chain",
+                "--",
+                "sh",
+                "-c",
+                "cat ../../secret.txt; echo CAT=$?",
+            ],
+        );
+        let so = stdout(&out);
+        assert_eq!(out.status.code(), Some(0), "{who:?}: {}", stderr(&out));
+        assert!(so.contains("CAT=1"), "{who:?}: {so}");
+        let secret = t.root.join("secret.txt");
+        assert_event(&log, "fs_denied", "alert", |e| {
+            e["path"] == secret.to_str().unwrap()
+        });
+        assert_event(&log, "rule_not_enforced", "warn", |e| {
+            e["rule"] == "ListMcpResourcesTool"
+        });
+    }
+}

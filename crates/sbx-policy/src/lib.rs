@@ -305,6 +305,9 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
         search_domains,
         limits,
     })?;
+    for w in &p.warnings {
+        eprintln!("sbx-policy: warning: {w}");
+    }
     p.start = proj.start;
     p.project_why = proj.why;
     for e in &a.pass_env {
