@@ -293,7 +293,7 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                 os("--net"),
                 os("none"),
                 os("--workdir"),
-                os(&p.cwd),
+                os(&p.start),
             ]);
             with_layers(&mut l, "sbx-container");
             if !p.deny.is_empty() {
@@ -436,7 +436,7 @@ fn low(
         l.push(os(e));
     }
     if p.project_visible() {
-        l.extend([os("--chdir"), os(&p.cwd)]);
+        l.extend([os("--chdir"), os(&p.start)]);
     }
     l.extend([os("--tmp-size"), os(&p.limits.tmp_size)]);
     // The writable binds' budget (docs/policy.md, default limits); "off":
@@ -452,6 +452,9 @@ fn low(
     if let Some(s) = &stage {
         l.extend([os("--git-stage"), os(s)]);
     }
+    for e in safe_directory_env(p) {
+        l.extend([os("--setenv"), os(e)]);
+    }
     let mut sl = vec![os(&seccomp), os("--profile"), os("default")];
     if let Some(allowed) = &p.exec_allow {
         // sbx-seccomp applies the execute allowlist (Landlock) and reports
@@ -461,13 +464,16 @@ fn low(
         // The command itself and the shells that run scripts.
         if let Some(prog) = cmd.first() {
             let s = prog.to_string_lossy();
-            extra.extend(crate::map::find_program(&s, &p.cwd));
+            extra.extend(crate::map::find_program(&s, &p.start));
         }
         for sh in ["sh", "bash", "env"] {
-            extra.extend(crate::map::find_program(sh, &p.cwd));
+            extra.extend(crate::map::find_program(sh, &p.start));
         }
         // Scripts: their interpreters (#!) too.
-        let interps: Vec<PathBuf> = extra.iter().flat_map(|x| interpreter(x, &p.cwd)).collect();
+        let interps: Vec<PathBuf> = extra
+            .iter()
+            .flat_map(|x| interpreter(x, &p.start))
+            .collect();
         extra.extend(interps);
         let mut seen = std::collections::BTreeSet::new();
         for x in extra {
@@ -503,6 +509,31 @@ fn git_stage(p: &Policy) -> Option<PathBuf> {
     }
     let id = sbx_core::id::get().map_or_else(|| std::process::id().to_string(), str::to_string);
     Some(std::env::temp_dir().join(format!("sbx-git-stage-{id}")))
+}
+
+/// In another user's repository (root in a user's checkout) git refuses
+/// to work ("dubious ownership"), inside the sandbox too: the sandboxed
+/// command's git alone is told that this one top level is safe
+/// (command-line scope, as `git -c safe.directory=TOP`; never the host's
+/// config). Its config is read-only inside and sbx-gitguard checks the
+/// repository afterwards, so nothing of it runs outside the sandbox.
+pub fn safe_directory_env(p: &Policy) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    if !p.git_repo {
+        return Vec::new();
+    }
+    let euid = nix_euid();
+    let foreign = [p.cwd.clone(), p.cwd.join(".git")]
+        .iter()
+        .any(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.uid() != euid));
+    if !foreign {
+        return Vec::new();
+    }
+    vec![
+        "GIT_CONFIG_COUNT=1".into(),
+        "GIT_CONFIG_KEY_0=safe.directory".into(),
+        format!("GIT_CONFIG_VALUE_0={}", p.cwd.display()),
+    ]
 }
 
 /// The interpreter a script names on its #! line (`env X` resolves X).

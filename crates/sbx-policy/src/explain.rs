@@ -51,6 +51,14 @@ fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
 
 pub fn render(p: &Policy) -> String {
     let mut o = String::new();
+    let _ = writeln!(o, "Project: {}", p.cwd.display());
+    if !p.project_why.is_empty() {
+        let _ = writeln!(o, "  chosen as {}", p.project_why);
+    }
+    if p.start != p.cwd {
+        let _ = writeln!(o, "  the command starts in {}", p.start.display());
+    }
+    o.push('\n');
     let _ = writeln!(
         o,
         "Settings read (lowest precedence first; managed > local > project > user, arrays merge, deny beats allow):"

@@ -114,7 +114,7 @@ pub fn layer(p: &Policy, me: &Path, runsc: &Path, cgroup: Option<&Path>) -> Vec<
         l.extend([os("--pass-env"), os(e)]);
     }
     if p.project_visible() {
-        l.extend([os("--chdir"), os(&p.cwd)]);
+        l.extend([os("--chdir"), os(&p.start)]);
     }
     l.extend([
         os("--tmp-size"),

@@ -16,6 +16,7 @@ pub mod explain;
 pub mod gvisor;
 pub mod limitplan;
 pub mod map;
+pub mod project;
 pub mod rules;
 pub mod settings;
 
@@ -122,7 +123,7 @@ pub struct SourceArgs {
     /// The managed settings file (read when it exists; always highest).
     #[arg(long, value_name = "FILE", default_value = MANAGED)]
     pub managed: PathBuf,
-    /// The project directory (default: the current directory).
+    /// Where the command starts (default: the current directory); the project is found from it: the git repository's top level, else the nearest directory holding .claude/, else DIR (explain says which).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
     /// The home directory for ~/ (default: $HOME).
@@ -215,6 +216,8 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
             .filter(|h| !h.is_empty())
             .map(PathBuf::from)
     });
+    let proj = project::find(&cwd, home.as_deref());
+    let cwd = proj.root.clone();
     let mut files: Vec<(settings::Scope, PathBuf)> = if a.settings.is_empty() {
         settings::default_files(&cwd, home.as_deref(), Path::new("/nonexistent"))
     } else {
@@ -302,6 +305,11 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
         search_domains,
         limits,
     })?;
+    for w in &p.warnings {
+        eprintln!("sbx-policy: warning: {w}");
+    }
+    p.start = proj.start;
+    p.project_why = proj.why;
     for e in &a.pass_env {
         if !p.pass_env.contains(e) {
             p.pass_env.push(e.clone());

@@ -102,7 +102,13 @@ fn meminfo_total() -> Option<u64> {
 /// The layers' configuration.
 #[derive(Debug, Clone)]
 pub struct Policy {
+    /// The project (src/project.rs): granted writable, its repository
+    /// checked by sbx-gitguard, relative rules resolved against it.
     pub cwd: PathBuf,
+    /// Where the command starts (inside the project, or the project).
+    pub start: PathBuf,
+    /// How the project was chosen (explain prints it).
+    pub project_why: String,
     pub rw: Vec<PathBuf>,
     pub ro: Vec<PathBuf>,
     pub deny: Vec<String>,
@@ -119,6 +125,8 @@ pub struct Policy {
     /// allowlist (sbx-fs --pass-env): the names of the settings' `env`
     /// object and --pass-env.
     pub pass_env: Vec<String>,
+    /// Printed on stderr by every subcommand (unknown tools in rules).
+    pub warnings: Vec<String>,
 }
 
 pub struct Inputs<'a> {
@@ -300,6 +308,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     let ctx = &inp.ctx;
     let home = ctx.home.as_deref();
     let mut rows = Vec::new();
+    let mut warnings: Vec<String> = Vec::new();
 
     // Parse everything first: any bad rule stops here, nothing runs.
     let mut parsed = Vec::new();
@@ -405,6 +414,22 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             bash_rules.push((*list, *e, r.clone()));
         } else if k == "WebFetch" || k == "WebSearch" {
             web_rules.push((*list, *e, r.clone()));
+        } else if !rules::is_known(k) {
+            warnings.push(format!(
+                "{}: rule '{}': unknown tool '{k}': NOT ENFORCED",
+                e.origin.at(),
+                e.text
+            ));
+            row(
+                &mut rows,
+                &e.text,
+                e,
+                Status::NotEnforced,
+                format!(
+                    "{}: unknown tool '{k}' (sbx does not know it): nothing enforced",
+                    list.name()
+                ),
+            );
         } else {
             row(
                 &mut rows,
@@ -969,9 +994,21 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
         Some(exec)
     };
 
+    // Keys of the settings sbx reads but does not map: never dropped silently.
+    for e in &m.unmapped_keys {
+        row(
+            &mut rows,
+            &e.text,
+            e,
+            Status::NotEnforced,
+            unmapped_effect(&e.text),
+        );
+    }
     let git_repo = ctx.cwd.join(".git").exists();
     Ok(Policy {
         cwd: ctx.cwd.clone(),
+        start: ctx.cwd.clone(),
+        project_why: String::new(),
         rw,
         ro,
         deny,
@@ -987,7 +1024,33 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             .collect(),
         sandbox_enabled: m.sandbox_enabled,
         pass_env: pass_env_of(m),
+        warnings,
     })
+}
+
+/// What a settings key sbx does not map means for the sandbox.
+pub fn unmapped_effect(key: &str) -> String {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    match last {
+        "excludedCommands" => "these commands still run inside the sandbox (sbx excludes nothing)",
+        "allowUnsandboxedCommands" => "sbx never runs a command unsandboxed",
+        "autoAllowBashIfSandboxed" => {
+            "an approval decision inside the agent; the sandbox is the same"
+        }
+        "failIfUnavailable" => {
+            "sbx always fails closed: a layer that cannot be set up stops the run (125)"
+        }
+        "allowUnixSockets" | "allowAllUnixSockets" => {
+            "no host socket is visible in the sandbox: the sockets are not bound"
+        }
+        "allowLocalBinding" => {
+            "not mapped: the sandbox's network is sbx-net's, this key changes nothing"
+        }
+        "httpProxyPort" | "socksProxyPort" => "sbx-net runs its own proxy: this port is not used",
+        "allowManagedDomainsOnly" => "not honoured: the domains of every settings file apply",
+        _ => "not mapped by sbx: changes nothing in the sandbox",
+    }
+    .to_string()
 }
 
 /// The names of the settings' `env` objects that are variable names (the
@@ -1019,9 +1082,10 @@ fn strs(v: &[PathBuf]) -> Value {
 }
 
 impl Policy {
-    /// Whether the project is inside the sandbox (a deny may remove it).
+    /// Whether the start directory (in the project) is inside the sandbox
+    /// (a deny may remove it): the command starts there.
     pub fn project_visible(&self) -> bool {
-        self.cwd
+        self.start
             .ancestors()
             .any(|a| self.rw.iter().chain(self.ro.iter()).any(|g| g == a))
     }
@@ -1034,7 +1098,7 @@ impl Policy {
         fs.insert("ro".into(), strs(&self.ro));
         fs.insert("deny".into(), json!(self.deny));
         if self.project_visible() {
-            fs.insert("chdir".into(), json!(self.cwd.display().to_string()));
+            fs.insert("chdir".into(), json!(self.start.display().to_string()));
         }
         fs.insert("tmp-size".into(), json!(self.limits.tmp_size));
         if self.limits.write_quota != "off" {

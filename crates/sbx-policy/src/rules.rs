@@ -65,13 +65,20 @@ pub fn parse(text: &str) -> Result<Rule, String> {
             (&t[..open], Some(inner.to_string()))
         }
     };
-    let known = READ_KINDS.contains(&kind)
-        || EDIT_KINDS.contains(&kind)
-        || AGENT_KINDS.contains(&kind)
-        || ["Bash", "WebFetch", "WebSearch"].contains(&kind)
-        || (kind.starts_with("mcp__") && kind.len() > 5);
-    if !known {
-        return Err(format!("unknown rule kind '{kind}'"));
+    if !is_known(kind) {
+        // A tool sbx does not know (ListMcpResourcesTool, tools Claude Code
+        // adds later) is not enforced, with a warning: not an error. A
+        // known tool in the wrong case is a typo that would drop a rule.
+        if let Some(k) = known_kinds().find(|k| k.eq_ignore_ascii_case(kind)) {
+            return Err(format!("unknown rule kind '{kind}' (did you mean '{k}'?)"));
+        }
+        let ident = kind.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && kind
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !ident {
+            return Err(format!("unknown rule kind '{kind}' (not a tool name)"));
+        }
     }
     if kind == "WebSearch" && spec.is_some() {
         return Err("WebSearch takes no specifier".into());
@@ -88,6 +95,20 @@ pub fn parse(text: &str) -> Result<Rule, String> {
         kind: kind.to_string(),
         spec,
     })
+}
+
+fn known_kinds() -> impl Iterator<Item = &'static str> {
+    READ_KINDS
+        .iter()
+        .chain(EDIT_KINDS)
+        .chain(AGENT_KINDS)
+        .chain(&["Bash", "WebFetch", "WebSearch"])
+        .copied()
+}
+
+/// Whether sbx knows the tool a rule names (MCP tools are agent-side).
+pub fn is_known(kind: &str) -> bool {
+    known_kinds().any(|k| k == kind) || (kind.starts_with("mcp__") && kind.len() > 5)
 }
 
 /// A domain as Claude Code writes it: `name.tld` or `*.name.tld`.
@@ -312,11 +333,17 @@ mod tests {
         assert_eq!(parse("Bash").unwrap().spec, None);
         assert_eq!(parse("Read(./x)").unwrap().spec.as_deref(), Some("./x"));
         assert!(parse("Read(").unwrap_err().contains("')'"));
+        // An unknown tool parses (mapped to a NOT ENFORCED row with a
+        // warning); a known one in the wrong case, or garbage, does not.
+        assert_eq!(parse("Frobnicate(x)").unwrap().kind, "Frobnicate");
+        assert!(parse("ListMcpResourcesTool").is_ok());
+        assert!(!is_known("ListMcpResourcesTool"));
         assert!(
-            parse("Frobnicate(x)")
+            parse("read(./x)")
                 .unwrap_err()
-                .contains("unknown rule kind")
+                .contains("did you mean 'Read'")
         );
+        assert!(parse("Re ad(./x)").unwrap_err().contains("not a tool name"));
         assert!(parse("WebFetch(http://x)").unwrap_err().contains("domain:"));
         assert!(parse("WebFetch(domain:*.ex-ample.com)").is_ok());
         assert!(parse("mcp__github__create_issue").is_ok());

@@ -244,6 +244,14 @@ fn merge_one(m: &mut Merged, f: &FileCtx<'_>, v: &Value) -> Result<(), SettingsE
             p.get("additionalDirectories"),
             "permissions.additionalDirectories",
         )?);
+        for k in p.keys() {
+            if !["allow", "ask", "deny", "additionalDirectories"].contains(&k.as_str()) {
+                m.unmapped_keys.push(Entry {
+                    text: format!("permissions.{k}"),
+                    origin: f.origin(Some(k)),
+                });
+            }
+        }
     }
     if let Some(e) = top.get("env") {
         let Value::Object(e) = e else {
@@ -316,12 +324,10 @@ fn merge_one(m: &mut Merged, f: &FileCtx<'_>, v: &Value) -> Result<(), SettingsE
                 "sandbox.network.deniedDomains",
             )?);
         }
-        for k in [
-            "excludedCommands",
-            "allowUnsandboxedCommands",
-            "autoAllowBashIfSandboxed",
-        ] {
-            if s.contains_key(k) {
+        // Every other key of `sandbox` (excludedCommands, failIfUnavailable,
+        // keys Claude Code adds later...): listed, never silently dropped.
+        for k in s.keys() {
+            if !["enabled", "filesystem", "network"].contains(&k.as_str()) {
                 m.unmapped_keys.push(Entry {
                     text: format!("sandbox.{k}"),
                     origin: f.origin(Some(k)),
@@ -395,6 +401,41 @@ mod tests {
         assert_eq!(m.rules.len(), 2);
         assert_eq!(m.sandbox_enabled, Some(true));
         assert_eq!(m.rules[0].0, List::Deny, "managed first");
+    }
+
+    #[test]
+    fn every_unmapped_key_is_collected() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("s.json");
+        std::fs::write(
+            &a,
+            r#"{"permissions": {"allow": [], "defaultMode": "plan"},
+                "sandbox": {"enabled": true, "excludedCommands": ["docker"],
+                  "allowUnsandboxedCommands": false, "autoAllowBashIfSandboxed": true,
+                  "failIfUnavailable": true, "futureKey": 1,
+                  "network": {"allowedDomains": [], "allowUnixSockets": ["/x.sock"],
+                    "allowLocalBinding": true, "httpProxyPort": 8080,
+                    "allowManagedDomainsOnly": true}}}"#,
+        )
+        .unwrap();
+        let m = load(&[(Scope::Project, a)]).unwrap();
+        let mut keys: Vec<&str> = m.unmapped_keys.iter().map(|e| e.text.as_str()).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "permissions.defaultMode",
+                "sandbox.allowUnsandboxedCommands",
+                "sandbox.autoAllowBashIfSandboxed",
+                "sandbox.excludedCommands",
+                "sandbox.failIfUnavailable",
+                "sandbox.futureKey",
+                "sandbox.network.allowLocalBinding",
+                "sandbox.network.allowManagedDomainsOnly",
+                "sandbox.network.allowUnixSockets",
+                "sandbox.network.httpProxyPort",
+            ]
+        );
     }
 
     #[test]

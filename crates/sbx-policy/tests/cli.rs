@@ -75,8 +75,12 @@ fn bad_input_is_one_line_naming_file_line_and_rule_and_nothing_runs() {
             &["not valid JSON", ":4"],
         ),
         (
-            "{\n  \"permissions\": {\n    \"allow\": [\"Frobnicate(x)\"]\n  }\n}\n",
-            &["unknown rule kind 'Frobnicate'", ":3", "Frobnicate(x)"],
+            "{\n  \"permissions\": {\n    \"allow\": [\"read(x)\"]\n  }\n}\n",
+            &[
+                "unknown rule kind 'read' (did you mean 'Read'?)",
+                ":3",
+                "read(x)",
+            ],
         ),
         (
             "{\n  \"permissions\": {\n    \"deny\": [\n      \"Read(./a\"\n    ]\n  }\n}\n",
