@@ -11,6 +11,7 @@ use sbx_core::Severity;
 use sbx_core::cli::CommonArgs;
 use serde_json::json;
 
+pub mod bash;
 pub mod chain;
 pub mod explain;
 pub mod gvisor;
@@ -162,6 +163,9 @@ pub struct SourceArgs {
     /// Pass the caller's variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env).
     #[arg(long, value_name = "NAME|PREFIX*")]
     pub pass_env: Vec<String>,
+    /// What Bash(...) allow rules bind: invoke (default, Claude Code's meaning: the command the agent runs is judged, what it starts is not restricted) or strict (also a kernel execute allowlist for every program started inside).
+    #[arg(long, value_enum, value_name = "MODE", default_value = "invoke")]
+    pub exec_allowlist: bash::ExecMode,
 }
 
 #[derive(Args, Debug)]
@@ -302,6 +306,7 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
     let mut p = map::build(map::Inputs {
         merged: &merged,
         ctx: rules::Ctx { cwd, home },
+        exec_mode: a.exec_allowlist,
         search_domains,
         limits,
     })?;
@@ -335,10 +340,47 @@ fn run_chain(c: ChainArgs) -> Result<i32, Failure> {
             None
         },
     };
-    let plan = chain::plan(&p, &opts, &c.cmd)?;
+    let mut plan = chain::plan(&p, &opts, &c.cmd)?;
+    // The Bash rules judge the command the agent runs (both modes).
+    let judged = p.exec_allow.as_ref().map(|x| x.judge(&c.cmd));
+    match &judged {
+        Some(Ok(v)) => plan.notes.push(format!(
+            "the command is allowed: {}",
+            v.iter()
+                .map(|a| format!("`{}` by {}", a.command, a.rule))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        Some(Err(r)) => plan.notes.push(format!(
+            "the command is REFUSED (exit 126, command_denied alert): `{}`: {}",
+            r.command, r.reason
+        )),
+        None => {}
+    }
     if c.print {
         print!("{}", plan.render());
         return Ok(0);
+    }
+    if let (Some(x), Some(Err(r))) = (&p.exec_allow, &judged) {
+        sbx_core::audit::emit(
+            "command_denied",
+            Severity::Alert,
+            json!({
+                "command": sbx_core::chain::show(&c.cmd),
+                "refused": r.command,
+                "reason": r.reason,
+                "mode": x.mode.name(),
+            }),
+        );
+        return Err(Failure::with_code(
+            126,
+            format!(
+                "command refused by the Bash rules ({} mode): `{}`: {} (sbx-policy explain lists the rules)",
+                x.mode.name(),
+                r.command,
+                r.reason
+            ),
+        ));
     }
     let not: Vec<String> = p
         .rows
@@ -355,6 +397,7 @@ fn run_chain(c: ChainArgs) -> Result<i32, Failure> {
             "settings": p.files,
             "not_enforced": not,
             "notes": plan.notes,
+            "exec_allowlist": p.exec_allow.as_ref().map(|x| x.mode.name()),
             "argv": sbx_core::chain::show(&argv),
         }),
     );
