@@ -179,7 +179,7 @@ fn make_recipes_run_in_invoke_mode_only() {
         let c = case(
             who,
             &["Bash(make:*)"],
-            &[("Makefile", "all:\n\tls -d . >/dev/null && echo MAKE=ran\n")],
+            &[("Makefile", "all:\n\t@ls -d . >/dev/null && echo MAKE=ran\n")],
         );
         let ctx = format!("{who:?}");
         let (out, _) = run(&c, who, None, &[], &["make", "all"]);
