@@ -48,10 +48,12 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l fsize 
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l write-quota -d 'What a run may add to the writable binds together (sbx-fs --write-quota, default 2G; "off": no budget, writes reach the host live instead of at the end)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l write-inodes -d 'New inodes a run may add to the writable binds (sbx-fs --write-inodes, default 500000)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l pass-env -d 'Pass the caller\'s variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l exec-allowlist -d 'What Bash(...) allow rules bind: invoke (default, Claude Code\'s meaning: the command the agent runs is judged, what it starts is not restricted) or strict (also a kernel execute allowlist for every program started inside)' -r -f -a "invoke\t'Claude Code\'s meaning: the rules say which commands the agent may run (checked before the chain starts); what those commands start is not restricted'
+strict\t'The same check, and a kernel (Landlock) execute allowlist for every program started inside: the programs the rules name and a curated set of shells and helpers'"
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -s h -l help -d 'Print help'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l settings -d 'Read FILE instead of the user, project and local settings (repeatable; later ones take precedence)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l managed -d 'The managed settings file (read when it exists; always highest)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l cwd -d 'Where the command starts (default: the current directory); the project is found from it: the git repository\'s top level, else the nearest directory holding .claude/, else DIR (explain says which)' -r -F
@@ -66,10 +68,12 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l fsize 
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l write-quota -d 'What a run may add to the writable binds together (sbx-fs --write-quota, default 2G; "off": no budget, writes reach the host live instead of at the end)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l write-inodes -d 'New inodes a run may add to the writable binds (sbx-fs --write-inodes, default 500000)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l pass-env -d 'Pass the caller\'s variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l exec-allowlist -d 'What Bash(...) allow rules bind: invoke (default, Claude Code\'s meaning: the command the agent runs is judged, what it starts is not restricted) or strict (also a kernel execute allowlist for every program started inside)' -r -f -a "invoke\t'Claude Code\'s meaning: the rules say which commands the agent may run (checked before the chain starts); what those commands start is not restricted'
+strict\t'The same check, and a kernel (Landlock) execute allowlist for every program started inside: the programs the rules name and a curated set of shells and helpers'"
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s h -l help -d 'Print help'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l settings -d 'Read FILE instead of the user, project and local settings (repeatable; later ones take precedence)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l managed -d 'The managed settings file (read when it exists; always highest)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l cwd -d 'Where the command starts (default: the current directory); the project is found from it: the git repository\'s top level, else the nearest directory holding .claude/, else DIR (explain says which)' -r -F
@@ -84,6 +88,8 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l fsize -d
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l write-quota -d 'What a run may add to the writable binds together (sbx-fs --write-quota, default 2G; "off": no budget, writes reach the host live instead of at the end)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l write-inodes -d 'New inodes a run may add to the writable binds (sbx-fs --write-inodes, default 500000)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l pass-env -d 'Pass the caller\'s variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env)' -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l exec-allowlist -d 'What Bash(...) allow rules bind: invoke (default, Claude Code\'s meaning: the command the agent runs is judged, what it starts is not restricted) or strict (also a kernel execute allowlist for every program started inside)' -r -f -a "invoke\t'Claude Code\'s meaning: the rules say which commands the agent may run (checked before the chain starts); what those commands start is not restricted'
+strict\t'The same check, and a kernel (Landlock) execute allowlist for every program started inside: the programs the rules name and a curated set of shells and helpers'"
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l trust -d 'How far the command is trusted: full (path allowlist only), low (namespace chain), zero (gVisor or a microVM)' -r -f -a "full\t'Path allowlist only (sbx-path): for agents you trust'
 low\t'The Linux namespace chain'
 zero\t'A separate kernel: gVisor or a microVM'"
