@@ -685,6 +685,16 @@ mod tests {
         // Nested shells are judged too.
         assert!(judge(&a, &["sh", "-c", "sh -c 'git status'"]).is_ok());
         assert!(judge(&a, &["sh", "-c", "sh -c 'ls'"]).is_err());
+        // Only deny rules: anything else runs, but a deny cannot be hidden.
+        let mut d = al(&[], &["git push:*"]);
+        d.any = true;
+        assert!(judge(&d, &["ls", "-l"]).is_ok());
+        assert!(judge(&d, &["sh", "-c", "ls; git push origin"]).is_err());
+        assert!(judge(&d, &["sh", "-c", "git $(echo push)"]).is_err());
+        // `Bash(sh)` is exact: a script is judged by its parts.
+        let e = al(&["sh"], &[]);
+        assert!(judge(&e, &["sh"]).is_ok());
+        assert!(judge(&e, &["sh", "-c", "ls"]).is_err());
         // A rule that allows the shell itself allows any script: the user said so.
         let s = al(&["sh:*"], &[]);
         assert!(judge(&s, &["sh", "-c", "if true; then ls; fi"]).is_ok());
