@@ -308,6 +308,22 @@ fn git_only_policy_refuses_ls_but_git_runs_its_helpers() {
         // And still refuses ls as the agent's command.
         let (out, log) = run(&c, who, Some("strict"), &[], &["ls"]);
         refused(&out, &log, "ls", "no Bash allow rule", &ctx);
+        // Deny beats allow, on the agent's command (and inside a script).
+        write(
+            &c.settings,
+            r#"{"permissions": {"allow": ["Bash(git:*)"], "deny": ["Bash(git push:*)"]}}"#,
+        );
+        c.t.own(who);
+        let (out, log) = run(&c, who, None, &[], &["git", "push", "origin", "main"]);
+        refused(
+            &out,
+            &log,
+            "git push origin main",
+            "denied by Bash(git push:*)",
+            &ctx,
+        );
+        let (out, log) = run(&c, who, None, &[], &["sh", "-c", "git status && git push"]);
+        refused(&out, &log, "git push", "denied by Bash(git push:*)", &ctx);
     }
 }
 
