@@ -13,6 +13,7 @@ pub mod fsutil;
 pub mod gitconfig;
 pub mod import;
 pub mod index;
+pub mod inprogress;
 pub mod journal;
 pub mod keep;
 pub mod layout;
