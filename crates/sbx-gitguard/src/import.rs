@@ -491,7 +491,11 @@ impl crate::inprogress::Objects for After<'_> {
             .closure(id)
             .map_err(|m| format!("incomplete history: object {m} is missing"))
     }
-    fn need_short(&self, hex: &str, want: crate::inprogress::Want) -> Result<Vec<git2::Oid>, String> {
+    fn need_short(
+        &self,
+        hex: &str,
+        want: crate::inprogress::Want,
+    ) -> Result<Vec<git2::Oid>, String> {
         let odb = self.0.q.odb().map_err(|e| e.message().to_string())?;
         let id = git2::Oid::from_str(hex)
             .and_then(|s| odb.exists_prefix(s, hex.len()))
@@ -1063,7 +1067,13 @@ pub fn import(
             }
             Some(Value::Sym(t)) => {
                 if crate::inprogress::commit_ref(&name) {
-                    refused(ev, &name, format!("symbolic ref to '{t}': a bisect mark or rebase label names a commit"));
+                    refused(
+                        ev,
+                        &name,
+                        format!(
+                            "symbolic ref to '{t}': a bisect mark or rebase label names a commit"
+                        ),
+                    );
                     continue;
                 }
                 if !allowed_name(&t) || !git2::Reference::is_valid_name(&t) {

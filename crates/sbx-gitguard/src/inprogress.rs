@@ -133,7 +133,10 @@ const REBASE_BASIC: &[(&str, Rule)] = &[
     ("verbose", Empty),
     ("strategy", Strategy),
     ("strategy_opts", Words),
-    ("allow_rerere_autoupdate", Choice(&["--rerere-autoupdate", "--no-rerere-autoupdate"])),
+    (
+        "allow_rerere_autoupdate",
+        Choice(&["--rerere-autoupdate", "--no-rerere-autoupdate"]),
+    ),
     ("gpg_sign_opt", Words),
     ("signoff", Choice(&["--signoff"])),
     ("reschedule-failed-exec", Empty),
@@ -260,25 +263,18 @@ fn max_for(rule: Rule) -> u64 {
 
 fn read_file(p: &Path, max: u64) -> Result<Vec<u8>, String> {
     crate::fsutil::read_bounded(p, max).map_err(|e| match e.kind() {
-        std::io::ErrorKind::InvalidData => {
-            // open_regular's message names the path; keep the type only.
+        std::io::ErrorKind::FileTooLarge => format!("larger than {max} bytes"),
+        // open_regular's message names the path; the caller names it too.
+        _ => {
             let m = e.to_string();
             m.rsplit_once(": ").map(|(_, t)| t.to_string()).unwrap_or(m)
         }
-        _ if e.to_string().contains("larger than") || e.to_string().contains("too large") => {
-            format!("larger than {max} bytes")
-        }
-        _ => e.to_string(),
     })
 }
 
 /// The files of a directory (regular files only; `*.lock` of a git that
 /// was killed skipped); `upper` also reports whiteouts as None.
-fn read_dir(
-    d: &Path,
-    dir: &str,
-    upper: bool,
-) -> Result<BTreeMap<String, Option<Vec<u8>>>, String> {
+fn read_dir(d: &Path, dir: &str, upper: bool) -> Result<BTreeMap<String, Option<Vec<u8>>>, String> {
     let mut out = BTreeMap::new();
     let mut total = 0u64;
     let rd = fs::read_dir(d).map_err(|e| format!("{dir}/: {e}"))?;
@@ -335,7 +331,12 @@ fn host_state(git_dir: &Path, name: &str, is_dir: bool) -> Result<State, String>
 }
 
 /// The entry as the sandbox left it: None when it did not touch it.
-fn stage_state(git_dir: &Path, upper: &Path, name: &str, is_dir: bool) -> Option<Result<State, String>> {
+fn stage_state(
+    git_dir: &Path,
+    upper: &Path,
+    name: &str,
+    is_dir: bool,
+) -> Option<Result<State, String>> {
     let up = upper.join(name);
     let m = fs::symlink_metadata(&up).ok()?;
     if crate::import::is_whiteout(&m) {
@@ -346,7 +347,11 @@ fn stage_state(git_dir: &Path, upper: &Path, name: &str, is_dir: bool) -> Option
         return Some(Err(format!(
             "{name} is {} (git writes {} there)",
             crate::fsutil::type_name(&m),
-            if is_dir { "a directory" } else { "a regular file" }
+            if is_dir {
+                "a directory"
+            } else {
+                "a regular file"
+            }
         )));
     }
     if !is_dir {
@@ -719,7 +724,16 @@ fn check(rule: Rule, b: &[u8], objs: &dyn Objects) -> Result<Vec<git2::Oid>, Str
 
 fn bisect_term(t: &str) -> bool {
     const RESERVED: &[&str] = &[
-        "help", "start", "skip", "next", "reset", "visualize", "view", "replay", "log", "run",
+        "help",
+        "start",
+        "skip",
+        "next",
+        "reset",
+        "visualize",
+        "view",
+        "replay",
+        "log",
+        "run",
         "terms",
     ];
     !t.is_empty() && !t.contains('/') && !RESERVED.contains(&t) && {
@@ -750,8 +764,9 @@ fn todo_line(l: &str, objs: &dyn Objects) -> Result<Vec<git2::Oid>, String> {
             shorten(l)
         )),
         "noop" | "break" | "b" => Ok(Vec::new()),
-        "pick" | "p" | "reword" | "r" | "edit" | "e" | "squash" | "s" | "drop" | "d"
-        | "revert" => id(rest.first()),
+        "pick" | "p" | "reword" | "r" | "edit" | "e" | "squash" | "s" | "drop" | "d" | "revert" => {
+            id(rest.first())
+        }
         "fixup" | "f" => match rest.first() {
             Some(&"-C" | &"-c") => id(rest.get(1)),
             _ => id(rest.first()),
@@ -786,10 +801,7 @@ fn todo_line(l: &str, objs: &dyn Objects) -> Result<Vec<git2::Oid>, String> {
             }
             Ok(needs)
         }
-        _ => Err(format!(
-            "'{}' is not a todo command of git's",
-            shorten(cmd)
-        )),
+        _ => Err(format!("'{}' is not a todo command of git's", shorten(cmd))),
     }
 }
 
@@ -804,7 +816,10 @@ fn author_script(b: &[u8]) -> Result<(), String> {
         let Some((k, v)) = l.split_once('=') else {
             return Err(format!("unexpected line '{}'", shorten(l)));
         };
-        if !matches!(k, "GIT_AUTHOR_NAME" | "GIT_AUTHOR_EMAIL" | "GIT_AUTHOR_DATE") {
+        if !matches!(
+            k,
+            "GIT_AUTHOR_NAME" | "GIT_AUTHOR_EMAIL" | "GIT_AUTHOR_DATE"
+        ) {
             return Err(format!("unexpected variable '{}'", shorten(k)));
         }
         let inner = v
@@ -846,7 +861,10 @@ fn seq_opts(b: &[u8]) -> Result<(), String> {
                 "strategy" => STRATEGIES.contains(&v),
                 "gpg-sign" | "strategy-option" => v.bytes().all(|c| (0x20..0x7f).contains(&c)),
                 "default-msg-cleanup" => {
-                    matches!(v, "verbatim" | "whitespace" | "strip" | "scissors" | "default")
+                    matches!(
+                        v,
+                        "verbatim" | "whitespace" | "strip" | "scissors" | "default"
+                    )
                 }
                 _ => false,
             };
@@ -873,8 +891,10 @@ fn bisect_log(b: &[u8]) -> Result<(), String> {
             .strip_prefix("git bisect ")
             .map(|r| r.split(' ').next().unwrap_or_default())
             .ok_or_else(|| format!("unexpected line '{}'", shorten(l)))?;
-        if !(matches!(cmd, "start" | "good" | "bad" | "new" | "old" | "skip" | "terms")
-            || bisect_term(cmd))
+        if !(matches!(
+            cmd,
+            "start" | "good" | "bad" | "new" | "old" | "skip" | "terms"
+        ) || bisect_term(cmd))
         {
             return Err(format!("unexpected line '{}'", shorten(l)));
         }
@@ -924,17 +944,38 @@ mod tests {
         assert!(check(Choice(&["", "no-ff"]), b"ff\n", &All).is_err());
         assert!(check(Strategy, b"ort\n", &All).is_ok());
         assert!(check(Strategy, b"evil\n", &All).is_err());
-        assert!(check(AuthorScript, b"GIT_AUTHOR_NAME='a'\\''b'\nGIT_AUTHOR_DATE='@1 +0000'\n", &All).is_ok());
+        assert!(
+            check(
+                AuthorScript,
+                b"GIT_AUTHOR_NAME='a'\\''b'\nGIT_AUTHOR_DATE='@1 +0000'\n",
+                &All
+            )
+            .is_ok()
+        );
         assert!(check(AuthorScript, b"GIT_AUTHOR_NAME='a'; touch x\n", &All).is_err());
         assert!(check(AuthorScript, b"PATH='x'\n", &All).is_err());
         assert!(check(Msg, b"Merge\n\n# Conflicts:\n#\tf\n", &All).is_ok());
         assert!(check(Msg, b"\x1b[2Jx\n", &All).is_err());
-        assert!(check(SeqOpts, b"[options]\n\tallow-ff = true\n\tstrategy = ort\n", &All).is_ok());
+        assert!(
+            check(
+                SeqOpts,
+                b"[options]\n\tallow-ff = true\n\tstrategy = ort\n",
+                &All
+            )
+            .is_ok()
+        );
         assert!(check(SeqOpts, b"[options]\n\tstrategy = evil\n", &All).is_err());
         assert!(check(SeqOpts, b"[core]\n\tfsmonitor = x\n", &All).is_err());
         assert!(check(RefsToDelete, b"refs/rewritten/onto\n", &All).is_ok());
         assert!(check(RefsToDelete, b"refs/heads/main\n", &All).is_err());
-        assert!(check(BisectLog, format!("git bisect start\n# bad: [{ID}] x\ngit bisect bad {ID}\n").as_bytes(), &All).is_ok());
+        assert!(
+            check(
+                BisectLog,
+                format!("git bisect start\n# bad: [{ID}] x\ngit bisect bad {ID}\n").as_bytes(),
+                &All
+            )
+            .is_ok()
+        );
         assert!(check(BisectLog, b"rm -rf /\n", &All).is_err());
         assert!(check(BisectStart, b"main\n", &All).is_ok());
         assert!(check(BisectStart, b"../x\n", &All).is_err());
