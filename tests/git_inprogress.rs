@@ -186,10 +186,16 @@ impl Proj {
             "sequencer",
             "BISECT_LOG",
             "BISECT_START",
-            "refs/bisect",
         ] {
             assert!(!self.gitfile(n).exists(), "{n} left behind: {ctx}");
         }
+        // (An emptied refs/bisect directory may stay: libgit2 deletes refs
+        // without pruning their directories.)
+        assert_eq!(
+            self.git(&["for-each-ref", "refs/bisect", "refs/rewritten"]),
+            "",
+            "{ctx}"
+        );
     }
 
     fn dropped(&self, path: &str, reason: &str) {
