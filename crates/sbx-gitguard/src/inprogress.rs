@@ -675,7 +675,7 @@ fn check(rule: Rule, b: &[u8], objs: &dyn Objects) -> Result<Vec<git2::Oid>, Str
         UpdateRefs => {
             let l = lines(b)?;
             let l: Vec<&str> = l.into_iter().filter(|x| !x.is_empty()).collect();
-            if l.len() % 3 != 0 {
+            if !l.len().is_multiple_of(3) {
                 return Err("not ref/before/after triples".into());
             }
             for t in l.chunks(3) {
@@ -692,7 +692,8 @@ fn check(rule: Rule, b: &[u8], objs: &dyn Objects) -> Result<Vec<git2::Oid>, Str
         }
         RefsToDelete => {
             for l in lines(b)? {
-                if !l.is_empty() && !(l.starts_with("refs/rewritten/") && label(&l[15..])) {
+                let ok = l.is_empty() || l.strip_prefix("refs/rewritten/").is_some_and(label);
+                if !ok {
                     return Err(format!(
                         "'{}' is not a refs/rewritten/ label (git deletes each at the end)",
                         shorten(l)
