@@ -370,6 +370,53 @@ fn a_cherry_pick_sequence_continues_in_a_later_call() {
 }
 
 #[test]
+fn a_revert_sequence_continues_in_a_later_call() {
+    for who in identities() {
+        for chain in CHAINS {
+            let mut four = String::new();
+            let p = project(who, |r| {
+                commit(r, "f", "1\n", "one");
+                commit(r, "h", "h\n", "two");
+                commit(r, "f", "3\n", "three");
+                four = commit(r, "f", "4\n", "four");
+            });
+            // Reverting "two" is clean, "three" conflicts with "four".
+            let (_, c) = p.step(
+                chain,
+                "git revert --no-edit HEAD~2 HEAD~1; echo RC=$?",
+                "RC=1",
+            );
+            let three = p.git(&["rev-parse", "HEAD~2"]);
+            assert_eq!(
+                std::fs::read_to_string(p.gitfile("REVERT_HEAD"))
+                    .unwrap()
+                    .trim(),
+                three,
+                "{c}"
+            );
+            assert!(p.gitfile("sequencer/todo").is_file(), "{c}");
+            let (_, c) = p.step(
+                chain,
+                "printf 'resolved\\n' > f && git add f && git revert --continue && echo DONE",
+                "DONE",
+            );
+            assert_eq!(
+                p.git(&["rev-list", "--count", &format!("{four}..main")]),
+                "2",
+                "{c}"
+            );
+            assert_eq!(
+                p.git(&["log", "--format=%s", "-2"]),
+                "Revert \"three\"\nRevert \"two\"",
+                "{c}"
+            );
+            p.assert_nothing_in_progress(&c);
+            p.assert_clean(&c);
+        }
+    }
+}
+
+#[test]
 fn a_bisect_takes_its_steps_across_calls() {
     for who in identities() {
         for chain in CHAINS {
