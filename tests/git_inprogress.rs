@@ -3,7 +3,8 @@
 //! calls are), as root and as the unprivileged test user: a conflicted
 //! merge completed in a later call has two parents on the host, `git merge
 //! --abort` works in a later call, a conflicted rebase continues and
-//! finishes, a cherry-pick sequence continues, a bisect takes its steps.
+//! finishes, cherry-pick and revert sequences continue, a bisect takes its
+//! steps.
 //! The stage's in-progress state comes over as checked data
 //! (crates/sbx-gitguard/src/inprogress.rs); planted variants are refused
 //! with their alert and nothing of them reaches the host. After every step

@@ -147,9 +147,10 @@ pub enum ImportError {
     Write(String),
 }
 
-/// Namespaces the sandbox may write. Everything else (refs/replace changes
-/// what git shows; refs/original, refs/bisect, ... are not agent work) is
-/// refused.
+/// Namespaces the sandbox may write (and, as commit ids only, the bisect
+/// marks and rebase labels of an operation in progress:
+/// `inprogress::commit_ref`). Everything else (refs/replace changes what
+/// git shows; refs/original, ... are not agent work) is refused.
 pub const ALLOWED: &[&str] = &["refs/heads/", "refs/tags/", "refs/remotes/", "refs/notes/"];
 
 pub fn allowed_name(name: &str) -> bool {
