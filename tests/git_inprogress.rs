@@ -24,7 +24,7 @@ use sbx_testutil::{
 
 const T: Duration = Duration::from_secs(120);
 
-const SETTINGS: &str = r#"{"permissions": {"allow": ["Edit(./**)", "Bash(sh)", "Bash(git:*)", "Bash(rm)", "Bash(mkfifo)", "Bash(mkdir)", "Bash(printf)", "Bash(echo)", "Bash(head)", "Bash(ln)", "Bash(cat)", "Bash(true)", "Bash(test)", "Bash([)", "Bash(tr)"]}}"#;
+const SETTINGS: &str = r#"{"permissions": {"allow": ["Edit(./**)", "Bash(sh:*)", "Bash(git:*)", "Bash(rm)", "Bash(mkfifo)", "Bash(mkdir)", "Bash(printf)", "Bash(echo)", "Bash(head)", "Bash(ln)", "Bash(cat)", "Bash(true)", "Bash(test)", "Bash([)", "Bash(tr)"]}}"#;
 
 /// What every step's script starts with: an identity for commits (the
 /// sandbox's home is private) and no editor.
