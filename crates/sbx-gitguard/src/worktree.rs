@@ -94,10 +94,7 @@ const FILES: &[&str] = &["HEAD", "commondir", "gitdir", "config.worktree", "lock
 #[derive(Debug)]
 pub enum Op {
     Write(Box<Write>),
-    Remove {
-        name: String,
-        work_tree: Option<PathBuf>,
-    },
+    Remove { name: String },
 }
 
 #[derive(Debug)]
@@ -320,10 +317,7 @@ pub fn plan(
                     w.display()
                 ),
             ),
-            None => out.push(Op::Remove {
-                name: name.clone(),
-                work_tree: None,
-            }),
+            None => out.push(Op::Remove { name: name.clone() }),
         }
     }
     for (name, dir, opaque) in written {
@@ -525,7 +519,7 @@ pub fn apply(
     let host = git_dir.join("worktrees");
     for op in ops {
         match op {
-            Op::Remove { name, work_tree } => {
+            Op::Remove { name } => {
                 let r = crate::fsutil::remove(&host.join(&name));
                 if r.is_ok() {
                     out.removed.push(host.join(&name));
@@ -537,7 +531,7 @@ pub fn apply(
                     } else {
                         Severity::Warn
                     },
-                    json!({ "path": format!("worktrees/{name}"), "worktree": work_tree,
+                    json!({ "path": format!("worktrees/{name}"),
                             "error": r.err().map(|e| e.to_string()) }),
                 );
             }
