@@ -632,19 +632,16 @@ fn expect_imported(snap: &mut snapshot::Snapshot, git_dir: &Path, o: &import::Ou
     // check expects, not a new or vanished git dir to report.
     snap.units
         .retain(|u| !o.worktrees.removed.contains(&u.path));
+    // (Captured again whole: `git worktree move` rewrites its gitdir.)
     for w in &o.worktrees.written {
-        match snap.units.iter_mut().find(|u| &u.path == w) {
-            Some(u) => u.head = fsutil::read(&w.join("HEAD")).ok().flatten(),
-            None => {
-                let unit = layout::Unit {
-                    path: w.clone(),
-                    kind: layout::UnitKind::Worktree,
-                    work_tree: None,
-                };
-                if let Ok(us) = snapshot::capture_unit(&unit) {
-                    snap.units.push(us);
-                }
-            }
+        let unit = layout::Unit {
+            path: w.clone(),
+            kind: layout::UnitKind::Worktree,
+            work_tree: None,
+        };
+        if let Ok(us) = snapshot::capture_unit(&unit) {
+            snap.units.retain(|u| &u.path != w);
+            snap.units.push(us);
         }
     }
 }

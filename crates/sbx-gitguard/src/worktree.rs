@@ -387,8 +387,19 @@ fn plan_one(
     let gitdir = view("gitdir")?.ok_or("no gitdir file")?;
     let commondir = view("commondir")?.ok_or("no commondir file")?;
     let head = view("HEAD")?.ok_or("no HEAD")?;
-    let w = check_gitdir(&gitdir, project, git_dir, admin)?;
-    if commondir.strip_suffix(b"\n").unwrap_or(&commondir) != b"../.." {
+    // What the sandbox wrote is checked; a link of the host's own worktree
+    // (anywhere: the user made it) that it left alone is the user's.
+    let wrote = |f: &str| fresh || fs::symlink_metadata(dir.join(f)).is_ok();
+    let w = if wrote("gitdir") {
+        check_gitdir(&gitdir, project, git_dir, admin)?
+    } else {
+        let t = String::from_utf8_lossy(&gitdir);
+        Path::new(t.trim_end())
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .to_path_buf()
+    };
+    if wrote("commondir") && commondir.strip_suffix(b"\n").unwrap_or(&commondir) != b"../.." {
         return Err(format!(
             "commondir is '{}', not '../..'",
             String::from_utf8_lossy(&commondir).trim_end()
