@@ -465,3 +465,27 @@ fn a_git_file_naming_a_crafted_admin_dir_is_removed() {
         p.fsck(&c);
     });
 }
+
+#[test]
+fn a_worktree_outside_the_project_never_reaches_the_host() {
+    each(|p| {
+        let c = format!("{:?} {:?}", p.who, p.chain);
+        let out = p.call("git worktree add -q ../wt-x && echo ADDED");
+        let outside = p.base.join("wt-x");
+        // Where the sandbox can write there (a private /tmp), git makes it
+        // and the import refuses its admin dir; elsewhere git fails.
+        if stdout(&out).contains("ADDED") {
+            assert_event(&p.log, "worktree_refused", "alert", |e| {
+                e["path"] == "worktrees/wt-x"
+                    && e["reason"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains("outside the project")
+            });
+        }
+        assert!(!p.root.join(".git/worktrees/wt-x").exists(), "{c}");
+        assert!(!outside.join(".git").exists(), "{c}");
+        assert_eq!(p.worktrees(), vec![p.root.clone()], "{c}");
+        p.fsck(&c);
+    });
+}

@@ -602,3 +602,61 @@ pub fn apply(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gitdir_must_name_a_worktree_of_the_project_linking_back() {
+        let t = tempfile::tempdir().unwrap();
+        let proj = t.path().canonicalize().unwrap().join("p");
+        let g = proj.join(".git");
+        let admin = g.join("worktrees/f2");
+        let w = proj.join(".wt/f2");
+        fs::create_dir_all(&w).unwrap();
+        fs::create_dir_all(&admin).unwrap();
+        let line = format!("{}\n", w.join(".git").display());
+        // No .git file yet, then one pointing elsewhere, then back.
+        assert!(check_gitdir(line.as_bytes(), &proj, &g, &admin).is_err());
+        fs::write(w.join(".git"), "gitdir: /elsewhere\n").unwrap();
+        assert!(check_gitdir(line.as_bytes(), &proj, &g, &admin).is_err());
+        fs::write(w.join(".git"), format!("gitdir: {}\n", admin.display())).unwrap();
+        assert_eq!(check_gitdir(line.as_bytes(), &proj, &g, &admin).unwrap(), w);
+        for bad in [
+            "/etc/.git\n".to_string(),
+            format!("{}/.git\n", proj.display()),
+            format!("{}/x/.git\n", g.display()),
+            format!("{}/../q/.git\n", proj.display()),
+            ".wt/f2/.git\n".to_string(),
+            format!(
+                "{}\n{}\n",
+                w.join(".git").display(),
+                w.join(".git").display()
+            ),
+        ] {
+            assert!(
+                check_gitdir(bad.as_bytes(), &proj, &g, &admin).is_err(),
+                "{bad}"
+            );
+        }
+        // A symbolic link on the way.
+        std::os::unix::fs::symlink("/tmp", proj.join("ln")).unwrap();
+        let via = format!("{}/ln/.git\n", proj.display());
+        assert!(check_gitdir(via.as_bytes(), &proj, &g, &admin).is_err());
+    }
+
+    #[test]
+    fn pending_links_name_a_missing_admin_dir_of_a_user_repository() {
+        let t = tempfile::tempdir().unwrap();
+        let g = t.path().canonicalize().unwrap().join(".git");
+        fs::create_dir_all(g.join("worktrees/there")).unwrap();
+        let gs = || vec![g.clone()].into_iter();
+        assert!(pending_link(&g.join("worktrees/f2"), gs()));
+        assert!(pending_link(&g.join("x/../worktrees/f2"), gs()));
+        assert!(!pending_link(&g.join("worktrees/there"), gs()));
+        assert!(!pending_link(&g.join("worktrees/.hidden"), gs()));
+        assert!(!pending_link(&g.join("modules/f2"), gs()));
+        assert!(!pending_link(Path::new("/other/.git/worktrees/f2"), gs()));
+    }
+}
