@@ -102,13 +102,18 @@ fn project(who: As, chain: Chain) -> Proj {
 impl Proj {
     /// One sandboxed call: the chain around `sh -c SCRIPT` in the project.
     fn call(&self, script: &str) -> Output {
+        self.call_in(&self.root, script)
+    }
+
+    /// The same, started in `dir` (the project is found from there).
+    fn call_in(&self, dir: &Path, script: &str) -> Output {
         let script = format!("{ID}{script}");
         let mut c = match self.chain {
             Chain::SbxRun => {
                 let mut c = Command::new("sh");
                 c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/sbx-run"))
                     .arg("-C")
-                    .arg(&self.root)
+                    .arg(dir)
                     .arg("-l")
                     .arg(&self.log)
                     .args(["--", "sh", "-c", &script]);
@@ -126,7 +131,7 @@ impl Proj {
                 c
             }
         };
-        c.current_dir(&self.root)
+        c.current_dir(dir)
             .env("PATH", PATH)
             .env("HOME", &self.home)
             .env("XDG_STATE_HOME", self.base.join("state"));
@@ -294,6 +299,22 @@ fn worktree_add_commit_in_it_and_remove_across_calls() {
             "the worktree's index came along\n{c}"
         );
         assert_eq!(p.rev("f2@{1}"), p.rev("main"), "{c}");
+        p.fsck(&c);
+
+        // A call started inside the worktree (as an agent working there
+        // runs): the project is the main work tree holding it.
+        let out = p.call_in(
+            &wt,
+            "set -e; echo g > g; git add g; git commit -qm in-f2-again; git status --porcelain",
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", p.ctx(&out));
+        assert!(stdout(&out).trim().is_empty(), "{}", p.ctx(&out));
+        assert_eq!(
+            p.git(&["log", "-2", "--format=%s", "f2"]),
+            "in-f2-again\nin-f2\n",
+            "{c}"
+        );
+        assert_eq!(git_ok(&wt, &["status", "--porcelain"]).trim(), "", "{c}");
         p.fsck(&c);
 
         // Remove it in a third.
