@@ -313,6 +313,49 @@ pub fn invariants_limited(
     Ok(ops)
 }
 
+/// Whether `dotgit` is a regular `.git` file naming `G/worktrees/NAME` of
+/// the staged git dir `G` (read without following a symlink, bounded).
+fn staged_worktree_link(dotgit: &Path, g: &Path) -> bool {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(dotgit)
+    else {
+        return false;
+    };
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let mut t = String::new();
+    if f.take(4096).read_to_string(&mut t).is_err() {
+        return false;
+    }
+    let Some(target) = t.lines().next().and_then(|l| l.strip_prefix("gitdir:")) else {
+        return false;
+    };
+    let mut norm = PathBuf::new();
+    for c in dotgit
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join(target.trim())
+        .components()
+    {
+        match c {
+            std::path::Component::ParentDir => {
+                norm.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => norm.push(c),
+        }
+    }
+    norm.parent() == Some(g.join("worktrees").as_path())
+        && norm
+            .file_name()
+            .is_some_and(|n| !n.as_encoded_bytes().starts_with(b"."))
+}
+
 /// The invariant ops for the directory `rel` of a writable bind, mounted at
 /// `dst`. At the bind's root (`top`), a missing `.git` or `.claude` becomes
 /// a placeholder; deeper, only what exists is protected.
@@ -401,6 +444,10 @@ fn invariants_in(
                 protect(inv.rel.to_string(), inv.kind, found);
             }
         }
+        // A linked worktree of the staged repository: `git worktree remove`
+        // deletes it, and sbx-gitguard checks it against the admin dir it
+        // imports (or removes it with that dir's refusal).
+        Some(_) if staged.is_some_and(|g| staged_worktree_link(&base.join(".git"), g)) => {}
         // A gitfile (worktree): it names the repository, keep it as it is.
         Some(m) => protect(".git".to_string(), Kind::File, Some(m)),
     }

@@ -131,6 +131,8 @@ pub struct Outcome {
     pub index_replaced: bool,
     /// A limit was exceeded: nothing was imported.
     pub exceeded: Option<String>,
+    /// Linked worktree git dirs the import wrote, and removed (worktree.rs).
+    pub worktrees: crate::worktree::Applied,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -764,7 +766,6 @@ const DROPPED: &[(&str, Severity)] = &[
     ("commondir", Severity::Alert),
     ("info", Severity::Warn),
     ("modules", Severity::Warn),
-    ("worktrees", Severity::Warn),
 ];
 
 fn note_dropped(upper: &Path, ev: &mut Events) {
@@ -1231,6 +1232,32 @@ pub fn import(
             }
         }
     }
+    // Reflogs (reflog.rs) and linked worktrees (worktree.rs) the sandbox
+    // wrote, checked against the refs as this import leaves them.
+    let head_after = final_head(&repo, &plan_head, &planned);
+    let after = |n: &str| match n {
+        "HEAD" => head_after,
+        _ => crate::reflog::value_after(&repo, &planned, n),
+    };
+    let mut need = |id: git2::Oid| quar.closure(id);
+    let logs = crate::reflog::plan(
+        &stage.git_upper(),
+        git_dir,
+        limits.max_objects,
+        ev,
+        &mut need,
+        &after,
+        &mut to_migrate,
+    );
+    let worktrees = crate::worktree::plan(
+        &stage.git_upper(),
+        git_dir,
+        ev,
+        &mut need,
+        &|id| quar.kind(id) == Some(git2::ObjectType::Commit),
+        &after,
+        &mut to_migrate,
+    );
     let mut seen = HashSet::new();
     to_migrate.retain(|id| seen.insert(*id) && !real.exists(*id));
 
@@ -1304,6 +1331,8 @@ pub fn import(
     out.index_replaced = applied.index_replaced;
     crate::inprogress::apply(git_dir, &carried, owner, ev);
     journal.finish().map_err(jio)?;
+    crate::reflog::apply(git_dir, &logs, owner, ev);
+    out.worktrees = crate::worktree::apply(git_dir, worktrees, &stage.dir, owner, ev);
     Ok(out)
 }
 
@@ -1364,7 +1393,7 @@ fn stage_index_entries(up: &Path, private: &Path) -> Vec<(Vec<u8>, u32, git2::Oi
     }
 }
 
-fn take_index(
+pub(crate) fn take_index(
     git_dir: &Path,
     up: &Path,
     dest: &Path,

@@ -19,12 +19,14 @@ pub mod keep;
 pub mod layout;
 pub mod objects;
 pub mod plant;
+pub mod reflog;
 pub mod refs;
 pub mod rules;
 pub mod sig;
 pub mod snapshot;
 pub mod stage;
 pub mod verify;
+pub mod worktree;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -627,6 +629,22 @@ fn expect_imported(snap: &mut snapshot::Snapshot, git_dir: &Path, o: &import::Ou
         && let Ok(Some(h)) = fsutil::read(&git_dir.join("HEAD"))
     {
         u.head = Some(h);
+    }
+    // Linked worktrees the import wrote or removed (worktree.rs): what the
+    // check expects, not a new or vanished git dir to report.
+    snap.units
+        .retain(|u| !o.worktrees.removed.contains(&u.path));
+    // (Captured again whole: `git worktree move` rewrites its gitdir.)
+    for w in &o.worktrees.written {
+        let unit = layout::Unit {
+            path: w.clone(),
+            kind: layout::UnitKind::Worktree,
+            work_tree: None,
+        };
+        if let Ok(us) = snapshot::capture_unit(&unit) {
+            snap.units.retain(|u| &u.path != w);
+            snap.units.push(us);
+        }
     }
 }
 

@@ -590,11 +590,15 @@ pub struct After {
     pub failed: Option<String>,
 }
 
-fn is_under_user_git_dir(target: &Path, before: &[Entry]) -> bool {
+fn user_git_dirs(before: &[Entry]) -> impl Iterator<Item = PathBuf> + '_ {
     before
         .iter()
         .filter(|e| e.kind == Kind::GitDir)
         .filter_map(|e| fs::canonicalize(&e.path).ok())
+}
+
+fn is_under_user_git_dir(target: &Path, before: &[Entry]) -> bool {
+    user_git_dirs(before)
         .any(|g| target.starts_with(g.join("modules")) || target.starts_with(g.join("worktrees")))
 }
 
@@ -612,7 +616,9 @@ fn benign_gitfile(e: &Entry, before: &[Entry]) -> bool {
         return false;
     };
     let Ok(c) = fs::canonicalize(&t) else {
-        return false;
+        // A worktree the sandbox added: its admin dir is still in the git
+        // stage (worktree.rs decides on it after this check).
+        return crate::worktree::pending_link(&t, user_git_dirs(before));
     };
     is_git_directory(&c) && is_under_user_git_dir(&c, before)
 }

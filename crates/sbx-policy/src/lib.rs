@@ -135,7 +135,7 @@ pub struct SourceArgs {
     /// The managed settings file (read when it exists; always highest).
     #[arg(long, value_name = "FILE", default_value = MANAGED)]
     pub managed: PathBuf,
-    /// Where the command starts (default: the current directory); the project is found from it: the git repository's top level, else the nearest directory holding .claude/, else DIR (explain says which). Old spelling: --cwd.
+    /// Where the command starts (default: the current directory); the project is found from it: the git repository's top level (for a linked worktree inside its main work tree, the main one), else the nearest directory holding .claude/, else DIR (explain says which). Old spelling: --cwd.
     #[arg(long = "chdir", alias = "cwd", value_name = "DIR")]
     pub cwd: Option<PathBuf>,
     /// The home directory for ~/ (default: $HOME).

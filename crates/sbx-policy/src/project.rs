@@ -60,6 +60,32 @@ fn is_git_dir(g: &Path) -> bool {
     common.join("objects").is_dir() && common.join("refs").is_dir()
 }
 
+/// For a linked worktree `top` (its `.git` a file naming
+/// `M/.git/worktrees/NAME`) that lies inside its main work tree `M`: `M`.
+/// The sandbox's git then works through `M`'s staged `.git` (sbx-gitguard
+/// carries the worktree's admin dir across calls), which a project of
+/// `top` alone could not reach.
+fn nesting_main(top: &Path) -> Option<PathBuf> {
+    let dot = top.join(".git");
+    let m = std::fs::symlink_metadata(&dot).ok()?;
+    if !m.is_file() || m.len() > 4096 {
+        return None;
+    }
+    let s = std::fs::read_to_string(&dot).ok()?;
+    let target = top.join(s.lines().next()?.strip_prefix("gitdir: ")?.trim());
+    let admin = std::fs::canonicalize(target).ok()?;
+    let worktrees = admin.parent()?;
+    let git = worktrees.parent()?;
+    let main = git.parent()?;
+    (worktrees.file_name()? == "worktrees"
+        && git.file_name()? == ".git"
+        && top.starts_with(main)
+        && top != main
+        && std::fs::symlink_metadata(git).is_ok_and(|m| m.is_dir())
+        && is_git_dir(git))
+    .then(|| main.to_path_buf())
+}
+
 fn dev(p: &Path) -> Option<u64> {
     std::fs::metadata(p).ok().map(|m| m.dev())
 }
@@ -96,6 +122,17 @@ pub fn find(start: &Path, home: Option<&Path>) -> Project {
                 "; the repository at {} is never made the project (the home or /)",
                 top.display()
             );
+        }
+        Some(top) if let Some(main) = nesting_main(&top).filter(|m| !refused(m)) => {
+            let why = format!(
+                "the main work tree of the linked worktree {} inside it (its .git and git stage are the main one's)",
+                top.display()
+            );
+            return Project {
+                root: main,
+                start: start.to_path_buf(),
+                why,
+            };
         }
         Some(top) => {
             let why = if top == start {
@@ -184,6 +221,29 @@ mod tests {
         std::fs::write(gd.join("commondir"), "../.git\n").unwrap();
         std::fs::write(wt.join(".git"), "gitdir: ../gd\n").unwrap();
         assert_eq!(find(&wt.join("s"), None).root, wt);
+    }
+
+    #[test]
+    fn a_linked_worktree_inside_its_main_work_tree_makes_that_the_project() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap().join("p");
+        mkrepo(&root);
+        let admin = root.join(".git/worktrees/f2");
+        std::fs::create_dir_all(&admin).unwrap();
+        std::fs::write(admin.join("HEAD"), "ref: refs/heads/f2\n").unwrap();
+        std::fs::write(admin.join("commondir"), "../..\n").unwrap();
+        let wt = root.join(".wt/f2");
+        std::fs::create_dir_all(wt.join("s")).unwrap();
+        std::fs::write(wt.join(".git"), format!("gitdir: {}\n", admin.display())).unwrap();
+        let p = find(&wt.join("s"), None);
+        assert_eq!(p.root, root);
+        assert_eq!(p.start, wt.join("s"));
+        assert!(p.why.contains("linked worktree"), "{}", p.why);
+        // One outside its main work tree stays its own project.
+        let out = t.path().canonicalize().unwrap().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join(".git"), format!("gitdir: {}\n", admin.display())).unwrap();
+        assert_eq!(find(&out, None).root, out);
     }
 
     #[test]

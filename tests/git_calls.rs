@@ -1,0 +1,512 @@
+//! Issue 23: git state made in one sandboxed call is there in the next,
+//! each step its own `scripts/sbx-run` or `sbx-policy chain` call, as root
+//! and as the unprivileged test user: `git stash` then `git stash pop`,
+//! `@{1}` after an amend, `git worktree add` / commit in it / `git worktree
+//! remove`. The host repository is checked after every step (`git fsck
+//! --strict`, the expected refs, `git stash list`, `git worktree list`).
+//! And what the sandbox forges instead (a stash reflog naming a missing
+//! object or with a huge entry, a worktree admin dir pointing outside the
+//! project or whose config.worktree runs programs, a `.git` file naming a
+//! crafted admin dir) is refused, each with its alert in the audit log.
+//! Every command is bounded in time (`sbx_testutil::output_within`).
+
+mod common;
+use common::*;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use sbx_testutil::{As, assert_event, identities, output_within, run_as, stderr, stdout};
+
+/// The bound on one chain run (and on each git command of a test).
+const T: Duration = Duration::from_secs(120);
+
+const SETTINGS: &str = r#"{"permissions": {"allow": ["Edit(./**)", "Bash(sh)", "Bash(git:*)", "Bash(python3:*)", "Bash(rm)", "Bash(mkdir)", "Bash(printf)", "Bash(echo)", "Bash(cat)", "Bash(true)"]}}"#;
+
+/// Who commits inside (the sandbox's HOME has no identity).
+const ID: &str = "export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=agent@example.invalid \
+                  GIT_COMMITTER_NAME=agent GIT_COMMITTER_EMAIL=agent@example.invalid; ";
+
+#[derive(Clone, Copy, Debug)]
+enum Chain {
+    SbxRun,
+    Policy,
+}
+
+const CHAINS: [Chain; 2] = [Chain::SbxRun, Chain::Policy];
+
+struct Proj {
+    _d: tempfile::TempDir,
+    who: As,
+    chain: Chain,
+    base: PathBuf,
+    root: PathBuf,
+    home: PathBuf,
+    log: PathBuf,
+}
+
+/// git as root in a repository of any owner, bounded in time.
+fn git_out(dir: &Path, args: &[&str]) -> Output {
+    let mut c = Command::new("git");
+    c.arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "user.email=t@example.invalid",
+            "-c",
+            "user.name=t",
+        ])
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env_remove("GIT_DIR");
+    output_within(&mut c, T)
+}
+
+fn git_ok(dir: &Path, args: &[&str]) -> String {
+    let o = git_out(dir, args);
+    assert!(o.status.success(), "git {args:?}: {}", stderr(&o));
+    stdout(&o)
+}
+
+/// A repository with one commit on main, owned by `who`.
+fn project(who: As, chain: Chain) -> Proj {
+    let d = sbx_testutil::shared_tempdir();
+    let base = d.path().canonicalize().unwrap();
+    let root = base.join("proj");
+    let home = base.join("home");
+    write(&home.join(".gitconfig"), "[user]\n\tname = agent\n");
+    write(&root.join("a"), "a\n");
+    write(&root.join(".gitignore"), ".claude/\n.wt/\n");
+    git_ok(&root, &["init", "-q", "-b", "main"]);
+    git_ok(&root, &["add", "-A"]);
+    git_ok(&root, &["commit", "-qm", "one"]);
+    write(&root.join(".claude/settings.json"), SETTINGS);
+    if who == As::User {
+        chown_r(&base);
+    }
+    Proj {
+        _d: d,
+        who,
+        chain,
+        log: base.join("audit.jsonl"),
+        base,
+        root,
+        home,
+    }
+}
+
+impl Proj {
+    /// One sandboxed call: the chain around `sh -c SCRIPT` in the project.
+    fn call(&self, script: &str) -> Output {
+        self.call_in(&self.root, script)
+    }
+
+    /// The same, started in `dir` (the project is found from there).
+    fn call_in(&self, dir: &Path, script: &str) -> Output {
+        let script = format!("{ID}{script}");
+        let mut c = match self.chain {
+            Chain::SbxRun => {
+                let mut c = Command::new("sh");
+                c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/sbx-run"))
+                    .arg("-C")
+                    .arg(dir)
+                    .arg("-l")
+                    .arg(&self.log)
+                    .args(["--", "sh", "-c", &script]);
+                c.env("SBX_BIN", sbx_testutil::bin("sbx-fs").parent().unwrap())
+                    .env_remove("SBX_ID")
+                    .env_remove("SBX_AUDIT_LOG");
+                c
+            }
+            Chain::Policy => {
+                let mut c = sbx_testutil::tool("sbx-policy");
+                c.arg("--audit-log").arg(&self.log);
+                c.args(["chain", "--managed", "/nonexistent/managed.json", "--home"])
+                    .arg(&self.home);
+                c.args(["--", "sh", "-c", &script]);
+                c
+            }
+        };
+        c.current_dir(dir)
+            .env("PATH", PATH)
+            .env("HOME", &self.home)
+            .env("XDG_STATE_HOME", self.base.join("state"));
+        run_as(&mut c, self.who);
+        output_within(&mut c, T)
+    }
+
+    /// A call that must succeed; returns its stdout.
+    fn ok(&self, script: &str) -> String {
+        let out = self.call(script);
+        assert_eq!(out.status.code(), Some(0), "{}", self.ctx(&out));
+        stdout(&out)
+    }
+
+    fn ctx(&self, out: &Output) -> String {
+        format!(
+            "{:?} {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.who,
+            self.chain,
+            stdout(out),
+            stderr(out)
+        )
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        git_ok(&self.root, args)
+    }
+
+    fn rev(&self, r: &str) -> Option<String> {
+        let o = git_out(&self.root, &["rev-parse", "--verify", "-q", r]);
+        o.status.success().then(|| stdout(&o).trim().to_string())
+    }
+
+    fn stash_list(&self) -> Vec<String> {
+        self.git(&["stash", "list", "--format=%gd %s"])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// `git worktree list --porcelain`'s worktree paths.
+    fn worktrees(&self) -> Vec<PathBuf> {
+        self.git(&["worktree", "list", "--porcelain"])
+            .lines()
+            .filter_map(|l| l.strip_prefix("worktree "))
+            .map(PathBuf::from)
+            .collect()
+    }
+
+    /// `git fsck --full --strict` accepts the host repository (reflogs
+    /// included: an entry naming a missing object is an error there).
+    fn fsck(&self, ctx: &str) {
+        let o = git_out(&self.root, &["fsck", "--full", "--strict", "--no-dangling"]);
+        let err = stderr(&o);
+        assert!(
+            o.status.success() && !err.contains("error") && !err.contains("missing"),
+            "git fsck --full --strict: {err}\n{ctx}"
+        );
+    }
+
+    /// The host's status is clean in the main work tree.
+    fn clean(&self, ctx: &str) {
+        let s = self.git(&["status", "--porcelain"]);
+        assert!(s.trim().is_empty(), "status: {s}\n{ctx}");
+    }
+}
+
+fn each(f: impl Fn(&Proj)) {
+    for who in identities() {
+        for chain in CHAINS {
+            f(&project(who, chain));
+        }
+    }
+}
+
+#[test]
+fn stash_in_one_call_pop_and_drop_in_later_calls() {
+    each(|p| {
+        let c = format!("{:?} {:?}", p.who, p.chain);
+        let so = p.ok("set -e; echo b > a; git stash -q; echo c > a; git stash -q; git stash list");
+        assert_eq!(so.lines().count(), 2, "{c}\n{so}");
+        let first = p.rev("stash@{1}").expect("stash@{1} on the host");
+        let second = p.rev("stash@{0}").expect("stash@{0} on the host");
+        assert_ne!(first, second);
+        assert_eq!(p.stash_list().len(), 2, "{c}");
+        p.fsck(&c);
+        p.clean(&c);
+        p.assert_reflog_event("logs/refs/stash");
+
+        // The next call sees both, and pops the newest.
+        let so = p.ok("set -e; git rev-parse stash@{0} stash@{1}; git stash pop -q; cat a");
+        let mut l = so.lines();
+        assert_eq!(l.next(), Some(second.as_str()), "{c}\n{so}");
+        assert_eq!(l.next(), Some(first.as_str()), "{c}\n{so}");
+        assert_eq!(l.next(), Some("c"), "{c}\n{so}");
+        assert_eq!(p.stash_list().len(), 1, "{c}");
+        assert_eq!(p.rev("refs/stash").as_deref(), Some(first.as_str()), "{c}");
+        assert_eq!(std::fs::read_to_string(p.root.join("a")).unwrap(), "c\n");
+        p.fsck(&c);
+
+        // And the last one goes in a third call: refs/stash and its reflog.
+        p.ok("set -e; git checkout -q -- a; git stash drop -q");
+        assert!(p.stash_list().is_empty(), "{c}");
+        assert_eq!(p.rev("refs/stash"), None, "{c}");
+        assert!(!p.root.join(".git/logs/refs/stash").exists(), "{c}");
+        p.fsck(&c);
+        p.clean(&c);
+    });
+}
+
+impl Proj {
+    fn assert_reflog_event(&self, path: &str) {
+        assert_event(&self.log, "reflog_imported", "info", |e| e["path"] == path);
+    }
+}
+
+#[test]
+fn at_1_after_an_amend_works_in_the_next_call() {
+    each(|p| {
+        let c = format!("{:?} {:?}", p.who, p.chain);
+        p.ok("set -e; echo x > x; git add x; git commit -qm x; git commit -q --amend -m x2");
+        let before = p.rev("main@{1}").expect("main@{1} on the host");
+        assert_eq!(p.git(&["log", "-1", "--format=%s", &before]).trim(), "x");
+        assert_eq!(p.rev("HEAD@{1}").as_deref(), Some(before.as_str()), "{c}");
+        p.fsck(&c);
+        p.clean(&c);
+        p.assert_reflog_event("logs/refs/heads/main");
+        p.assert_reflog_event("logs/HEAD");
+        // The next call goes back to it.
+        let so = p.ok("set -e; git rev-parse main@{1}; git reset -q --hard main@{1}");
+        assert_eq!(so.trim(), before, "{c}");
+        assert_eq!(p.rev("main").as_deref(), Some(before.as_str()), "{c}");
+        p.fsck(&c);
+        p.clean(&c);
+    });
+}
+
+#[test]
+fn worktree_add_commit_in_it_and_remove_across_calls() {
+    each(|p| {
+        let c = format!("{:?} {:?}", p.who, p.chain);
+        let wt = p.root.join(".wt/f2");
+        p.ok("git worktree add -q .wt/f2");
+        assert_eq!(p.worktrees(), vec![p.root.clone(), wt.clone()], "{c}");
+        assert!(wt.join(".git").is_file(), "{c}");
+        assert!(p.root.join(".git/worktrees/f2/gitdir").is_file(), "{c}");
+        assert_eq!(p.rev("f2"), p.rev("main"), "{c}");
+        assert_event(&p.log, "worktree_imported", "info", |e| {
+            e["path"] == "worktrees/f2" && e["new"] == true
+        });
+        p.fsck(&c);
+        p.clean(&c);
+
+        // Commit in it in the next call.
+        let so = p.ok("set -e; cd .wt/f2; echo f > f; git add f; git commit -qm in-f2; git status --porcelain");
+        assert!(so.trim().is_empty(), "{c}\n{so}");
+        assert_eq!(
+            p.git(&["log", "-1", "--format=%s", "f2"]).trim(),
+            "in-f2",
+            "{c}"
+        );
+        assert_eq!(
+            git_ok(&wt, &["status", "--porcelain"]).trim(),
+            "",
+            "the worktree's index came along\n{c}"
+        );
+        assert_eq!(p.rev("f2@{1}"), p.rev("main"), "{c}");
+        p.fsck(&c);
+
+        // A call started inside the worktree (as an agent working there
+        // runs): the project is the main work tree holding it.
+        let out = p.call_in(
+            &wt,
+            "set -e; echo g > g; git add g; git commit -qm in-f2-again; git status --porcelain",
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", p.ctx(&out));
+        assert!(stdout(&out).trim().is_empty(), "{}", p.ctx(&out));
+        assert_eq!(
+            p.git(&["log", "-2", "--format=%s", "f2"]),
+            "in-f2-again\nin-f2\n",
+            "{c}"
+        );
+        assert_eq!(git_ok(&wt, &["status", "--porcelain"]).trim(), "", "{c}");
+        p.fsck(&c);
+
+        // Remove it in a third.
+        p.ok("git worktree remove .wt/f2");
+        assert_eq!(p.worktrees(), vec![p.root.clone()], "{c}");
+        assert!(!wt.exists(), "{c}");
+        assert!(!p.root.join(".git/worktrees/f2").exists(), "{c}");
+        assert!(p.rev("f2").is_some(), "the branch stays\n{c}");
+        assert_event(&p.log, "worktree_removed", "info", |e| {
+            e["path"] == "worktrees/f2"
+        });
+        p.fsck(&c);
+        p.clean(&c);
+        // Nothing in this session was taken for an attack.
+        let alerts: Vec<_> = sbx_testutil::audit_events(&p.log)
+            .into_iter()
+            .filter(|e| e["severity"] == "alert")
+            .collect();
+        assert!(alerts.is_empty(), "{alerts:?}\n{c}");
+    });
+}
+
+#[test]
+fn a_forged_stash_reflog_is_refused() {
+    each(|p| {
+        let c = format!("{:?} {:?}", p.who, p.chain);
+        p.ok("set -e; echo b > a; git stash -q");
+        let stash = p.rev("stash@{0}").unwrap();
+        let log = std::fs::read(p.root.join(".git/logs/refs/stash")).unwrap();
+        let missing = "0123456789abcdef0123456789abcdef01234567";
+        // An entry naming an object that does not exist.
+        let out = p.call(&format!(
+            "printf '{stash} {missing} a <a@b> 1700000000 +0000\\tforged\\n' >> .git/logs/refs/stash; git stash list"
+        ));
+        assert_eq!(out.status.code(), Some(0), "{}", p.ctx(&out));
+        assert_event(&p.log, "reflog_refused", "alert", |e| {
+            e["ref"] == "refs/stash" && e["reason"].as_str().unwrap_or("").contains(missing)
+        });
+        // An entry of 100 KB.
+        let out = p.call(&format!(
+            "python3 -c \"import sys; open('.git/logs/refs/stash','a').write('{stash} {stash} a <a@b> 1700000000 +0000\\t' + 'm'*100000 + '\\n')\""
+        ));
+        assert_eq!(out.status.code(), Some(0), "{}", p.ctx(&out));
+        assert_event(&p.log, "reflog_refused", "alert", |e| {
+            e["ref"] == "refs/stash"
+                && e["reason"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("bytes (at most")
+        });
+        assert_eq!(
+            std::fs::read(p.root.join(".git/logs/refs/stash")).unwrap(),
+            log,
+            "the host's reflog is kept\n{c}"
+        );
+        assert_eq!(p.stash_list().len(), 1, "{c}");
+        assert_eq!(p.rev("refs/stash").as_deref(), Some(stash.as_str()), "{c}");
+        p.fsck(&c);
+    });
+}
+
+/// A crafted admin dir `.git/worktrees/NAME` (HEAD, commondir, and the
+/// given gitdir and extra files), made by hand inside.
+fn craft(name: &str, gitdir: &str, extra: &str) -> String {
+    format!(
+        "set -e; d=.git/worktrees/{name}; mkdir -p $d; echo 'ref: refs/heads/main' > $d/HEAD; \
+         echo ../.. > $d/commondir; echo \"{gitdir}\" > $d/gitdir; {extra} echo CRAFTED"
+    )
+}
+
+#[test]
+fn worktree_admin_dirs_pointing_outside_or_running_programs_are_refused() {
+    each(|p| {
+        let c = format!("{:?} {:?}", p.who, p.chain);
+        let home = p.home.display().to_string();
+        let mark = p.base.join("MARK");
+        let m = mark.display();
+        let cases: Vec<(&str, String, &str)> = vec![
+            ("etc", craft("etc", "/etc/.git", ""), "outside the project"),
+            (
+                "home",
+                craft("home", &format!("{home}/w/.git"), ""),
+                "outside the project",
+            ),
+            (
+                "f3",
+                format!(
+                    "set -e; git worktree add -q .wt/f3; printf '[core]\\n\\tfsmonitor = touch {m}\\n' > .git/worktrees/f3/config.worktree; echo CRAFTED"
+                ),
+                "core.fsmonitor",
+            ),
+            (
+                "f4",
+                format!(
+                    "set -e; git worktree add -q .wt/f4; printf '[core]\\n\\thooksPath = {m}\\n' > .git/worktrees/f4/config.worktree; echo CRAFTED"
+                ),
+                "core.hookspath",
+            ),
+            (
+                "f5",
+                "set -e; git worktree add -q .wt/f5; mkdir .git/worktrees/f5/hooks; echo CRAFTED"
+                    .to_string(),
+                "hooks",
+            ),
+        ];
+        for (name, script, reason) in cases {
+            let out = p.call(&script);
+            assert!(stdout(&out).contains("CRAFTED"), "{name}: {}", p.ctx(&out));
+            assert_event(&p.log, "worktree_refused", "alert", |e| {
+                e["path"] == format!("worktrees/{name}").as_str()
+                    && e["reason"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_lowercase()
+                        .contains(reason)
+            });
+            assert!(
+                !p.root.join(".git/worktrees").join(name).exists(),
+                "{name}\n{c}"
+            );
+            // Its .git file in the project (when git made one) is gone too.
+            let gitfile = p.root.join(".wt").join(name).join(".git");
+            assert!(!gitfile.exists(), "{name}\n{c}");
+            assert_eq!(p.worktrees(), vec![p.root.clone()], "{name}\n{c}");
+        }
+        // The owner's git in the project runs nothing planted.
+        for d in [p.root.clone(), p.root.join(".wt/f3")] {
+            let _ = git_out(&d, &["status"]);
+        }
+        assert!(!mark.exists(), "{c}");
+        p.fsck(&c);
+    });
+}
+
+#[test]
+fn a_git_file_naming_a_crafted_admin_dir_is_removed() {
+    each(|p| {
+        let c = format!("{:?} {:?}", p.who, p.chain);
+        let root = p.root.display().to_string();
+        let mark = p.base.join("MARK");
+        // An admin dir that points back at sub/ (so the link is mutual),
+        // but carries an fsmonitor.
+        let script = craft(
+            "evil",
+            &format!("{root}/sub/.git"),
+            &format!(
+                "mkdir -p sub; echo 'gitdir: {root}/.git/worktrees/evil' > sub/.git; \
+                 printf '[core]\\n\\tfsmonitor = touch {}\\n' > $d/config.worktree;",
+                mark.display()
+            ),
+        );
+        let out = p.call(&script);
+        assert!(stdout(&out).contains("CRAFTED"), "{}", p.ctx(&out));
+        assert_event(&p.log, "worktree_refused", "alert", |e| {
+            e["path"] == "worktrees/evil"
+                && e["reason"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("core.fsmonitor")
+        });
+        let gitfile = p.root.join("sub/.git");
+        assert!(!gitfile.exists(), "{c}");
+        assert_event(&p.log, "git_integrity", "alert", |e| {
+            e["check"] == "bare_repo" && e["path"] == gitfile.to_str().unwrap()
+        });
+        assert!(!p.root.join(".git/worktrees/evil").exists(), "{c}");
+        let _ = git_out(&p.root.join("sub"), &["status"]);
+        assert!(!mark.exists(), "{c}");
+        p.fsck(&c);
+    });
+}
+
+#[test]
+fn a_worktree_outside_the_project_never_reaches_the_host() {
+    each(|p| {
+        let c = format!("{:?} {:?}", p.who, p.chain);
+        let out = p.call("git worktree add -q ../wt-x && echo ADDED");
+        let outside = p.base.join("wt-x");
+        // Where the sandbox can write there (a private /tmp), git makes it
+        // and the import refuses its admin dir; elsewhere git fails.
+        if stdout(&out).contains("ADDED") {
+            assert_event(&p.log, "worktree_refused", "alert", |e| {
+                e["path"] == "worktrees/wt-x"
+                    && e["reason"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains("outside the project")
+            });
+        }
+        assert!(!p.root.join(".git/worktrees/wt-x").exists(), "{c}");
+        assert!(!outside.join(".git").exists(), "{c}");
+        assert_eq!(p.worktrees(), vec![p.root.clone()], "{c}");
+        p.fsck(&c);
+    });
+}
