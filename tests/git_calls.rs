@@ -22,7 +22,7 @@ use sbx_testutil::{As, assert_event, identities, output_within, run_as, stderr, 
 /// The bound on one chain run (and on each git command of a test).
 const T: Duration = Duration::from_secs(120);
 
-const SETTINGS: &str = r#"{"permissions": {"allow": ["Edit(./**)", "Bash(sh)", "Bash(git:*)", "Bash(python3:*)", "Bash(rm)", "Bash(mkdir)", "Bash(printf)", "Bash(echo)", "Bash(cat)", "Bash(true)"]}}"#;
+const SETTINGS: &str = r#"{"permissions": {"allow": ["Edit(./**)", "Bash(sh:*)", "Bash(git:*)", "Bash(python3:*)", "Bash(rm)", "Bash(mkdir)", "Bash(printf)", "Bash(echo)", "Bash(cat)", "Bash(true)"]}}"#;
 
 /// Who commits inside (the sandbox's HOME has no identity).
 const ID: &str = "export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=agent@example.invalid \
