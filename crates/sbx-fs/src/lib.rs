@@ -15,6 +15,7 @@ pub mod caps;
 pub mod deny;
 pub mod dev;
 pub mod fuse;
+pub mod gitident;
 pub mod gitstage;
 pub mod guard;
 pub mod init;
@@ -172,6 +173,12 @@ pub struct Cli {
     /// not written (sbx-gitguard run --stage makes DIR and imports it).
     #[arg(long, value_name = "DIR")]
     pub git_stage: Option<PathBuf>,
+
+    /// Offer the invoking user's git user.name and user.email (their
+    /// global git config; SUDO_USER's as root via sudo), and nothing else
+    /// of it, as ~/.gitconfig in the sandbox's own $HOME tmpfs.
+    #[arg(long)]
+    pub git_identity: bool,
 
     /// How many directory entries the search for protected names (.env,
     /// credentials*, .git, .claude ...) may read per bind; beyond it sbx-fs
@@ -595,6 +602,15 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         fallback_dirs.push(PathBuf::from(h));
     }
 
+    // Read before any fork: git runs on the host, as the caller.
+    let gitconfig = if cli.git_identity {
+        let id = gitident::read();
+        gitident::target(&plan)
+            .filter(|_| !id.is_empty())
+            .map(|t| (t, id.gitconfig()))
+    } else {
+        None
+    };
     let mut ph = host_placeholders(&plan)?;
     let created: Vec<String> = ph
         .list
@@ -737,6 +753,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             owner,
             guards,
             chan: Some(init_chan),
+            gitconfig,
         });
     }
     drop(init_chan);

@@ -455,6 +455,9 @@ fn low(
     for e in safe_directory_env(p) {
         l.extend([os("--setenv"), os(e)]);
     }
+    if p.git_identity {
+        l.push(os("--git-identity"));
+    }
     let mut sl = vec![os(&seccomp), os("--profile"), os("default")];
     if let Some(allowed) = &p.exec_allow {
         // sbx-seccomp applies the execute allowlist (Landlock) and reports
