@@ -444,10 +444,7 @@ fn without_an_audit_log_alerts_and_the_summary_reach_stderr() {
                 "{ctx}: {se}"
             );
             assert!(block.contains("env_secret_value_dropped"), "{ctx}: {se}");
-            assert!(
-                block.contains("rerun with --audit-log FILE"),
-                "{ctx}: {se}"
-            );
+            assert!(block.contains("rerun with --audit-log FILE"), "{ctx}: {se}");
             assert!(
                 block.trim_end().ends_with("</sandbox_violations>"),
                 "{ctx}: {se}"

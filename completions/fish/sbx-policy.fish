@@ -50,6 +50,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l write-
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l pass-env -d 'Pass the caller\'s variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l no-git-identity -d 'Do not offer the host\'s git user.name/user.email inside (the default offers them, and nothing else of the git config, as ~/.gitconfig in the sandbox\'s HOME; settings: "sbx": {"gitIdentity": false})'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -s h -l help -d 'Print help'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l settings -d 'Read FILE instead of the user, project and local settings (repeatable; later ones take precedence)' -r -F
@@ -68,6 +69,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l write-
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l pass-env -d 'Pass the caller\'s variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l no-git-identity -d 'Do not offer the host\'s git user.name/user.email inside (the default offers them, and nothing else of the git config, as ~/.gitconfig in the sandbox\'s HOME; settings: "sbx": {"gitIdentity": false})'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s h -l help -d 'Print help'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l settings -d 'Read FILE instead of the user, project and local settings (repeatable; later ones take precedence)' -r -F
@@ -91,6 +93,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l layers -
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l bin-dir -d 'Where the sbx binaries are (default: $SBX_BIN, beside sbx-policy, PATH)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l no-git-identity -d 'Do not offer the host\'s git user.name/user.email inside (the default offers them, and nothing else of the git config, as ~/.gitconfig in the sandbox\'s HOME; settings: "sbx": {"gitIdentity": false})'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l latency-sensitive -d 'With --trust zero: prefer the fastest-starting isolation (Firecracker)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l plugin -d 'CMD is a plugin (WebAssembly/WASI tier: not built yet)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l print -d 'Print the chain (one layer per line) instead of running it'

@@ -66,6 +66,10 @@ pub struct Audit {
     summary_from: Option<u64>,
     /// SBX_VIOLATIONS: the file the summary also goes to.
     summary_file: Option<PathBuf>,
+    /// The process that opened the sink: only it hands the summary over
+    /// when it execs (a forked child, such as sbx-fs's init starting the
+    /// next tool, leaves it with the process that stays).
+    pid: u32,
 }
 
 static GLOBAL: OnceLock<Audit> = OnceLock::new();
@@ -120,6 +124,7 @@ pub fn init(tool: &'static str, path: Option<&Path>) -> Result<&'static Audit, A
         chain,
         summary_from,
         summary_file,
+        pid: std::process::id(),
     }))
 }
 
@@ -255,7 +260,8 @@ impl Audit {
     /// The exceptions: no log at all, and sbx-seccomp owning the in-memory
     /// log (run first, it becomes the command: no summary is printed).
     pub fn alerts_live(&self) -> bool {
-        self.fd.is_none() || (self.mem && self.summary_from.is_some() && EXEC_IN_PLACE.contains(&self.tool))
+        self.fd.is_none()
+            || (self.mem && self.summary_from.is_some() && EXEC_IN_PLACE.contains(&self.tool))
     }
 
     pub fn emit(&self, event: &str, severity: Severity, fields: Value) {
@@ -350,6 +356,7 @@ pub(crate) fn prepare_exec_env(
     // The end-of-run summary is taken over by the tool we become.
     if let Some(a) = get()
         && let Some(start) = a.summary_from
+        && a.pid == std::process::id()
     {
         crate::chain::set_env(env, crate::violations::ENV_START, start.to_string());
         if let Some(f) = &a.summary_file {

@@ -220,4 +220,17 @@ mod tests {
         assert!(!r.contains("/y") && !r.contains('\x1b'));
         assert!(summarize(log.as_bytes(), "c").is_none());
     }
+
+    #[test]
+    fn a_hint_is_shown_under_its_kind() {
+        let log = concat!(
+            r#"{"sbx_id":"a","tool":"sbx-fs","event":"fs_write_denied","severity":"alert","path":"/p/.git/config","hint":"use git -c\u001b"}"#,
+            "\n",
+        );
+        let r = render(&summarize(log.as_bytes(), "a").unwrap());
+        assert!(
+            r.contains("fs_write_denied path=/p/.git/config (sbx-fs)\n  hint: use git -c\\e\n"),
+            "{r}"
+        );
+    }
 }

@@ -5,7 +5,7 @@
 //! is a fresh tmpfs), so `git commit` would fail with "unable to
 //! auto-detect email address", and `git config user.email` cannot help:
 //! `.git/config` is an invariant. The two values are read on the host with
-//! git itself (`git config --global --includes --get`, run from `/` with an
+//! git itself (`git config --global --includes -z --get-regexp`, run from `/` with an
 //! environment of HOME and PATH only: no repository, no system file), as
 //! the invoking user (root run through sudo reads `SUDO_USER`'s home), then
 //! checked (one line of printable text, at most [`MAX_LEN`] bytes, no `<`
@@ -37,7 +37,8 @@ impl Identity {
 
     /// The `~/.gitconfig` text: a `[user]` section, values quoted.
     pub fn gitconfig(&self) -> Vec<u8> {
-        let mut s = String::from("# The host's git identity, offered by sbx-fs --git-identity.\n[user]\n");
+        let mut s =
+            String::from("# The host's git identity, offered by sbx-fs --git-identity.\n[user]\n");
         for (k, v) in [("name", &self.name), ("email", &self.email)] {
             if let Some(v) = v {
                 s.push_str(&format!("\t{k} = \"{}\"\n", quote(v)));
@@ -93,23 +94,27 @@ pub fn read() -> Identity {
     let Some((home, user)) = invoking_home() else {
         return id;
     };
-    for key in ["user.name", "user.email"] {
-        let Some(raw) = git_get(&home, key) else {
-            continue;
-        };
+    for (key, raw) in git_get(&home) {
         match check(&raw) {
             Ok(v) if key == "user.name" => id.name = Some(v.to_string()),
             Ok(v) => id.email = Some(v.to_string()),
-            Err(why) => audit::emit(
-                "git_identity_refused",
-                Severity::Alert,
-                serde_json::json!({
-                    "name": key,
-                    "user": user,
-                    "reason": why,
-                    "action": "not passed to the sandbox",
-                }),
-            ),
+            Err(why) => {
+                if key == "user.name" {
+                    id.name = None;
+                } else {
+                    id.email = None;
+                }
+                audit::emit(
+                    "git_identity_refused",
+                    Severity::Alert,
+                    serde_json::json!({
+                        "name": key,
+                        "user": user,
+                        "reason": why,
+                        "action": "not passed to the sandbox",
+                    }),
+                )
+            }
         }
     }
     audit::emit(
@@ -124,31 +129,54 @@ pub fn read() -> Identity {
     id
 }
 
-/// `git config --global --includes --get KEY` with `home` as HOME; the
-/// value without git's trailing newline, None when unset or git failed.
-fn git_get(home: &std::path::Path, key: &str) -> Option<Vec<u8>> {
+/// `git config --global --includes -z --get-regexp` of user.name and
+/// user.email with `home` as HOME (one git run): (key, value) in the
+/// file's order (a later value of a key replaces an earlier one, as git
+/// reads it); nothing when unset or git failed.
+fn git_get(home: &std::path::Path) -> Vec<(&'static str, Vec<u8>)> {
     let mut c = std::process::Command::new("git");
     c.env_clear()
         .env("HOME", home)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .current_dir("/")
-        .args(["config", "--global", "--includes", "--get", key])
+        .args([
+            "config",
+            "--global",
+            "--includes",
+            "-z",
+            "--get-regexp",
+            r"^user\.(name|email)$",
+        ])
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     if let Some(p) = std::env::var_os("PATH") {
         c.env("PATH", p);
     }
-    let out = c.output().ok()?;
+    let Ok(out) = c.output() else {
+        return Vec::new();
+    };
     if !out.status.success() {
-        return None;
+        return Vec::new();
     }
-    let mut v = out.stdout;
-    if v.last() == Some(&b'\n') {
-        v.pop();
-    }
-    // Bounded before it is looked at further.
-    v.truncate(MAX_LEN + 1);
-    Some(v)
+    parse_z(&out.stdout)
+}
+
+/// git's `-z` output: `KEY\nVALUE\0` per entry; each value bounded.
+fn parse_z(b: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    b.split(|c| *c == 0)
+        .filter_map(|e| {
+            let nl = e.iter().position(|c| *c == b'\n')?;
+            let key = match &e[..nl] {
+                b"user.name" => "user.name",
+                b"user.email" => "user.email",
+                _ => return None,
+            };
+            let mut v = e[nl + 1..].to_vec();
+            // Bounded before it is looked at further.
+            v.truncate(MAX_LEN + 1);
+            Some((key, v))
+        })
+        .collect()
 }
 
 /// Where the file goes: `$HOME/.gitconfig` when `$HOME` is the sandbox's
@@ -198,13 +226,29 @@ mod tests {
     }
 
     #[test]
+    fn z_output_is_parsed() {
+        let v = parse_z(b"user.name\nA B\0user.email\na\nb@x\0user.other\nz\0");
+        assert_eq!(
+            v,
+            vec![
+                ("user.name", b"A B".to_vec()),
+                ("user.email", b"a\nb@x".to_vec())
+            ]
+        );
+        assert!(parse_z(b"").is_empty());
+    }
+
+    #[test]
     fn gitconfig_quotes() {
         let id = Identity {
             name: Some("A \"B\" \\C".into()),
             email: None,
         };
         let t = String::from_utf8(id.gitconfig()).unwrap();
-        assert!(t.contains("[user]\n\tname = \"A \\\"B\\\" \\\\C\"\n"), "{t}");
+        assert!(
+            t.contains("[user]\n\tname = \"A \\\"B\\\" \\\\C\"\n"),
+            "{t}"
+        );
         assert!(!t.contains("email"));
     }
 }
