@@ -101,7 +101,7 @@ impl Plan {
     }
 }
 
-fn quote(w: &str) -> String {
+pub(crate) fn quote(w: &str) -> String {
     if !w.is_empty()
         && w.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
@@ -188,6 +188,19 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
         }
     };
     let mut notes = Vec::new();
+    if let Some(x) = &p.exec_allow {
+        let low_chain = o.trust == Trust::Low && !o.container;
+        if x.kernel_enforced() && !low_chain {
+            return Err(ChainError::TierUnavailable(
+                "--exec-allowlist strict: the kernel execute allowlist is applied by the namespace chain only (sbx-seccomp --allow-exec); this tier cannot enforce it: use --trust low without --container, or --exec-allowlist invoke".into(),
+            ));
+        }
+        notes.push(format!(
+            "exec allowlist: {}: {}",
+            x.mode.name(),
+            x.mode.consequences()
+        ));
+    }
     match o.trust {
         Trust::Full => {
             let join = |v: &[PathBuf]| std::env::join_paths(v).unwrap_or_default();
@@ -292,7 +305,7 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                 os(&p.limits.timeout),
                 os("--net"),
                 os("none"),
-                os("--workdir"),
+                os("--chdir"),
                 os(&p.start),
             ]);
             with_layers(&mut l, "sbx-container");
@@ -325,7 +338,7 @@ pub const WRITE_INODES: &str = "500000";
 
 fn vm_flags(p: &Policy) -> Vec<OsString> {
     vec![
-        os("--mem"),
+        os("--memory"),
         os(&p.limits.memory),
         os("--timeout"),
         os(&p.limits.timeout),
@@ -459,31 +472,16 @@ fn low(
         l.push(os("--git-identity"));
     }
     let mut sl = vec![os(&seccomp), os("--profile"), os("default")];
-    if let Some(allowed) = &p.exec_allow {
-        // sbx-seccomp applies the execute allowlist (Landlock) and reports
-        // refused execs (exec_denied). sbx-fs opens it (an sbx tool) on the
-        // host and executes it by fd: its directory need not be visible.
-        let mut extra: Vec<PathBuf> = allowed.clone();
-        // The command itself and the shells that run scripts.
-        if let Some(prog) = cmd.first() {
-            let s = prog.to_string_lossy();
-            extra.extend(crate::map::find_program(&s, &p.start));
-        }
-        for sh in ["sh", "bash", "env"] {
-            extra.extend(crate::map::find_program(sh, &p.start));
-        }
-        // Scripts: their interpreters (#!) too.
-        let interps: Vec<PathBuf> = extra
-            .iter()
-            .flat_map(|x| interpreter(x, &p.start))
-            .collect();
-        extra.extend(interps);
-        let mut seen = std::collections::BTreeSet::new();
-        for x in extra {
-            if seen.insert(x.clone()) {
-                sl.push(os("--allow-exec"));
-                sl.push(os(x));
-            }
+    if let Some(x) = &p.exec_allow
+        && x.kernel_enforced()
+    {
+        // Strict mode: sbx-seccomp applies the execute allowlist (Landlock)
+        // and reports refused execs (exec_denied). sbx-fs opens it (an sbx
+        // tool) on the host and executes it by fd: its directory need not
+        // be visible.
+        for f in x.strict_files(cmd, &p.start) {
+            sl.push(os("--allow-exec"));
+            sl.push(os(f));
         }
     }
     cfg(&mut l, "sbx-fs");
@@ -537,31 +535,6 @@ pub fn safe_directory_env(p: &Policy) -> Vec<String> {
         "GIT_CONFIG_KEY_0=safe.directory".into(),
         format!("GIT_CONFIG_VALUE_0={}", p.cwd.display()),
     ]
-}
-
-/// The interpreter a script names on its #! line (`env X` resolves X).
-fn interpreter(file: &Path, cwd: &Path) -> Vec<PathBuf> {
-    use std::io::Read;
-    let mut buf = [0u8; 256];
-    let Ok(mut f) = std::fs::File::open(file) else {
-        return Vec::new();
-    };
-    let n = f.read(&mut buf).unwrap_or(0);
-    let Some(rest) = buf[..n].strip_prefix(b"#!") else {
-        return Vec::new();
-    };
-    let line = String::from_utf8_lossy(rest.split(|&b| b == b'\n').next().unwrap_or(b""));
-    let mut words = line.split_whitespace();
-    let Some(first) = words.next() else {
-        return Vec::new();
-    };
-    let mut out: Vec<PathBuf> = Path::new(first).canonicalize().into_iter().collect();
-    if first.ends_with("/env")
-        && let Some(prog) = words.find(|w| !w.starts_with('-'))
-    {
-        out.extend(crate::map::find_program(prog, cwd));
-    }
-    out
 }
 
 fn nix_euid() -> u32 {

@@ -53,6 +53,142 @@ fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// (ACCESS, WHAT) rows: what the low-trust chain allows.
+fn allows(p: &Policy) -> Vec<Vec<String>> {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for d in &p.rw {
+        rows.push(vec!["write".into(), d.display().to_string()]);
+    }
+    for d in &p.ro {
+        rows.push(vec!["read".into(), d.display().to_string()]);
+    }
+    rows.push(vec![
+        "read".into(),
+        "the system: /usr /bin /sbin /lib* /etc (read-only)".into(),
+    ]);
+    rows.push(vec![
+        "git identity".into(),
+        if p.git_identity {
+            "the host's user.name/user.email (only) as ~/.gitconfig in the sandbox's HOME (off: --no-git-identity, settings \"sbx\": {\"gitIdentity\": false})".into()
+        } else {
+            "none offered (--no-git-identity or sbx.gitIdentity false): git commit needs git -c user.email=... or GIT_AUTHOR_*/GIT_COMMITTER_*".into()
+        },
+    ]);
+    for d in &p.net_allow {
+        rows.push(vec![
+            "connect".into(),
+            format!("{d} ports 80,443 (and its DNS lookups)"),
+        ]);
+    }
+    match &p.exec_allow {
+        Some(x) if !x.any => {
+            for r in &x.allow {
+                rows.push(vec![
+                    "run".into(),
+                    format!("{} (the agent's command)", r.rule),
+                ]);
+            }
+            if x.kernel_enforced() {
+                for f in &x.files {
+                    rows.push(vec!["execute".into(), f.display().to_string()]);
+                }
+                rows.push(vec![
+                    "execute".into(),
+                    "the command itself, sh, bash, env, #! interpreters, git's helpers, the dynamic loader".into(),
+                ]);
+            } else {
+                rows.push(vec![
+                    "execute".into(),
+                    "anything an allowed command starts (invoke mode)".into(),
+                ]);
+            }
+        }
+        _ => rows.push(vec![
+            "execute".into(),
+            "any program visible in the sandbox".into(),
+        ]),
+    }
+    rows
+}
+
+/// (DENY, WHAT) rows: what it denies, the invariants last.
+fn denies(p: &Policy) -> Vec<Vec<String>> {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for d in &p.deny {
+        rows.push(vec!["hidden".into(), d.clone()]);
+    }
+    rows.push(vec![
+        "hidden".into(),
+        "every other host path not granted above".into(),
+    ]);
+    rows.push(vec![
+        "connect".into(),
+        "every other name, every raw IP, non-TCP traffic other than DNS; no inbound".into(),
+    ]);
+    if let Some(x) = &p.exec_allow {
+        if !x.any {
+            rows.push(vec![
+                "run".into(),
+                "any other command as the agent's command (126, command_denied alert)".into(),
+            ]);
+        }
+        for r in &x.deny {
+            rows.push(vec![
+                "run".into(),
+                format!("{} (the agent's command)", r.rule),
+            ]);
+        }
+        if x.kernel_enforced() {
+            rows.push(vec![
+                "execute".into(),
+                "every program not listed above (Landlock; exec_denied alert)".into(),
+            ]);
+        }
+    }
+    rows.push(vec![
+        "syscalls".into(),
+        "the default seccomp profile (mount, unshare of namespaces, ptrace, bpf, kexec, ...)"
+            .into(),
+    ]);
+    for inv in INVARIANTS {
+        rows.push(vec!["always".into(), inv.to_string()]);
+    }
+    rows.push(vec!["always".into(), GIT_CONFIG_NOTE.into()]);
+    rows
+}
+
+/// `explain --json`: the same account as [`render`], one object.
+pub fn json(p: &Policy) -> serde_json::Value {
+    use serde_json::json;
+    let pairs = |rows: Vec<Vec<String>>, k: &str| -> Vec<serde_json::Value> {
+        rows.into_iter()
+            .map(|r| json!({ k: r[0], "what": r[1] }))
+            .collect()
+    };
+    let lp = crate::limitplan::plan(&p.limits, &crate::limitplan::detect(), true);
+    json!({
+        "project": p.cwd,
+        "project_why": p.project_why,
+        "start": p.start,
+        "settings": p.files,
+        "sandbox_enabled": p.sandbox_enabled,
+        "allows": pairs(allows(p), "access"),
+        "denies": pairs(denies(p), "deny"),
+        "limits_source": lp.source,
+        "limits": lp.rows.iter().map(|r| json!({
+            "limit": r.limit, "value": r.value, "applies": r.applies, "how": r.how,
+        })).collect::<Vec<_>>(),
+        "rules": p.rows.iter().map(|r| json!({
+            "status": r.status.label(), "rule": r.rule, "from": r.from, "effect": r.effect,
+        })).collect::<Vec<_>>(),
+        "bash_rules": p.exec_allow.as_ref().map(|x| json!({
+            "mode": x.mode.name(), "consequences": x.mode.consequences(),
+        })),
+        "not_enforced": p.rows.iter().filter(|r| r.status == Status::NotEnforced).count(),
+        "warnings": p.warnings,
+    })
+}
+
 pub fn render(p: &Policy) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "Project: {}", p.cwd.display());
@@ -81,78 +217,27 @@ pub fn render(p: &Policy) -> String {
     }
     o.push('\n');
     let _ = writeln!(o, "What the sandbox (low trust chain) allows:");
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    for d in &p.rw {
-        rows.push(vec!["write".into(), d.display().to_string()]);
-    }
-    for d in &p.ro {
-        rows.push(vec!["read".into(), d.display().to_string()]);
-    }
-    rows.push(vec![
-        "read".into(),
-        "the system: /usr /bin /sbin /lib* /etc (read-only)".into(),
-    ]);
-    rows.push(vec![
-        "git identity".into(),
-        if p.git_identity {
-            "the host's user.name/user.email (only) as ~/.gitconfig in the sandbox's HOME (off: --no-git-identity, settings \"sbx\": {\"gitIdentity\": false})".into()
-        } else {
-            "none offered (--no-git-identity or sbx.gitIdentity false): git commit needs git -c user.email=... or GIT_AUTHOR_*/GIT_COMMITTER_*".into()
-        },
-    ]);
-    for d in &p.net_allow {
-        rows.push(vec![
-            "connect".into(),
-            format!("{d} ports 80,443 (and its DNS lookups)"),
-        ]);
-    }
-    match &p.exec_allow {
-        None => rows.push(vec![
-            "execute".into(),
-            "any program visible in the sandbox".into(),
-        ]),
-        Some(v) => {
-            for x in v {
-                rows.push(vec!["execute".into(), x.display().to_string()]);
-            }
-            rows.push(vec![
-                "execute".into(),
-                "the command itself, the shell, the dynamic loader".into(),
-            ]);
-        }
-    }
+    let rows = allows(p);
     table(&mut o, &["ACCESS", "WHAT"], &rows);
     o.push('\n');
     let _ = writeln!(o, "What it denies:");
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    for d in &p.deny {
-        rows.push(vec!["hidden".into(), d.clone()]);
-    }
-    rows.push(vec![
-        "hidden".into(),
-        "every other host path not granted above".into(),
-    ]);
-    rows.push(vec![
-        "connect".into(),
-        "every other name, every raw IP, non-TCP traffic other than DNS; no inbound".into(),
-    ]);
-    if p.exec_allow.is_some() {
-        rows.push(vec![
-            "execute".into(),
-            "every program not listed above (Landlock; exec_denied alert)".into(),
-        ]);
-    }
-    rows.push(vec![
-        "syscalls".into(),
-        "the default seccomp profile (mount, unshare of namespaces, ptrace, bpf, kexec, ...)"
-            .into(),
-    ]);
-    for inv in INVARIANTS {
-        rows.push(vec!["always".into(), inv.to_string()]);
-    }
-    rows.push(vec!["always".into(), GIT_CONFIG_NOTE.into()]);
+    let rows = denies(p);
     table(&mut o, &["DENY", "WHAT"], &rows);
     o.push('\n');
+    if let Some(x) = &p.exec_allow {
+        let _ = writeln!(
+            o,
+            "Bash rules: {} mode (--exec-allowlist {}; the other mode: {}):",
+            x.mode.name(),
+            x.mode.name(),
+            match x.mode {
+                crate::bash::ExecMode::Invoke => "strict",
+                crate::bash::ExecMode::Strict => "invoke",
+            }
+        );
+        let _ = writeln!(o, "  {}.", x.mode.consequences());
+        o.push('\n');
+    }
     let lp = crate::limitplan::plan(&p.limits, &crate::limitplan::detect(), true);
     let _ = writeln!(
         o,
@@ -197,8 +282,22 @@ pub fn render(p: &Policy) -> String {
         .filter(|r| r.status == Status::NotEnforced)
         .collect();
     o.push('\n');
+    let invocation = p
+        .rows
+        .iter()
+        .filter(|r| r.status == Status::Invocation)
+        .count();
+    if invocation > 0 {
+        let _ = writeln!(
+            o,
+            "Checked at invocation ({invocation}): sbx-policy chain judges the agent's command against these before the chain starts; no kernel layer checks what that command starts."
+        );
+    }
     if not.is_empty() {
-        let _ = writeln!(o, "Every rule is enforced by a kernel layer (or wider).");
+        let _ = writeln!(
+            o,
+            "Every other rule is enforced by a kernel layer (or wider)."
+        );
     } else {
         let _ = writeln!(
             o,

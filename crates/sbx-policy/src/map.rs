@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
+use crate::bash::{BashRule, ExecAllowlist, ExecMode, Pattern};
 use crate::rules::{self, Ctx, Shape};
 use crate::settings::{Entry, List, Merged, SettingsError};
 
@@ -29,6 +30,11 @@ pub enum Status {
     Invariant,
     /// Revoked by a deny rule (deny beats allow).
     Revoked,
+    /// Set aside by a managed-only switch of the managed settings.
+    Ignored,
+    /// Checked by sbx-policy on the command the agent runs, before the
+    /// chain starts; not on what that command starts.
+    Invocation,
 }
 
 impl Status {
@@ -39,6 +45,8 @@ impl Status {
             Status::NotEnforced => "NOT ENFORCED",
             Status::Invariant => "invariant wins",
             Status::Revoked => "revoked by deny",
+            Status::Ignored => "ignored",
+            Status::Invocation => "checked at invocation",
         }
     }
 }
@@ -113,8 +121,9 @@ pub struct Policy {
     pub ro: Vec<PathBuf>,
     pub deny: Vec<String>,
     pub net_allow: Vec<String>,
-    /// None: execution not restricted (no Bash allow rule names programs).
-    pub exec_allow: Option<Vec<PathBuf>>,
+    /// The Bash rules' execute allowlist (its mode, the rules, the files
+    /// they name); None when no Bash rule has a pattern.
+    pub exec_allow: Option<crate::bash::ExecAllowlist>,
     pub limits: Limits,
     pub git_repo: bool,
     pub rows: Vec<Row>,
@@ -136,6 +145,8 @@ pub struct Policy {
 pub struct Inputs<'a> {
     pub merged: &'a Merged,
     pub ctx: Ctx,
+    /// What the Bash allow rules bind (docs/policy.md "Bash rules").
+    pub exec_mode: crate::bash::ExecMode,
     pub search_domains: Vec<String>,
     pub limits: Limits,
 }
@@ -255,27 +266,19 @@ fn spec_of(e: &Entry, rule: &rules::Rule, ctx: &Ctx) -> Result<Shape, SettingsEr
 }
 
 fn path_of(e: &Entry, key: &str, ctx: &Ctx) -> Result<Shape, SettingsError> {
-    rules::resolve(&e.text, &e.origin.base, ctx)
+    // Claude Code reads additionalDirectories and socket paths as plain
+    // paths: `/p` is absolute there, not relative to the settings file as
+    // in a rule.
+    let plain = [
+        "permissions.additionalDirectories",
+        "sandbox.network.allowUnixSockets",
+    ];
+    let text = match e.text.strip_prefix('/') {
+        Some(r) if plain.contains(&key) && !r.starts_with('/') => format!("//{r}"),
+        _ => e.text.clone(),
+    };
+    rules::resolve(&text, &e.origin.base, ctx)
         .map_err(|w| e.origin.err(format!("{key} '{}': {w}", e.text)))
-}
-
-/// One program named by a Bash rule: `prog`, `prog:*`, `prog *`, `prog args...`.
-struct BashSpec {
-    program: String,
-    args: Option<String>,
-}
-
-fn bash_spec(spec: &str) -> BashSpec {
-    let s = spec.trim();
-    let s = s.strip_suffix(":*").unwrap_or(s).trim();
-    let mut it = s.splitn(2, char::is_whitespace);
-    let program = it.next().unwrap_or("").to_string();
-    let args = it
-        .next()
-        .map(str::trim)
-        .filter(|a| !a.is_empty() && *a != "*")
-        .map(str::to_string);
-    BashSpec { program, args }
 }
 
 /// The canonical paths `program` names on PATH (the caller's PATH, then the
@@ -305,6 +308,11 @@ pub fn find_program(program: &str, cwd: &Path) -> Vec<PathBuf> {
         }
     }
     out.into_iter().collect()
+}
+
+fn is_socket(p: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket())
 }
 
 pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
@@ -338,6 +346,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             "permissions.additionalDirectories",
             &m.additional_directories,
         ),
+        ("sandbox.network.allowUnixSockets", &m.unix_sockets),
     ] {
         for e in list {
             fs_lists.push((key, e, path_of(e, key, ctx)?));
@@ -456,6 +465,18 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             "permissions.additionalDirectories" => {
                 grant_shape(&mut rows, &mut grants, shape, false, label, e)
             }
+            "sandbox.network.allowUnixSockets" => match shape {
+                Shape::Exact(p) if is_socket(p) => {
+                    grant_shape(&mut rows, &mut grants, shape, false, label, e)
+                }
+                _ => row(
+                    &mut rows,
+                    label,
+                    e,
+                    Status::NotEnforced,
+                    "not an existing Unix socket (an absolute path, no glob): nothing bound",
+                ),
+            },
             "sandbox.filesystem.denyRead" => read_denies.push((shape.clone(), label, e)),
             _ => write_denies.push((shape.clone(), label, e)),
         }
@@ -776,8 +797,24 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
         }
     }
     if let Some(by) = all_web_denied {
-        allow.retain(|(_, label, _)| !label.starts_with("WebFetch"));
-        let _ = by;
+        // Shown as revoked, not dropped: the user sees what the deny took.
+        allow.retain(|(d, label, e)| {
+            if !label.starts_with("WebFetch") {
+                return true;
+            }
+            row(
+                &mut rows,
+                label,
+                e,
+                Status::Revoked,
+                format!(
+                    "{d} not allowed: denied by {} ({})",
+                    by.text,
+                    by.origin.at()
+                ),
+            );
+            false
+        });
     }
     for e in &m.allowed_domains {
         allow.push((
@@ -842,171 +879,29 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     }
 
     // --- Executables ------------------------------------------------------
-    let mut unrestricted = false;
-    let mut exec: Vec<PathBuf> = Vec::new();
-    let mut exec_denied: Vec<PathBuf> = Vec::new();
-    for (list, e, r) in &bash_rules {
-        let Some(spec) = r.spec.as_deref() else {
-            match list {
-                List::Allow => {
-                    unrestricted = true;
-                    row(
-                        &mut rows,
-                        &e.text,
-                        e,
-                        Status::Enforced,
-                        "any program may run (no execute allowlist)",
-                    );
-                }
-                _ => row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::NotEnforced,
-                    format!(
-                        "Bash {}: the sandbox runs a command; not enforced by sbx",
-                        list.name()
-                    ),
-                ),
-            }
-            continue;
-        };
-        let b = bash_spec(spec);
-        if b.program == "*" && b.args.is_none() {
-            if *list == List::Allow {
-                unrestricted = true;
-                row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::Enforced,
-                    "any program may run (no execute allowlist)",
-                );
-            } else {
-                row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::NotEnforced,
-                    "every command denied: not enforced by sbx",
-                );
-            }
-            continue;
-        }
-        if *list == List::Ask {
-            row(
-                &mut rows,
-                &e.text,
-                e,
-                Status::NotEnforced,
-                "ask: the sandbox cannot prompt; grants nothing",
-            );
-            continue;
-        }
-        if rules::has_glob(&b.program) || b.program.is_empty() {
-            row(
-                &mut rows,
-                &e.text,
-                e,
-                Status::NotEnforced,
-                format!("program pattern '{}' names no executable", b.program),
-            );
-            continue;
-        }
-        let found = find_program(&b.program, &ctx.cwd);
-        if found.is_empty() {
-            row(
-                &mut rows,
-                &e.text,
-                e,
-                Status::NotEnforced,
-                format!(
-                    "'{}' is not on PATH: nothing {}",
-                    b.program,
-                    if *list == List::Allow {
-                        "granted"
-                    } else {
-                        "to hide"
-                    }
-                ),
-            );
-            continue;
-        }
-        let shown = found
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        match (list, &b.args) {
-            (List::Allow, None) => {
-                exec.extend(found);
-                row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::Enforced,
-                    format!(
-                        "may execute {shown} (Landlock execute allowlist: sbx-seccomp --allow-exec; others refused with an exec_denied alert)"
-                    ),
-                );
-            }
-            (List::Allow, Some(a)) => {
-                exec.extend(found);
-                row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::NotEnforced,
-                    format!(
-                        "argument pattern '{a}' not enforceable by any kernel layer: {shown} may run with any arguments"
-                    ),
-                );
-            }
-            (List::Deny, None) => {
-                for f in &found {
-                    deny.push(f.display().to_string());
-                }
-                exec_denied.extend(found);
-                row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::Enforced,
-                    format!("{shown} hidden (--deny): cannot be read or executed"),
-                );
-            }
-            (List::Deny, Some(a)) => {
-                row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::NotEnforced,
-                    format!(
-                        "argument pattern '{a}' not enforceable by any kernel layer: {} itself stays runnable",
-                        b.program
-                    ),
-                );
-            }
-            (List::Ask, _) => unreachable!(),
-        }
-    }
-    exec.retain(|p| !exec_denied.contains(p));
-    dedup(&mut exec);
-    let exec_allow = if unrestricted || exec.is_empty() {
-        None
-    } else {
-        Some(exec)
-    };
+    let exec_allow = bash_rules_map(&bash_rules, inp.exec_mode, ctx, &mut rows, &mut deny);
 
-    // Keys of the settings sbx reads but does not map: never dropped silently.
-    for e in &m.unmapped_keys {
+    for e in &m.managed_only {
         row(
             &mut rows,
             &e.text,
             e,
-            Status::NotEnforced,
-            unmapped_effect(&e.text),
+            Status::Enforced,
+            "only the managed settings' entries of this kind apply (the others: ignored rows)",
         );
+    }
+    for (e, why) in &m.ignored {
+        row(&mut rows, &e.text, e, Status::Ignored, *why);
+    }
+    // Keys of the settings sbx reads but does not map: never dropped silently.
+    for e in &m.unmapped_keys {
+        // Binding the loopback is what every sandbox already may do.
+        let status = if e.text.ends_with(".allowLocalBinding") {
+            Status::Enforced
+        } else {
+            Status::NotEnforced
+        };
+        row(&mut rows, &e.text, e, status, unmapped_effect(&e.text));
     }
     let git_repo = ctx.cwd.join(".git").exists();
     let git_identity = m.git_identity.as_ref().is_none_or(|(b, _)| *b);
@@ -1058,14 +953,16 @@ pub fn unmapped_effect(key: &str) -> String {
         "failIfUnavailable" => {
             "sbx always fails closed: a layer that cannot be set up stops the run (125)"
         }
-        "allowUnixSockets" | "allowAllUnixSockets" => {
-            "no host socket is visible in the sandbox: the sockets are not bound"
+        "allowAllUnixSockets" => {
+            "not honoured: only the sockets listed in allowUnixSockets are bound"
         }
         "allowLocalBinding" => {
-            "not mapped: the sandbox's network is sbx-net's, this key changes nothing"
+            "always so: the sandbox has its own loopback (sbx-net's namespace); a server it binds there is reachable from inside only, never from the host"
         }
         "httpProxyPort" | "socksProxyPort" => "sbx-net runs its own proxy: this port is not used",
-        "allowManagedDomainsOnly" => "not honoured: the domains of every settings file apply",
+        "allowManagedDomainsOnly" | "allowManagedPermissionRulesOnly" => {
+            "honoured in the managed settings only: here it changes nothing"
+        }
         _ => "not mapped by sbx: changes nothing in the sandbox",
     }
     .to_string()
@@ -1133,8 +1030,10 @@ impl Policy {
         top.insert("sbx-net".into(), json!({ "allow": self.net_allow }));
         let mut sc = Map::new();
         sc.insert("profile".into(), json!("default"));
-        if let Some(x) = &self.exec_allow {
-            sc.insert("allow-exec".into(), strs(x));
+        if let Some(x) = &self.exec_allow
+            && x.kernel_enforced()
+        {
+            sc.insert("allow-exec".into(), strs(&x.files));
         }
         top.insert("sbx-seccomp".into(), Value::Object(sc));
         top.insert(
@@ -1159,4 +1058,170 @@ impl Policy {
         );
         Value::Object(top)
     }
+}
+
+/// The Bash rules: what the agent may run (the invocation check of both
+/// modes) and the files they name (strict mode's kernel list); a deny
+/// naming a whole program also hides it (`--deny`). Rows say which mode
+/// enforces what, and where.
+fn bash_rules_map(
+    bash_rules: &[(List, &Entry, rules::Rule)],
+    mode: ExecMode,
+    ctx: &Ctx,
+    rows: &mut Vec<Row>,
+    deny: &mut Vec<String>,
+) -> Option<ExecAllowlist> {
+    let strict = mode == ExecMode::Strict;
+    let mut any = false;
+    let mut allow: Vec<BashRule> = Vec::new();
+    let mut denies: Vec<BashRule> = Vec::new();
+    let mut files: Vec<PathBuf> = Vec::new();
+    let mut hidden: Vec<PathBuf> = Vec::new();
+    for (list, e, r) in bash_rules {
+        let spec = r.spec.as_deref().map(str::trim).unwrap_or("*");
+        let pattern = Pattern::parse(spec);
+        if matches!(&pattern, Pattern::Glob(g) if g == "*") || spec.is_empty() {
+            match list {
+                List::Allow => {
+                    any = true;
+                    row(
+                        rows,
+                        &e.text,
+                        e,
+                        Status::Enforced,
+                        "any command may run (no execute allowlist)",
+                    );
+                }
+                _ => row(
+                    rows,
+                    &e.text,
+                    e,
+                    Status::NotEnforced,
+                    format!(
+                        "every command {}: the sandbox runs a command; not enforced by sbx",
+                        list.name()
+                    ),
+                ),
+            }
+            continue;
+        }
+        if *list == List::Ask {
+            row(
+                rows,
+                &e.text,
+                e,
+                Status::NotEnforced,
+                "ask: the sandbox cannot prompt; grants nothing (the command is refused unless an allow rule matches it)",
+            );
+            continue;
+        }
+        let text = match &pattern {
+            Pattern::Exact(s) => format!("exactly `{s}`"),
+            Pattern::Prefix(s) => format!("`{s}` with any arguments"),
+            Pattern::Glob(s) => format!("commands matching `{s}`"),
+        };
+        let rule = BashRule {
+            rule: e.text.clone(),
+            pattern: pattern.clone(),
+        };
+        // The program: the pattern's first word, when it names one.
+        let (head, args) = match &pattern {
+            Pattern::Exact(s) | Pattern::Prefix(s) | Pattern::Glob(s) => {
+                let mut it = s.splitn(2, ' ');
+                (
+                    it.next().unwrap_or("").to_string(),
+                    it.next().filter(|a| *a != "*").map(str::to_string),
+                )
+            }
+        };
+        let found = if rules::has_glob(&head) || head.is_empty() {
+            Vec::new()
+        } else {
+            find_program(&head, &ctx.cwd)
+        };
+        let shown = found
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        match list {
+            List::Allow => {
+                allow.push(rule);
+                files.extend(found.iter().cloned());
+                let (status, effect) = if !strict {
+                    (
+                        Status::Invocation,
+                        format!(
+                            "the agent may run {text} (invoke mode: judged before the chain starts, any other command refused with 126 and command_denied); what it starts is not restricted"
+                        ),
+                    )
+                } else if found.is_empty() {
+                    (
+                        Status::Invocation,
+                        format!(
+                            "the agent may run {text}; '{head}' names no file on PATH: nothing added to the kernel execute allowlist"
+                        ),
+                    )
+                } else if let Some(a) = &args {
+                    (
+                        Status::Invocation,
+                        format!(
+                            "the agent may run {text}; inside, {shown} may be executed with any arguments (no kernel layer sees arguments: '{a}' is checked at invocation only)"
+                        ),
+                    )
+                } else {
+                    (
+                        Status::Enforced,
+                        format!(
+                            "the agent may run {text}; {shown} on the kernel execute allowlist (Landlock: sbx-seccomp --allow-exec; other programs refused with an exec_denied alert)"
+                        ),
+                    )
+                };
+                row(rows, &e.text, e, status, effect);
+            }
+            List::Deny => {
+                denies.push(rule);
+                if args.is_none() && !found.is_empty() {
+                    hidden.extend(found.iter().cloned());
+                    for f in &found {
+                        deny.push(f.display().to_string());
+                    }
+                    row(
+                        rows,
+                        &e.text,
+                        e,
+                        Status::Enforced,
+                        format!(
+                            "{shown} hidden (--deny): cannot be read or executed, by the agent or anything it runs"
+                        ),
+                    );
+                } else {
+                    row(
+                        rows,
+                        &e.text,
+                        e,
+                        Status::Invocation,
+                        format!(
+                            "the agent may not run {text} (refused before the chain starts: 126, command_denied); a program it may run can still run it (no kernel layer sees arguments)"
+                        ),
+                    );
+                }
+            }
+            List::Ask => unreachable!(),
+        }
+    }
+    if allow.is_empty() && denies.is_empty() {
+        return None;
+    }
+    files.retain(|p| !hidden.contains(p));
+    dedup(&mut files);
+    Some(ExecAllowlist {
+        mode,
+        // No allow pattern (or an allow-all rule): any command may be run,
+        // only the deny rules are checked.
+        any: any || allow.is_empty(),
+        allow,
+        deny: denies,
+        files,
+    })
 }

@@ -258,6 +258,14 @@ fn sbx_chain_inside_the_guest() {
         .output()
         .unwrap();
     assert!(st.status.success(), "build-guest: {}", stderr(&st));
+    // A build that takes minutes says which step it is in.
+    for n in 1..=5 {
+        assert!(
+            stderr(&st).contains(&format!("build-guest: [{n}/5] ")),
+            "no progress line {n}: {}",
+            stderr(&st)
+        );
+    }
     let out = vm
         .cmd(&gdir)
         .args(["--", "sbx-seccomp", "--", "sh", "-c", "echo inside; exit 3"])
@@ -295,7 +303,7 @@ fn net_through_sbx_net_gateway() {
         .arg(&vm.audit)
         .arg("--")
         .arg(bin("sbx-vm"))
-        .args(["--backend", "qemu", "--mem", "256M", "--net", "sbx-net", "--", "sh", "-c"])
+        .args(["--backend", "qemu", "--memory", "256M", "--net", "sbx-net", "--", "sh", "-c"])
         .arg(
             "cat /etc/resolv.conf; \\
              echo \"bytes=$(printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 192.0.2.1 80 2>/dev/null | wc -c)\"; \\
