@@ -22,5 +22,6 @@ complete -c sbx-fs -l clearenv -d 'Start the command with an empty environment (
 complete -c sbx-fs -l keep-env -d 'Pass the caller\'s whole environment (secrets included), not only the allowlist'
 complete -c sbx-fs -l no-system -d 'Do not bind /usr, /bin, /sbin, /lib*, /etc'
 complete -c sbx-fs -l no-default-deny -d 'Drop the default deny list (the --deny entries still apply)'
+complete -c sbx-fs -l git-identity -d 'Offer the invoking user\'s git user.name and user.email (their global git config; SUDO_USER\'s as root via sudo), and nothing else of it, as ~/.gitconfig in the sandbox\'s own $HOME tmpfs'
 complete -c sbx-fs -s h -l help -d 'Print help'
 complete -c sbx-fs -s V -l version -d 'Print version'

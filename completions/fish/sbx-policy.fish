@@ -52,6 +52,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l exec-a
 strict\t'The same check, and a kernel (Landlock) execute allowlist for every program started inside: the programs the rules name and a curated set of shells and helpers'"
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l no-git-identity -d 'Do not offer the host\'s git user.name/user.email inside (the default offers them, and nothing else of the git config, as ~/.gitconfig in the sandbox\'s HOME; settings: "sbx": {"gitIdentity": false})'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l settings -d 'Read FILE instead of the user, project and local settings (repeatable; later ones take precedence)' -r -F
@@ -72,6 +73,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l exec-a
 strict\t'The same check, and a kernel (Landlock) execute allowlist for every program started inside: the programs the rules name and a curated set of shells and helpers'"
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l no-git-identity -d 'Do not offer the host\'s git user.name/user.email inside (the default offers them, and nothing else of the git config, as ~/.gitconfig in the sandbox\'s HOME; settings: "sbx": {"gitIdentity": false})'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l json -d 'One JSON object instead of tables: project, settings, allows, denies, limits (with whether each applies in this run), rules (status, rule, from, effect), not_enforced, warnings'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -98,6 +100,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l layers -
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l bin-dir -d 'Where the sbx binaries are (default: $SBX_BIN, beside sbx-policy, PATH)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l no-git-identity -d 'Do not offer the host\'s git user.name/user.email inside (the default offers them, and nothing else of the git config, as ~/.gitconfig in the sandbox\'s HOME; settings: "sbx": {"gitIdentity": false})'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l latency-sensitive -d 'With --trust zero: prefer the fastest-starting isolation (Firecracker)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l plugin -d 'CMD is a plugin (WebAssembly/WASI tier: not built yet)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l print -d 'Print the chain (one layer per line) instead of running it'

@@ -10,9 +10,10 @@
 //!
 //! Without `--audit-log` (nor an fd handed down), the first tool keeps the
 //! run's events in an anonymous in-memory file (memfd `sbx-audit-mem`,
-//! at most [`MEM_CAP`] bytes) handed down the same way: every alert is
-//! then also a line on stderr as it happens, and the end-of-run
-//! `<sandbox_violations>` summary is made from it as from a file.
+//! at most [`MEM_CAP`] bytes) handed down the same way: the end-of-run
+//! `<sandbox_violations>` summary is made from it as from a file, and
+//! alerts are not echoed line by line into the command's stderr (see
+//! [`Audit::alerts_live`]).
 
 use std::ffi::OsStr;
 use std::fs::OpenOptions;
@@ -65,9 +66,17 @@ pub struct Audit {
     summary_from: Option<u64>,
     /// SBX_VIOLATIONS: the file the summary also goes to.
     summary_file: Option<PathBuf>,
+    /// The process that opened the sink: only it hands the summary over
+    /// when it execs (a forked child, such as sbx-fs's init starting the
+    /// next tool, leaves it with the process that stays).
+    pid: u32,
 }
 
 static GLOBAL: OnceLock<Audit> = OnceLock::new();
+
+/// The tools that become the next command (exec, no supervision): one
+/// that owns the run's summary can never print it.
+const EXEC_IN_PLACE: &[&str] = &["sbx-seccomp"];
 
 /// Opens the audit sink for `tool`: `path` (the flag, which clap also fills
 /// from SBX_AUDIT_LOG), else an fd handed down by the previous tool, else none.
@@ -115,6 +124,7 @@ pub fn init(tool: &'static str, path: Option<&Path>) -> Result<&'static Audit, A
         chain,
         summary_from,
         summary_file,
+        pid: std::process::id(),
     }))
 }
 
@@ -242,14 +252,20 @@ impl Audit {
         self.mem
     }
 
+    /// Whether alerts must also be lines on stderr as they happen: only
+    /// when nothing will tell them at the end. With a log file, the file
+    /// has them; with the in-memory log, the end-of-run summary lists them
+    /// (printed by the tool that owns it, which supervises the run), so
+    /// they are not mixed into the command's own output line by line.
+    /// The exceptions: no log at all, and sbx-seccomp owning the in-memory
+    /// log (run first, it becomes the command: no summary is printed).
+    pub fn alerts_live(&self) -> bool {
+        self.fd.is_none()
+            || (self.mem && self.summary_from.is_some() && EXEC_IN_PLACE.contains(&self.tool))
+    }
+
     pub fn emit(&self, event: &str, severity: Severity, fields: Value) {
-        trace_event(
-            self.tool,
-            event,
-            severity,
-            &fields,
-            self.fd.is_some() && !self.mem,
-        );
+        trace_event(self.tool, event, severity, &fields, !self.alerts_live());
         self.record(event, severity, fields);
     }
 
@@ -313,7 +329,7 @@ pub fn finish_run() {
     let (Some(fd), Some(start)) = (&a.fd, a.summary_from) else {
         return;
     };
-    crate::violations::report(fd.as_raw_fd(), start, a.summary_file.as_deref());
+    crate::violations::report(fd.as_raw_fd(), start, a.summary_file.as_deref(), a.mem);
 }
 
 /// For a tool that execs in place ([`crate::chain::exec`]): the audit
@@ -340,6 +356,7 @@ pub(crate) fn prepare_exec_env(
     // The end-of-run summary is taken over by the tool we become.
     if let Some(a) = get()
         && let Some(start) = a.summary_from
+        && a.pid == std::process::id()
     {
         crate::chain::set_env(env, crate::violations::ENV_START, start.to_string());
         if let Some(f) = &a.summary_file {

@@ -16,8 +16,9 @@
 //! this run (this `sbx_id`, severity `alert`, after the offset where the run
 //! started). Without `--audit-log` the first tool keeps the run's lines in
 //! an in-memory log (a memfd handed down the chain like a log file, see
-//! [`crate::audit`]), so the summary is printed all the same, and each
-//! alert is also a line on stderr as it happens (`tests/netgaps.rs`
+//! [`crate::audit`]), so the summary is printed all the same, with a last
+//! line saying how to keep the details; alerts are not also lines on stderr
+//! as they happen (`tests/netgaps.rs`
 //! `without_an_audit_log_alerts_and_the_summary_reach_stderr`).
 
 use std::os::fd::RawFd;
@@ -29,6 +30,10 @@ use serde_json::{Map, Value, json};
 pub const ENV_START: &str = "SBX_AUDIT_START";
 /// A file the caller reads the summary from.
 pub const ENV_FILE: &str = "SBX_VIOLATIONS";
+
+/// The last line inside the block of a run without `--audit-log`.
+pub const NO_LOG_NOTE: &str =
+    "(no audit log kept: every event with its details: rerun with --audit-log FILE)\n";
 
 /// Most distinct violations listed.
 const MAX_LISTED: usize = 30;
@@ -62,7 +67,9 @@ pub fn escape(s: &str) -> String {
 
 /// The summary of the alerts of `sbx_id` in `text` (JSON lines).
 pub fn summarize(text: &[u8], sbx_id: &str) -> Option<Value> {
-    let mut list: Vec<(String, String, String, u64)> = Vec::new();
+    // (tool, event, subject, count, hint: what to do, from the first event
+    // of the kind that carries one)
+    let mut list: Vec<(String, String, String, u64, Option<String>)> = Vec::new();
     let mut total = 0u64;
     for l in text.split(|b| *b == b'\n') {
         let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(l) else {
@@ -77,12 +84,18 @@ pub fn summarize(text: &[u8], sbx_id: &str) -> Option<Value> {
         let tool = escape(m.get("tool").and_then(Value::as_str).unwrap_or("-"));
         let event = escape(m.get("event").and_then(Value::as_str).unwrap_or("-"));
         let subj = subject(&m);
+        let hint = m.get("hint").and_then(Value::as_str).map(escape);
         match list
             .iter_mut()
-            .find(|(t, e, s, _)| *t == tool && *e == event && *s == subj)
+            .find(|(t, e, s, _, _)| *t == tool && *e == event && *s == subj)
         {
-            Some(x) => x.3 += 1,
-            None => list.push((tool, event, subj, 1)),
+            Some(x) => {
+                x.3 += 1;
+                if x.4.is_none() {
+                    x.4 = hint;
+                }
+            }
+            None => list.push((tool, event, subj, 1, hint)),
         }
     }
     if total == 0 {
@@ -94,9 +107,13 @@ pub fn summarize(text: &[u8], sbx_id: &str) -> Option<Value> {
         "sbx_id": sbx_id,
         "count": total,
         "more": more,
-        "violations": list.iter().map(|(t, e, s, n)| json!({
-            "tool": t, "event": e, "subject": s, "count": n,
-        })).collect::<Vec<_>>(),
+        "violations": list.iter().map(|(t, e, s, n, h)| {
+            let mut v = json!({ "tool": t, "event": e, "subject": s, "count": n });
+            if let Some(h) = h {
+                v["hint"] = json!(h);
+            }
+            v
+        }).collect::<Vec<_>>(),
     }))
 }
 
@@ -120,6 +137,9 @@ pub fn render(v: &Value) -> String {
                 String::new()
             }
         ));
+        if let Some(h) = x["hint"].as_str() {
+            s.push_str(&format!("  hint: {h}\n"));
+        }
     }
     if v["more"].as_u64().unwrap_or(0) > 0 {
         s.push_str(&format!(
@@ -132,7 +152,7 @@ pub fn render(v: &Value) -> String {
 }
 
 /// Reads the log from `start` (through `fd`, opened readable) and reports.
-pub(crate) fn report(fd: RawFd, start: u64, file: Option<&std::path::Path>) {
+pub(crate) fn report(fd: RawFd, start: u64, file: Option<&std::path::Path>, mem: bool) {
     let Some(id) = crate::id::get() else { return };
     let mut text = Vec::new();
     let mut off = start;
@@ -149,7 +169,13 @@ pub(crate) fn report(fd: RawFd, start: u64, file: Option<&std::path::Path>) {
     let Some(v) = summarize(&text, id) else {
         return;
     };
-    eprint!("{}", render(&v));
+    let mut block = render(&v);
+    if mem {
+        // Where the details are: nowhere yet, so say how to keep them.
+        let end = block.len() - "</sandbox_violations>\n".len();
+        block.insert_str(end, NO_LOG_NOTE);
+    }
+    eprint!("{block}");
     if let Some(p) = file {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
@@ -193,5 +219,18 @@ mod tests {
         assert!(r.contains("syscall_denied syscall=unshare (sbx-seccomp)\n"));
         assert!(!r.contains("/y") && !r.contains('\x1b'));
         assert!(summarize(log.as_bytes(), "c").is_none());
+    }
+
+    #[test]
+    fn a_hint_is_shown_under_its_kind() {
+        let log = concat!(
+            r#"{"sbx_id":"a","tool":"sbx-fs","event":"fs_write_denied","severity":"alert","path":"/p/.git/config","hint":"use git -c\u001b"}"#,
+            "\n",
+        );
+        let r = render(&summarize(log.as_bytes(), "a").unwrap());
+        assert!(
+            r.contains("fs_write_denied path=/p/.git/config (sbx-fs)\n  hint: use git -c\\e\n"),
+            "{r}"
+        );
     }
 }

@@ -242,6 +242,9 @@ impl Alerts {
             f["op"] = json!("replace");
             f["caller_pid"] = serde_json::Value::Null;
             f["via"] = json!(via);
+            if via == "config.lock" {
+                f["hint"] = json!(crate::lockwatch::GIT_CONFIG_HINT);
+            }
             audit::emit("fs_write_denied", Severity::Alert, f);
         }
     }

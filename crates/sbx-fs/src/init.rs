@@ -38,6 +38,8 @@ pub struct InitArgs {
     pub guards: Guards,
     /// Init's end of the socketpair to the outer sbx-fs.
     pub chan: Option<OwnedFd>,
+    /// `--git-identity`: (path in $HOME, content) of ~/.gitconfig.
+    pub gitconfig: Option<(PathBuf, Vec<u8>)>,
 }
 
 /// Never returns: exits with the command's status (125 on a setup failure).
@@ -138,6 +140,16 @@ fn setup_and_run(mut a: InitArgs) -> Result<i32, Failure> {
     root.pivot()?;
     // The bind sources' fds refer to the host: gone before the command runs.
     a.plan.sources.clear();
+    if let Some((p, text)) = &a.gitconfig
+        && let Err(e) = crate::gitident::write(p, text, a.uid, a.gid)
+    {
+        // The run goes on: git then says what it lacks.
+        audit::emit(
+            "git_identity_unavailable",
+            Severity::Warn,
+            serde_json::json!({ "path": p.display().to_string(), "error": e.to_string() }),
+        );
+    }
     enter_dir(&a)?;
 
     let mut mask = sbx_core::signals::forwarded_set();

@@ -15,6 +15,7 @@ pub mod caps;
 pub mod deny;
 pub mod dev;
 pub mod fuse;
+pub mod gitident;
 pub mod gitstage;
 pub mod guard;
 pub mod init;
@@ -54,7 +55,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
     extra: &[
         (
             "FILESYSTEM",
-            "The root is a read-only tmpfs. Default mounts: /usr, /bin, /sbin, /lib, /lib32, /lib64, /libx32 and /etc bound read-only from the host (symlinks such as /bin -> usr/bin on merged-/usr systems are recreated as symlinks; --no-system drops them); /proc, a new proc instance for the new PID namespace, with /proc/kcore, /proc/keys, /proc/key-users, /proc/sysrq-trigger, /proc/timer_list, /proc/timer_stats, /proc/sched_debug, /proc/latency_stats, /proc/kallsyms, /proc/kmsg, /proc/interrupts, /proc/acpi, /proc/asound and /proc/scsi masked and /proc/sys, /proc/bus, /proc/fs and /proc/irq read-only; /dev, a tmpfs holding null, zero, full, random, urandom and tty bound from the host, a new devpts instance on /dev/pts with /dev/ptmx -> pts/ptmx, a tmpfs /dev/shm, and the fd, stdin, stdout and stderr symlinks; /tmp, a fresh tmpfs of --tmp-size (default 512M) that is gone when the sandbox ends; $HOME, an empty tmpfs owned by the identity inside (unless a bind covers it). There is no /run and no host socket (docker.sock, D-Bus, X11, ssh-agent) unless bound.\n\nEvery bind source is opened once on the host (O_PATH; symlinks in the path given are resolved then, magic links refused) and the bind is made from that fd with the new mount API (open_tree, mount_setattr, move_mount): what was checked is what is mounted, so a symlink swapped in meanwhile cannot redirect it. Every destination is opened beneath the new root with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) and the mount is made onto that fd; a destination that crosses a symlink is refused. Binds are nosuid (and nodev for directories). Nested destinations are mounted parent first, whatever the order of the flags.",
+            "The root is a read-only tmpfs. Default mounts: /usr, /bin, /sbin, /lib, /lib32, /lib64, /libx32 and /etc bound read-only from the host (symlinks such as /bin -> usr/bin on merged-/usr systems are recreated as symlinks; --no-system drops them); /proc, a new proc instance for the new PID namespace, with /proc/kcore, /proc/keys, /proc/key-users, /proc/sysrq-trigger, /proc/timer_list, /proc/timer_stats, /proc/sched_debug, /proc/latency_stats, /proc/kallsyms, /proc/kmsg, /proc/interrupts, /proc/acpi, /proc/asound and /proc/scsi masked and /proc/sys, /proc/bus, /proc/fs and /proc/irq read-only; /dev, a tmpfs holding null, zero, full, random, urandom and tty bound from the host, a new devpts instance on /dev/pts with /dev/ptmx -> pts/ptmx, a tmpfs /dev/shm, and the fd, stdin, stdout and stderr symlinks; /tmp, a fresh tmpfs of --tmp-size (default 512M) that is gone when the sandbox ends; $HOME, an empty tmpfs owned by the identity inside (unless a bind covers it; with --git-identity it holds .gitconfig with the invoking user's git user.name and user.email, nothing else). There is no /run and no host socket (docker.sock, D-Bus, X11, ssh-agent) unless bound.\n\nEvery bind source is opened once on the host (O_PATH; symlinks in the path given are resolved then, magic links refused) and the bind is made from that fd with the new mount API (open_tree, mount_setattr, move_mount): what was checked is what is mounted, so a symlink swapped in meanwhile cannot redirect it. Every destination is opened beneath the new root with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) and the mount is made onto that fd; a destination that crosses a symlink is refused. Binds are nosuid (and nodev for directories). Nested destinations are mounted parent first, whatever the order of the flags.",
         ),
         (
             "DENIED PATHS",
@@ -82,7 +83,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "AUDIT",
-            "Events: start (info: namespaces, binds, counts, guarded), end (info: status), env (info: passed, dropped, secrets_passed: names only), env_secret_dropped (warn: names) when variables that look like secrets were not passed, setup_failed (warn) for every refused setup step, seccomp_kill (alert) when a process of the sandbox dies of SIGSYS. fs_denied (alert: path as seen inside, access, caller_pid) when a denied path is read, listed, looked into, created or changed; fs_write_denied (alert: path, op, caller_pid) when a protected path is opened for writing, truncated, created, removed, renamed, linked, chmod-ed or given xattrs, and (op replace, caller_pid null, via) when git's config.lock/HEAD.lock appears beside a protected .git/config or .git/HEAD; each distinct (path, access) is logged once; the first alert of each protected path is always logged, further ones (other accesses, names below it) at most 200 per sandbox, and fs_guard (info, at the end) counts alerts and alerts_suppressed. fs_protected_created / fs_protected_replaced (alert: path, quarantined) and fs_protected_moved (alert: path, found_at, restored) from the end sweep; scan_limit (alert: bind, limit, flag) when a bind holds more than --scan-limit entries. fs_guard_unavailable (warn, once: reason) when /dev/fuse could not be used. tmp_full (alert, once: path /tmp, size, free) when /tmp fills up (checked every 200 ms and at the end: a fill-and-delete in between is bounded by --tmp-size but may not be logged). Remounting, mounting, unmounting, chroot and pivot_root are refused by the kernel (EPERM) without sbx-fs seeing them: those have no event here (sbx-seccomp reports them).",
+            "Events: start (info: namespaces, binds, counts, guarded), end (info: status), git_identity (info: user, name, email: whether each was found) and git_identity_refused (alert: name, user, reason: the value is not passed) with --git-identity, env (info: passed, dropped, secrets_passed: names only), env_secret_dropped (warn: names) when variables that look like secrets were not passed, setup_failed (warn) for every refused setup step, seccomp_kill (alert) when a process of the sandbox dies of SIGSYS. fs_denied (alert: path as seen inside, access, caller_pid) when a denied path is read, listed, looked into, created or changed; fs_write_denied (alert: path, op, caller_pid) when a protected path is opened for writing, truncated, created, removed, renamed, linked, chmod-ed or given xattrs, and (op replace, caller_pid null, via) when git's config.lock/HEAD.lock appears beside a protected .git/config or .git/HEAD (for config.lock with a hint: why git config --local fails with EBUSY and what to use instead, shown in the end-of-run summary); each distinct (path, access) is logged once; the first alert of each protected path is always logged, further ones (other accesses, names below it) at most 200 per sandbox, and fs_guard (info, at the end) counts alerts and alerts_suppressed. fs_protected_created / fs_protected_replaced (alert: path, quarantined) and fs_protected_moved (alert: path, found_at, restored) from the end sweep; scan_limit (alert: bind, limit, flag) when a bind holds more than --scan-limit entries. fs_guard_unavailable (warn, once: reason) when /dev/fuse could not be used. tmp_full (alert, once: path /tmp, size, free) when /tmp fills up (checked every 200 ms and at the end: a fill-and-delete in between is bounded by --tmp-size but may not be logged). Remounting, mounting, unmounting, chroot and pivot_root are refused by the kernel (EPERM) without sbx-fs seeing them: those have no event here (sbx-seccomp reports them).",
         ),
         (
             "WRITE BUDGET",
@@ -173,6 +174,12 @@ pub struct Cli {
     /// not written (sbx-gitguard run --stage makes DIR and imports it).
     #[arg(long, value_name = "DIR")]
     pub git_stage: Option<PathBuf>,
+
+    /// Offer the invoking user's git user.name and user.email (their
+    /// global git config; SUDO_USER's as root via sudo), and nothing else
+    /// of it, as ~/.gitconfig in the sandbox's own $HOME tmpfs.
+    #[arg(long)]
+    pub git_identity: bool,
 
     /// How many directory entries the search for protected names (.env,
     /// credentials*, .git, .claude ...) may read per bind; beyond it sbx-fs
@@ -596,6 +603,15 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         fallback_dirs.push(PathBuf::from(h));
     }
 
+    // Read before any fork: git runs on the host, as the caller.
+    let gitconfig = if cli.git_identity {
+        let id = gitident::read();
+        gitident::target(&plan)
+            .filter(|_| !id.is_empty())
+            .map(|t| (t, id.gitconfig()))
+    } else {
+        None
+    };
     let mut ph = host_placeholders(&plan)?;
     let created: Vec<String> = ph
         .list
@@ -738,6 +754,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             owner,
             guards,
             chan: Some(init_chan),
+            gitconfig,
         });
     }
     drop(init_chan);

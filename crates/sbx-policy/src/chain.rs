@@ -468,6 +468,9 @@ fn low(
     for e in safe_directory_env(p) {
         l.extend([os("--setenv"), os(e)]);
     }
+    if p.git_identity {
+        l.push(os("--git-identity"));
+    }
     let mut sl = vec![os(&seccomp), os("--profile"), os("default")];
     if let Some(x) = &p.exec_allow
         && x.kernel_enforced()

@@ -15,6 +15,10 @@ pub const INVARIANTS: &[&str] = &[
     "no mount, unmount, chroot, pivot_root; no TIOCSTI (syscall_denied alert)",
 ];
 
+/// Why `git config --local` fails inside, and what to do instead (the
+/// same words as sbx-fs's fs_write_denied hint).
+pub const GIT_CONFIG_NOTE: &str = sbx_fs::lockwatch::GIT_CONFIG_HINT;
+
 fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
     let n = head.len();
     let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();
@@ -61,6 +65,14 @@ fn allows(p: &Policy) -> Vec<Vec<String>> {
     rows.push(vec![
         "read".into(),
         "the system: /usr /bin /sbin /lib* /etc (read-only)".into(),
+    ]);
+    rows.push(vec![
+        "git identity".into(),
+        if p.git_identity {
+            "the host's user.name/user.email (only) as ~/.gitconfig in the sandbox's HOME (off: --no-git-identity, settings \"sbx\": {\"gitIdentity\": false})".into()
+        } else {
+            "none offered (--no-git-identity or sbx.gitIdentity false): git commit needs git -c user.email=... or GIT_AUTHOR_*/GIT_COMMITTER_*".into()
+        },
     ]);
     for d in &p.net_allow {
         rows.push(vec![
@@ -141,6 +153,7 @@ fn denies(p: &Policy) -> Vec<Vec<String>> {
     for inv in INVARIANTS {
         rows.push(vec!["always".into(), inv.to_string()]);
     }
+    rows.push(vec!["always".into(), GIT_CONFIG_NOTE.into()]);
     rows
 }
 

@@ -141,6 +141,9 @@ pub struct SourceArgs {
     /// The home directory for ~/ (default: $HOME).
     #[arg(long, value_name = "DIR")]
     pub home: Option<PathBuf>,
+    /// Do not offer the host's git user.name/user.email inside (the default offers them, and nothing else of the git config, as ~/.gitconfig in the sandbox's HOME; settings: "sbx": {"gitIdentity": false}).
+    #[arg(long)]
+    pub no_git_identity: bool,
     /// A domain a WebSearch allow rule opens (repeatable; default api.anthropic.com).
     #[arg(long, value_name = "DOMAIN")]
     pub search_domain: Vec<String>,
@@ -326,6 +329,9 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
     }
     p.start = proj.start;
     p.project_why = proj.why;
+    if a.no_git_identity {
+        p.git_identity = false;
+    }
     for e in &a.pass_env {
         if !p.pass_env.contains(e) {
             p.pass_env.push(e.clone());

@@ -136,6 +136,10 @@ pub struct Policy {
     pub pass_env: Vec<String>,
     /// Printed on stderr by every subcommand (unknown tools in rules).
     pub warnings: Vec<String>,
+    /// The host's git user.name/user.email offered inside (sbx-fs
+    /// --git-identity): settings `sbx.gitIdentity`, chain
+    /// --no-git-identity; default on.
+    pub git_identity: bool,
 }
 
 pub struct Inputs<'a> {
@@ -900,6 +904,19 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
         row(&mut rows, &e.text, e, status, unmapped_effect(&e.text));
     }
     let git_repo = ctx.cwd.join(".git").exists();
+    let git_identity = m.git_identity.as_ref().is_none_or(|(b, _)| *b);
+    if let Some((b, o)) = &m.git_identity {
+        rows.push(Row {
+            rule: format!("sbx.gitIdentity: {b}"),
+            from: format!("{} ({})", o.at(), o.scope.name()),
+            status: Status::Enforced,
+            effect: if *b {
+                "the host's git user.name/user.email as ~/.gitconfig in the sandbox's HOME (sbx-fs --git-identity)".into()
+            } else {
+                "no git identity offered: git commit inside needs one (git -c, GIT_AUTHOR_*/GIT_COMMITTER_*)".into()
+            },
+        });
+    }
     Ok(Policy {
         cwd: ctx.cwd.clone(),
         start: ctx.cwd.clone(),
@@ -920,6 +937,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
         sandbox_enabled: m.sandbox_enabled,
         pass_env: pass_env_of(m),
         warnings,
+        git_identity,
     })
 }
 

@@ -126,6 +126,9 @@ pub struct Merged {
     pub unmapped_keys: Vec<Entry>,
     /// `sandbox.enabled` from the highest file that sets it.
     pub sandbox_enabled: Option<bool>,
+    /// `sbx.gitIdentity` (sbx's own key) from the highest file that sets
+    /// it: whether the host's git user.name/user.email are offered.
+    pub git_identity: Option<(bool, Origin)>,
     /// The names (keys) of the top-level `env` objects: variables the user
     /// set for the agent's commands.
     pub env_names: Vec<Entry>,
@@ -311,6 +314,29 @@ fn merge_one(m: &mut Merged, f: &FileCtx<'_>, v: &Value) -> Result<(), SettingsE
                     text: format!("permissions.{k}"),
                     origin: f.origin(Some(k)),
                 });
+            }
+        }
+    }
+    // sbx's own keys, in an object of their own (Claude Code has none of
+    // these): every other key in it is listed as not mapped.
+    if let Some(x) = top.get("sbx") {
+        let Value::Object(x) = x else {
+            return Err(f.err(Some("sbx"), "'sbx' must be an object"));
+        };
+        for (k, v) in x {
+            match (k.as_str(), v) {
+                ("gitIdentity", Value::Bool(b)) => {
+                    if m.git_identity.is_none() {
+                        m.git_identity = Some((*b, f.origin(Some("gitIdentity"))));
+                    }
+                }
+                ("gitIdentity", _) => {
+                    return Err(f.err(Some("gitIdentity"), "sbx.gitIdentity must be true or false"));
+                }
+                _ => m.unmapped_keys.push(Entry {
+                    text: format!("sbx.{k}"),
+                    origin: f.origin(Some(k)),
+                }),
             }
         }
     }

@@ -457,10 +457,12 @@ fn notifier_main(
     // copy of it (closed when the notifier exits, with the last filtered
     // process); it is closed as soon as CMD itself exits, so a reader of
     // CMD's stderr sees EOF then even when CMD left filtered processes.
-    // The in-memory log of a run without --audit-log is read by nobody
-    // until the end: alerts go to stderr too.
-    let mem = sbx_core::audit::get().is_some_and(|a| a.is_mem());
-    let (err, cmd_pidfd) = if audit_fd.is_none() || mem {
+    // With the in-memory log of a run without --audit-log, the tool that
+    // owns it prints the summary at the end; only when that is
+    // sbx-seccomp itself (run first, it becomes CMD) do alerts go to
+    // stderr as they happen.
+    let live = sbx_core::audit::get().is_none_or(|a| a.alerts_live());
+    let (err, cmd_pidfd) = if audit_fd.is_none() || live {
         // The grandparent: sbx-seccomp, which becomes CMD. Watched from
         // before it execs (it waits for us to receive the listener).
         // SAFETY: plain syscalls; the fds are ours.

@@ -167,9 +167,9 @@ fn export_audit_line(line: &str) -> bool {
         }
     }
     let Some(a) = audit::get() else { return true };
-    // Without --audit-log nobody reads the log but the end-of-run summary:
-    // a guest's alert is also a line on stderr, as the host tools' are.
-    if (a.is_mem() || a.raw_fd().is_none()) && m.get("severity") == Some(&Value::from("alert")) {
+    // With no log at all, a guest's alert is a line on stderr, as the host
+    // tools' are; the in-memory log's summary lists it at the end.
+    if a.alerts_live() && m.get("severity") == Some(&Value::from("alert")) {
         eprintln!(
             "sbx-vm: ALERT (guest) {} {}",
             sbx_core::violations::escape(m.get("event").and_then(Value::as_str).unwrap_or("-")),

@@ -1,0 +1,254 @@
+//! `--git-identity`: the invoking user's git `user.name` and `user.email`
+//! offered to the sandbox, and nothing else of their git configuration.
+//!
+//! The host's `~/.gitconfig` is not visible inside (the sandbox's `$HOME`
+//! is a fresh tmpfs), so `git commit` would fail with "unable to
+//! auto-detect email address", and `git config user.email` cannot help:
+//! `.git/config` is an invariant. The two values are read on the host with
+//! git itself (`git config --global --includes -z --get-regexp`, run from `/` with an
+//! environment of HOME and PATH only: no repository, no system file), as
+//! the invoking user (root run through sudo reads `SUDO_USER`'s home), then
+//! checked (one line of printable text, at most [`MAX_LEN`] bytes, no `<`
+//! or `>`) and written as the only content of `~/.gitconfig` in the
+//! sandbox's `$HOME` tmpfs: global scope, so the command's own `git config
+//! --global`, `git -c` and `GIT_AUTHOR_*`/`GIT_COMMITTER_*` still win.
+//! Credential helpers, aliases, hooks, includes and every other key stay
+//! on the host. A refused value is dropped with the alert
+//! `git_identity_refused` (the other one still passes).
+
+use std::path::PathBuf;
+
+use sbx_core::{Severity, audit};
+
+/// Longest value passed, in bytes.
+pub const MAX_LEN: usize = 256;
+
+/// The values found (each already checked).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub name: Option<String>,
+    pub email: Option<String>,
+}
+
+impl Identity {
+    pub fn is_empty(&self) -> bool {
+        self.name.is_none() && self.email.is_none()
+    }
+
+    /// The `~/.gitconfig` text: a `[user]` section, values quoted.
+    pub fn gitconfig(&self) -> Vec<u8> {
+        let mut s =
+            String::from("# The host's git identity, offered by sbx-fs --git-identity.\n[user]\n");
+        for (k, v) in [("name", &self.name), ("email", &self.email)] {
+            if let Some(v) = v {
+                s.push_str(&format!("\t{k} = \"{}\"\n", quote(v)));
+            }
+        }
+        s.into_bytes()
+    }
+}
+
+fn quote(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// Why a value is refused, if it is.
+pub fn check(v: &[u8]) -> Result<&str, &'static str> {
+    if v.is_empty() {
+        return Err("empty");
+    }
+    if v.len() > MAX_LEN {
+        return Err("longer than 256 bytes");
+    }
+    if v.iter().any(|c| *c < 0x20 || *c == 0x7f) {
+        return Err("holds a control character (newline, tab, escape...)");
+    }
+    if v.iter().any(|c| *c == b'<' || *c == b'>') {
+        return Err("holds '<' or '>'");
+    }
+    std::str::from_utf8(v).map_err(|_| "not UTF-8")
+}
+
+/// The home whose git configuration is the invoking user's: as root with
+/// `SUDO_USER` set (to another user), that user's home from the password
+/// database; else `$HOME`.
+fn invoking_home() -> Option<(PathBuf, String)> {
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } == 0
+        && let Ok(u) = std::env::var("SUDO_USER")
+        && !u.is_empty()
+        && u != "root"
+        && let Ok(Some(pw)) = nix::unistd::User::from_name(&u)
+    {
+        return Some((pw.dir, u));
+    }
+    let h = PathBuf::from(std::env::var_os("HOME")?);
+    let who = std::env::var("USER").unwrap_or_else(|_| "-".into());
+    h.is_absolute().then_some((h, who))
+}
+
+/// Reads and checks the identity. Never fails: no git, no home or no
+/// value is simply no identity (an info event says what was found).
+pub fn read() -> Identity {
+    let mut id = Identity::default();
+    let Some((home, user)) = invoking_home() else {
+        return id;
+    };
+    for (key, raw) in git_get(&home) {
+        match check(&raw) {
+            Ok(v) if key == "user.name" => id.name = Some(v.to_string()),
+            Ok(v) => id.email = Some(v.to_string()),
+            Err(why) => {
+                if key == "user.name" {
+                    id.name = None;
+                } else {
+                    id.email = None;
+                }
+                audit::emit(
+                    "git_identity_refused",
+                    Severity::Alert,
+                    serde_json::json!({
+                        "name": key,
+                        "user": user,
+                        "reason": why,
+                        "action": "not passed to the sandbox",
+                    }),
+                )
+            }
+        }
+    }
+    audit::emit(
+        "git_identity",
+        Severity::Info,
+        serde_json::json!({
+            "user": user,
+            "name": id.name.is_some(),
+            "email": id.email.is_some(),
+        }),
+    );
+    id
+}
+
+/// `git config --global --includes -z --get-regexp` of user.name and
+/// user.email with `home` as HOME (one git run): (key, value) in the
+/// file's order (a later value of a key replaces an earlier one, as git
+/// reads it); nothing when unset or git failed.
+fn git_get(home: &std::path::Path) -> Vec<(&'static str, Vec<u8>)> {
+    let mut c = std::process::Command::new("git");
+    c.env_clear()
+        .env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .current_dir("/")
+        .args([
+            "config",
+            "--global",
+            "--includes",
+            "-z",
+            "--get-regexp",
+            r"^user\.(name|email)$",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if let Some(p) = std::env::var_os("PATH") {
+        c.env("PATH", p);
+    }
+    let Ok(out) = c.output() else {
+        return Vec::new();
+    };
+    if !out.status.success() {
+        return Vec::new();
+    }
+    parse_z(&out.stdout)
+}
+
+/// git's `-z` output: `KEY\nVALUE\0` per entry; each value bounded.
+fn parse_z(b: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    b.split(|c| *c == 0)
+        .filter_map(|e| {
+            let nl = e.iter().position(|c| *c == b'\n')?;
+            let key = match &e[..nl] {
+                b"user.name" => "user.name",
+                b"user.email" => "user.email",
+                _ => return None,
+            };
+            let mut v = e[nl + 1..].to_vec();
+            // Bounded before it is looked at further.
+            v.truncate(MAX_LEN + 1);
+            Some((key, v))
+        })
+        .collect()
+}
+
+/// Where the file goes: `$HOME/.gitconfig` when `$HOME` is the sandbox's
+/// own tmpfs (a bind of the host's home shows its own file).
+pub fn target(plan: &crate::plan::Plan) -> Option<PathBuf> {
+    plan.ops
+        .iter()
+        .find(|o| o.why == "home")
+        .map(|o| o.dst.join(".gitconfig"))
+}
+
+/// In the sandbox's init, after the pivot: creates the file (never
+/// through a link, never over something), owned by the identity inside.
+pub fn write(path: &std::path::Path, content: &[u8], uid: u32, gid: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    f.write_all(content)?;
+    // SAFETY: fchown of our own open fd.
+    if unsafe { libc::fchown(f.as_raw_fd(), uid, gid) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_checked() {
+        assert_eq!(check(b"Ada Lovelace"), Ok("Ada Lovelace"));
+        assert_eq!(check("Zoë".as_bytes()), Ok("Zoë"));
+        assert!(check(b"").is_err());
+        assert!(check(b"a\nb").is_err());
+        assert!(check(b"a\x1b[2Jb").is_err());
+        assert!(check(b"a<b>").is_err());
+        assert!(check(&[b'a'; 257]).is_err());
+        assert!(check(&[b'a'; 256]).is_ok());
+        assert!(check(b"\xff").is_err());
+    }
+
+    #[test]
+    fn z_output_is_parsed() {
+        let v = parse_z(b"user.name\nA B\0user.email\na\nb@x\0user.other\nz\0");
+        assert_eq!(
+            v,
+            vec![
+                ("user.name", b"A B".to_vec()),
+                ("user.email", b"a\nb@x".to_vec())
+            ]
+        );
+        assert!(parse_z(b"").is_empty());
+    }
+
+    #[test]
+    fn gitconfig_quotes() {
+        let id = Identity {
+            name: Some("A \"B\" \\C".into()),
+            email: None,
+        };
+        let t = String::from_utf8(id.gitconfig()).unwrap();
+        assert!(
+            t.contains("[user]\n\tname = \"A \\\"B\\\" \\\\C\"\n"),
+            "{t}"
+        );
+        assert!(!t.contains("email"));
+    }
+}
