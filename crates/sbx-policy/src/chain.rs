@@ -241,10 +241,28 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                         p.net_allow.join(", ")
                     ));
                 }
-                let l = crate::gvisor::layer(p, &me, &runsc, cgroup.as_deref());
+                // The same git stage and checks as the namespace chain.
+                let stage = git_stage(p);
+                let mut layers = gitguard_layers(p, o, stage.as_deref(), &with_layers)?;
+                let exec = exec_files(p, cmd);
+                if let Some(x) = &exec {
+                    notes.push(format!("gVisor tier: the execute allowlist ({} files) is enforced by gVisor's kernel: every mount noexec but those files (and the dynamic loaders); refused execs are exec_denied alerts from runsc's exec trace", x.len()));
+                }
+                if stage.is_none() && p.git_repo {
+                    notes.push("gVisor tier: .git is not writable by the grants: git commits fail inside (read-only)".into());
+                }
+                let l = crate::gvisor::layer(
+                    p,
+                    &me,
+                    &runsc,
+                    cgroup.as_deref(),
+                    stage.as_deref(),
+                    exec.as_deref().unwrap_or_default(),
+                );
+                layers.extend([l, cmd.to_vec()]);
                 return Ok(Plan {
                     tier: "zero trust: gVisor (runsc --platform=ptrace)",
-                    layers: vec![l, cmd.to_vec()],
+                    layers,
                     env: Vec::new(),
                     notes,
                 });
@@ -359,26 +377,7 @@ fn low(
         layers.push(l);
     }
     let stage = git_stage(p);
-    if p.git_repo {
-        let mut l = vec![os(tool("sbx-gitguard")?), os("run")];
-        cfg(&mut l, "sbx-gitguard");
-        l.extend([os("--repo"), os(&p.cwd)]);
-        if let Some(s) = &stage {
-            l.extend([os("--stage"), os(s)]);
-        }
-        layers.push(l);
-    }
-    // Repositories planted anywhere the command can write (git runs their
-    // fsmonitor and hooks on the host later), git project or not: checked
-    // right after the command, before the repository's own check.
-    let writable: Vec<&PathBuf> = p.rw.iter().filter(|r| r.is_dir()).collect();
-    if !writable.is_empty() {
-        let mut l = vec![os(tool("sbx-gitguard")?), os("plants")];
-        for r in writable {
-            l.extend([os("--dir"), os(r)]);
-        }
-        layers.push(l);
-    }
+    layers.extend(gitguard_layers(p, o, stage.as_deref(), &cfg)?);
     // sbx-cgroup is in the chain unless --no-cgroup: without root or a
     // delegated cgroup it still applies the limits that need none (and
     // is given only those; the notes say which do not apply).
@@ -456,10 +455,64 @@ fn low(
         l.extend([os("--setenv"), os(e)]);
     }
     let mut sl = vec![os(&seccomp), os("--profile"), os("default")];
-    if let Some(allowed) = &p.exec_allow {
-        // sbx-seccomp applies the execute allowlist (Landlock) and reports
-        // refused execs (exec_denied). sbx-fs opens it (an sbx tool) on the
-        // host and executes it by fd: its directory need not be visible.
+    // sbx-seccomp applies the execute allowlist (Landlock) and reports
+    // refused execs (exec_denied). sbx-fs opens it (an sbx tool) on the
+    // host and executes it by fd: its directory need not be visible.
+    for x in exec_files(p, cmd).unwrap_or_default() {
+        sl.push(os("--allow-exec"));
+        sl.push(os(x));
+    }
+    cfg(&mut l, "sbx-fs");
+    layers.push(l);
+    cfg(&mut sl, "sbx-seccomp");
+    layers.push(sl);
+    layers.push(cmd.to_vec());
+    Ok(Plan {
+        tier: "low trust: the namespace chain",
+        layers,
+        env: Vec::new(),
+        notes,
+    })
+}
+
+/// sbx-gitguard's layers, in front of the sandbox: `run` (with the git
+/// stage) when the project is a repository, `plants` for every writable
+/// directory.
+fn gitguard_layers(
+    p: &Policy,
+    o: &Options,
+    stage: Option<&Path>,
+    cfg: &dyn Fn(&mut Vec<OsString>, &str),
+) -> Result<Vec<Vec<OsString>>, ChainError> {
+    let tool = || need("sbx-gitguard", "sbx-gitguard (the git checks)", o);
+    let mut layers = Vec::new();
+    if p.git_repo {
+        let mut l = vec![os(tool()?), os("run")];
+        cfg(&mut l, "sbx-gitguard");
+        l.extend([os("--repo"), os(&p.cwd)]);
+        if let Some(s) = stage {
+            l.extend([os("--stage"), os(s)]);
+        }
+        layers.push(l);
+    }
+    // Repositories planted anywhere the command can write (git runs their
+    // fsmonitor and hooks on the host later), git project or not: checked
+    // right after the command, before the repository's own check.
+    let writable: Vec<&PathBuf> = p.rw.iter().filter(|r| r.is_dir()).collect();
+    if !writable.is_empty() {
+        let mut l = vec![os(tool()?), os("plants")];
+        for r in writable {
+            l.extend([os("--dir"), os(r)]);
+        }
+        layers.push(l);
+    }
+    Ok(layers)
+}
+
+/// The execute allowlist's files for a command (None: no allowlist).
+fn exec_files(p: &Policy, cmd: &[OsString]) -> Option<Vec<PathBuf>> {
+    {
+        let allowed = p.exec_allow.as_ref()?;
         let mut extra: Vec<PathBuf> = allowed.clone();
         // The command itself and the shells that run scripts.
         if let Some(prog) = cmd.first() {
@@ -476,24 +529,9 @@ fn low(
             .collect();
         extra.extend(interps);
         let mut seen = std::collections::BTreeSet::new();
-        for x in extra {
-            if seen.insert(x.clone()) {
-                sl.push(os("--allow-exec"));
-                sl.push(os(x));
-            }
-        }
+        extra.retain(|x| seen.insert(x.clone()));
+        Some(extra)
     }
-    cfg(&mut l, "sbx-fs");
-    layers.push(l);
-    cfg(&mut sl, "sbx-seccomp");
-    layers.push(sl);
-    layers.push(cmd.to_vec());
-    Ok(Plan {
-        tier: "low trust: the namespace chain",
-        layers,
-        env: Vec::new(),
-        notes,
-    })
 }
 
 /// Where this turn's git commits are staged: when the project is a
