@@ -493,6 +493,10 @@ fn zero_trust_applies_the_exec_allowlist() {
             so.contains("execute allowlist") && so.contains("noexec"),
             "{so}"
         );
+        assert!(
+            so.contains("uid 0 inside without capabilities is the caller"),
+            "{so}"
+        );
     }
 }
 

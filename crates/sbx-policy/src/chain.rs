@@ -234,7 +234,7 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                     });
                     None
                 };
-                notes.push("gVisor: an OCI bundle from the sbx-fs mount plan (grants, denies, invariants), read-only root, no capabilities, --network=none (the domain allowlist is not carried: no network)".into());
+                notes.push("gVisor: an OCI bundle from the sbx-fs mount plan (grants, denies, invariants), read-only root, --network=none (the domain allowlist is not carried: no network; every name fails at once: hosts file only); uid 0 inside without capabilities is the caller (unprivileged: runsc --rootless shows the caller's files as owned by 0)".into());
                 if !p.net_allow.is_empty() {
                     notes.push(format!(
                         "gVisor tier: no network; the allowed domains ({}) need --trust low",
@@ -243,7 +243,8 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                 }
                 // The same git stage and checks as the namespace chain.
                 let stage = git_stage(p);
-                let mut layers = gitguard_layers(p, o, stage.as_deref(), &with_layers)?;
+                let mut layers =
+                    gitguard_layers(p, o, "zero trust: gVisor", stage.as_deref(), &with_layers)?;
                 let exec = exec_files(p, cmd);
                 if let Some(x) = &exec {
                     notes.push(format!("gVisor tier: the execute allowlist ({} files) is enforced by gVisor's kernel: every mount noexec but those files (and the dynamic loaders); refused execs are exec_denied alerts from runsc's exec trace", x.len()));
@@ -377,7 +378,13 @@ fn low(
         layers.push(l);
     }
     let stage = git_stage(p);
-    layers.extend(gitguard_layers(p, o, stage.as_deref(), &cfg)?);
+    layers.extend(gitguard_layers(
+        p,
+        o,
+        "low trust: the namespace chain",
+        stage.as_deref(),
+        &cfg,
+    )?);
     // sbx-cgroup is in the chain unless --no-cgroup: without root or a
     // delegated cgroup it still applies the limits that need none (and
     // is given only those; the notes say which do not apply).
@@ -481,10 +488,11 @@ fn low(
 fn gitguard_layers(
     p: &Policy,
     o: &Options,
+    tier: &str,
     stage: Option<&Path>,
     cfg: &dyn Fn(&mut Vec<OsString>, &str),
 ) -> Result<Vec<Vec<OsString>>, ChainError> {
-    let tool = || need("sbx-gitguard", "sbx-gitguard (the git checks)", o);
+    let tool = || need("sbx-gitguard", tier, o);
     let mut layers = Vec::new();
     if p.git_repo {
         let mut l = vec![os(tool()?), os("run")];
