@@ -19,6 +19,11 @@
 //!   root without capabilities behind the gVisor kernel; unprivileged:
 //!   `runsc --rootless`, uid 0 inside is the caller);
 //! - `--network=none` (only a loopback interface inside), `--platform=ptrace`;
+//!   names fail at once (`hosts: files`, a resolv.conf on loopback);
+//! - the git stage (`--git-stage`): the stage's overlay is mounted by the
+//!   host's kernel in runsc's own mount namespace and `.git` bound from it;
+//! - the execute allowlist (`--allow-exec`): every mount noexec but the
+//!   listed files; refused execs are read from runsc's exec trace;
 //! - rlimits (file size, processes, open files); as root the whole sandbox
 //!   (the gVisor kernel, its gofer and every stub process) runs inside
 //!   `sbx-cgroup` with the tier's memory, pids, CPU and wall-clock limits.
