@@ -113,7 +113,7 @@ fn vm_run_dir_of_a_killed_run_is_reaped_under_another_tmpdir() {
         c.env("SBX_REGISTRY_DIR", &registry)
             .env("TMPDIR", &t)
             .env("SBX_VM_GUEST_DIR", &guest)
-            .args(["--backend", "qemu", "--mem", "256M"])
+            .args(["--backend", "qemu", "--memory", "256M"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -242,9 +242,15 @@ fn without_root_timeout_rlimits_and_pids_still_bound_the_command() {
     let t0 = Instant::now();
     let out = unprivileged_cgroup(uid, &log)
         .args(["--pids", "40", "--timeout", "4s", "--"])
-        // `exec`: the top shell must not need a fork of its own to wait
-        // for the timeout (with the bomb at the cap it would exit 2).
-        .args(["sh", "-c", "b() { b | b & }; b; exec sleep 100"])
+        // Every process forks until the cap and keeps trying: the bomb
+        // neither burns out by itself (a shell's `b | b &` can, when every
+        // fork fails at once) nor stops at the first failed fork (a
+        // shell exits 2 on one).
+        .args([
+            common::PY,
+            "-c",
+            "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.05)",
+        ])
         .arg(&marker)
         .output()
         .unwrap();

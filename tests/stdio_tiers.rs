@@ -161,7 +161,7 @@ fn qemu_vm_keeps_offsets_and_append() {
     let tmp = fx.base.join("t");
     std::fs::create_dir_all(&tmp).unwrap();
     let tier = format!(
-        "{} --backend qemu --mem 256M",
+        "{} --backend qemu --memory 256M",
         sh_quote(&sbx_testutil::bin("sbx-vm"))
     );
     let (log, app) = run_tier(

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_sbx_container_global_optspecs
-    string join \n audit-log= config= v/verbose engine= image= ro= rw= no-default-deny memory= cpus= pids= tmp-size= net= seccomp= user= workdir= env= secret-env= creds-config= ulimit= timeout= kill-grace= init h/help V/version
+    string join \n audit-log= config= v/verbose engine= image= ro= rw= no-default-deny memory= cpus= pids= tmp-size= net= seccomp= user= chdir= setenv= secret-env= creds-config= rlimit= timeout= kill-grace= init h/help V/version
 end
 
 function __fish_sbx_container_needs_command
@@ -28,8 +28,8 @@ complete -c sbx-container -n "__fish_sbx_container_needs_command" -l audit-log -
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l engine -d 'Engine address: unix:///PATH or tcp://HOST:PORT (default: DOCKER_HOST, else unix:///var/run/docker.sock)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l image -d 'Image to run (default sbx-sandbox:latest, made by `sbx-container build`); never pulled' -r
-complete -c sbx-container -n "__fish_sbx_container_needs_command" -l ro -d 'Bind SRC at DST read-only (repeatable)' -r
-complete -c sbx-container -n "__fish_sbx_container_needs_command" -l rw -d 'Bind SRC at DST writable, except deny-listed and write-protected entries (repeatable)' -r
+complete -c sbx-container -n "__fish_sbx_container_needs_command" -l ro -d 'Bind SRC read-only at DST (default: the same path; repeatable)' -r
+complete -c sbx-container -n "__fish_sbx_container_needs_command" -l rw -d 'Bind SRC writable at DST (default: the same path), except deny-listed and write-protected entries (repeatable)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l memory -d 'Memory limit (default 512M); no swap beyond it' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l cpus -d 'CPU limit in CPUs (default 1)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l pids -d 'Maximum number of processes and threads (default 512)' -r
@@ -37,11 +37,11 @@ complete -c sbx-container -n "__fish_sbx_container_needs_command" -l tmp-size -d
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l net -d 'Network: none (default), internal (own network; the host blocked) or sbx (join sbx-net\'s namespace: run under sbx-net, Podman only)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l seccomp -d 'Seccomp profile: engine (the engine\'s default, the default) or sbx (sbx-seccomp\'s default profile, translated)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l user -d 'UID[:GID] inside the container (default 65534:65534; never 0)' -r
-complete -c sbx-container -n "__fish_sbx_container_needs_command" -l workdir -d 'Working directory inside the container (default /)' -r
-complete -c sbx-container -n "__fish_sbx_container_needs_command" -l env -d 'Environment for the command: NAME=VALUE, or NAME to pass sbx-container\'s own (repeatable; visible in inspect)' -r
+complete -c sbx-container -n "__fish_sbx_container_needs_command" -l chdir -d 'Working directory inside the container (default /). Old spelling: --workdir' -r
+complete -c sbx-container -n "__fish_sbx_container_needs_command" -l setenv -d 'Environment for the command: NAME=VALUE, or NAME to pass sbx-container\'s own (repeatable; visible in inspect). Old spelling: --env' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l secret-env -d 'Pass this variable of sbx-container\'s environment as a secret: exec-time only, never in inspect (repeatable)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l creds-config -d 'Fetch secrets with the sbx-creds library: FILE holds an "sbx-creds" section (sbx-creds\' flags as keys); they reach the command at exec time only and are revoked at the end. VAULT_TOKEN is taken from the environment' -r -F
-complete -c sbx-container -n "__fish_sbx_container_needs_command" -l ulimit -d 'A resource limit NAME=SOFT[:HARD] (repeatable), e.g. nofile=1024' -r
+complete -c sbx-container -n "__fish_sbx_container_needs_command" -l rlimit -d 'A resource limit NAME=SOFT[:HARD] (repeatable), e.g. nofile=1024. Old spelling: --ulimit' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l timeout -d 'Wall-clock limit (30s, 5m); then the container is killed (exit 124)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l kill-grace -d 'After a forwarded SIGINT/SIGTERM, SIGKILL the container when it is still running this long after (default 5s)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'

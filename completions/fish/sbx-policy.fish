@@ -36,7 +36,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "gvisor" -d 'R
 complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l settings -d 'Read FILE instead of the user, project and local settings (repeatable; later ones take precedence)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l managed -d 'The managed settings file (read when it exists; always highest)' -r -F
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l cwd -d 'Where the command starts (default: the current directory); the project is found from it: the git repository\'s top level, else the nearest directory holding .claude/, else DIR (explain says which)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l chdir -d 'Where the command starts (default: the current directory); the project is found from it: the git repository\'s top level, else the nearest directory holding .claude/, else DIR (explain says which). Old spelling: --cwd' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l home -d 'The home directory for ~/ (default: $HOME)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l search-domain -d 'A domain a WebSearch allow rule opens (repeatable; default api.anthropic.com)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l memory -d 'Memory limit of the low-trust chain (default 4G or half the RAM)' -r
@@ -54,7 +54,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -s v -l v
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -s h -l help -d 'Print help'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l settings -d 'Read FILE instead of the user, project and local settings (repeatable; later ones take precedence)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l managed -d 'The managed settings file (read when it exists; always highest)' -r -F
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l cwd -d 'Where the command starts (default: the current directory); the project is found from it: the git repository\'s top level, else the nearest directory holding .claude/, else DIR (explain says which)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l chdir -d 'Where the command starts (default: the current directory); the project is found from it: the git repository\'s top level, else the nearest directory holding .claude/, else DIR (explain says which). Old spelling: --cwd' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l home -d 'The home directory for ~/ (default: $HOME)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l search-domain -d 'A domain a WebSearch allow rule opens (repeatable; default api.anthropic.com)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l memory -d 'Memory limit of the low-trust chain (default 4G or half the RAM)' -r
@@ -72,7 +72,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s v -l v
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s h -l help -d 'Print help'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l settings -d 'Read FILE instead of the user, project and local settings (repeatable; later ones take precedence)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l managed -d 'The managed settings file (read when it exists; always highest)' -r -F
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l cwd -d 'Where the command starts (default: the current directory); the project is found from it: the git repository\'s top level, else the nearest directory holding .claude/, else DIR (explain says which)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l chdir -d 'Where the command starts (default: the current directory); the project is found from it: the git repository\'s top level, else the nearest directory holding .claude/, else DIR (explain says which). Old spelling: --cwd' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l home -d 'The home directory for ~/ (default: $HOME)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l search-domain -d 'A domain a WebSearch allow rule opens (repeatable; default api.anthropic.com)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l memory -d 'Memory limit of the low-trust chain (default 4G or half the RAM)' -r

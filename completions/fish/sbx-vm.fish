@@ -16,14 +16,14 @@ complete -c sbx-vm -l jail-base -d 'Chroot base directory of the jailer' -r -F
 complete -c sbx-vm -l jail-uid -d 'uid the jailer drops to' -r
 complete -c sbx-vm -l jail-gid -d 'gid the jailer drops to' -r
 complete -c sbx-vm -l jail-cgroup -d 'A cgroup setting for the jailed Firecracker, FILE=VALUE (repeatable, e.g. pids.max=256); the group is created under sbx-vm\'s own cgroup' -r
-complete -c sbx-vm -l mem -d 'Guest memory (e.g. 512M, 1G); at least 128M' -r
+complete -c sbx-vm -l memory -d 'Guest memory (e.g. 512M, 1G); at least 128M. Old spelling: --mem' -r
 complete -c sbx-vm -l vcpus -d 'Number of virtual CPUs (1-32)' -r
-complete -c sbx-vm -l tmpfs -d 'Size of the tmpfs writable layer (default: half of --mem)' -r
+complete -c sbx-vm -l tmpfs -d 'Size of the tmpfs writable layer (default: half of --memory)' -r
 complete -c sbx-vm -l timeout -d 'Wall-clock limit for CMD (30s, 5m); then CMD and the VM are killed (exit 124)' -r
 complete -c sbx-vm -l boot-timeout -d 'How long the guest may take to boot and report to the host' -r
 complete -c sbx-vm -l net -d 'Network of the VM: none (no network device), or sbx-net (QEMU user-mode networking; sbx-vm must run under sbx-net)' -r -f -a "none\t''
 sbx-net\t''"
-complete -c sbx-vm -l env -d 'Set K=V in CMD\'s environment (repeatable)' -r
+complete -c sbx-vm -l setenv -d 'Set K=V in CMD\'s environment (repeatable). Old spelling: --env' -r
 complete -c sbx-vm -l secrets-from -d 'JSON document {"env": {"NAME": "value"}} of secrets for CMD\'s environment (fw_cfg / MMDS)' -r -F
 complete -c sbx-vm -l secret-env -d 'Deliver the value of NAME in sbx-vm\'s own environment as a secret (repeatable): `sbx-creds ... -- sbx-vm --secret-env DB_PASSWORD -- CMD`' -r
 complete -c sbx-vm -l vault-addr -d 'Server address (http:// or https://)' -r

@@ -16,6 +16,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
     about: "sbx-audit reads the JSON-lines audit log the sbx tools write. Every line carries seq (0 for the first line of the file, then one more per line) and prev (the SHA-256, hex, of the exact bytes of the line before, newline included; 64 zeros for the first line). `verify` walks that chain and says where it breaks: a line that was edited breaks the next line's prev, a line removed, inserted or moved breaks seq, a line appended without the chain has no seq/prev, a log whose first lines were cut starts with seq > 0, a torn last line has no newline. A cut tail or an emptied file leaves a valid shorter chain: keep the anchor verify prints (SEQ:HASH of the last line) somewhere the sandbox cannot write and pass it back with --anchor. The chain is a plain hash chain: it proves order and integrity against a writer without the whole tail; someone who can rewrite the file can also recompute it (the sbx tools never hand the sandboxed command a writable handle on the log). `show` and `tail` print the events for people: time, tool, severity, event and its subject (path, name, syscall, program, destination), coloured by severity on a terminal only, with control characters escaped.",
     exit_status: "verify: 0 the chain is whole (and matches --anchor), 1 it is broken (the first broken line is named), 125 bad input (unreadable file, bad flag).\n\nshow, tail: 0, or 125 on bad input.",
     inherited_state: "sbx-audit runs no command.",
+    environment: "- NO_COLOR: when set and not empty, --color auto prints no colours.\n- TERM: dumb means no colours with --color auto.",
     extra: &[(
         "COMMANDS",
         "verify [--json] [--anchor SEQ:HASH] LOG\n\nCheck the chain. Prints `LOG: ok, N lines, anchor SEQ:HASH` or `LOG:LINE: broken: WHY`; --json prints one object: log, ok, lines, anchor, broken_line, reason.\n\nshow [--severity LEVEL] [--event NAME]... [--sbx-id ID] [--color WHEN] LOG\n\nOne line per event; --severity keeps events at or above LEVEL (info, warn, alert).\n\ntail [-n N] [filters] LOG\n\nThe last N (default 10) events that pass the filters.",
@@ -290,7 +291,12 @@ fn use_color(w: When) -> bool {
     match w {
         When::Always => true,
         When::Never => false,
-        When::Auto => std::io::stdout().is_terminal(),
+        // no-color.org: any non-empty NO_COLOR turns colour off in auto.
+        When::Auto => {
+            std::io::stdout().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
+        }
     }
 }
 

@@ -46,6 +46,7 @@ nothing created), no delegated cgroup, a limit the host cannot apply (the group 
 plus cpu and blkio when their limits are asked for; v2: the one group), with the rlimits given and the rest of the \
 caller's. Its environment and fds 0-2 are the caller's; other fds are closed, except the audit log's, handed on \
 only to a next sbx tool (SBX_AUDIT_FD). SBX_ID is set if it was not. The command cannot write the audit log.",
+    environment: "- XDG_RUNTIME_DIR: the systemd user manager's socket, for a delegated scope on pure cgroup v2 when not root.",
     extra: &[
         (
             "CGROUP PARENT",

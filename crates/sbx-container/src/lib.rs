@@ -52,9 +52,10 @@ itself failed: bad usage, an unreachable engine, an Engine API older than 1.41, 
 not exist, a limit that does not parse (one line on stderr, nothing created on the engine). 126/127 as reported by the \
 engine's runtime for a command that cannot be executed or is not found.",
     inherited_state: "Nothing of the caller's process reaches the container but what is named: the binds, the variables \
-given with --env and --secret-env, and stdio. The environment starts from PATH, HOME=/tmp and SBX_ID. The container runs \
+given with --setenv and --secret-env, and stdio. The environment starts from PATH, HOME=/tmp and SBX_ID. The container runs \
 as 65534:65534 (--user) in the image's root, read-only. The audit log stays with sbx-container: the container never \
 holds it nor the engine's socket.",
+    environment: "- DOCKER_HOST: the engine's address (unix:// only) when --engine is not given; else unix:///var/run/docker.sock.\n- VAULT_TOKEN: the token for --creds-config.",
     extra: &[
         (
             "LIFECYCLE",
@@ -167,12 +168,12 @@ pub struct Cli {
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
 
-    /// Bind SRC at DST read-only (repeatable).
-    #[arg(long, value_name = "SRC:DST")]
+    /// Bind SRC read-only at DST (default: the same path; repeatable).
+    #[arg(long, value_name = "SRC[:DST]")]
     pub ro: Vec<OsString>,
 
-    /// Bind SRC at DST writable, except deny-listed and write-protected entries (repeatable).
-    #[arg(long, value_name = "SRC:DST")]
+    /// Bind SRC writable at DST (default: the same path), except deny-listed and write-protected entries (repeatable).
+    #[arg(long, value_name = "SRC[:DST]")]
     pub rw: Vec<OsString>,
 
     /// Do not apply sbx-fs's default deny list to the binds (the invariants still apply).
@@ -207,12 +208,12 @@ pub struct Cli {
     #[arg(long, value_name = "UID[:GID]")]
     pub user: Option<String>,
 
-    /// Working directory inside the container (default /).
-    #[arg(long, value_name = "DIR")]
+    /// Working directory inside the container (default /). Old spelling: --workdir.
+    #[arg(long = "chdir", alias = "workdir", value_name = "DIR")]
     pub workdir: Option<String>,
 
-    /// Environment for the command: NAME=VALUE, or NAME to pass sbx-container's own (repeatable; visible in inspect).
-    #[arg(long, value_name = "NAME[=VALUE]")]
+    /// Environment for the command: NAME=VALUE, or NAME to pass sbx-container's own (repeatable; visible in inspect). Old spelling: --env.
+    #[arg(long = "setenv", alias = "env", value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,
 
     /// Pass this variable of sbx-container's environment as a secret: exec-time only, never in inspect (repeatable).
@@ -223,8 +224,8 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub creds_config: Option<PathBuf>,
 
-    /// A resource limit NAME=SOFT[:HARD] (repeatable), e.g. nofile=1024.
-    #[arg(long, value_name = "NAME=SOFT[:HARD]")]
+    /// A resource limit NAME=SOFT[:HARD] (repeatable), e.g. nofile=1024. Old spelling: --ulimit.
+    #[arg(long = "rlimit", alias = "ulimit", value_name = "NAME=SOFT[:HARD]")]
     pub ulimit: Vec<String>,
 
     /// Wall-clock limit (30s, 5m); then the container is killed (exit 124).

@@ -1,4 +1,4 @@
-//! `--rw SRC:DST` / `--ro SRC:DST` volume mounts, with the deny list and the
+//! `--rw SRC[:DST]` / `--ro SRC[:DST]` volume mounts, with the deny list and the
 //! write-protected invariants of sbx-fs translated into engine mounts.
 //!
 //! The rules come from the sbx-fs library itself ([`sbx_fs::deny::defaults`],
@@ -25,7 +25,7 @@ use sbx_fs::plan::{Kind, Op, Source, What};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
-    #[error("{flag} {raw}: expected SRC:DST with absolute DST")]
+    #[error("{flag} {raw}: expected SRC[:DST] with an absolute DST")]
     Syntax { flag: &'static str, raw: String },
     #[error("{flag} {path}: mount source does not exist or cannot be opened ({source})")]
     Missing {
@@ -74,21 +74,31 @@ pub struct Plan {
     pub protected: Vec<PathBuf>,
 }
 
+/// `SRC[:DST]`, as sbx-fs reads it: the last `:` followed by `/` separates
+/// a destination; without one the destination is SRC's absolute path.
 fn split(flag: &'static str, raw: &OsStr) -> Result<(PathBuf, PathBuf), MountError> {
     let b = raw.as_bytes();
     let bad = || MountError::Syntax {
         flag,
         raw: raw.to_string_lossy().into_owned(),
     };
-    let i = b.iter().rposition(|c| *c == b':').ok_or_else(bad)?;
-    let (src, dst) = (&b[..i], &b[i + 1..]);
-    if src.is_empty() || dst.first() != Some(&b'/') {
+    let at = b
+        .iter()
+        .rposition(|c| *c == b':')
+        .filter(|&i| b.get(i + 1) == Some(&b'/'));
+    let (src, dst) = match at {
+        Some(i) => (&b[..i], Some(&b[i + 1..])),
+        None => (b, None),
+    };
+    if src.is_empty() {
         return Err(bad());
     }
-    Ok((
-        PathBuf::from(OsStr::from_bytes(src)),
-        PathBuf::from(OsStr::from_bytes(dst)),
-    ))
+    let src = PathBuf::from(OsStr::from_bytes(src));
+    let dst = match dst {
+        Some(d) => PathBuf::from(OsStr::from_bytes(d)),
+        None => std::path::absolute(&src).map_err(|_| bad())?,
+    };
+    Ok((src, dst))
 }
 
 fn check_dst(flag: &'static str, dst: &Path) -> Result<PathBuf, MountError> {
@@ -265,8 +275,20 @@ mod tests {
 
     #[test]
     fn syntax() {
-        assert!(split("--ro", OsStr::new("/a")).is_err());
-        assert!(split("--ro", OsStr::new("/a:rel")).is_err());
+        // SRC[:DST] as in sbx-fs: without a destination, the same path.
+        assert_eq!(
+            split("--ro", OsStr::new("/a")).unwrap(),
+            (PathBuf::from("/a"), PathBuf::from("/a"))
+        );
+        assert_eq!(
+            split("--ro", OsStr::new("/a:rel")).unwrap(),
+            (PathBuf::from("/a:rel"), PathBuf::from("/a:rel"))
+        );
+        let (src, dst) = split("--rw", OsStr::new("rel")).unwrap();
+        assert_eq!(src, PathBuf::from("rel"));
+        assert!(dst.is_absolute() && dst.ends_with("rel"), "{dst:?}");
+        assert!(split("--ro", OsStr::new("")).is_err());
+        assert!(split("--ro", OsStr::new(":/x")).is_err());
         assert_eq!(
             split("--ro", OsStr::new("/a:b:/c")).unwrap(),
             (PathBuf::from("/a:b"), PathBuf::from("/c"))

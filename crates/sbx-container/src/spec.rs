@@ -176,7 +176,7 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
     }
     let workdir = cli.workdir.clone().unwrap_or_else(|| "/".to_string());
     if !workdir.starts_with('/') {
-        return Err(bad("workdir", &workdir, "must be absolute"));
+        return Err(bad("chdir", &workdir, "must be absolute"));
     }
     let mut env = vec![
         format!("PATH={BASE_PATH}"),
@@ -191,7 +191,7 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
                     env.push(format!("{e}={v}"));
                 }
             }
-            _ => return Err(bad("env", e, "expected NAME=VALUE or NAME")),
+            _ => return Err(bad("setenv", e, "expected NAME=VALUE or NAME")),
         }
     }
     let mut secret_env = Vec::new();
@@ -206,10 +206,10 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
     for u in &cli.ulimit {
         let (n, v) = u
             .split_once('=')
-            .ok_or_else(|| bad("ulimit", u, "expected NAME=SOFT[:HARD]"))?;
+            .ok_or_else(|| bad("rlimit", u, "expected NAME=SOFT[:HARD]"))?;
         if !ULIMITS.contains(&n) {
             return Err(bad(
-                "ulimit",
+                "rlimit",
                 u,
                 format!("unknown limit '{n}' (one of {})", ULIMITS.join(", ")),
             ));
@@ -217,11 +217,11 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
         let (s, h) = v.split_once(':').unwrap_or((v, v));
         let p = |x: &str| {
             x.parse::<u64>()
-                .map_err(|_| bad("ulimit", u, "limits are whole numbers"))
+                .map_err(|_| bad("rlimit", u, "limits are whole numbers"))
         };
         let (s, h) = (p(s)?, p(h)?);
         if s > h {
-            return Err(bad("ulimit", u, "soft limit above hard limit"));
+            return Err(bad("rlimit", u, "soft limit above hard limit"));
         }
         ulimits.push((n.to_string(), s, h));
     }

@@ -63,6 +63,7 @@ line on stderr names the problem and nothing is served.",
     inherited_state: "sbx-dnsproxy runs no command. It needs no privilege unless it binds a \
 port below 1024 (CAP_NET_BIND_SERVICE) or publishes to nftables sets (CAP_NET_ADMIN in the \
 network namespace of the sets). It keeps no state on disk.",
+    environment: "",
     extra: &[
         (
             "ALLOWLIST",

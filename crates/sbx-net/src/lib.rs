@@ -51,6 +51,7 @@ fd5b:5b5b:5b5b::1, with the default routes on it, and an nftables table sbx_net 
 DNS to the gateway and drops all else. Environment, cwd, rlimits and fds 0-2 pass through; other fds are \
 closed; the audit log fd is handed on only to a next sbx tool. /etc/resolv.conf is not changed: DNS to \
 any server address is answered by the gateway.",
+    environment: "- SBX_NET_RELAY: threads or async forces one engine for the TCP relay (default: both, chosen per connection).",
     extra: &[
         (
             "ALLOWLIST",

@@ -46,6 +46,7 @@ or write), a rule that cannot be set up (its path has a .. or a symlink in it, o
 not exist), a bad --base, an unreadable --config, an unopenable --audit-log. One line on stderr.",
     inherited_state: "sbx-path runs no command: nothing is inherited from it. It does not modify \
 the file system (check opens O_PATH fds only and closes them when it exits).",
+    environment: "",
     extra: &[
         (
             "RULES",

@@ -311,7 +311,7 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                 os(&p.limits.timeout),
                 os("--net"),
                 os("none"),
-                os("--workdir"),
+                os("--chdir"),
                 os(&p.start),
             ]);
             with_layers(&mut l, "sbx-container");
@@ -344,7 +344,7 @@ pub const WRITE_INODES: &str = "500000";
 
 fn vm_flags(p: &Policy) -> Vec<OsString> {
     vec![
-        os("--mem"),
+        os("--memory"),
         os(&p.limits.memory),
         os("--timeout"),
         os(&p.limits.timeout),

@@ -51,6 +51,7 @@ environment, with SBX_ID set (if it was not) and the audit log handed down as SB
 given; each layer then passes on what its own page says. In the full-trust tier the command itself is executed, \
 with SBX_PATH_ALLOW_READ and SBX_PATH_ALLOW_WRITE (colon-separated paths) for the agent's in-process sbx-path \
 resolver.",
+    environment: "- HOME, CLAUDE_CONFIG_DIR: where the user settings are (~/.claude/settings.json) when --home is not given.\n- SBX_BIN: a directory searched for the sbx tools after --bin-dir and the directory of sbx-policy itself.\n- SBX_GVISOR_DEBUG_LOG: a file for runsc's debug log in the zero-trust tier.",
     extra: &[
         (
             "MAPPING",
@@ -67,7 +68,7 @@ resolver.",
         ),
         (
             "PATHS",
-            "//abs: absolute. ~/p: the home directory (--home, else $HOME). /p: relative to the settings file (the directory holding its .claude directory). ./p or p: relative to the project (--cwd). gitignore patterns: * and ? within a component, ** across; a pattern without a slash matches at any depth (a deny becomes an sbx-fs name pattern; an allow of one grants nothing and is reported). dir/*glob* grants are expanded from one directory listing when the turn starts; the project tree is never walked.",
+            "//abs: absolute. ~/p: the home directory (--home, else $HOME). /p: relative to the settings file (the directory holding its .claude directory). ./p or p: relative to the project (found from --chdir). gitignore patterns: * and ? within a component, ** across; a pattern without a slash matches at any depth (a deny becomes an sbx-fs name pattern; an allow of one grants nothing and is reported). dir/*glob* grants are expanded from one directory listing when the turn starts; the project tree is never walked.",
         ),
         (
             "DECISION MATRIX",
@@ -123,8 +124,8 @@ pub struct SourceArgs {
     /// The managed settings file (read when it exists; always highest).
     #[arg(long, value_name = "FILE", default_value = MANAGED)]
     pub managed: PathBuf,
-    /// Where the command starts (default: the current directory); the project is found from it: the git repository's top level, else the nearest directory holding .claude/, else DIR (explain says which).
-    #[arg(long, value_name = "DIR")]
+    /// Where the command starts (default: the current directory); the project is found from it: the git repository's top level, else the nearest directory holding .claude/, else DIR (explain says which). Old spelling: --cwd.
+    #[arg(long = "chdir", alias = "cwd", value_name = "DIR")]
     pub cwd: Option<PathBuf>,
     /// The home directory for ~/ (default: $HOME).
     #[arg(long, value_name = "DIR")]
@@ -210,7 +211,7 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
     };
     let cwd = cwd
         .canonicalize()
-        .map_err(|e| Failure::new(format!("--cwd {}: {e}", cwd.display())))?;
+        .map_err(|e| Failure::new(format!("--chdir {}: {e}", cwd.display())))?;
     let home = a.home.clone().or_else(|| {
         std::env::var_os("HOME")
             .filter(|h| !h.is_empty())

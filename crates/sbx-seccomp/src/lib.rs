@@ -46,6 +46,7 @@ process unchanged: environment, fds 0-2 (every other fd is closed at exec), name
 credentials, cgroup, rlimits. With --allow-exec, a Landlock domain that lets only the listed \
 files be executed (inherited by every child, like the filter). The audit log fd is passed on \
 only when CMD is another sbx tool.",
+    environment: "",
     extra: &[
         (
             "DEFAULT PROFILE",

@@ -44,7 +44,7 @@ VMM dies with it (parent-death signal) and the next sbx-vm removes the stale run
 124 when --timeout fired, or the session TTL (--ttl) of the sbx-creds options was reached (CMD and the VM were \
 killed; the audit log was still exported when the guest answered). 125 when sbx-vm itself failed: bad usage (one line on stderr, nothing created), a missing or \
 invalid kernel, initrd or root filesystem, no VMM binary, a failed login or fetch with the sbx-creds options \
-(whatever had been created on the server revoked first), KVM unusable with --backend firecracker, --mem \
+(whatever had been created on the server revoked first), KVM unusable with --backend firecracker, --memory \
 below what the guest needs, a guest that panicked or never reported back within --boot-timeout. \
 126 when CMD was found in the guest but could not be executed, 127 when it was not found there.",
     inherited_state: "CMD runs as root in the guest (uid 0 of the guest kernel, not of the host), in /work when \
@@ -56,6 +56,7 @@ no host filesystem (only what --copy-in copied) and no network (--net none: the 
 through sbx-net's allowlisting gateway; sbx-vm refuses it when not run under sbx-net). \
 When CMD is an sbx tool (an sbx chain inside the guest) it receives the guest audit log's fd, which the \
 guest init exports to the host at the end; a plain CMD gets no handle to any log or control channel.",
+    environment: "- SBX_VM_GUEST_DIR: where the guest kernel and root file system are looked for (scripts/build-guest makes them).\n- VAULT_TOKEN, BAO_TOKEN: read for the sbx-creds options, never passed to the guest.\n- TERM: passed to CMD in the guest.",
     extra: &[
         (
             "BACKENDS",
@@ -206,15 +207,20 @@ pub struct Cli {
     #[arg(long)]
     pub no_kvm_check: bool,
 
-    /// Guest memory (e.g. 512M, 1G); at least 128M.
-    #[arg(long, value_name = "SIZE", default_value = "512M")]
+    /// Guest memory (e.g. 512M, 1G); at least 128M. Old spelling: --mem.
+    #[arg(
+        long = "memory",
+        alias = "mem",
+        value_name = "SIZE",
+        default_value = "512M"
+    )]
     pub mem: String,
 
     /// Number of virtual CPUs (1-32).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub vcpus: u32,
 
-    /// Size of the tmpfs writable layer (default: half of --mem).
+    /// Size of the tmpfs writable layer (default: half of --memory).
     #[arg(long, value_name = "SIZE")]
     pub tmpfs: Option<String>,
 
@@ -230,8 +236,8 @@ pub struct Cli {
     #[arg(long, value_enum, default_value = "none")]
     pub net: Net,
 
-    /// Set K=V in CMD's environment (repeatable).
-    #[arg(long = "env", value_name = "K=V")]
+    /// Set K=V in CMD's environment (repeatable). Old spelling: --env.
+    #[arg(long = "setenv", alias = "env", value_name = "K=V")]
     pub env: Vec<String>,
 
     /// JSON document {"env": {"NAME": "value"}} of secrets for CMD's environment (fw_cfg / MMDS).

@@ -100,10 +100,10 @@ fn find_firecracker(flag: Option<&Path>) -> Result<Option<PathBuf>, Failure> {
 }
 
 pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure> {
-    let mem = size("mem", &cli.mem)?;
+    let mem = size("memory", &cli.mem)?;
     if mem < MIN_MEM {
         return Err(Failure::new(format!(
-            "--mem {}: below what the guest needs ({} MiB at least)",
+            "--memory {}: below what the guest needs ({} MiB at least)",
             cli.mem,
             MIN_MEM >> 20
         )));
@@ -119,7 +119,7 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
             let t = size("tmpfs", s)?;
             if t < (1 << 20) || t >= mem {
                 return Err(Failure::new(format!(
-                    "--tmpfs {s}: must be at least 1M and below --mem"
+                    "--tmpfs {s}: must be at least 1M and below --memory"
                 )));
             }
             t
@@ -149,10 +149,12 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
     }
     for kv in &cli.env {
         let Some((k, v)) = kv.split_once('=') else {
-            return Err(Failure::new(format!("--env {kv}: expected K=V")));
+            return Err(Failure::new(format!("--setenv {kv}: expected K=V")));
         };
         if k.is_empty() || k.contains('\0') || v.contains('\0') {
-            return Err(Failure::new(format!("--env {kv}: invalid name or value")));
+            return Err(Failure::new(format!(
+                "--setenv {kv}: invalid name or value"
+            )));
         }
         env.retain(|(ek, _)| ek != k);
         env.push((k.to_string(), v.to_string()));

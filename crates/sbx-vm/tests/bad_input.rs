@@ -57,10 +57,11 @@ fn bad_flags_and_files() {
             "--qemu /nonexistent/qemu: not an executable file",
         ),
         (
-            vec!["--mem".into(), "64M".into()],
-            "--mem 64M: below what the guest needs",
+            vec!["--memory".into(), "64M".into()],
+            "--memory 64M: below what the guest needs",
         ),
-        (vec!["--mem".into(), "lots".into()], "--mem lots"),
+        // The old spelling is a hidden alias for one release.
+        (vec!["--mem".into(), "lots".into()], "--memory lots"),
         (vec!["--vcpus".into(), "0".into()], "--vcpus 0"),
         (vec!["--tmpfs".into(), "1G".into()], "--tmpfs 1G"),
         (vec!["--timeout".into(), "soon".into()], "--timeout soon"),
@@ -69,8 +70,8 @@ fn bad_flags_and_files() {
             "--boot-timeout 0s",
         ),
         (
-            vec!["--env".into(), "NOEQUALS".into()],
-            "--env NOEQUALS: expected K=V",
+            vec!["--setenv".into(), "NOEQUALS".into()],
+            "--setenv NOEQUALS: expected K=V",
         ),
         (
             vec!["--net".into(), "sbx-net".into()],

@@ -295,7 +295,7 @@ fn net_through_sbx_net_gateway() {
         .arg(&vm.audit)
         .arg("--")
         .arg(bin("sbx-vm"))
-        .args(["--backend", "qemu", "--mem", "256M", "--net", "sbx-net", "--", "sh", "-c"])
+        .args(["--backend", "qemu", "--memory", "256M", "--net", "sbx-net", "--", "sh", "-c"])
         .arg(
             "cat /etc/resolv.conf; \\
              echo \"bytes=$(printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 192.0.2.1 80 2>/dev/null | wc -c)\"; \\

@@ -98,13 +98,44 @@ fn man_page(cmd: clap::Command, info: &ManInfo) -> Vec<u8> {
     }
     section(&mut buf, "EXIT STATUS", info.exit_status);
     section(&mut buf, "INHERITED STATE", info.inherited_state);
+    section(
+        &mut buf,
+        "ENVIRONMENT",
+        &format!(
+            "{}\n{}",
+            info.environment,
+            sbx_core::man::COMMON_ENVIRONMENT
+        ),
+    );
     for (title, text) in info.extra {
         section(&mut buf, title, text);
     }
+    section(&mut buf, "SEE ALSO", &see_also(&cmd));
     if cmd.get_version().is_some() {
         let _ = man.render_version_section(&mut buf);
     }
     buf
+}
+
+/// The other tools' pages (a subcommand's page names its tool's first),
+/// and where the tool's full documentation is.
+fn see_also(cmd: &clap::Command) -> String {
+    let bin = cmd.get_bin_name().unwrap_or(cmd.get_name());
+    let tool = bin.split(' ').next().unwrap_or(bin);
+    let mut names: Vec<String> = Vec::new();
+    if tool != bin {
+        names.push(format!("{tool}(1)"));
+    }
+    for (c, _) in tools() {
+        if c.get_name() != tool {
+            names.push(format!("{}(1)", c.get_name()));
+        }
+    }
+    let doc = tool.strip_prefix("sbx-").unwrap_or(tool);
+    format!(
+        "{}\n\ndocs/{doc}.md and docs/DESIGN.md in the sbx source tree.",
+        names.join(", ")
+    )
 }
 
 /// A roff section: paragraphs split on blank lines, lines starting with

@@ -73,7 +73,7 @@ impl Vm {
             .arg(&self.audit)
             .arg("--backend")
             .arg("qemu")
-            .arg("--mem")
+            .arg("--memory")
             .arg("256M");
         let _ = std::fs::create_dir_all(self.tmp.path().join("t"));
         chown_to_test_user(&self.tmp.path().join("t"));
