@@ -439,10 +439,14 @@ fn zero_trust_applies_the_exec_allowlist() {
     if runsc().is_none() {
         sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
     }
-    let settings = r#"{"permissions": {"allow": ["Bash(git:*)", "Edit(./**)"]}}"#;
+    let settings =
+        r#"{"permissions": {"allow": ["Bash(git:*)", "Bash(python3:*)", "Edit(./**)"]}}"#;
     for who in identities() {
         let p = project_with(who, settings);
-        let script = "id -u; echo ID=$?; git --version >/dev/null; echo GIT=$?; echo made > src/new.txt; exit 5";
+        // A memfd would run whatever the mounts say: memfd_create is refused.
+        let script = "id -u; echo ID=$?; git --version >/dev/null; echo GIT=$?; \
+            python3 -c 'import os; os.memfd_create(\"x\")' 2>/dev/null; echo MEMFD=$?; \
+            echo made > src/new.txt; exit 5";
         let out =
             sbx_testutil::output_within(&mut chain_cmd(&p, script, who), Duration::from_secs(120));
         let so = stdout(&out);
@@ -450,6 +454,7 @@ fn zero_trust_applies_the_exec_allowlist() {
         assert_eq!(code(&out), 5, "{ctx}");
         assert_eq!(marker(&so, "ID"), "126", "id is not listed: {ctx}");
         assert_eq!(marker(&so, "GIT"), "0", "git is listed: {ctx}");
+        assert_eq!(marker(&so, "MEMFD"), "1", "memfd_create refused: {ctx}");
         assert_event(&p.log, "exec_denied", "alert", |e| {
             e["path"].as_str().is_some_and(|x| x.ends_with("/id"))
                 && e["enforced_by"] == "gvisor noexec mounts"
