@@ -30,7 +30,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -s v -l verbose -d '
 complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -s h -l help -d 'Print help'
 complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -s V -l version -d 'Print version'
 complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "compile" -d 'Print the sandbox configuration as JSON: one section per tool, keys = long flag names (a --config file)'
-complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "explain" -d 'Print what the sandbox allows and denies, and which rules are not enforced, as tables'
+complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "explain" -d 'Print what the sandbox allows and denies, and which rules are not enforced, as tables (--json: one object)'
 complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "chain" -d 'Exec (or --print) the chain for a trust level around CMD'
 complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "gvisor" -d 'Run CMD in gVisor (an OCI bundle from the grants; a step of the chain)'
 complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -68,6 +68,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l write-
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l pass-env -d 'Pass the caller\'s variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -l json -d 'One JSON object instead of tables: project, settings, allows, denies, limits (with whether each applies in this run), rules (status, rule, from, effect), not_enforced, warnings'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand explain" -s h -l help -d 'Print help'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l settings -d 'Read FILE instead of the user, project and local settings (repeatable; later ones take precedence)' -r -F
@@ -120,7 +121,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l keep-en
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -s h -l help -d 'Print help'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain gvisor help" -f -a "compile" -d 'Print the sandbox configuration as JSON: one section per tool, keys = long flag names (a --config file)'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain gvisor help" -f -a "explain" -d 'Print what the sandbox allows and denies, and which rules are not enforced, as tables'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain gvisor help" -f -a "explain" -d 'Print what the sandbox allows and denies, and which rules are not enforced, as tables (--json: one object)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain gvisor help" -f -a "chain" -d 'Exec (or --print) the chain for a trust level around CMD'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain gvisor help" -f -a "gvisor" -d 'Run CMD in gVisor (an OCI bundle from the grants; a step of the chain)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain gvisor help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

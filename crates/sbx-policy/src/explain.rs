@@ -49,34 +49,8 @@ fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-pub fn render(p: &Policy) -> String {
-    let mut o = String::new();
-    let _ = writeln!(o, "Project: {}", p.cwd.display());
-    if !p.project_why.is_empty() {
-        let _ = writeln!(o, "  chosen as {}", p.project_why);
-    }
-    if p.start != p.cwd {
-        let _ = writeln!(o, "  the command starts in {}", p.start.display());
-    }
-    o.push('\n');
-    let _ = writeln!(
-        o,
-        "Settings read (lowest precedence first; managed > local > project > user, arrays merge, deny beats allow):"
-    );
-    if p.files.is_empty() {
-        let _ = writeln!(o, "  (none: only the defaults below)");
-    }
-    for f in &p.files {
-        let _ = writeln!(o, "  {f}");
-    }
-    if p.sandbox_enabled == Some(false) {
-        let _ = writeln!(
-            o,
-            "  note: sandbox.enabled is false in these settings; sbx-policy chain sandboxes anyway (the last line of defence)"
-        );
-    }
-    o.push('\n');
-    let _ = writeln!(o, "What the sandbox (low trust chain) allows:");
+/// (ACCESS, WHAT) rows: what the low-trust chain allows.
+fn allows(p: &Policy) -> Vec<Vec<String>> {
     let mut rows: Vec<Vec<String>> = Vec::new();
     for d in &p.rw {
         rows.push(vec!["write".into(), d.display().to_string()]);
@@ -109,9 +83,11 @@ pub fn render(p: &Policy) -> String {
             ]);
         }
     }
-    table(&mut o, &["ACCESS", "WHAT"], &rows);
-    o.push('\n');
-    let _ = writeln!(o, "What it denies:");
+    rows
+}
+
+/// (DENY, WHAT) rows: what it denies, the invariants last.
+fn denies(p: &Policy) -> Vec<Vec<String>> {
     let mut rows: Vec<Vec<String>> = Vec::new();
     for d in &p.deny {
         rows.push(vec!["hidden".into(), d.clone()]);
@@ -138,6 +114,71 @@ pub fn render(p: &Policy) -> String {
     for inv in INVARIANTS {
         rows.push(vec!["always".into(), inv.to_string()]);
     }
+    rows
+}
+
+/// `explain --json`: the same account as [`render`], one object.
+pub fn json(p: &Policy) -> serde_json::Value {
+    use serde_json::json;
+    let pairs = |rows: Vec<Vec<String>>, k: &str| -> Vec<serde_json::Value> {
+        rows.into_iter()
+            .map(|r| json!({ k: r[0], "what": r[1] }))
+            .collect()
+    };
+    let lp = crate::limitplan::plan(&p.limits, &crate::limitplan::detect(), true);
+    json!({
+        "project": p.cwd,
+        "project_why": p.project_why,
+        "start": p.start,
+        "settings": p.files,
+        "sandbox_enabled": p.sandbox_enabled,
+        "allows": pairs(allows(p), "access"),
+        "denies": pairs(denies(p), "deny"),
+        "limits_source": lp.source,
+        "limits": lp.rows.iter().map(|r| json!({
+            "limit": r.limit, "value": r.value, "applies": r.applies, "how": r.how,
+        })).collect::<Vec<_>>(),
+        "rules": p.rows.iter().map(|r| json!({
+            "status": r.status.label(), "rule": r.rule, "from": r.from, "effect": r.effect,
+        })).collect::<Vec<_>>(),
+        "not_enforced": p.rows.iter().filter(|r| r.status == Status::NotEnforced).count(),
+        "warnings": p.warnings,
+    })
+}
+
+pub fn render(p: &Policy) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "Project: {}", p.cwd.display());
+    if !p.project_why.is_empty() {
+        let _ = writeln!(o, "  chosen as {}", p.project_why);
+    }
+    if p.start != p.cwd {
+        let _ = writeln!(o, "  the command starts in {}", p.start.display());
+    }
+    o.push('\n');
+    let _ = writeln!(
+        o,
+        "Settings read (lowest precedence first; managed > local > project > user, arrays merge, deny beats allow):"
+    );
+    if p.files.is_empty() {
+        let _ = writeln!(o, "  (none: only the defaults below)");
+    }
+    for f in &p.files {
+        let _ = writeln!(o, "  {f}");
+    }
+    if p.sandbox_enabled == Some(false) {
+        let _ = writeln!(
+            o,
+            "  note: sandbox.enabled is false in these settings; sbx-policy chain sandboxes anyway (the last line of defence)"
+        );
+    }
+    o.push('\n');
+    let _ = writeln!(o, "What the sandbox (low trust chain) allows:");
+    let rows = allows(p);
+    table(&mut o, &["ACCESS", "WHAT"], &rows);
+    o.push('\n');
+    let _ = writeln!(o, "What it denies:");
+    let rows = denies(p);
     table(&mut o, &["DENY", "WHAT"], &rows);
     o.push('\n');
     let _ = writeln!(o, "{}\n", GVISOR_TIER);

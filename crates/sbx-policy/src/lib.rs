@@ -107,13 +107,22 @@ pub struct Cli {
 pub enum Command {
     /// Print the sandbox configuration as JSON: one section per tool, keys = long flag names (a --config file).
     Compile(SourceArgs),
-    /// Print what the sandbox allows and denies, and which rules are not enforced, as tables.
-    Explain(SourceArgs),
+    /// Print what the sandbox allows and denies, and which rules are not enforced, as tables (--json: one object).
+    Explain(ExplainArgs),
     /// Exec (or --print) the chain for a trust level around CMD.
     Chain(ChainArgs),
     /// Run CMD in gVisor (an OCI bundle from the grants; a step of the chain).
     #[command(hide = true)]
     Gvisor(gvisor::Args),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// One JSON object instead of tables: project, settings, allows, denies, limits (with whether each applies in this run), rules (status, rule, from, effect), not_enforced, warnings.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -396,8 +405,12 @@ pub fn main() -> ! {
                 Ok(0)
             }
             Command::Explain(a) => {
-                let p = policy(&a)?;
-                print!("{}", explain::render(&p));
+                let p = policy(&a.source)?;
+                if a.json {
+                    println!("{}", explain::json(&p));
+                } else {
+                    print!("{}", explain::render(&p));
+                }
                 Ok(0)
             }
             Command::Chain(c) => run_chain(c),

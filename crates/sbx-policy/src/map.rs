@@ -29,6 +29,8 @@ pub enum Status {
     Invariant,
     /// Revoked by a deny rule (deny beats allow).
     Revoked,
+    /// Set aside by a managed-only switch of the managed settings.
+    Ignored,
 }
 
 impl Status {
@@ -39,6 +41,7 @@ impl Status {
             Status::NotEnforced => "NOT ENFORCED",
             Status::Invariant => "invariant wins",
             Status::Revoked => "revoked by deny",
+            Status::Ignored => "ignored",
         }
     }
 }
@@ -251,7 +254,15 @@ fn spec_of(e: &Entry, rule: &rules::Rule, ctx: &Ctx) -> Result<Shape, SettingsEr
 }
 
 fn path_of(e: &Entry, key: &str, ctx: &Ctx) -> Result<Shape, SettingsError> {
-    rules::resolve(&e.text, &e.origin.base, ctx)
+    // Claude Code reads additionalDirectories as plain paths: `/p` is
+    // absolute there, not relative to the settings file as in a rule.
+    let text = match e.text.strip_prefix('/') {
+        Some(r) if key == "permissions.additionalDirectories" && !r.starts_with('/') => {
+            format!("//{r}")
+        }
+        _ => e.text.clone(),
+    };
+    rules::resolve(&text, &e.origin.base, ctx)
         .map_err(|w| e.origin.err(format!("{key} '{}': {w}", e.text)))
 }
 
@@ -772,8 +783,24 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
         }
     }
     if let Some(by) = all_web_denied {
-        allow.retain(|(_, label, _)| !label.starts_with("WebFetch"));
-        let _ = by;
+        // Shown as revoked, not dropped: the user sees what the deny took.
+        allow.retain(|(d, label, e)| {
+            if !label.starts_with("WebFetch") {
+                return true;
+            }
+            row(
+                &mut rows,
+                label,
+                e,
+                Status::Revoked,
+                format!(
+                    "{d} not allowed: denied by {} ({})",
+                    by.text,
+                    by.origin.at()
+                ),
+            );
+            false
+        });
     }
     for e in &m.allowed_domains {
         allow.push((
@@ -994,6 +1021,18 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
         Some(exec)
     };
 
+    for e in &m.managed_only {
+        row(
+            &mut rows,
+            &e.text,
+            e,
+            Status::Enforced,
+            "only the managed settings' entries of this kind apply (the others: ignored rows)",
+        );
+    }
+    for (e, why) in &m.ignored {
+        row(&mut rows, &e.text, e, Status::Ignored, *why);
+    }
     // Keys of the settings sbx reads but does not map: never dropped silently.
     for e in &m.unmapped_keys {
         row(
@@ -1047,7 +1086,9 @@ pub fn unmapped_effect(key: &str) -> String {
             "not mapped: the sandbox's network is sbx-net's, this key changes nothing"
         }
         "httpProxyPort" | "socksProxyPort" => "sbx-net runs its own proxy: this port is not used",
-        "allowManagedDomainsOnly" => "not honoured: the domains of every settings file apply",
+        "allowManagedDomainsOnly" | "allowManagedPermissionRulesOnly" => {
+            "honoured in the managed settings only: here it changes nothing"
+        }
         _ => "not mapped by sbx: changes nothing in the sandbox",
     }
     .to_string()

@@ -129,6 +129,40 @@ pub struct Merged {
     /// The names (keys) of the top-level `env` objects: variables the user
     /// set for the agent's commands.
     pub env_names: Vec<Entry>,
+    /// The managed-only switches the managed settings turn on
+    /// (`allowManagedPermissionRulesOnly`,
+    /// `sandbox.network.allowManagedDomainsOnly`).
+    pub managed_only: Vec<Entry>,
+    /// Entries of lower scopes a managed-only switch set aside, with why
+    /// (listed by explain, never silently dropped).
+    pub ignored: Vec<(Entry, &'static str)>,
+}
+
+const RULES_ONLY: &str = "allowManagedPermissionRulesOnly";
+const DOMAINS_ONLY: &str = "allowManagedDomainsOnly";
+const WHY_RULES: &str = "set aside: the managed settings' allowManagedPermissionRulesOnly lets only managed allow and ask rules apply (deny rules of every file still apply)";
+const WHY_DOMAINS: &str =
+    "set aside: the managed settings' allowManagedDomainsOnly lets only managed domains apply";
+
+impl Merged {
+    fn switched_on(&self, key: &str) -> bool {
+        self.managed_only.iter().any(|e| e.text.ends_with(key))
+    }
+}
+
+/// A managed-only switch: honoured in the managed settings only (anywhere
+/// else it is listed as not mapped, as Claude Code ignores it there).
+fn managed_switch(m: &mut Merged, f: &FileCtx<'_>, v: Option<&Value>, key: &str) {
+    let Some(v) = v else { return };
+    let e = Entry {
+        text: key.to_string(),
+        origin: f.origin(Some(key.rsplit('.').next().unwrap_or(key))),
+    };
+    if f.scope != Scope::Managed {
+        m.unmapped_keys.push(e);
+    } else if v == &Value::Bool(true) {
+        m.managed_only.push(e);
+    }
 }
 
 /// The default files, lowest precedence first, that exist.
@@ -226,6 +260,18 @@ fn merge_one(m: &mut Merged, f: &FileCtx<'_>, v: &Value) -> Result<(), SettingsE
     let Value::Object(top) = v else {
         return Err(f.err(None, "top level must be a JSON object"));
     };
+    // The managed file is read first (highest precedence): its switches
+    // hold before any lower file is merged.
+    managed_switch(m, f, top.get(RULES_ONLY), RULES_ONLY);
+    if let Some(n) = top.get("sandbox").and_then(|s| s.get("network")) {
+        managed_switch(
+            m,
+            f,
+            n.get(DOMAINS_ONLY),
+            "sandbox.network.allowManagedDomainsOnly",
+        );
+    }
+    let lower = f.scope != Scope::Managed;
     if let Some(p) = top.get("permissions") {
         let Value::Object(p) = p else {
             return Err(f.err(Some("permissions"), "'permissions' must be an object"));
@@ -236,7 +282,19 @@ fn merge_one(m: &mut Merged, f: &FileCtx<'_>, v: &Value) -> Result<(), SettingsE
             ("deny", List::Deny),
         ] {
             for e in strings(f, p.get(key), &format!("permissions.{key}"))? {
-                m.rules.push((list, e));
+                // A lower scope's deny still narrows the sandbox: sbx
+                // only ever adds restrictions.
+                if lower && list != List::Deny && m.switched_on(RULES_ONLY) {
+                    m.ignored.push((e, WHY_RULES));
+                } else if lower
+                    && list == List::Allow
+                    && e.text.starts_with("WebFetch(")
+                    && m.switched_on(DOMAINS_ONLY)
+                {
+                    m.ignored.push((e, WHY_DOMAINS));
+                } else {
+                    m.rules.push((list, e));
+                }
             }
         }
         m.additional_directories.extend(strings(
@@ -306,18 +364,21 @@ fn merge_one(m: &mut Merged, f: &FileCtx<'_>, v: &Value) -> Result<(), SettingsE
                 return Err(f.err(Some("network"), "'sandbox.network' must be an object"));
             };
             for (k, _) in n.iter() {
-                if !["allowedDomains", "deniedDomains"].contains(&k.as_str()) {
+                if !["allowedDomains", "deniedDomains", DOMAINS_ONLY].contains(&k.as_str()) {
                     m.unmapped_keys.push(Entry {
                         text: format!("sandbox.network.{k}"),
                         origin: f.origin(Some(k)),
                     });
                 }
             }
-            m.allowed_domains.extend(strings(
-                f,
-                n.get("allowedDomains"),
-                "sandbox.network.allowedDomains",
-            )?);
+            for e in strings(f, n.get("allowedDomains"), "sandbox.network.allowedDomains")? {
+                if lower && m.switched_on(DOMAINS_ONLY) {
+                    let text = format!("sandbox.network.allowedDomains: {}", e.text);
+                    m.ignored.push((Entry { text, ..e }, WHY_DOMAINS));
+                } else {
+                    m.allowed_domains.push(e);
+                }
+            }
             m.denied_domains.extend(strings(
                 f,
                 n.get("deniedDomains"),
