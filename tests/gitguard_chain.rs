@@ -27,7 +27,7 @@ use sbx_testutil::{
 const T: Duration = Duration::from_secs(120);
 
 /// Programs the attacks run (sbx-policy's Landlock execute allowlist).
-const SETTINGS: &str = r#"{"permissions": {"allow": ["Edit(./**)", "Bash(sh)", "Bash(git:*)", "Bash(python3:*)", "Bash(rm)", "Bash(mkfifo)", "Bash(mkdir)", "Bash(printf)", "Bash(echo)", "Bash(head)", "Bash(chmod)", "Bash(mv)", "Bash(cat)", "Bash(true)"]}}"#;
+const SETTINGS: &str = r#"{"permissions": {"allow": ["Edit(./**)", "Bash(sh:*)", "Bash(git:*)", "Bash(python3:*)", "Bash(rm)", "Bash(mkfifo)", "Bash(mkdir)", "Bash(printf)", "Bash(echo)", "Bash(head)", "Bash(chmod)", "Bash(mv)", "Bash(cat)", "Bash(true)"]}}"#;
 
 #[derive(Clone, Copy, Debug)]
 enum Chain {

@@ -39,7 +39,7 @@ const PLANTED: &[(&str, &str)] = &[
     ("x/y/z/e", "e"),
 ];
 
-const SETTINGS: &str = r#"{"permissions": {"allow": ["Edit(./**)", "Bash(sh)", "Bash(mkdir)", "Bash(printf)", "Bash(chmod)", "Bash(ln)", "Bash(echo)", "Bash(git:*)", "Bash(true)"]}}"#;
+const SETTINGS: &str = r#"{"permissions": {"allow": ["Edit(./**)", "Bash(sh:*)", "Bash(mkdir)", "Bash(printf)", "Bash(chmod)", "Bash(ln)", "Bash(echo)", "Bash(git:*)", "Bash(true)"]}}"#;
 
 struct Proj {
     _d: tempfile::TempDir,

@@ -75,6 +75,11 @@ fn project_with(who: As, settings: &str) -> Project {
 }
 
 fn chain_cmd(p: &Project, script: &str, who: As) -> Command {
+    chain_with(p, &[], &["sh", "-c", script], who)
+}
+
+/// `sbx-policy chain --trust zero EXTRA... -- ARGV...` in the project.
+fn chain_with(p: &Project, extra: &[&str], argv: &[&str], who: As) -> Command {
     let mut c = sbx_testutil::tool("sbx-policy");
     c.arg("--audit-log").arg(&p.log);
     c.args([
@@ -86,7 +91,7 @@ fn chain_cmd(p: &Project, script: &str, who: As) -> Command {
     ]);
     c.arg("--home").arg(&p.home);
     c.args(["--memory", "512M", "--pids", "256", "--tmp-size", "32M"]);
-    c.args(["--", "sh", "-c", script]);
+    c.args(extra).arg("--").args(argv);
     c.current_dir(&p.root)
         .env("PATH", PATH)
         .env("HOME", &p.home)
@@ -164,6 +169,7 @@ fn assert_nothing_left(p: &Project, within: Duration) {
             l.ends_with("src/lib.sh")
                 || l.contains(".claude/")
                 || l.contains("src/new.txt")
+                || l.contains("src/agent.sh")
                 || l == "!! .env",
             "unexpected change in the project: {st}"
         );
@@ -429,26 +435,57 @@ fn zero_trust_command_not_found_or_not_executable() {
     }
 }
 
-/// The `Bash(...)` execute allowlist holds inside gVisor too: every mount
-/// is noexec but the listed programs (and the dynamic loaders), so an
-/// unlisted program is refused with EACCES (126) by gVisor's kernel and an
-/// exec_denied alert is logged (from runsc's exec trace); `--print` says
-/// so. uid 0 inside is the caller: what it creates is the caller's.
+/// The Bash rules hold in gVisor. Invoke mode: an unlisted command is
+/// refused before anything starts (126, command_denied). Strict mode: a
+/// script the rules allow runs, and every mount is noexec but the listed
+/// programs (and the dynamic loaders), so an unlisted program it starts is
+/// refused with EACCES (126) by gVisor's kernel and an exec_denied alert
+/// is logged (from runsc's exec trace); memfd_create is refused; `--print`
+/// says so. uid 0 inside is the caller: what it creates is the caller's.
 #[test]
 fn zero_trust_applies_the_exec_allowlist() {
     if runsc().is_none() {
         sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
     }
-    let settings =
-        r#"{"permissions": {"allow": ["Bash(git:*)", "Bash(python3:*)", "Edit(./**)"]}}"#;
+    let settings = r#"{"permissions": {"allow": ["Bash(git:*)", "Bash(python3:*)",
+        "Bash(./src/agent.sh)", "Edit(./**)"]}}"#;
+    // A memfd would run whatever the mounts say: memfd_create is refused.
+    let script = "#!/bin/sh\nid -u; echo ID=$?; git --version >/dev/null; echo GIT=$?\n\
+        python3 -c 'import os; os.memfd_create(\"x\")' 2>/dev/null; echo MEMFD=$?\n\
+        echo made > src/new.txt; exit 5\n";
     for who in identities() {
         let p = project_with(who, settings);
-        // A memfd would run whatever the mounts say: memfd_create is refused.
-        let script = "id -u; echo ID=$?; git --version >/dev/null; echo GIT=$?; \
-            python3 -c 'import os; os.memfd_create(\"x\")' 2>/dev/null; echo MEMFD=$?; \
-            echo made > src/new.txt; exit 5";
-        let out =
-            sbx_testutil::output_within(&mut chain_cmd(&p, script, who), Duration::from_secs(120));
+        let agent = p.root.join("src/agent.sh");
+        write(&agent, script);
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+        // Invoke mode (the default): `id` is not the agent's to run.
+        let out = sbx_testutil::output_within(
+            &mut chain_with(&p, &[], &["id", "-u"], who),
+            Duration::from_secs(60),
+        );
+        assert_eq!(code(&out), 126, "{who:?}: {}", stderr(&out));
+        assert_event(&p.log, "command_denied", "alert", |e| {
+            e["refused"] == "id -u"
+        });
+        assert!(
+            !audit_events(&p.log)
+                .iter()
+                .any(|e| e["event"] == "gvisor_start"),
+            "nothing started"
+        );
+
+        // Strict mode: the script runs; what it starts is checked.
+        let out = sbx_testutil::output_within(
+            &mut chain_with(
+                &p,
+                &["--exec-allowlist", "strict"],
+                &["./src/agent.sh"],
+                who,
+            ),
+            Duration::from_secs(120),
+        );
         let so = stdout(&out);
         let ctx = format!("{who:?}\nstdout:\n{so}\nstderr:\n{}", stderr(&out));
         assert_eq!(code(&out), 5, "{ctx}");
@@ -480,6 +517,8 @@ fn zero_trust_applies_the_exec_allowlist() {
             "zero",
             "--managed",
             "/nonexistent/m.json",
+            "--exec-allowlist",
+            "strict",
         ]);
         c.arg("--home").arg(&p.home);
         c.args(["--", "git", "status"]);

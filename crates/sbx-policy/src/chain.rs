@@ -101,7 +101,7 @@ impl Plan {
     }
 }
 
-fn quote(w: &str) -> String {
+pub(crate) fn quote(w: &str) -> String {
     if !w.is_empty()
         && w.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
@@ -188,6 +188,22 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
         }
     };
     let mut notes = Vec::new();
+    if let Some(x) = &p.exec_allow {
+        let low_chain = o.trust == Trust::Low && !o.container;
+        // The gVisor tier applies it with noexec mounts (gvisor.rs).
+        let gvisor =
+            o.trust == Trust::Zero && !o.latency_sensitive && find_tool("runsc", None).is_some();
+        if x.kernel_enforced() && !low_chain && !gvisor {
+            return Err(ChainError::TierUnavailable(
+                "--exec-allowlist strict: the kernel execute allowlist is applied by the namespace chain (sbx-seccomp --allow-exec) and the gVisor tier only; this tier cannot enforce it: use --trust low without --container, --trust zero with runsc installed, or --exec-allowlist invoke".into(),
+            ));
+        }
+        notes.push(format!(
+            "exec allowlist: {}: {}",
+            x.mode.name(),
+            x.mode.consequences()
+        ));
+    }
     match o.trust {
         Trust::Full => {
             let join = |v: &[PathBuf]| std::env::join_paths(v).unwrap_or_default();
@@ -462,9 +478,10 @@ fn low(
         l.extend([os("--setenv"), os(e)]);
     }
     let mut sl = vec![os(&seccomp), os("--profile"), os("default")];
-    // sbx-seccomp applies the execute allowlist (Landlock) and reports
-    // refused execs (exec_denied). sbx-fs opens it (an sbx tool) on the
-    // host and executes it by fd: its directory need not be visible.
+    // Strict mode: sbx-seccomp applies the execute allowlist (Landlock)
+    // and reports refused execs (exec_denied). sbx-fs opens it (an sbx
+    // tool) on the host and executes it by fd: its directory need not be
+    // visible.
     for x in exec_files(p, cmd).unwrap_or_default() {
         sl.push(os("--allow-exec"));
         sl.push(os(x));
@@ -517,29 +534,14 @@ fn gitguard_layers(
     Ok(layers)
 }
 
-/// The execute allowlist's files for a command (None: no allowlist).
+/// The kernel execute allowlist's files for a command (None: none, the
+/// invoke mode or no Bash rules): the namespace chain gives them to
+/// sbx-seccomp, the gVisor tier to `sbx-policy gvisor`.
 fn exec_files(p: &Policy, cmd: &[OsString]) -> Option<Vec<PathBuf>> {
-    {
-        let allowed = p.exec_allow.as_ref()?;
-        let mut extra: Vec<PathBuf> = allowed.clone();
-        // The command itself and the shells that run scripts.
-        if let Some(prog) = cmd.first() {
-            let s = prog.to_string_lossy();
-            extra.extend(crate::map::find_program(&s, &p.start));
-        }
-        for sh in ["sh", "bash", "env"] {
-            extra.extend(crate::map::find_program(sh, &p.start));
-        }
-        // Scripts: their interpreters (#!) too.
-        let interps: Vec<PathBuf> = extra
-            .iter()
-            .flat_map(|x| interpreter(x, &p.start))
-            .collect();
-        extra.extend(interps);
-        let mut seen = std::collections::BTreeSet::new();
-        extra.retain(|x| seen.insert(x.clone()));
-        Some(extra)
-    }
+    p.exec_allow
+        .as_ref()
+        .filter(|x| x.kernel_enforced())
+        .map(|x| x.strict_files(cmd, &p.start))
 }
 
 /// Where this turn's git commits are staged: when the project is a
@@ -580,31 +582,6 @@ pub fn safe_directory_env(p: &Policy) -> Vec<String> {
         "GIT_CONFIG_KEY_0=safe.directory".into(),
         format!("GIT_CONFIG_VALUE_0={}", p.cwd.display()),
     ]
-}
-
-/// The interpreter a script names on its #! line (`env X` resolves X).
-fn interpreter(file: &Path, cwd: &Path) -> Vec<PathBuf> {
-    use std::io::Read;
-    let mut buf = [0u8; 256];
-    let Ok(mut f) = std::fs::File::open(file) else {
-        return Vec::new();
-    };
-    let n = f.read(&mut buf).unwrap_or(0);
-    let Some(rest) = buf[..n].strip_prefix(b"#!") else {
-        return Vec::new();
-    };
-    let line = String::from_utf8_lossy(rest.split(|&b| b == b'\n').next().unwrap_or(b""));
-    let mut words = line.split_whitespace();
-    let Some(first) = words.next() else {
-        return Vec::new();
-    };
-    let mut out: Vec<PathBuf> = Path::new(first).canonicalize().into_iter().collect();
-    if first.ends_with("/env")
-        && let Some(prog) = words.find(|w| !w.starts_with('-'))
-    {
-        out.extend(crate::map::find_program(prog, cwd));
-    }
-    out
 }
 
 fn nix_euid() -> u32 {

@@ -69,19 +69,32 @@ fn allows(p: &Policy) -> Vec<Vec<String>> {
         ]);
     }
     match &p.exec_allow {
-        None => rows.push(vec![
+        Some(x) if !x.any => {
+            for r in &x.allow {
+                rows.push(vec![
+                    "run".into(),
+                    format!("{} (the agent's command)", r.rule),
+                ]);
+            }
+            if x.kernel_enforced() {
+                for f in &x.files {
+                    rows.push(vec!["execute".into(), f.display().to_string()]);
+                }
+                rows.push(vec![
+                    "execute".into(),
+                    "the command itself, sh, bash, env, #! interpreters, git's helpers, the dynamic loader".into(),
+                ]);
+            } else {
+                rows.push(vec![
+                    "execute".into(),
+                    "anything an allowed command starts (invoke mode)".into(),
+                ]);
+            }
+        }
+        _ => rows.push(vec![
             "execute".into(),
             "any program visible in the sandbox".into(),
         ]),
-        Some(v) => {
-            for x in v {
-                rows.push(vec!["execute".into(), x.display().to_string()]);
-            }
-            rows.push(vec![
-                "execute".into(),
-                "the command itself, the shell, the dynamic loader".into(),
-            ]);
-        }
     }
     rows
 }
@@ -100,11 +113,25 @@ fn denies(p: &Policy) -> Vec<Vec<String>> {
         "connect".into(),
         "every other name, every raw IP, non-TCP traffic other than DNS; no inbound".into(),
     ]);
-    if p.exec_allow.is_some() {
-        rows.push(vec![
-            "execute".into(),
-            "every program not listed above (Landlock; exec_denied alert)".into(),
-        ]);
+    if let Some(x) = &p.exec_allow {
+        if !x.any {
+            rows.push(vec![
+                "run".into(),
+                "any other command as the agent's command (126, command_denied alert)".into(),
+            ]);
+        }
+        for r in &x.deny {
+            rows.push(vec![
+                "run".into(),
+                format!("{} (the agent's command)", r.rule),
+            ]);
+        }
+        if x.kernel_enforced() {
+            rows.push(vec![
+                "execute".into(),
+                "every program not listed above (Landlock; exec_denied alert)".into(),
+            ]);
+        }
     }
     rows.push(vec![
         "syscalls".into(),
@@ -141,6 +168,9 @@ pub fn json(p: &Policy) -> serde_json::Value {
         "rules": p.rows.iter().map(|r| json!({
             "status": r.status.label(), "rule": r.rule, "from": r.from, "effect": r.effect,
         })).collect::<Vec<_>>(),
+        "bash_rules": p.exec_allow.as_ref().map(|x| json!({
+            "mode": x.mode.name(), "consequences": x.mode.consequences(),
+        })),
         "not_enforced": p.rows.iter().filter(|r| r.status == Status::NotEnforced).count(),
         "warnings": p.warnings,
     })
@@ -181,6 +211,20 @@ pub fn render(p: &Policy) -> String {
     let rows = denies(p);
     table(&mut o, &["DENY", "WHAT"], &rows);
     o.push('\n');
+    if let Some(x) = &p.exec_allow {
+        let _ = writeln!(
+            o,
+            "Bash rules: {} mode (--exec-allowlist {}; the other mode: {}):",
+            x.mode.name(),
+            x.mode.name(),
+            match x.mode {
+                crate::bash::ExecMode::Invoke => "strict",
+                crate::bash::ExecMode::Strict => "invoke",
+            }
+        );
+        let _ = writeln!(o, "  {}.", x.mode.consequences());
+        o.push('\n');
+    }
     let _ = writeln!(o, "{}\n", GVISOR_TIER);
     let lp = crate::limitplan::plan(&p.limits, &crate::limitplan::detect(), true);
     let _ = writeln!(
@@ -226,8 +270,22 @@ pub fn render(p: &Policy) -> String {
         .filter(|r| r.status == Status::NotEnforced)
         .collect();
     o.push('\n');
+    let invocation = p
+        .rows
+        .iter()
+        .filter(|r| r.status == Status::Invocation)
+        .count();
+    if invocation > 0 {
+        let _ = writeln!(
+            o,
+            "Checked at invocation ({invocation}): sbx-policy chain judges the agent's command against these before the chain starts; no kernel layer checks what that command starts."
+        );
+    }
     if not.is_empty() {
-        let _ = writeln!(o, "Every rule is enforced by a kernel layer (or wider).");
+        let _ = writeln!(
+            o,
+            "Every other rule is enforced by a kernel layer (or wider)."
+        );
     } else {
         let _ = writeln!(
             o,
@@ -242,4 +300,4 @@ pub fn render(p: &Policy) -> String {
 }
 
 /// What differs in the zero-trust gVisor tier (chain --trust zero).
-const GVISOR_TIER: &str = "In the gVisor tier (chain --trust zero, runsc installed): the same grants, denies, invariants and git stage (commits are imported after sbx-gitguard's checks); the execute allowlist is enforced by gVisor's kernel (every mount noexec but the listed programs and the dynamic loaders; exec_denied alerts from runsc's exec trace); no network at all, and every name fails at once (\"Name or service not known\"); uid 0 inside, without capabilities, is the caller (as root, root; unprivileged, runsc --rootless shows the caller's own files as owned by 0).";
+const GVISOR_TIER: &str = "In the gVisor tier (chain --trust zero, runsc installed): the same grants, denies, invariants and git stage (commits are imported after sbx-gitguard's checks); the Bash rules judge the command as here, and strict mode's execute allowlist is enforced by gVisor's kernel (every mount noexec but the listed programs and the dynamic loaders, memfd_create refused; exec_denied alerts from runsc's exec trace); no network at all, and every name fails at once (\"Name or service not known\"); uid 0 inside, without capabilities, is the caller (as root, root; unprivileged, runsc --rootless shows the caller's own files as owned by 0).";

@@ -11,6 +11,7 @@ use sbx_core::Severity;
 use sbx_core::cli::CommonArgs;
 use serde_json::json;
 
+pub mod bash;
 pub mod chain;
 pub mod explain;
 pub mod gvisor;
@@ -42,9 +43,10 @@ settings are read once, when chain starts: a change made while the command runs 
 (turn), never to the running one.",
     exit_status: "compile, explain: 0 when the configuration was printed. chain: the exit status of the chain (the \
 command's status, passed through unchanged by every layer; 128+N for a signal), or 0 with --print. 125 when \
-sbx-policy itself failed: a settings file that is not JSON, an unknown rule kind, a rule that does not parse, a path \
+sbx-policy itself failed: a settings file that is not JSON, --exec-allowlist strict with a tier that cannot enforce it, an unknown rule kind, a rule that does not parse, a path \
 prefix that does not resolve (one line naming the file, the line when known, and the rule; nothing runs), a tier \
-that is not available here (one line naming it), bad usage. 126/127 when the first program of the chain cannot be \
+that is not available here (one line naming it), bad usage. 126 when the Bash rules refuse the command (one line \
+naming it and why; a command_denied alert, also a line on stderr without --audit-log; nothing runs). 126/127 when the first program of the chain cannot be \
 executed or is not found.",
     inherited_state: "chain replaces itself (execve) with the outermost layer: the chain inherits sbx-policy's \
 environment, with SBX_ID set (if it was not) and the audit log handed down as SBX_AUDIT_FD when --audit-log was \
@@ -59,7 +61,7 @@ resolver.",
 - Read(P) deny, sandbox.filesystem.denyRead: P hidden (--deny); a grant at or beneath P is removed.\n\
 - Edit(P), Write(P), MultiEdit(P), NotebookEdit(P) allow, sandbox.filesystem.allowWrite: writable bind (--rw).\n\
 - Edit(P) deny, sandbox.filesystem.denyWrite: a read-only bind over the writable binds (--ro P); when P does not exist, --deny P (it cannot be created); writable grants at or beneath P become read-only.\n\
-- Bash(prog), Bash(prog:*), Bash(prog *) allow: prog may be executed (a Landlock execute allowlist, applied by sbx-seccomp --allow-exec inside sbx-fs; a refused exec is an exec_denied alert); with no such rule, or with Bash / Bash(*), execution is not restricted. Bash(prog ...) deny: prog (every copy on PATH) hidden with --deny. Argument patterns (Bash(git push:*)) are reported NOT ENFORCED: no kernel layer sees arguments.\n\
+- Bash(cmd), Bash(cmd:*), Bash(cmd *) allow: the agent may run that command (Claude Code's matching: exact, prefix at a word boundary, * globs; timeout/nice/nohup/time stripped). chain judges its command before anything starts; a shell -c script is split at &&, ||, ;, |, & and newlines and every part must be allowed; what cannot be judged ($(...), subshells, control structures, assignments, here-documents) is refused; a refused command: exit 126, one line, a command_denied alert. --exec-allowlist invoke (default, Claude Code's meaning): what an allowed command starts is not restricted. --exec-allowlist strict: also a Landlock execute allowlist (sbx-seccomp --allow-exec, namespace chain only) of the programs the rules name, the command, sh, bash, env, #! interpreters and git's exec path; any other exec: EACCES and an exec_denied alert. Bash / Bash(*) allow: any command. Bash(cmd ...) deny: a matching command is refused (deny beats allow); one naming a whole program also hides it (--deny). Argument patterns bind the agent's command only: no kernel layer sees arguments.\n\
 - WebFetch(domain:D), sandbox.network.allowedDomains: sbx-net --allow D (D or *.D, ports 80,443; *.D covers subdomains, not D).\n\
 - WebSearch allow: the search domains (--search-domain, default api.anthropic.com).\n\
 - sandbox.network.deniedDomains, WebFetch(domain:D) deny: D removed from the allowlist whatever else says; a wildcard that covers a denied name is dropped whole (sbx-net cannot subtract).\n\
@@ -72,7 +74,7 @@ resolver.",
         ),
         (
             "DECISION MATRIX",
-            "--plugin: WebAssembly/WASI is not built yet: an error saying so. --trust full: no kernel isolation, the path allowlist for sbx-path. --trust low (default): sbx-creds (when --layers has an sbx-creds section), sbx-gitguard run (when the project is a git repository; with --stage, and sbx-fs --git-stage, when the grants make its .git writable: git commits inside land in the stage and are imported after verification), sbx-cgroup (with the limits that apply in this run: as root or with a delegated cgroup memory, pids and CPU; unprivileged without one RLIMIT_DATA, RLIMIT_NPROC in its own user namespace, the wall clock; through systemd-run --user --scope -p Delegate=yes when a systemd user manager on cgroup v2 offers one), sbx-net, sbx-fs, sbx-seccomp --profile default (with --allow-exec when Bash rules name programs). --trust low --container: one \
+            "--plugin: WebAssembly/WASI is not built yet: an error saying so. --trust full: no kernel isolation, the path allowlist for sbx-path. --trust low (default): sbx-creds (when --layers has an sbx-creds section), sbx-gitguard run (when the project is a git repository; with --stage, and sbx-fs --git-stage, when the grants make its .git writable: git commits inside land in the stage and are imported after verification), sbx-cgroup (with the limits that apply in this run: as root or with a delegated cgroup memory, pids and CPU; unprivileged without one RLIMIT_DATA, RLIMIT_NPROC in its own user namespace, the wall clock; through systemd-run --user --scope -p Delegate=yes when a systemd user manager on cgroup v2 offers one), sbx-net, sbx-fs, sbx-seccomp --profile default (with --allow-exec in strict mode when Bash rules name programs). --trust low --container: one \
 container per run (sbx-container; the rules' own denies and the domain allowlist are not carried: no network). --trust zero --latency-sensitive: sbx-vm --backend firecracker. --trust zero: gVisor when runsc is installed, else sbx-vm. The gVisor step (sbx-policy gvisor) writes an OCI bundle in a private temporary directory from sbx-fs's mount plan for the same grants (read-only empty root, the system directories read-only, the grants, every deny and invariant, no capability, no_new_privs, rlimits) and runs runsc --platform=ptrace --network=none run (only gVisor's loopback inside: no network); as root inside sbx-cgroup with the limits below, unprivileged with runsc --rootless (no memory or CPU limit; the wall clock is enforced, exit 124). The container and the directory are removed at the end, and by a guardian process when the step is killed. SBX_GVISOR_DEBUG_LOG=DIR keeps runsc's debug logs in DIR. A tier whose binary is not installed is one line naming it, exit 125.",
         ),
         (
@@ -172,6 +174,9 @@ pub struct SourceArgs {
     /// Pass the caller's variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env).
     #[arg(long, value_name = "NAME|PREFIX*")]
     pub pass_env: Vec<String>,
+    /// What Bash(...) allow rules bind: invoke (default, Claude Code's meaning: the command the agent runs is judged, what it starts is not restricted) or strict (also a kernel execute allowlist for every program started inside).
+    #[arg(long, value_enum, value_name = "MODE", default_value = "invoke")]
+    pub exec_allowlist: bash::ExecMode,
 }
 
 #[derive(Args, Debug)]
@@ -312,6 +317,7 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
     let mut p = map::build(map::Inputs {
         merged: &merged,
         ctx: rules::Ctx { cwd, home },
+        exec_mode: a.exec_allowlist,
         search_domains,
         limits,
     })?;
@@ -345,10 +351,47 @@ fn run_chain(c: ChainArgs) -> Result<i32, Failure> {
             None
         },
     };
-    let plan = chain::plan(&p, &opts, &c.cmd)?;
+    let mut plan = chain::plan(&p, &opts, &c.cmd)?;
+    // The Bash rules judge the command the agent runs (both modes).
+    let judged = p.exec_allow.as_ref().map(|x| x.judge(&c.cmd));
+    match &judged {
+        Some(Ok(v)) => plan.notes.push(format!(
+            "the command is allowed: {}",
+            v.iter()
+                .map(|a| format!("`{}` by {}", a.command, a.rule))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        Some(Err(r)) => plan.notes.push(format!(
+            "the command is REFUSED (exit 126, command_denied alert): `{}`: {}",
+            r.command, r.reason
+        )),
+        None => {}
+    }
     if c.print {
         print!("{}", plan.render());
         return Ok(0);
+    }
+    if let (Some(x), Some(Err(r))) = (&p.exec_allow, &judged) {
+        sbx_core::audit::emit(
+            "command_denied",
+            Severity::Alert,
+            json!({
+                "command": sbx_core::chain::show(&c.cmd),
+                "refused": r.command,
+                "reason": r.reason,
+                "mode": x.mode.name(),
+            }),
+        );
+        return Err(Failure::with_code(
+            126,
+            format!(
+                "command refused by the Bash rules ({} mode): `{}`: {} (sbx-policy explain lists the rules)",
+                x.mode.name(),
+                r.command,
+                r.reason
+            ),
+        ));
     }
     let not: Vec<String> = p
         .rows
@@ -365,6 +408,7 @@ fn run_chain(c: ChainArgs) -> Result<i32, Failure> {
             "settings": p.files,
             "not_enforced": not,
             "notes": plan.notes,
+            "exec_allowlist": p.exec_allow.as_ref().map(|x| x.mode.name()),
             "argv": sbx_core::chain::show(&argv),
         }),
     );

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
+use crate::bash::{BashRule, ExecAllowlist, ExecMode, Pattern};
 use crate::rules::{self, Ctx, Shape};
 use crate::settings::{Entry, List, Merged, SettingsError};
 
@@ -31,6 +32,9 @@ pub enum Status {
     Revoked,
     /// Set aside by a managed-only switch of the managed settings.
     Ignored,
+    /// Checked by sbx-policy on the command the agent runs, before the
+    /// chain starts; not on what that command starts.
+    Invocation,
 }
 
 impl Status {
@@ -42,6 +46,7 @@ impl Status {
             Status::Invariant => "invariant wins",
             Status::Revoked => "revoked by deny",
             Status::Ignored => "ignored",
+            Status::Invocation => "checked at invocation",
         }
     }
 }
@@ -116,8 +121,9 @@ pub struct Policy {
     pub ro: Vec<PathBuf>,
     pub deny: Vec<String>,
     pub net_allow: Vec<String>,
-    /// None: execution not restricted (no Bash allow rule names programs).
-    pub exec_allow: Option<Vec<PathBuf>>,
+    /// The Bash rules' execute allowlist (its mode, the rules, the files
+    /// they name); None when no Bash rule has a pattern.
+    pub exec_allow: Option<crate::bash::ExecAllowlist>,
     pub limits: Limits,
     pub git_repo: bool,
     pub rows: Vec<Row>,
@@ -135,6 +141,8 @@ pub struct Policy {
 pub struct Inputs<'a> {
     pub merged: &'a Merged,
     pub ctx: Ctx,
+    /// What the Bash allow rules bind (docs/policy.md "Bash rules").
+    pub exec_mode: crate::bash::ExecMode,
     pub search_domains: Vec<String>,
     pub limits: Limits,
 }
@@ -264,25 +272,6 @@ fn path_of(e: &Entry, key: &str, ctx: &Ctx) -> Result<Shape, SettingsError> {
     };
     rules::resolve(&text, &e.origin.base, ctx)
         .map_err(|w| e.origin.err(format!("{key} '{}': {w}", e.text)))
-}
-
-/// One program named by a Bash rule: `prog`, `prog:*`, `prog *`, `prog args...`.
-struct BashSpec {
-    program: String,
-    args: Option<String>,
-}
-
-fn bash_spec(spec: &str) -> BashSpec {
-    let s = spec.trim();
-    let s = s.strip_suffix(":*").unwrap_or(s).trim();
-    let mut it = s.splitn(2, char::is_whitespace);
-    let program = it.next().unwrap_or("").to_string();
-    let args = it
-        .next()
-        .map(str::trim)
-        .filter(|a| !a.is_empty() && *a != "*")
-        .map(str::to_string);
-    BashSpec { program, args }
 }
 
 /// The canonical paths `program` names on PATH (the caller's PATH, then the
@@ -865,161 +854,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     }
 
     // --- Executables ------------------------------------------------------
-    let mut unrestricted = false;
-    let mut exec: Vec<PathBuf> = Vec::new();
-    let mut exec_denied: Vec<PathBuf> = Vec::new();
-    for (list, e, r) in &bash_rules {
-        let Some(spec) = r.spec.as_deref() else {
-            match list {
-                List::Allow => {
-                    unrestricted = true;
-                    row(
-                        &mut rows,
-                        &e.text,
-                        e,
-                        Status::Enforced,
-                        "any program may run (no execute allowlist)",
-                    );
-                }
-                _ => row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::NotEnforced,
-                    format!(
-                        "Bash {}: the sandbox runs a command; not enforced by sbx",
-                        list.name()
-                    ),
-                ),
-            }
-            continue;
-        };
-        let b = bash_spec(spec);
-        if b.program == "*" && b.args.is_none() {
-            if *list == List::Allow {
-                unrestricted = true;
-                row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::Enforced,
-                    "any program may run (no execute allowlist)",
-                );
-            } else {
-                row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::NotEnforced,
-                    "every command denied: not enforced by sbx",
-                );
-            }
-            continue;
-        }
-        if *list == List::Ask {
-            row(
-                &mut rows,
-                &e.text,
-                e,
-                Status::NotEnforced,
-                "ask: the sandbox cannot prompt; grants nothing",
-            );
-            continue;
-        }
-        if rules::has_glob(&b.program) || b.program.is_empty() {
-            row(
-                &mut rows,
-                &e.text,
-                e,
-                Status::NotEnforced,
-                format!("program pattern '{}' names no executable", b.program),
-            );
-            continue;
-        }
-        let found = find_program(&b.program, &ctx.cwd);
-        if found.is_empty() {
-            row(
-                &mut rows,
-                &e.text,
-                e,
-                Status::NotEnforced,
-                format!(
-                    "'{}' is not on PATH: nothing {}",
-                    b.program,
-                    if *list == List::Allow {
-                        "granted"
-                    } else {
-                        "to hide"
-                    }
-                ),
-            );
-            continue;
-        }
-        let shown = found
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        match (list, &b.args) {
-            (List::Allow, None) => {
-                exec.extend(found);
-                row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::Enforced,
-                    format!(
-                        "may execute {shown} (Landlock execute allowlist: sbx-seccomp --allow-exec; others refused with an exec_denied alert)"
-                    ),
-                );
-            }
-            (List::Allow, Some(a)) => {
-                exec.extend(found);
-                row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::NotEnforced,
-                    format!(
-                        "argument pattern '{a}' not enforceable by any kernel layer: {shown} may run with any arguments"
-                    ),
-                );
-            }
-            (List::Deny, None) => {
-                for f in &found {
-                    deny.push(f.display().to_string());
-                }
-                exec_denied.extend(found);
-                row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::Enforced,
-                    format!("{shown} hidden (--deny): cannot be read or executed"),
-                );
-            }
-            (List::Deny, Some(a)) => {
-                row(
-                    &mut rows,
-                    &e.text,
-                    e,
-                    Status::NotEnforced,
-                    format!(
-                        "argument pattern '{a}' not enforceable by any kernel layer: {} itself stays runnable",
-                        b.program
-                    ),
-                );
-            }
-            (List::Ask, _) => unreachable!(),
-        }
-    }
-    exec.retain(|p| !exec_denied.contains(p));
-    dedup(&mut exec);
-    let exec_allow = if unrestricted || exec.is_empty() {
-        None
-    } else {
-        Some(exec)
-    };
+    let exec_allow = bash_rules_map(&bash_rules, inp.exec_mode, ctx, &mut rows, &mut deny);
 
     for e in &m.managed_only {
         row(
@@ -1156,8 +991,10 @@ impl Policy {
         top.insert("sbx-net".into(), json!({ "allow": self.net_allow }));
         let mut sc = Map::new();
         sc.insert("profile".into(), json!("default"));
-        if let Some(x) = &self.exec_allow {
-            sc.insert("allow-exec".into(), strs(x));
+        if let Some(x) = &self.exec_allow
+            && x.kernel_enforced()
+        {
+            sc.insert("allow-exec".into(), strs(&x.files));
         }
         top.insert("sbx-seccomp".into(), Value::Object(sc));
         top.insert(
@@ -1182,4 +1019,170 @@ impl Policy {
         );
         Value::Object(top)
     }
+}
+
+/// The Bash rules: what the agent may run (the invocation check of both
+/// modes) and the files they name (strict mode's kernel list); a deny
+/// naming a whole program also hides it (`--deny`). Rows say which mode
+/// enforces what, and where.
+fn bash_rules_map(
+    bash_rules: &[(List, &Entry, rules::Rule)],
+    mode: ExecMode,
+    ctx: &Ctx,
+    rows: &mut Vec<Row>,
+    deny: &mut Vec<String>,
+) -> Option<ExecAllowlist> {
+    let strict = mode == ExecMode::Strict;
+    let mut any = false;
+    let mut allow: Vec<BashRule> = Vec::new();
+    let mut denies: Vec<BashRule> = Vec::new();
+    let mut files: Vec<PathBuf> = Vec::new();
+    let mut hidden: Vec<PathBuf> = Vec::new();
+    for (list, e, r) in bash_rules {
+        let spec = r.spec.as_deref().map(str::trim).unwrap_or("*");
+        let pattern = Pattern::parse(spec);
+        if matches!(&pattern, Pattern::Glob(g) if g == "*") || spec.is_empty() {
+            match list {
+                List::Allow => {
+                    any = true;
+                    row(
+                        rows,
+                        &e.text,
+                        e,
+                        Status::Enforced,
+                        "any command may run (no execute allowlist)",
+                    );
+                }
+                _ => row(
+                    rows,
+                    &e.text,
+                    e,
+                    Status::NotEnforced,
+                    format!(
+                        "every command {}: the sandbox runs a command; not enforced by sbx",
+                        list.name()
+                    ),
+                ),
+            }
+            continue;
+        }
+        if *list == List::Ask {
+            row(
+                rows,
+                &e.text,
+                e,
+                Status::NotEnforced,
+                "ask: the sandbox cannot prompt; grants nothing (the command is refused unless an allow rule matches it)",
+            );
+            continue;
+        }
+        let text = match &pattern {
+            Pattern::Exact(s) => format!("exactly `{s}`"),
+            Pattern::Prefix(s) => format!("`{s}` with any arguments"),
+            Pattern::Glob(s) => format!("commands matching `{s}`"),
+        };
+        let rule = BashRule {
+            rule: e.text.clone(),
+            pattern: pattern.clone(),
+        };
+        // The program: the pattern's first word, when it names one.
+        let (head, args) = match &pattern {
+            Pattern::Exact(s) | Pattern::Prefix(s) | Pattern::Glob(s) => {
+                let mut it = s.splitn(2, ' ');
+                (
+                    it.next().unwrap_or("").to_string(),
+                    it.next().filter(|a| *a != "*").map(str::to_string),
+                )
+            }
+        };
+        let found = if rules::has_glob(&head) || head.is_empty() {
+            Vec::new()
+        } else {
+            find_program(&head, &ctx.cwd)
+        };
+        let shown = found
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        match list {
+            List::Allow => {
+                allow.push(rule);
+                files.extend(found.iter().cloned());
+                let (status, effect) = if !strict {
+                    (
+                        Status::Invocation,
+                        format!(
+                            "the agent may run {text} (invoke mode: judged before the chain starts, any other command refused with 126 and command_denied); what it starts is not restricted"
+                        ),
+                    )
+                } else if found.is_empty() {
+                    (
+                        Status::Invocation,
+                        format!(
+                            "the agent may run {text}; '{head}' names no file on PATH: nothing added to the kernel execute allowlist"
+                        ),
+                    )
+                } else if let Some(a) = &args {
+                    (
+                        Status::Invocation,
+                        format!(
+                            "the agent may run {text}; inside, {shown} may be executed with any arguments (no kernel layer sees arguments: '{a}' is checked at invocation only)"
+                        ),
+                    )
+                } else {
+                    (
+                        Status::Enforced,
+                        format!(
+                            "the agent may run {text}; {shown} on the kernel execute allowlist (Landlock: sbx-seccomp --allow-exec; other programs refused with an exec_denied alert)"
+                        ),
+                    )
+                };
+                row(rows, &e.text, e, status, effect);
+            }
+            List::Deny => {
+                denies.push(rule);
+                if args.is_none() && !found.is_empty() {
+                    hidden.extend(found.iter().cloned());
+                    for f in &found {
+                        deny.push(f.display().to_string());
+                    }
+                    row(
+                        rows,
+                        &e.text,
+                        e,
+                        Status::Enforced,
+                        format!(
+                            "{shown} hidden (--deny): cannot be read or executed, by the agent or anything it runs"
+                        ),
+                    );
+                } else {
+                    row(
+                        rows,
+                        &e.text,
+                        e,
+                        Status::Invocation,
+                        format!(
+                            "the agent may not run {text} (refused before the chain starts: 126, command_denied); a program it may run can still run it (no kernel layer sees arguments)"
+                        ),
+                    );
+                }
+            }
+            List::Ask => unreachable!(),
+        }
+    }
+    if allow.is_empty() && denies.is_empty() {
+        return None;
+    }
+    files.retain(|p| !hidden.contains(p));
+    dedup(&mut files);
+    Some(ExecAllowlist {
+        mode,
+        // No allow pattern (or an allow-all rule): any command may be run,
+        // only the deny rules are checked.
+        any: any || allow.is_empty(),
+        allow,
+        deny: denies,
+        files,
+    })
 }

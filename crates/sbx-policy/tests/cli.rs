@@ -53,7 +53,13 @@ fn write(path: &Path, text: &str) {
 }
 
 fn compile(p: &Proj) -> Value {
-    let out = policy(p, &["compile"]).output().unwrap();
+    compile_with(p, &[])
+}
+
+fn compile_with(p: &Proj, extra: &[&str]) -> Value {
+    let mut args = vec!["compile"];
+    args.extend_from_slice(extra);
+    let out = policy(p, &args).output().unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     serde_json::from_str(&stdout(&out)).unwrap()
 }
@@ -165,7 +171,8 @@ fn compiled_config_is_read_by_every_tool_with_config() {
         .arg(&p.root)
         .status()
         .unwrap();
-    let v = compile(&p);
+    // Strict mode: the kernel execute allowlist is in sbx-seccomp's section.
+    let v = compile_with(&p, &["--exec-allowlist", "strict"]);
     let cfg = p.root.join("sbx.json");
     std::fs::write(&cfg, serde_json::to_string(&v).unwrap()).unwrap();
     for (tool, sub) in [
@@ -204,6 +211,8 @@ fn compiled_config_is_read_by_every_tool_with_config() {
             .iter()
             .any(|d| d.ends_with("/git"))
     );
+    // Invoke mode (the default): no kernel execute allowlist.
+    assert!(compile(&p)["sbx-seccomp"].get("allow-exec").is_none());
     assert_eq!(v["sbx-gitguard"]["repo"], p.root.display().to_string());
     assert_eq!(v["sbx-seccomp"]["profile"], "default");
     assert!(v["sbx-cgroup"]["memory"].is_string() && v["sbx-cgroup"]["pids"] == "2048");
@@ -301,8 +310,16 @@ fn explain_lists_what_is_not_enforced() {
         .split("NOT ENFORCED by any kernel layer")
         .nth(1)
         .unwrap_or_else(|| panic!("{e}"));
+    // Argument patterns are checked on the agent's command only.
+    for r in ["Bash(git push:*)", "Bash(npm run test:*)"] {
+        assert!(
+            e.lines()
+                .any(|l| l.contains("checked at invocation") && l.contains(r)),
+            "{r} must be checked at invocation: {e}"
+        );
+    }
+    assert!(e.contains("Bash rules: invoke mode"), "{e}");
     for r in [
-        "Bash(git push:*)",
         "Edit(*.lock)",
         "Task",
         "Read(**/*.md)",
@@ -475,9 +492,18 @@ fn network_and_bash_mapping() {
             "sandbox": {"network": {"allowedDomains": ["pypi.org", "*.example.com"],
                                     "deniedDomains": ["evil.github.com"]}}}"#,
     );
-    let out = policy(&p, &["compile", "--search-domain", "search.example.net"])
-        .output()
-        .unwrap();
+    let out = policy(
+        &p,
+        &[
+            "compile",
+            "--search-domain",
+            "search.example.net",
+            "--exec-allowlist",
+            "strict",
+        ],
+    )
+    .output()
+    .unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     let allow = strs(&v["sbx-net"]["allow"]);
@@ -514,5 +540,9 @@ fn network_and_bash_mapping() {
         &p.root.join(".claude/settings.json"),
         r#"{"permissions": {"allow": ["Bash", "Bash(sh)"]}}"#,
     );
-    assert!(compile(&p)["sbx-seccomp"].get("allow-exec").is_none());
+    assert!(
+        compile_with(&p, &["--exec-allowlist", "strict"])["sbx-seccomp"]
+            .get("allow-exec")
+            .is_none()
+    );
 }
