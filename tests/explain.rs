@@ -228,3 +228,90 @@ fn explain_json_is_the_tables_account() {
         assert_eq!(j["project"], c.t.proj.display().to_string());
     }
 }
+
+#[test]
+fn listed_unix_sockets_are_bound_and_local_binding_works_inside() {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    for who in identities() {
+        let c = case(
+            who,
+            r#"{"sandbox": {"network": {"allowUnixSockets": ["SOCK", "MISSING"], "allowLocalBinding": true}}}"#,
+            None,
+        );
+        let base = c.t.proj.parent().unwrap().to_path_buf();
+        let sock = base.join("agent.sock");
+        let other = base.join("other.sock");
+        let settings = c.t.proj.join(".claude/settings.json");
+        let text = std::fs::read_to_string(&settings)
+            .unwrap()
+            .replace("SOCK", &sock.display().to_string())
+            .replace("MISSING", &base.join("missing.sock").display().to_string());
+        write(&settings, &text);
+        let mut servers = Vec::new();
+        for p in [&sock, &other] {
+            let l = std::os::unix::net::UnixListener::bind(p).unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
+            l.set_nonblocking(false).unwrap();
+            servers.push(std::thread::spawn(move || {
+                // One answer per connection, until the test ends.
+                for s in l.incoming().take(4) {
+                    let _ = s.map(|mut s| s.write_all(b"from-host"));
+                }
+            }));
+        }
+        c.t.own(who);
+        let j = explain_json(&c, who);
+        let row = |t: String| rule(&j, &t).first().map(|r| r["status"].clone());
+        assert_eq!(
+            row(format!(
+                "sandbox.network.allowUnixSockets: {}",
+                sock.display()
+            )),
+            Some("enforced".into()),
+            "{j}"
+        );
+        assert_eq!(
+            row(format!(
+                "sandbox.network.allowUnixSockets: {}",
+                base.join("missing.sock").display()
+            )),
+            Some("NOT ENFORCED".into()),
+            "{j}"
+        );
+        assert_eq!(
+            row("sandbox.network.allowLocalBinding".into()),
+            Some("enforced".into()),
+            "{j}"
+        );
+        let script = format!(
+            "import socket\n\
+             def ask(p):\n    try:\n        c = socket.socket(socket.AF_UNIX); c.connect(p); return c.recv(20).decode()\n    except OSError as e:\n        return type(e).__name__\n\
+             print('listed', ask('{}'))\n\
+             print('other', ask('{}'))\n\
+             s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n\
+             c = socket.create_connection(s.getsockname()); a, _ = s.accept(); c.send(b'lo')\n\
+             print('local', a.recv(2).decode())\n",
+            sock.display(),
+            other.display()
+        );
+        let out = policy(&c, who, &["chain", "--", "python3", "-c", &script]);
+        let so = stdout(&out);
+        assert!(
+            so.contains("listed from-host"),
+            "{who:?}: {so}{}",
+            stderr(&out)
+        );
+        assert!(so.contains("other FileNotFoundError"), "{who:?}: {so}");
+        assert!(so.contains("local lo"), "{who:?}: {so}");
+        // Unblock the servers' remaining accepts.
+        for p in [&sock, &other] {
+            for _ in 0..4 {
+                let _ = std::os::unix::net::UnixStream::connect(p);
+            }
+        }
+        for s in servers {
+            s.join().unwrap();
+        }
+    }
+}

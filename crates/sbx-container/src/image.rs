@@ -272,6 +272,9 @@ pub async fn build(docker: &bollard::Docker, inp: &Inputs) -> Result<(String, u6
             .rm(true)
             .forcerm(true)
             .build();
+        // Progress on stderr: a first build takes a while, and a silent
+        // wait looks like a hang. One line per Containerfile step.
+        eprintln!("sbx-container build: building {tag} (once per context; later runs reuse it)");
         let mut s = docker.build_image(opts, None, Some(bollard::body_full(tar.into())));
         let mut last = String::new();
         while let Some(item) = s.next().await {
@@ -280,7 +283,15 @@ pub async fn build(docker: &bollard::Docker, inp: &Inputs) -> Result<(String, u6
                 return Err(ImageError::Build(err));
             }
             if let Some(st) = info.stream {
-                tracing::debug!("build: {}", st.trim_end());
+                let line = st.trim_end();
+                // Docker says "Step 2/6 : COPY ...", Podman "STEP 2/6: COPY ...".
+                if line.starts_with("Step ") || line.starts_with("STEP ") {
+                    eprintln!(
+                        "sbx-container build: {}",
+                        sbx_core::violations::escape(line)
+                    );
+                }
+                tracing::debug!("build: {line}");
                 last = st;
             }
         }

@@ -108,7 +108,9 @@ pub enum PlanError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{flag} {path}: only directories and regular files can be bound")]
+    #[error(
+        "{flag} {path}: only directories, regular files, character devices and Unix sockets can be bound"
+    )]
     SourceType { flag: &'static str, path: PathBuf },
     #[error("--rw {path}: inside {protected}, which sbx-fs always keeps read-only")]
     RwProtected { path: PathBuf, protected: String },
@@ -186,7 +188,12 @@ pub fn open_source(
     let st = sys::fstat(fd.as_raw_fd()).map_err(err)?;
     let kind = if sys::is_dir(&st) {
         Kind::Dir
-    } else if sys::is_reg(&st) || st.st_mode & libc::S_IFMT == libc::S_IFCHR {
+    } else if sys::is_reg(&st)
+        || st.st_mode & libc::S_IFMT == libc::S_IFCHR
+        // A Unix socket the caller names (Claude Code's allowUnixSockets):
+        // reaching its server is the grant; nothing else goes through it.
+        || st.st_mode & libc::S_IFMT == libc::S_IFSOCK
+    {
         Kind::File
     } else {
         return Err(PlanError::SourceType {

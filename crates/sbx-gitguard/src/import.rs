@@ -147,20 +147,21 @@ pub enum ImportError {
     Write(String),
 }
 
-/// Namespaces the sandbox may write. Everything else (refs/replace changes
-/// what git shows; refs/original, refs/bisect, ... are not agent work) is
-/// refused.
+/// Namespaces the sandbox may write (and, as commit ids only, the bisect
+/// marks and rebase labels of an operation in progress:
+/// `inprogress::commit_ref`). Everything else (refs/replace changes what
+/// git shows; refs/original, ... are not agent work) is refused.
 pub const ALLOWED: &[&str] = &["refs/heads/", "refs/tags/", "refs/remotes/", "refs/notes/"];
 
 pub fn allowed_name(name: &str) -> bool {
     name == "refs/stash" || ALLOWED.iter().any(|p| name.starts_with(p))
 }
 
-fn is_whiteout(m: &fs::Metadata) -> bool {
+pub(crate) fn is_whiteout(m: &fs::Metadata) -> bool {
     m.file_type().is_char_device() && m.rdev() == 0
 }
 
-fn is_opaque(p: &Path) -> bool {
+pub(crate) fn is_opaque(p: &Path) -> bool {
     for n in ["trusted.overlay.opaque", "user.overlay.opaque"] {
         if xattr_get(p, n).is_some_and(|v| v == b"y") {
             return true;
@@ -469,6 +470,41 @@ fn open_source(src_dir: &Path) -> Result<git2::Odb<'static>, git2::Error> {
     Ok(o)
 }
 
+/// The object store as the import leaves it, for the in-progress state
+/// (inprogress.rs): an object must exist and have a complete history.
+struct After<'a>(&'a Quarantine);
+
+impl crate::inprogress::Objects for After<'_> {
+    fn need(&self, hex: &str, want: crate::inprogress::Want) -> Result<Vec<git2::Oid>, String> {
+        let id = git2::Oid::from_str(hex).map_err(|_| format!("'{hex}' is not an object id"))?;
+        let kind = self
+            .0
+            .kind(id)
+            .ok_or_else(|| format!("object {hex} does not exist"))?;
+        let k = match want {
+            crate::inprogress::Want::Commit => git2::ObjectType::Commit,
+            crate::inprogress::Want::Tree => git2::ObjectType::Tree,
+        };
+        if kind != k {
+            return Err(format!("object {hex} is a {kind}, not a {k}"));
+        }
+        self.0
+            .closure(id)
+            .map_err(|m| format!("incomplete history: object {m} is missing"))
+    }
+    fn need_short(
+        &self,
+        hex: &str,
+        want: crate::inprogress::Want,
+    ) -> Result<Vec<git2::Oid>, String> {
+        let odb = self.0.q.odb().map_err(|e| e.message().to_string())?;
+        let id = git2::Oid::from_str(hex)
+            .and_then(|s| odb.exists_prefix(s, hex.len()))
+            .map_err(|_| format!("{hex} names no object, or more than one"))?;
+        self.need(&id.to_string(), want)
+    }
+}
+
 /// Phase one for one source (a private dir holding loose objects or one
 /// pack): lists its objects and counts the new ones against the limits,
 /// reading only headers. Nothing is written.
@@ -716,16 +752,12 @@ fn loose_below(git_dir: &Path, dir: &Path) -> Vec<String> {
 
 /// What the sandbox left at the top of the stage's git dir that is never
 /// imported but would make the host's git run a command, or act on state
-/// the host never had, had it been carried over: a rebase or cherry-pick
-/// in progress (its todo's `exec` lines run on `--continue`), hooks,
-/// config, a commondir, info/ (attributes, exclude), submodule and
-/// worktree git dirs. Dropped like everything else the import does not
-/// read; logged so that the attempt is seen (alert), or the dropped state
-/// known (warn).
+/// the host never had, had it been carried over: hooks, config, a
+/// commondir, info/ (attributes, exclude), submodule and worktree git
+/// dirs. Dropped like everything else the import does not read; logged so
+/// that the attempt is seen (alert), or the dropped state known (warn).
+/// (Operations in progress are carried when valid: inprogress.rs.)
 const DROPPED: &[(&str, Severity)] = &[
-    ("rebase-merge", Severity::Alert),
-    ("rebase-apply", Severity::Alert),
-    ("sequencer", Severity::Alert),
     ("hooks", Severity::Alert),
     ("config", Severity::Alert),
     ("config.worktree", Severity::Alert),
@@ -741,7 +773,7 @@ fn note_dropped(upper: &Path, ev: &mut Events) {
             Ok(m) if !is_whiteout(&m) => ev.push(
                 "stage_entry_dropped",
                 *sev,
-                json!({ "path": name, "reason": "never imported: only objects, refs, HEAD, packed-refs and index are" }),
+                json!({ "path": name, "reason": "never imported: only objects, refs, HEAD, packed-refs, index and operations in progress are" }),
             ),
             _ => {}
         }
@@ -973,11 +1005,11 @@ pub fn import(
             refused(ev, &name, "invalid ref name (git check-ref-format rules)");
             continue;
         }
-        if !allowed_name(&name) {
+        if !allowed_name(&name) && !crate::inprogress::commit_ref(&name) {
             refused(
                 ev,
                 &name,
-                "outside refs/heads, refs/tags, refs/remotes, refs/notes and refs/stash",
+                "outside refs/heads, refs/tags, refs/remotes, refs/notes, refs/stash, refs/bisect and refs/rewritten",
             );
             continue;
         }
@@ -1035,6 +1067,16 @@ pub fn import(
                 planned.insert(name, None);
             }
             Some(Value::Sym(t)) => {
+                if crate::inprogress::commit_ref(&name) {
+                    refused(
+                        ev,
+                        &name,
+                        format!(
+                            "symbolic ref to '{t}': a bisect mark or rebase label names a commit"
+                        ),
+                    );
+                    continue;
+                }
                 if !allowed_name(&t) || !git2::Reference::is_valid_name(&t) {
                     refused(
                         ev,
@@ -1065,7 +1107,9 @@ pub fn import(
                     refused(ev, &name, format!("object {o} does not exist"));
                     continue;
                 };
-                if name.starts_with("refs/heads/") && kind != git2::ObjectType::Commit {
+                if (name.starts_with("refs/heads/") || crate::inprogress::commit_ref(&name))
+                    && kind != git2::ObjectType::Commit
+                {
                     refused(ev, &name, format!("object {o} is a {kind}, not a commit"));
                     continue;
                 }
@@ -1157,6 +1201,11 @@ pub fn import(
             }
         }
     }
+
+    // 3b. Operations in progress (a merge, rebase, cherry-pick, bisect the
+    // sandbox left stopped), checked as data; the objects they name come in.
+    let carried = crate::inprogress::plan(git_dir, &stage.git_upper(), &After(&quar), ev);
+    to_migrate.extend(carried.objects.iter().copied());
 
     // New blobs no accepted history needs come in when the sandbox's index
     // names them (content staged without a commit), and only when git fsck
@@ -1253,6 +1302,7 @@ pub fn import(
     }
     out.head_changed = applied.head_changed;
     out.index_replaced = applied.index_replaced;
+    crate::inprogress::apply(git_dir, &carried, owner, ev);
     journal.finish().map_err(jio)?;
     Ok(out)
 }

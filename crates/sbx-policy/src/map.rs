@@ -262,12 +262,15 @@ fn spec_of(e: &Entry, rule: &rules::Rule, ctx: &Ctx) -> Result<Shape, SettingsEr
 }
 
 fn path_of(e: &Entry, key: &str, ctx: &Ctx) -> Result<Shape, SettingsError> {
-    // Claude Code reads additionalDirectories as plain paths: `/p` is
-    // absolute there, not relative to the settings file as in a rule.
+    // Claude Code reads additionalDirectories and socket paths as plain
+    // paths: `/p` is absolute there, not relative to the settings file as
+    // in a rule.
+    let plain = [
+        "permissions.additionalDirectories",
+        "sandbox.network.allowUnixSockets",
+    ];
     let text = match e.text.strip_prefix('/') {
-        Some(r) if key == "permissions.additionalDirectories" && !r.starts_with('/') => {
-            format!("//{r}")
-        }
+        Some(r) if plain.contains(&key) && !r.starts_with('/') => format!("//{r}"),
         _ => e.text.clone(),
     };
     rules::resolve(&text, &e.origin.base, ctx)
@@ -303,6 +306,11 @@ pub fn find_program(program: &str, cwd: &Path) -> Vec<PathBuf> {
     out.into_iter().collect()
 }
 
+fn is_socket(p: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket())
+}
+
 pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     let m = inp.merged;
     let ctx = &inp.ctx;
@@ -334,6 +342,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             "permissions.additionalDirectories",
             &m.additional_directories,
         ),
+        ("sandbox.network.allowUnixSockets", &m.unix_sockets),
     ] {
         for e in list {
             fs_lists.push((key, e, path_of(e, key, ctx)?));
@@ -452,6 +461,18 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             "permissions.additionalDirectories" => {
                 grant_shape(&mut rows, &mut grants, shape, false, label, e)
             }
+            "sandbox.network.allowUnixSockets" => match shape {
+                Shape::Exact(p) if is_socket(p) => {
+                    grant_shape(&mut rows, &mut grants, shape, false, label, e)
+                }
+                _ => row(
+                    &mut rows,
+                    label,
+                    e,
+                    Status::NotEnforced,
+                    "not an existing Unix socket (an absolute path, no glob): nothing bound",
+                ),
+            },
             "sandbox.filesystem.denyRead" => read_denies.push((shape.clone(), label, e)),
             _ => write_denies.push((shape.clone(), label, e)),
         }
@@ -870,13 +891,13 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     }
     // Keys of the settings sbx reads but does not map: never dropped silently.
     for e in &m.unmapped_keys {
-        row(
-            &mut rows,
-            &e.text,
-            e,
-            Status::NotEnforced,
-            unmapped_effect(&e.text),
-        );
+        // Binding the loopback is what every sandbox already may do.
+        let status = if e.text.ends_with(".allowLocalBinding") {
+            Status::Enforced
+        } else {
+            Status::NotEnforced
+        };
+        row(&mut rows, &e.text, e, status, unmapped_effect(&e.text));
     }
     let git_repo = ctx.cwd.join(".git").exists();
     Ok(Policy {
@@ -914,11 +935,11 @@ pub fn unmapped_effect(key: &str) -> String {
         "failIfUnavailable" => {
             "sbx always fails closed: a layer that cannot be set up stops the run (125)"
         }
-        "allowUnixSockets" | "allowAllUnixSockets" => {
-            "no host socket is visible in the sandbox: the sockets are not bound"
+        "allowAllUnixSockets" => {
+            "not honoured: only the sockets listed in allowUnixSockets are bound"
         }
         "allowLocalBinding" => {
-            "not mapped: the sandbox's network is sbx-net's, this key changes nothing"
+            "always so: the sandbox has its own loopback (sbx-net's namespace); a server it binds there is reachable from inside only, never from the host"
         }
         "httpProxyPort" | "socksProxyPort" => "sbx-net runs its own proxy: this port is not used",
         "allowManagedDomainsOnly" | "allowManagedPermissionRulesOnly" => {

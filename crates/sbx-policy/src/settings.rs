@@ -133,6 +133,9 @@ pub struct Merged {
     /// (`allowManagedPermissionRulesOnly`,
     /// `sandbox.network.allowManagedDomainsOnly`).
     pub managed_only: Vec<Entry>,
+    /// `sandbox.network.allowUnixSockets`: socket paths bound into the
+    /// sandbox.
+    pub unix_sockets: Vec<Entry>,
     /// Entries of lower scopes a managed-only switch set aside, with why
     /// (listed by explain, never silently dropped).
     pub ignored: Vec<(Entry, &'static str)>,
@@ -364,7 +367,14 @@ fn merge_one(m: &mut Merged, f: &FileCtx<'_>, v: &Value) -> Result<(), SettingsE
                 return Err(f.err(Some("network"), "'sandbox.network' must be an object"));
             };
             for (k, _) in n.iter() {
-                if !["allowedDomains", "deniedDomains", DOMAINS_ONLY].contains(&k.as_str()) {
+                if ![
+                    "allowedDomains",
+                    "deniedDomains",
+                    DOMAINS_ONLY,
+                    "allowUnixSockets",
+                ]
+                .contains(&k.as_str())
+                {
                     m.unmapped_keys.push(Entry {
                         text: format!("sandbox.network.{k}"),
                         origin: f.origin(Some(k)),
@@ -383,6 +393,11 @@ fn merge_one(m: &mut Merged, f: &FileCtx<'_>, v: &Value) -> Result<(), SettingsE
                 f,
                 n.get("deniedDomains"),
                 "sandbox.network.deniedDomains",
+            )?);
+            m.unix_sockets.extend(strings(
+                f,
+                n.get("allowUnixSockets"),
+                "sandbox.network.allowUnixSockets",
             )?);
         }
         // Every other key of `sandbox` (excludedCommands, failIfUnavailable,
@@ -493,7 +508,6 @@ mod tests {
                 "sandbox.futureKey",
                 "sandbox.network.allowLocalBinding",
                 "sandbox.network.allowManagedDomainsOnly",
-                "sandbox.network.allowUnixSockets",
                 "sandbox.network.httpProxyPort",
             ]
         );

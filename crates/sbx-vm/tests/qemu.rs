@@ -258,6 +258,14 @@ fn sbx_chain_inside_the_guest() {
         .output()
         .unwrap();
     assert!(st.status.success(), "build-guest: {}", stderr(&st));
+    // A build that takes minutes says which step it is in.
+    for n in 1..=5 {
+        assert!(
+            stderr(&st).contains(&format!("build-guest: [{n}/5] ")),
+            "no progress line {n}: {}",
+            stderr(&st)
+        );
+    }
     let out = vm
         .cmd(&gdir)
         .args(["--", "sbx-seccomp", "--", "sh", "-c", "echo inside; exit 3"])
