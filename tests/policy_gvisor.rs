@@ -564,6 +564,10 @@ fn zero_trust_names_fail_at_once_and_commits_land() {
         git(&p.root, &["rm", "-q", "--cached", ".env"]);
         git(&p.root, &["commit", "-qm", "untrack .env"]);
         write(&p.root.join(".git/info/exclude"), ".env\n");
+        if who == As::User {
+            // What the host's git just wrote (as root) is the user's too.
+            chown_r(&p.root);
+        }
         let before = git(&p.root, &["rev-parse", "HEAD"]);
         let script = format!(
             r#"
