@@ -1,6 +1,8 @@
 //! Helpers shared by the cross-tool end-to-end suites.
 #![allow(dead_code)]
 
+pub mod gitproj;
+
 use std::path::Path;
 use std::process::Command;
 
