@@ -42,6 +42,10 @@ const SETTINGS: &str = r#"{
 "#;
 
 fn project(who: As) -> Project {
+    project_with(who, SETTINGS)
+}
+
+fn project_with(who: As, settings: &str) -> Project {
     let d = sbx_testutil::shared_tempdir();
     let base = d.path().canonicalize().unwrap();
     let root = base.join("proj");
@@ -57,7 +61,7 @@ fn project(who: As) -> Project {
     git(&root, &["init", "-q", "-b", "main"]);
     git(&root, &["add", "-A"]);
     git(&root, &["commit", "-qm", "init"]);
-    write(&root.join(".claude/settings.json"), SETTINGS);
+    write(&root.join(".claude/settings.json"), settings);
     if who == As::User {
         chown_r(&base);
     }
@@ -71,6 +75,11 @@ fn project(who: As) -> Project {
 }
 
 fn chain_cmd(p: &Project, script: &str, who: As) -> Command {
+    chain_with(p, &[], &["sh", "-c", script], who)
+}
+
+/// `sbx-policy chain --trust zero EXTRA... -- ARGV...` in the project.
+fn chain_with(p: &Project, extra: &[&str], argv: &[&str], who: As) -> Command {
     let mut c = sbx_testutil::tool("sbx-policy");
     c.arg("--audit-log").arg(&p.log);
     c.args([
@@ -81,8 +90,11 @@ fn chain_cmd(p: &Project, script: &str, who: As) -> Command {
         "/nonexistent/m.json",
     ]);
     c.arg("--home").arg(&p.home);
-    c.args(["--memory", "512M", "--pids", "256", "--tmp-size", "32M"]);
-    c.args(["--", "sh", "-c", script]);
+    c.args(["--memory", "512M", "--tmp-size", "32M"]);
+    if !extra.contains(&"--pids") {
+        c.args(["--pids", "256"]);
+    }
+    c.args(extra).arg("--").args(argv);
     c.current_dir(&p.root)
         .env("PATH", PATH)
         .env("HOME", &p.home)
@@ -157,7 +169,11 @@ fn assert_nothing_left(p: &Project, within: Duration) {
     let st = git(&p.root, &["status", "--porcelain", "--ignored"]);
     for l in st.lines() {
         assert!(
-            l.ends_with("src/lib.sh") || l.contains(".claude/") || l.contains("src/new.txt"),
+            l.ends_with("src/lib.sh")
+                || l.contains(".claude/")
+                || l.contains("src/new.txt")
+                || l.contains("src/agent.sh")
+                || l == "!! .env",
             "unexpected change in the project: {st}"
         );
     }
@@ -419,5 +435,185 @@ fn zero_trust_command_not_found_or_not_executable() {
             assert_eq!(code(&out), want, "{who:?} {prog}: {}", stderr(&out));
             assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
         }
+    }
+}
+
+/// The Bash rules hold in gVisor. Invoke mode: an unlisted command is
+/// refused before anything starts (126, command_denied). Strict mode: a
+/// script the rules allow runs, and every mount is noexec but the listed
+/// programs (and the dynamic loaders), so an unlisted program it starts is
+/// refused with EACCES (126) by gVisor's kernel and an exec_denied alert
+/// is logged (from runsc's exec trace); memfd_create is refused; `--print`
+/// says so. uid 0 inside is the caller: what it creates is the caller's.
+#[test]
+fn zero_trust_applies_the_exec_allowlist() {
+    if runsc().is_none() {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    }
+    let settings = r#"{"permissions": {"allow": ["Bash(git:*)", "Bash(python3:*)",
+        "Bash(./src/agent.sh)", "Edit(./**)"]}}"#;
+    // A memfd would run whatever the mounts say: memfd_create is refused.
+    let script = "#!/bin/sh\nid -u; echo ID=$?; git --version >/dev/null; echo GIT=$?\n\
+        python3 -c 'import os; os.memfd_create(\"x\")' 2>/dev/null; echo MEMFD=$?\n\
+        echo made > src/new.txt; exit 5\n";
+    for who in identities() {
+        let p = project_with(who, settings);
+        let agent = p.root.join("src/agent.sh");
+        write(&agent, script);
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+        // Invoke mode (the default): `id` is not the agent's to run.
+        let out = sbx_testutil::output_within(
+            &mut chain_with(&p, &[], &["id", "-u"], who),
+            Duration::from_secs(60),
+        );
+        assert_eq!(code(&out), 126, "{who:?}: {}", stderr(&out));
+        assert_event(&p.log, "command_denied", "alert", |e| {
+            e["refused"] == "id -u"
+        });
+        assert!(
+            !audit_events(&p.log)
+                .iter()
+                .any(|e| e["event"] == "gvisor_start"),
+            "nothing started"
+        );
+
+        // Strict mode: the script runs; what it starts is checked.
+        let out = sbx_testutil::output_within(
+            &mut chain_with(
+                &p,
+                &["--exec-allowlist", "strict"],
+                &["./src/agent.sh"],
+                who,
+            ),
+            Duration::from_secs(120),
+        );
+        let so = stdout(&out);
+        let ctx = format!("{who:?}\nstdout:\n{so}\nstderr:\n{}", stderr(&out));
+        assert_eq!(code(&out), 5, "{ctx}");
+        assert_eq!(marker(&so, "ID"), "126", "id is not listed: {ctx}");
+        assert_eq!(marker(&so, "GIT"), "0", "git is listed: {ctx}");
+        assert_eq!(marker(&so, "MEMFD"), "1", "memfd_create refused: {ctx}");
+        assert_event(&p.log, "exec_denied", "alert", |e| {
+            e["path"].as_str().is_some_and(|x| x.ends_with("/id"))
+                && e["enforced_by"] == "gvisor noexec mounts"
+        });
+        // The caller owns what the command made.
+        use std::os::unix::fs::MetadataExt;
+        let want = match who {
+            As::Root => 0,
+            As::User => sbx_testutil::test_user().unwrap().0,
+        };
+        assert_eq!(
+            std::fs::metadata(p.root.join("src/new.txt")).unwrap().uid(),
+            want,
+            "{ctx}"
+        );
+        assert_nothing_left(&p, Duration::from_secs(5));
+
+        let mut c = sbx_testutil::tool("sbx-policy");
+        c.args([
+            "chain",
+            "--print",
+            "--trust",
+            "zero",
+            "--managed",
+            "/nonexistent/m.json",
+            "--exec-allowlist",
+            "strict",
+        ]);
+        c.arg("--home").arg(&p.home);
+        c.args(["--", "git", "status"]);
+        c.current_dir(&p.root)
+            .env("PATH", PATH)
+            .env("HOME", &p.home);
+        run_as(&mut c, who);
+        let out = c.output().unwrap();
+        let so = stdout(&out);
+        assert_eq!(code(&out), 0, "{so}{}", stderr(&out));
+        assert!(
+            so.contains("gvisor --runsc") && so.contains("--allow-exec "),
+            "{so}"
+        );
+        assert!(
+            so.contains("execute allowlist") && so.contains("noexec"),
+            "{so}"
+        );
+        assert!(
+            so.contains("uid 0 inside without capabilities is the caller"),
+            "{so}"
+        );
+    }
+}
+
+/// Denied names fail at once inside gVisor (there is no network): the
+/// answer is "no such name" (EAI_NONAME), not 70-90 s of retries ending in
+/// EAI_AGAIN. And the git stage: a commit, a branch, a stash and a gc made
+/// inside land on the host after sbx-gitguard's checks.
+#[test]
+fn zero_trust_names_fail_at_once_and_commits_land() {
+    if runsc().is_none() {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    }
+    let settings = r#"{"permissions": {"allow": ["Edit(./**)"]}}"#;
+    for who in identities() {
+        let p = project_with(who, settings);
+        // .env is hidden inside (an unreadable cover): git cannot index a
+        // tracked file it cannot read, so it is untracked here.
+        git(&p.root, &["rm", "-q", "--cached", ".env"]);
+        git(&p.root, &["commit", "-qm", "untrack .env"]);
+        write(&p.root.join(".git/info/exclude"), ".env\n");
+        if who == As::User {
+            // What the host's git just wrote (as root) is the user's too.
+            chown_r(&p.root);
+        }
+        let before = git(&p.root, &["rev-parse", "HEAD"]);
+        let script = format!(
+            r#"
+timeout 5 {PY} -c '
+import socket
+try:
+    socket.getaddrinfo("denied.example.com", 443)
+    print("GAI=resolved")
+except socket.gaierror as e:
+    print("GAI=%d" % e.errno)
+'
+echo DNS=$?
+G="git -c user.name=agent -c user.email=agent@example.invalid"
+echo more > src/more.txt
+$G add src/more.txt && $G commit -qm inside; echo COMMIT=$?
+$G checkout -q -b feat; echo BRANCH=$?
+echo wip >> src/lib.sh; $G stash -q; echo STASH=$?
+$G gc -q; echo GC=$?
+"#
+        );
+        // Room for git gc's processes (as root, --pids 256 leaves the guest
+        // 8: see guest_nproc).
+        let mut c = chain_with(&p, &["--pids", "1024"], &["sh", "-c", &script], who);
+        let out = sbx_testutil::output_within(&mut c, Duration::from_secs(120));
+        let so = stdout(&out);
+        let ctx = format!("{who:?}\nstdout:\n{so}\nstderr:\n{}", stderr(&out));
+        assert_eq!(code(&out), 0, "{ctx}");
+        // EAI_NONAME (-2) at once; a timeout (124) or EAI_AGAIN (-3) is the
+        // unreachable resolver.
+        assert_eq!(marker(&so, "DNS"), "0", "{ctx}");
+        assert_eq!(marker(&so, "GAI"), "-2", "{ctx}");
+        for k in ["COMMIT", "BRANCH", "STASH", "GC"] {
+            assert_eq!(marker(&so, k), "0", "{k}: {ctx}");
+        }
+        // On the host: verified, the refs moved.
+        git(&p.root, &["fsck", "--strict"]);
+        let main = git(&p.root, &["rev-parse", "refs/heads/main"]);
+        assert_ne!(main, before, "{ctx}");
+        assert_eq!(git(&p.root, &["rev-parse", "refs/heads/feat"]), main);
+        assert_eq!(
+            git(&p.root, &["symbolic-ref", "HEAD"]).trim(),
+            "refs/heads/feat"
+        );
+        assert_eq!(git(&p.root, &["show", "main:src/more.txt"]), "more\n");
+        git(&p.root, &["rev-parse", "--verify", "refs/stash"]);
+        assert_event(&p.log, "git_stage_imported", "info", |_| true);
+        assert_nothing_left(&p, Duration::from_secs(5));
     }
 }

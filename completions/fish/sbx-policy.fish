@@ -120,6 +120,8 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l memory 
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l pids -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l cpus -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l timeout -r
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l allow-exec -d 'The execute allowlist (as sbx-seccomp --allow-exec): every mount is noexec but these files (and the dynamic loaders)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l git-stage -d 'A git stage made by sbx-gitguard run --stage (as sbx-fs --git-stage)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l fsize -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l pass-env -d 'Pass the caller\'s variable NAME (or PREFIX*) too (as sbx-fs --pass-env)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F

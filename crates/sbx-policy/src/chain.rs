@@ -190,9 +190,12 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
     let mut notes = Vec::new();
     if let Some(x) = &p.exec_allow {
         let low_chain = o.trust == Trust::Low && !o.container;
-        if x.kernel_enforced() && !low_chain {
+        // The gVisor tier applies it with noexec mounts (gvisor.rs).
+        let gvisor =
+            o.trust == Trust::Zero && !o.latency_sensitive && find_tool("runsc", None).is_some();
+        if x.kernel_enforced() && !low_chain && !gvisor {
             return Err(ChainError::TierUnavailable(
-                "--exec-allowlist strict: the kernel execute allowlist is applied by the namespace chain only (sbx-seccomp --allow-exec); this tier cannot enforce it: use --trust low without --container, or --exec-allowlist invoke".into(),
+                "--exec-allowlist strict: the kernel execute allowlist is applied by the namespace chain (sbx-seccomp --allow-exec) and the gVisor tier only; this tier cannot enforce it: use --trust low without --container, --trust zero with runsc installed, or --exec-allowlist invoke".into(),
             ));
         }
         notes.push(format!(
@@ -247,17 +250,36 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                     });
                     None
                 };
-                notes.push("gVisor: an OCI bundle from the sbx-fs mount plan (grants, denies, invariants), read-only root, no capabilities, --network=none (the domain allowlist is not carried: no network)".into());
+                notes.push("gVisor: an OCI bundle from the sbx-fs mount plan (grants, denies, invariants), read-only root, --network=none (the domain allowlist is not carried: no network; every name fails at once: hosts file only); uid 0 inside without capabilities is the caller (unprivileged: runsc --rootless shows the caller's files as owned by 0)".into());
                 if !p.net_allow.is_empty() {
                     notes.push(format!(
                         "gVisor tier: no network; the allowed domains ({}) need --trust low",
                         p.net_allow.join(", ")
                     ));
                 }
-                let l = crate::gvisor::layer(p, &me, &runsc, cgroup.as_deref());
+                // The same git stage and checks as the namespace chain.
+                let stage = git_stage(p);
+                let mut layers =
+                    gitguard_layers(p, o, "zero trust: gVisor", stage.as_deref(), &with_layers)?;
+                let exec = exec_files(p, cmd);
+                if let Some(x) = &exec {
+                    notes.push(format!("gVisor tier: the execute allowlist ({} files) is enforced by gVisor's kernel: every mount noexec but those files (and the dynamic loaders); refused execs are exec_denied alerts from runsc's exec trace", x.len()));
+                }
+                if stage.is_none() && p.git_repo {
+                    notes.push("gVisor tier: .git is not writable by the grants: git commits fail inside (read-only)".into());
+                }
+                let l = crate::gvisor::layer(
+                    p,
+                    &me,
+                    &runsc,
+                    cgroup.as_deref(),
+                    stage.as_deref(),
+                    exec.as_deref().unwrap_or_default(),
+                );
+                layers.extend([l, cmd.to_vec()]);
                 return Ok(Plan {
                     tier: "zero trust: gVisor (runsc --platform=ptrace)",
-                    layers: vec![l, cmd.to_vec()],
+                    layers,
                     env: Vec::new(),
                     notes,
                 });
@@ -372,26 +394,13 @@ fn low(
         layers.push(l);
     }
     let stage = git_stage(p);
-    if p.git_repo {
-        let mut l = vec![os(tool("sbx-gitguard")?), os("run")];
-        cfg(&mut l, "sbx-gitguard");
-        l.extend([os("--repo"), os(&p.cwd)]);
-        if let Some(s) = &stage {
-            l.extend([os("--stage"), os(s)]);
-        }
-        layers.push(l);
-    }
-    // Repositories planted anywhere the command can write (git runs their
-    // fsmonitor and hooks on the host later), git project or not: checked
-    // right after the command, before the repository's own check.
-    let writable: Vec<&PathBuf> = p.rw.iter().filter(|r| r.is_dir()).collect();
-    if !writable.is_empty() {
-        let mut l = vec![os(tool("sbx-gitguard")?), os("plants")];
-        for r in writable {
-            l.extend([os("--dir"), os(r)]);
-        }
-        layers.push(l);
-    }
+    layers.extend(gitguard_layers(
+        p,
+        o,
+        "low trust: the namespace chain",
+        stage.as_deref(),
+        &cfg,
+    )?);
     // sbx-cgroup is in the chain unless --no-cgroup: without root or a
     // delegated cgroup it still applies the limits that need none (and
     // is given only those; the notes say which do not apply).
@@ -472,17 +481,13 @@ fn low(
         l.push(os("--git-identity"));
     }
     let mut sl = vec![os(&seccomp), os("--profile"), os("default")];
-    if let Some(x) = &p.exec_allow
-        && x.kernel_enforced()
-    {
-        // Strict mode: sbx-seccomp applies the execute allowlist (Landlock)
-        // and reports refused execs (exec_denied). sbx-fs opens it (an sbx
-        // tool) on the host and executes it by fd: its directory need not
-        // be visible.
-        for f in x.strict_files(cmd, &p.start) {
-            sl.push(os("--allow-exec"));
-            sl.push(os(f));
-        }
+    // Strict mode: sbx-seccomp applies the execute allowlist (Landlock)
+    // and reports refused execs (exec_denied). sbx-fs opens it (an sbx
+    // tool) on the host and executes it by fd: its directory need not be
+    // visible.
+    for x in exec_files(p, cmd).unwrap_or_default() {
+        sl.push(os("--allow-exec"));
+        sl.push(os(x));
     }
     cfg(&mut l, "sbx-fs");
     layers.push(l);
@@ -495,6 +500,51 @@ fn low(
         env: Vec::new(),
         notes,
     })
+}
+
+/// sbx-gitguard's layers, in front of the sandbox: `run` (with the git
+/// stage) when the project is a repository, `plants` for every writable
+/// directory.
+fn gitguard_layers(
+    p: &Policy,
+    o: &Options,
+    tier: &str,
+    stage: Option<&Path>,
+    cfg: &dyn Fn(&mut Vec<OsString>, &str),
+) -> Result<Vec<Vec<OsString>>, ChainError> {
+    let tool = || need("sbx-gitguard", tier, o);
+    let mut layers = Vec::new();
+    if p.git_repo {
+        let mut l = vec![os(tool()?), os("run")];
+        cfg(&mut l, "sbx-gitguard");
+        l.extend([os("--repo"), os(&p.cwd)]);
+        if let Some(s) = stage {
+            l.extend([os("--stage"), os(s)]);
+        }
+        layers.push(l);
+    }
+    // Repositories planted anywhere the command can write (git runs their
+    // fsmonitor and hooks on the host later), git project or not: checked
+    // right after the command, before the repository's own check.
+    let writable: Vec<&PathBuf> = p.rw.iter().filter(|r| r.is_dir()).collect();
+    if !writable.is_empty() {
+        let mut l = vec![os(tool()?), os("plants")];
+        for r in writable {
+            l.extend([os("--dir"), os(r)]);
+        }
+        layers.push(l);
+    }
+    Ok(layers)
+}
+
+/// The kernel execute allowlist's files for a command (None: none, the
+/// invoke mode or no Bash rules): the namespace chain gives them to
+/// sbx-seccomp, the gVisor tier to `sbx-policy gvisor`.
+fn exec_files(p: &Policy, cmd: &[OsString]) -> Option<Vec<PathBuf>> {
+    p.exec_allow
+        .as_ref()
+        .filter(|x| x.kernel_enforced())
+        .map(|x| x.strict_files(cmd, &p.start))
 }
 
 /// Where this turn's git commits are staged: when the project is a

@@ -238,6 +238,7 @@ pub fn render(p: &Policy) -> String {
         let _ = writeln!(o, "  {}.", x.mode.consequences());
         o.push('\n');
     }
+    let _ = writeln!(o, "{}\n", GVISOR_TIER);
     let lp = crate::limitplan::plan(&p.limits, &crate::limitplan::detect(), true);
     let _ = writeln!(
         o,
@@ -310,3 +311,6 @@ pub fn render(p: &Policy) -> String {
     }
     o
 }
+
+/// What differs in the zero-trust gVisor tier (chain --trust zero).
+const GVISOR_TIER: &str = "In the gVisor tier (chain --trust zero, runsc installed): the same grants, denies, invariants and git stage (commits are imported after sbx-gitguard's checks); the Bash rules judge the command as here, and strict mode's execute allowlist is enforced by gVisor's kernel (every mount noexec but the listed programs and the dynamic loaders, memfd_create refused; exec_denied alerts from runsc's exec trace); no network at all, and every name fails at once (\"Name or service not known\"); uid 0 inside, without capabilities, is the caller (as root, root; unprivileged, runsc --rootless shows the caller's own files as owned by 0).";

@@ -19,6 +19,11 @@
 //!   root without capabilities behind the gVisor kernel; unprivileged:
 //!   `runsc --rootless`, uid 0 inside is the caller);
 //! - `--network=none` (only a loopback interface inside), `--platform=ptrace`;
+//!   names fail at once (`hosts: files`, a resolv.conf on loopback);
+//! - the git stage (`--git-stage`): the stage's overlay is mounted by the
+//!   host's kernel in runsc's own mount namespace and `.git` bound from it;
+//! - the execute allowlist (`--allow-exec`): every mount noexec but the
+//!   listed files; refused execs are read from runsc's exec trace;
 //! - rlimits (file size, processes, open files); as root the whole sandbox
 //!   (the gVisor kernel, its gofer and every stub process) runs inside
 //!   `sbx-cgroup` with the tier's memory, pids, CPU and wall-clock limits.
@@ -75,6 +80,13 @@ pub struct Args {
     pub cpus: Option<String>,
     #[arg(long, value_name = "DURATION")]
     pub timeout: Option<String>,
+    /// The execute allowlist (as sbx-seccomp --allow-exec): every mount is
+    /// noexec but these files (and the dynamic loaders).
+    #[arg(long, value_name = "PATH")]
+    pub allow_exec: Vec<PathBuf>,
+    /// A git stage made by sbx-gitguard run --stage (as sbx-fs --git-stage).
+    #[arg(long, value_name = "DIR")]
+    pub git_stage: Option<PathBuf>,
     #[arg(long, value_name = "SIZE")]
     pub fsize: Option<String>,
     /// Pass the caller's variable NAME (or PREFIX*) too (as sbx-fs --pass-env).
@@ -95,11 +107,25 @@ fn os<S: AsRef<std::ffi::OsStr>>(s: S) -> OsString {
 }
 
 /// The chain layer `sbx-policy gvisor ...` for a policy (`me` is
-/// sbx-policy, `cgroup` sbx-cgroup when the limits are to be applied).
-pub fn layer(p: &Policy, me: &Path, runsc: &Path, cgroup: Option<&Path>) -> Vec<OsString> {
+/// sbx-policy, `cgroup` sbx-cgroup when the limits are to be applied,
+/// `stage` the git stage, `exec` the execute allowlist).
+pub fn layer(
+    p: &Policy,
+    me: &Path,
+    runsc: &Path,
+    cgroup: Option<&Path>,
+    stage: Option<&Path>,
+    exec: &[PathBuf],
+) -> Vec<OsString> {
     let mut l = vec![os(me), os("gvisor"), os("--runsc"), os(runsc)];
     if let Some(c) = cgroup {
         l.extend([os("--cgroup-bin"), os(c)]);
+    }
+    if let Some(s) = stage {
+        l.extend([os("--git-stage"), os(s)]);
+    }
+    for x in exec {
+        l.extend([os("--allow-exec"), os(x)]);
     }
     for r in &p.rw {
         l.extend([os("--rw"), os(r)]);
@@ -145,6 +171,9 @@ fn fs_plan(a: &Args) -> Result<Plan, Failure> {
     }
     for d in &a.deny {
         argv.extend([os("--deny"), d.clone()]);
+    }
+    if let Some(s) = &a.git_stage {
+        argv.extend([os("--git-stage"), os(s)]);
     }
     argv.extend([os("--tmp-size"), os(&a.tmp_size), os("--"), os("true")]);
     let cli = sbx_fs::Cli::try_parse_from(argv)
@@ -200,10 +229,17 @@ struct Bundle {
     denied_file: PathBuf,
     /// Empty, mode 0444: a protected file that does not exist.
     empty_file: PathBuf,
+    /// Where the git stage's overlay is mounted (runsc's own mount
+    /// namespace), when there is a stage.
+    gitview: Option<PathBuf>,
+    /// Every mount noexec but the allowlist's files.
+    noexec: bool,
+    /// The caller's uid and gid: the owner of the tmpfs it owns.
+    owner: (u32, u32),
 }
 
 /// The OCI mounts for the plan (sbx-fs's ops in its order, parent first).
-fn mounts(plan: &Plan, b: &Bundle, tmp_size: u64) -> Result<Vec<Value>, Failure> {
+fn mounts(plan: &Plan, b: &Bundle, tmp_size: u64, exec: &[PathBuf]) -> Result<Vec<Value>, Failure> {
     let mut out = vec![
         json!({"destination": "/proc", "type": "proc", "source": "proc"}),
         json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
@@ -211,13 +247,18 @@ fn mounts(plan: &Plan, b: &Bundle, tmp_size: u64) -> Result<Vec<Value>, Failure>
         json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts",
                "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]}),
         json!({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
-               "options": ["nosuid", "nodev", "mode=1777", format!("size={tmp_size}")]}),
+               "options": ["nosuid", "nodev", "noexec", "mode=1777", format!("size={tmp_size}")]}),
     ];
-    let bind = |dst: &Path, src: &Path, ro: bool| {
-        json!({"destination": dst, "type": "bind", "source": src,
-               "options": ["rbind", if ro { "ro" } else { "rw" }]})
+    let noexec = b.noexec;
+    let bind_x = |dst: &Path, src: &Path, ro: bool, exec: bool| {
+        let mut o = vec!["rbind", if ro { "ro" } else { "rw" }];
+        if !exec {
+            o.push("noexec");
+        }
+        json!({"destination": dst, "type": "bind", "source": src, "options": o})
     };
-    let tmpfs = |dst: &Path, size: u64, mode: u32, ro: bool| {
+    let bind = |dst: &Path, src: &Path, ro: bool| bind_x(dst, src, ro, !noexec);
+    let tmpfs = |dst: &Path, size: u64, mode: u32, ro: bool, owned: bool| {
         let mut o = vec![
             "nosuid".to_string(),
             "nodev".to_string(),
@@ -226,6 +267,13 @@ fn mounts(plan: &Plan, b: &Bundle, tmp_size: u64) -> Result<Vec<Value>, Failure>
         ];
         if ro {
             o.push("ro".into());
+        }
+        if noexec {
+            o.push("noexec".into());
+        }
+        if owned {
+            o.push(format!("uid={}", b.owner.0));
+            o.push(format!("gid={}", b.owner.1));
         }
         json!({"destination": dst, "type": "tmpfs", "source": "tmpfs", "options": o})
     };
@@ -237,14 +285,7 @@ fn mounts(plan: &Plan, b: &Bundle, tmp_size: u64) -> Result<Vec<Value>, Failure>
         }
         let enclosing = sbx_fs::plan::enclosing(&plan.ops, i);
         // The host object at the destination, when it lies in a bind.
-        let host = enclosing.and_then(|j| match plan.ops[j].what {
-            What::Bind { src, .. } => op
-                .dst
-                .strip_prefix(&plan.ops[j].dst)
-                .ok()
-                .map(|rel| plan.sources[src].path.join(rel)),
-            _ => None,
-        });
+        let host = enclosing.and_then(|j| host_path(plan, b, j, &op.dst));
         // A hidden or protected object the caller itself cannot open is
         // hidden already (runsc's gofer opens files as the caller; rootless,
         // a mount over it would fail): /etc/gshadow for a user.
@@ -259,7 +300,9 @@ fn mounts(plan: &Plan, b: &Bundle, tmp_size: u64) -> Result<Vec<Value>, Failure>
             What::Bind { src, ro } => {
                 out.push(bind(&op.dst, &plan.sources[*src].path, *ro));
             }
-            What::Tmpfs { size, mode, .. } => out.push(tmpfs(&op.dst, *size, *mode, false)),
+            What::Tmpfs { size, mode, owned } => {
+                out.push(tmpfs(&op.dst, *size, *mode, false, *owned))
+            }
             What::Symlink { target } => {
                 if enclosing.is_some() {
                     return Err(Failure::new(format!(
@@ -276,11 +319,11 @@ fn mounts(plan: &Plan, b: &Bundle, tmp_size: u64) -> Result<Vec<Value>, Failure>
                     .map_err(|e| Failure::new(format!("gvisor: {}: {e}", at.display())))?;
             }
             What::Deny => match op.kind {
-                Kind::Dir => out.push(tmpfs(&op.dst, 4096, 0, true)),
+                Kind::Dir => out.push(tmpfs(&op.dst, 4096, 0, true, false)),
                 Kind::File => out.push(bind(&op.dst, &b.denied_file, true)),
             },
             What::Empty => match op.kind {
-                Kind::Dir => out.push(tmpfs(&op.dst, 4096, 0o555, true)),
+                Kind::Dir => out.push(tmpfs(&op.dst, 4096, 0o555, true, false)),
                 Kind::File => out.push(bind(&op.dst, &b.empty_file, true)),
             },
             What::ReadOnly => {
@@ -291,18 +334,116 @@ fn mounts(plan: &Plan, b: &Bundle, tmp_size: u64) -> Result<Vec<Value>, Failure>
                 out.push(bind(&op.dst, &h, true));
             }
             What::Proc | What::Devpts => {}
-            // The gVisor tier builds its plan without --git-stage.
-            What::Overlay { .. } => {
-                return Err(Failure::new(format!(
-                    "gvisor: the git stage overlay at {} is not supported",
-                    op.dst.display()
-                )));
-            }
+            // The overlay itself is mounted on the host side, in runsc's
+            // own mount namespace (see `GitView`): bound from there.
+            What::Overlay { .. } => match &b.gitview {
+                Some(v) => out.push(bind(&op.dst, v, false)),
+                None => {
+                    return Err(Failure::new(format!(
+                        "gvisor: the git stage overlay at {} has no mount",
+                        op.dst.display()
+                    )));
+                }
+            },
         }
         // Mount points at the top level are made in the (read-only) root.
         if enclosing.is_none() && !matches!(op.what, What::Symlink { .. }) {
             make_mount_point(&b.rootfs, op)?;
         }
+    }
+    if noexec {
+        out.extend(exec_binds(plan, b, exec));
+    }
+    out.extend(dns_binds(plan, b)?);
+    Ok(out)
+}
+
+/// The host object shown at `dst` by op `j` (a bind, or the git stage's
+/// overlay), when `dst` lies in it.
+fn host_path(plan: &Plan, b: &Bundle, j: usize, dst: &Path) -> Option<PathBuf> {
+    let o = &plan.ops[j];
+    let rel = dst.strip_prefix(&o.dst).ok()?;
+    match o.what {
+        What::Bind { src, .. } => Some(plan.sources[src].path.join(rel)),
+        What::Overlay { .. } => b.gitview.as_ref().map(|v| v.join(rel)),
+        _ => None,
+    }
+}
+
+/// The execute allowlist: every other mount is noexec, so gVisor's kernel
+/// refuses any other execve (EACCES); each listed file (and directory) is
+/// bound onto itself without noexec, read-only or writable as the grant it
+/// lies in. What the plan hides or does not show stays so.
+fn exec_binds(plan: &Plan, b: &Bundle, exec: &[PathBuf]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for x in sbx_seccomp::landlock::allowlist(exec) {
+        // The innermost op at or above x (the ops are parent first).
+        let Some(j) = plan.ops.iter().rposition(|o| x.starts_with(&o.dst)) else {
+            continue;
+        };
+        let ro = match plan.ops[j].what {
+            What::Bind { ro, .. } => ro,
+            What::ReadOnly => true,
+            _ => continue,
+        };
+        // A hidden path below x (a denied file in a listed directory) is
+        // mounted after x by the plan: keep it hidden, list no directory
+        // that contains one (nor one with a nested grant).
+        if plan.ops.iter().any(|o| o.dst != x && o.dst.starts_with(&x)) {
+            tracing::warn!(path = %x.display(), "allow-exec directory with hidden or protected entries: not executable");
+            continue;
+        }
+        if let Some(h) = host_path(plan, b, j, &x)
+            && h.exists()
+        {
+            out.push(json!({"destination": x, "type": "bind", "source": h,
+                            "options": ["rbind", if ro { "ro" } else { "rw" }]}));
+        }
+    }
+    out
+}
+
+/// Names fail at once inside (there is no network, so no resolver can be
+/// reached): the hosts file only (`hosts: files` in nsswitch.conf, so
+/// getaddrinfo answers EAI_NONAME without a query) and a resolv.conf naming
+/// gVisor's loopback, where nothing listens (a program with its own
+/// resolver gets "connection refused" at once), instead of the host's
+/// resolver, which is unreachable: 70-90 s of retries for each name.
+fn dns_binds(plan: &Plan, b: &Bundle) -> Result<Vec<Value>, Failure> {
+    let mut out = Vec::new();
+    let dir = b.dir.parent().unwrap_or(&b.dir).join("etc");
+    for (name, host) in [
+        ("nsswitch.conf", Path::new("/etc/nsswitch.conf")),
+        ("resolv.conf", Path::new("/etc/resolv.conf")),
+    ] {
+        // Shown through a bind of the host's /etc, as a regular file (a
+        // symlink would lead the mount elsewhere; without the file glibc
+        // asks 127.0.0.1, which fails at once too).
+        let shown = plan.ops.iter().rposition(|o| host.starts_with(&o.dst));
+        if !shown.is_some_and(|j| matches!(plan.ops[j].what, What::Bind { .. }))
+            || !host.symlink_metadata().is_ok_and(|m| m.is_file())
+        {
+            continue;
+        }
+        let text = if name == "resolv.conf" {
+            "# sbx gVisor tier: no network; names fail at once\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n".to_string()
+        } else {
+            let host_text = std::fs::read_to_string(host).unwrap_or_default();
+            let mut t: String = host_text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("hosts:"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            t.push_str("hosts: files\n");
+            t
+        };
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Failure::new(format!("gvisor: {}: {e}", dir.display())))?;
+        let f = dir.join(name);
+        std::fs::write(&f, text)
+            .map_err(|e| Failure::new(format!("gvisor: {}: {e}", f.display())))?;
+        out.push(json!({"destination": host, "type": "bind", "source": f,
+                        "options": ["rbind", "ro", "noexec"]}));
     }
     Ok(out)
 }
@@ -371,8 +512,9 @@ fn env_policy(a: &Args) -> Result<sbx_core::envpolicy::Policy, Failure> {
     Ok(p)
 }
 
-/// config.json.
-fn config(a: &Args, mounts: Vec<Value>) -> Result<Value, Failure> {
+/// config.json (`owner`: the identity inside, the caller's as in the
+/// other tiers).
+fn config(a: &Args, mounts: Vec<Value>, owner: (u32, u32)) -> Result<Value, Failure> {
     let mut env: Vec<String> = Vec::new();
     let caller = sbx_core::chain::current_env();
     let had_tmpdir = caller.iter().any(|(k, _)| k == "TMPDIR");
@@ -423,11 +565,30 @@ fn config(a: &Args, mounts: Vec<Value>) -> Result<Value, Failure> {
         .map(|c| c.display().to_string())
         .unwrap_or_else(|| "/".into());
     let none: [&str; 0] = [];
+    let mut linux = json!({
+        "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"},
+                       {"type": "uts"}, {"type": "mount"}],
+    });
+    // With an execute allowlist: a memfd is on no mount of ours, and gVisor
+    // runs one (execveat, /proc/self/fd/N) whatever the noexec mounts say,
+    // so memfd_create is refused (gVisor answers EPERM; runsc --oci-seccomp).
+    if !a.allow_exec.is_empty() {
+        let arch = if cfg!(target_arch = "aarch64") {
+            "SCMP_ARCH_AARCH64"
+        } else {
+            "SCMP_ARCH_X86_64"
+        };
+        linux["seccomp"] = json!({
+            "defaultAction": "SCMP_ACT_ALLOW",
+            "architectures": [arch],
+            "syscalls": [{"names": ["memfd_create"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}],
+        });
+    }
     Ok(json!({
         "ociVersion": "1.0.2",
         "process": {
             "terminal": false,
-            "user": {"uid": 0, "gid": 0},
+            "user": {"uid": owner.0, "gid": owner.1},
             "args": args,
             "env": env,
             "cwd": cwd,
@@ -439,16 +600,18 @@ fn config(a: &Args, mounts: Vec<Value>) -> Result<Value, Failure> {
         "root": {"path": "rootfs", "readonly": true},
         "hostname": "sbx",
         "mounts": mounts,
-        "linux": {
-            "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"},
-                           {"type": "uts"}, {"type": "mount"}],
-        },
+        "linux": linux,
     }))
 }
 
 fn euid() -> u32 {
     // SAFETY: cannot fail.
     unsafe { libc::geteuid() }
+}
+
+fn egid() -> u32 {
+    // SAFETY: cannot fail.
+    unsafe { libc::getegid() }
 }
 
 /// runsc's global flags.
@@ -665,6 +828,15 @@ fn run_in(
         rootfs: dir.join("bundle/rootfs"),
         denied_file: dir.join("denied"),
         empty_file: dir.join("empty"),
+        gitview: a.git_stage.as_ref().map(|_| dir.join("gitview")),
+        noexec: !a.allow_exec.is_empty(),
+        // uid 0 inside, as root and unprivileged: runsc --rootless shows
+        // the caller's files as owned by 0 (its gofer runs in a user
+        // namespace mapping the caller to 0), so uid 0 is the caller there;
+        // another uid could not write them and git would call the
+        // repository dubious. A user namespace in the bundle is refused by
+        // rootless runsc.
+        owner: (0, 0),
     };
     std::fs::create_dir_all(&b.rootfs).map_err(|e| io(&b.rootfs, e))?;
     std::fs::create_dir(state).map_err(|e| io(state, e))?;
@@ -685,8 +857,8 @@ fn run_in(
         return Err(e.into());
     }
     let r = (|| {
-        let mounts = mounts(plan, &b, tmp_size)?;
-        let cfg = config(a, mounts)?;
+        let mounts = mounts(plan, &b, tmp_size, &a.allow_exec)?;
+        let cfg = config(a, mounts, b.owner)?;
         let text = serde_json::to_string_pretty(&cfg).map_err(|e| Failure::new(e.to_string()))?;
         let cfg_path = b.dir.join("config.json");
         std::fs::write(&cfg_path, text).map_err(|e| io(&cfg_path, e))?;
@@ -705,7 +877,14 @@ fn run_in(
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode))
                 .map_err(|e| io(d, e))?;
         }
-        supervise(a, &b, state, id, &cfg, timeout, &ph)
+        let view = match &b.gitview {
+            Some(at) => {
+                std::fs::create_dir(at).map_err(|e| io(at, e))?;
+                Some(GitView::new(plan, at)?)
+            }
+            None => None,
+        };
+        supervise(a, &b, state, id, &cfg, timeout, &ph, view)
     })();
     let left = ph.cleanup();
     if !left.is_empty() {
@@ -717,6 +896,7 @@ fn run_in(
     r
 }
 
+#[allow(clippy::too_many_arguments)]
 fn supervise(
     a: &Args,
     b: &Bundle,
@@ -725,6 +905,7 @@ fn supervise(
     cfg: &Value,
     timeout: Option<Duration>,
     ph: &sbx_fs::placeholder::Placeholders,
+    view: Option<GitView>,
 ) -> Result<i32, Failure> {
     let mut argv: Vec<OsString> = Vec::new();
     if let Some(c) = &a.cgroup_bin {
@@ -745,8 +926,18 @@ fn supervise(
     }
     argv.push(os(&a.runsc));
     argv.extend(runsc_globals(state));
+    let execlog = if b.noexec {
+        let (log, w) = ExecLog::start(&b.dir.parent().unwrap_or(&b.dir).join("exec.log"))?;
+        argv.extend(w);
+        Some(log)
+    } else {
+        None
+    };
     argv.extend([os("run"), os("--bundle"), os(&b.dir), os(id)]);
     let mut cmd = sbx_core::supervise::command(&argv, None)?;
+    if let Some(v) = view {
+        v.install(&mut cmd);
+    }
     cmd.env_remove("SBX_AUDIT_FD");
     cmd.env("TMPDIR", b.dir.parent().unwrap_or(&b.dir).join("chroot"));
     let mut keep: Vec<RawFd> = ph.fds();
@@ -778,7 +969,246 @@ fn supervise(
     let mut child = Supervisor::spawn(cmd, &keep)?;
     let status = wait_runsc(&mut child, a, id, timeout);
     relay.finish();
+    if let Some(l) = execlog {
+        l.report(id);
+    }
     status
+}
+
+/// The git stage inside gVisor: runsc (and everything it starts) gets a
+/// mount namespace of its own in which the stage's overlay (lower: the real
+/// .git, upper and work: the stage's, as sbx-fs --git-stage mounts it) is
+/// mounted on an empty directory of the private directory; the bundle binds
+/// .git from there. The host's kernel makes the overlay, so the stage holds
+/// exactly what sbx-fs's would (whiteouts included) for sbx-gitguard's
+/// import. Unprivileged, the namespace belongs to a new user namespace that
+/// maps the caller to itself (the capabilities to mount end at runsc's
+/// exec; runsc --rootless then works as before).
+struct GitView {
+    at: std::ffi::CString,
+    opts: std::ffi::CString,
+    /// uid_map and gid_map lines when a user namespace is needed.
+    user: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl GitView {
+    fn new(plan: &Plan, at: &Path) -> Result<GitView, Failure> {
+        use std::os::unix::ffi::OsStrExt;
+        let Some((lower, upper, work)) = plan.ops.iter().find_map(|o| match o.what {
+            What::Overlay { lower, upper, work } => Some((lower, upper, work)),
+            _ => None,
+        }) else {
+            return Err(Failure::new(
+                "gvisor: --git-stage: the plan has no git stage overlay",
+            ));
+        };
+        let p = |i: usize| plan.sources[i].path.display().to_string();
+        let user = euid() != 0;
+        let opts = format!(
+            "{}lowerdir={},upperdir={},workdir={}",
+            if user { "userxattr," } else { "" },
+            p(lower),
+            p(upper),
+            p(work)
+        );
+        let cs = |b: &[u8]| {
+            std::ffi::CString::new(b)
+                .map_err(|_| Failure::new("gvisor: --git-stage: path with a NUL"))
+        };
+        Ok(GitView {
+            at: cs(at.as_os_str().as_bytes())?,
+            opts: cs(opts.as_bytes())?,
+            user: user.then(|| {
+                (
+                    format!("{0} {0} 1", euid()).into_bytes(),
+                    format!("{0} {0} 1", egid()).into_bytes(),
+                )
+            }),
+        })
+    }
+
+    fn install(self, cmd: &mut Command) {
+        use std::os::unix::process::CommandExt;
+        let write = |path: &std::ffi::CStr, data: &[u8]| -> std::io::Result<()> {
+            // SAFETY: open/write/close on a valid C string and buffer.
+            unsafe {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let n = libc::write(fd, data.as_ptr().cast(), data.len());
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                if n != data.len() as isize {
+                    return Err(e);
+                }
+            }
+            Ok(())
+        };
+        // SAFETY: between fork and exec only syscalls on values prepared
+        // before the fork (no allocation, no lock).
+        unsafe {
+            cmd.pre_exec(move || {
+                let err = std::io::Error::last_os_error;
+                let mut flags = libc::CLONE_NEWNS;
+                if self.user.is_some() {
+                    flags |= libc::CLONE_NEWUSER;
+                }
+                if libc::unshare(flags) != 0 {
+                    return Err(err());
+                }
+                if let Some((uid, gid)) = &self.user {
+                    write(c"/proc/self/setgroups", b"deny")?;
+                    write(c"/proc/self/uid_map", uid)?;
+                    write(c"/proc/self/gid_map", gid)?;
+                }
+                let none = std::ptr::null();
+                if libc::mount(
+                    none,
+                    c"/".as_ptr(),
+                    none,
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+                {
+                    return Err(err());
+                }
+                if libc::mount(
+                    c"overlay".as_ptr(),
+                    self.at.as_ptr(),
+                    c"overlay".as_ptr(),
+                    0,
+                    self.opts.as_ptr().cast(),
+                ) != 0
+                {
+                    return Err(err());
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+/// Refused execs inside gVisor: runsc's strace of execve/execveat goes to
+/// a FIFO this process reads, and every exec that failed with EACCES (a
+/// noexec mount: not on the allowlist) becomes an exec_denied alert. No
+/// file grows with the run; only those lines are kept.
+struct ExecLog {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(String, String, String)>>,
+}
+
+/// Alerts of exec_denied beyond this many become one event with a count.
+const EXEC_ALERTS: usize = 20;
+
+impl ExecLog {
+    /// Makes the FIFO at `path`, starts the reader; returns runsc's flags.
+    fn start(path: &Path) -> Result<(ExecLog, Vec<OsString>), Failure> {
+        use std::os::unix::ffi::OsStrExt;
+        let err = |e: std::io::Error| Failure::new(format!("gvisor: {}: {e}", path.display()));
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| Failure::new("gvisor: exec log path with a NUL"))?;
+        // SAFETY: a valid C string.
+        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+        // Read and write: never blocks on open, never an early EOF.
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(err)?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let st = stop.clone();
+        let thread = std::thread::spawn(move || read_exec_log(f, &st));
+        let mut log = os("--debug-log=");
+        log.push(path);
+        Ok((
+            ExecLog { stop, thread },
+            vec![
+                os("--oci-seccomp"),
+                os("--strace"),
+                os("--strace-syscalls=execve,execveat"),
+                os("--strace-log-size=256"),
+                log,
+            ],
+        ))
+    }
+
+    fn report(self, id: &str) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let denied = self.thread.join().unwrap_or_default();
+        for (program, path, syscall) in denied.iter().take(EXEC_ALERTS) {
+            sbx_core::audit::emit(
+                "exec_denied",
+                Severity::Alert,
+                json!({"path": path, "program": program, "syscall": syscall,
+                       "enforced_by": "gvisor noexec mounts", "container": id}),
+            );
+        }
+        if denied.len() > EXEC_ALERTS {
+            sbx_core::audit::emit(
+                "exec_denied",
+                Severity::Alert,
+                json!({"suppressed": denied.len() - EXEC_ALERTS, "container": id}),
+            );
+        }
+    }
+}
+
+fn read_exec_log(
+    mut f: std::fs::File,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let mut line: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        // Read after looking: what runsc wrote before it ended is read.
+        let stopping = stop.load(std::sync::atomic::Ordering::Relaxed);
+        match f.read(&mut buf) {
+            Ok(n) if n > 0 => {
+                for &c in &buf[..n] {
+                    if c == b'\n' {
+                        if let Some(d) = denied_exec(&String::from_utf8_lossy(&line)) {
+                            out.push(d);
+                        }
+                        line.clear();
+                    } else if line.len() < 8192 {
+                        line.push(c);
+                    }
+                }
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            _ => {}
+        }
+        // Nothing to read: once runsc has ended, everything is read.
+        if stopping {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// (program, path, syscall) of a strace exit line of runsc for an exec that
+/// failed with EACCES: `[ 2: 2] sh X execve(0x5616 /usr/bin/id, ...) = 0
+/// (0x0) errno=13 (permission denied)`.
+fn denied_exec(l: &str) -> Option<(String, String, String)> {
+    let (head, rest) = l.split_once(" X execve")?;
+    if !rest.contains("errno=13 ") {
+        return None;
+    }
+    let program = head.rsplit(' ').next().unwrap_or("").to_string();
+    let (syscall, args) = if let Some(r) = rest.strip_prefix("at(") {
+        // execveat(dirfd, 0xADDR path, ...)
+        ("execveat", r.split_once(", ").map(|x| x.1).unwrap_or(r))
+    } else {
+        ("execve", rest.strip_prefix('(')?)
+    };
+    let path = args.split_once(' ')?.1.split(", ").next()?.to_string();
+    Some((program, path, syscall.to_string()))
 }
 
 /// gVisor gives a host regular file it receives as stdio its own offset,
@@ -946,9 +1376,12 @@ mod tests {
             rootfs: d.path().join("b/rootfs"),
             denied_file: d.path().join("denied"),
             empty_file: d.path().join("empty"),
+            gitview: None,
+            noexec: false,
+            owner: (1001, 1002),
         };
         std::fs::create_dir_all(&b.rootfs).unwrap();
-        let m = mounts(&plan, &b, 1 << 20).unwrap();
+        let m = mounts(&plan, &b, 1 << 20, &[]).unwrap();
         let find = |dst: &Path| {
             m.iter()
                 .find(|x| x["destination"] == json!(dst))
@@ -990,7 +1423,45 @@ mod tests {
                 assert!(b.rootfs.join(l).is_symlink(), "{l}");
             }
         }
-        let cfg = config(&a, m).unwrap();
+        // Names fail at once: the hosts file only.
+        if Path::new("/etc/nsswitch.conf").is_file() {
+            let n = find(Path::new("/etc/nsswitch.conf"));
+            let text = std::fs::read_to_string(n["source"].as_str().unwrap()).unwrap();
+            assert!(text.lines().any(|l| l == "hosts: files"), "{text}");
+            assert_eq!(text.matches("hosts:").count(), 1, "{text}");
+        }
+        // The home tmpfs is the caller's.
+        let home = m.iter().find(|x| {
+            x["options"]
+                .as_array()
+                .is_some_and(|o| o.contains(&json!("uid=1001")))
+        });
+        assert!(home.is_none_or(|h| {
+            h["options"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("gid=1002"))
+        }));
+        // With an execute allowlist every mount is noexec but the files listed.
+        let bx = Bundle {
+            noexec: true,
+            rootfs: d.path().join("b2/rootfs"),
+            ..b
+        };
+        std::fs::create_dir_all(&bx.rootfs).unwrap();
+        let sh = Path::new("/bin/sh").canonicalize().unwrap();
+        let mx = mounts(&plan, &bx, 1 << 20, std::slice::from_ref(&sh)).unwrap();
+        for x in &mx {
+            let d = x["destination"].as_str().unwrap();
+            let o = x["options"].as_array().cloned().unwrap_or_default();
+            let exec = x["destination"] == json!(sh) || d.contains("ld-linux");
+            if x["type"] == "bind" || x["type"] == "tmpfs" {
+                assert_eq!(!o.contains(&json!("noexec")), exec, "{x}");
+            }
+        }
+        assert!(mx.iter().any(|x| x["destination"] == json!(sh)));
+        let cfg = config(&a, m, (1001, 1002)).unwrap();
+        assert_eq!(cfg["process"]["user"], json!({"uid": 1001, "gid": 1002}));
         assert_eq!(cfg["root"]["readonly"], true);
         assert_eq!(cfg["process"]["noNewPrivileges"], true);
         assert_eq!(cfg["process"]["capabilities"]["bounding"], json!([]));
@@ -999,6 +1470,20 @@ mod tests {
             rl.contains(&json!({"type": "RLIMIT_FSIZE", "hard": 1u64 << 20, "soft": 1u64 << 20}))
         );
         assert!(rl.contains(&json!({"type": "RLIMIT_NPROC", "hard": 2048, "soft": 2048})));
+    }
+
+    #[test]
+    fn refused_execs_are_read_from_runsc_strace() {
+        let l = "I1203 14:02:05.064511    1951 strace.go:605] [   2:   2] sh X execve(0x56162c13c568 /usr/bin/id, 0x56162c13c538 [\"id\"], 0x56162c13c548 [\"HOME=/root\"]) = 0 (0x0) errno=13 (permission denied) (10.05004ms)";
+        assert_eq!(
+            denied_exec(l),
+            Some(("sh".into(), "/usr/bin/id".into(), "execve".into()))
+        );
+        assert_eq!(
+            denied_exec(&l.replace("errno=13 (permission denied) ", "")),
+            None
+        );
+        assert_eq!(denied_exec(&l.replace(" X ", " E ")), None);
     }
 
     #[test]
