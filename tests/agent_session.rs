@@ -41,8 +41,19 @@ fn setup(root: &std::path::Path) {
 
 #[test]
 fn an_everyday_session_across_calls_lands_on_the_host() {
+    session(&[Chain::SbxRun, Chain::Policy, Chain::PolicyStrict]);
+}
+
+/// The zero-trust tier (gVisor; runsc from scripts/setup) does the same
+/// work through the same git stage.
+#[test]
+fn an_everyday_session_in_gvisor_lands_on_the_host() {
+    session(&[Chain::PolicyZero]);
+}
+
+fn session(chains: &[Chain]) {
     for who in identities() {
-        for chain in [Chain::SbxRun, Chain::Policy, Chain::PolicyStrict] {
+        for &chain in chains {
             let p = project_with(who, SETTINGS, setup);
             let step = |script: &str, want: &str| p.step(chain, script, want).1;
 

@@ -27,6 +27,8 @@ pub enum Chain {
     Policy,
     /// `sbx-policy chain --exec-allowlist strict`.
     PolicyStrict,
+    /// `sbx-policy chain --trust zero` (gVisor).
+    PolicyZero,
 }
 pub const CHAINS: [Chain; 2] = [Chain::SbxRun, Chain::Policy];
 
@@ -120,13 +122,16 @@ impl Proj {
                     .env_remove("SBX_AUDIT_LOG");
                 c
             }
-            Chain::Policy | Chain::PolicyStrict => {
+            Chain::Policy | Chain::PolicyStrict | Chain::PolicyZero => {
                 let mut c = sbx_testutil::tool("sbx-policy");
                 c.arg("--audit-log").arg(&self.log);
                 c.args(["chain", "--managed", "/nonexistent/managed.json", "--home"])
                     .arg(&self.home);
                 if chain == Chain::PolicyStrict {
                     c.args(["--exec-allowlist", "strict"]);
+                }
+                if chain == Chain::PolicyZero {
+                    c.args(["--trust", "zero"]);
                 }
                 c.args(["--", "sh", "-c", &script]);
                 c
