@@ -17,6 +17,7 @@ pub mod inprogress;
 pub mod journal;
 pub mod keep;
 pub mod layout;
+pub mod loosecache;
 pub mod objects;
 pub mod plant;
 pub mod reflog;
@@ -28,6 +29,7 @@ pub mod stage;
 pub mod verify;
 pub mod worktree;
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -280,8 +282,20 @@ fn ensure_unlocked(l: &layout::Layout, wait: Duration) -> Result<(), Failure> {
 
 /// Takes a snapshot after checking the repository is sound; damage found
 /// now is reported (alerts) and refused.
-fn take_snapshot(l: &layout::Layout, full: bool) -> Result<snapshot::Snapshot, Failure> {
+/// The snapshot, checked. `staged`: the git dir a stage covers, whose
+/// loose objects verified by an earlier run are not read again (see
+/// [`loosecache`]; `--full` reads them all).
+fn take_snapshot(
+    l: &layout::Layout,
+    full: bool,
+    staged: Option<&Path>,
+) -> Result<snapshot::Snapshot, Failure> {
     let mut snap = snapshot::capture(l)?;
+    let cache: BTreeMap<PathBuf, _> = staged
+        .filter(|_| !full)
+        .map(|g| (g.to_path_buf(), loosecache::load(g)))
+        .into_iter()
+        .collect();
     let units: Vec<layout::Unit> = snap
         .units
         .iter()
@@ -291,7 +305,7 @@ fn take_snapshot(l: &layout::Layout, full: bool) -> Result<snapshot::Snapshot, F
             work_tree: u.work_tree.clone(),
         })
         .collect();
-    let (report, stats) = verify::assess(l, &units, full);
+    let (report, stats) = verify::assess(l, &units, full, &cache);
     if let Some(first) = report
         .findings
         .iter()
@@ -316,6 +330,9 @@ fn take_snapshot(l: &layout::Layout, full: bool) -> Result<snapshot::Snapshot, F
             u.packs = s.packs.clone();
             u.loose = s.loose.clone();
             u.loose_stats = s.loose_stats.clone();
+        }
+        if staged == Some(u.path.as_path()) {
+            loosecache::save(&u.path, &u.loose_stats);
         }
     }
     Ok(snap)
@@ -426,7 +443,8 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         None => None,
     };
     ensure_unlocked(&l, wait)?;
-    let snap = take_snapshot(&l, a.full)?;
+    let staged = stage_plan.as_ref().map(|(_, g)| g.as_path());
+    let snap = take_snapshot(&l, a.full, staged)?;
     audit(
         "git_snapshot",
         Severity::Info,
@@ -457,13 +475,16 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     // stoppable again.
     let hold = sig::Hold::new();
     // Hard links to the object files, so objects the command deletes can
-    // be linked back (repair mode only).
+    // be linked back (repair mode only). Not for the git dirs a stage
+    // covers: the sandbox writes the stage, never their objects (O(objects)
+    // links saved on every run, issue 19).
     let keeps: std::collections::BTreeMap<PathBuf, keep::Keep> = if a.alert_only {
         Default::default()
     } else {
         snap.units
             .iter()
             .filter(|u| u.kind.has_objects())
+            .filter(|u| !staged.is_some_and(|g| u.path.starts_with(g)))
             .filter_map(|u| match keep::Keep::create(&u.path, &u.loose) {
                 Ok(k) => Some((u.path.clone(), k)),
                 Err(e) => {
@@ -676,7 +697,7 @@ fn cmd_snapshot(a: SnapshotArgs) -> Result<i32, Failure> {
     let wait = lock_wait(&a.repo)?;
     let l = open_layout(&a.repo)?;
     ensure_unlocked(&l, wait)?;
-    let snap = take_snapshot(&l, a.full)?;
+    let snap = take_snapshot(&l, a.full, None)?;
     snapshot::save(&snap, &a.output)?;
     audit(
         "git_snapshot",

@@ -245,8 +245,9 @@ pub struct Verified {
 }
 
 /// Structural check of one git dir's object store and refs, plus the full
-/// check when asked or when there is any sign of damage. Returns the pack
-/// files that were checksummed in full.
+/// check when asked or when there is any sign of damage. `lc`: the caller's
+/// [`objects::check_loose`] of this store, as it is now (one scan, not
+/// two). Returns the pack files that were checksummed in full.
 #[allow(clippy::too_many_arguments)]
 pub fn check_objects(
     ctx: &mut Ctx,
@@ -254,7 +255,7 @@ pub fn check_objects(
     repo: &git2::Repository,
     cached: &BTreeMap<String, objects::Stat>,
     loose_before: &BTreeSet<String>,
-    loose_cache: &BTreeMap<String, objects::LooseStat>,
+    lc: objects::Loose,
     sha256: bool,
     full: bool,
     extra_roots: &[(String, String)],
@@ -288,7 +289,6 @@ pub fn check_objects(
         objects::Hash::Changed
     };
     let (mut problems, verified) = objects::check_packs(&objs, cached, sha256, hash);
-    let lc = objects::check_loose(&objs, loose_cache, sha256);
     let damaged = objects::damaged_set(&lc.damaged);
     problems.extend(lc.problems);
     let loose = lc.ids;
@@ -415,7 +415,14 @@ fn objects_stat_changed(p: &Path, st: &objects::Stat) -> bool {
 
 /// Damage present before any command ran (for a snapshot), and the pack
 /// stats verified along the way.
-pub fn assess(l: &Layout, units: &[Unit], full: bool) -> (Report, BTreeMap<PathBuf, Verified>) {
+/// `loose_cache`: per git dir, loose objects verified in full before (by
+/// stat), which are not read again.
+pub fn assess(
+    l: &Layout,
+    units: &[Unit],
+    full: bool,
+    loose_cache: &BTreeMap<PathBuf, BTreeMap<String, objects::LooseStat>>,
+) -> (Report, BTreeMap<PathBuf, Verified>) {
     let mut ctx = Ctx::new(Mode::Check);
     let mut stats = BTreeMap::new();
     for u in units {
@@ -514,7 +521,11 @@ pub fn assess(l: &Layout, units: &[Unit], full: bool) -> (Report, BTreeMap<PathB
             &repo,
             &BTreeMap::new(),
             &BTreeSet::new(),
-            &BTreeMap::new(),
+            objects::check_loose(
+                &u.path.join("objects"),
+                loose_cache.get(&u.path).unwrap_or(&BTreeMap::new()),
+                sha256,
+            ),
             sha256,
             full,
             &[],
@@ -1680,14 +1691,14 @@ pub fn verify(
                     .map(|o| (format!("{n} in the snapshot"), o.to_string()))
             })
             .collect();
-        let run_check = |ctx: &mut Ctx, repo: &git2::Repository, full: bool| {
+        let run_check = |ctx: &mut Ctx, repo: &git2::Repository, full: bool, lc| {
             check_objects(
                 ctx,
                 &us.path,
                 repo,
                 &us.packs,
                 &us.loose,
-                &pre.verified,
+                lc,
                 us.sha256,
                 full,
                 &snap_roots,
@@ -1696,7 +1707,9 @@ pub fn verify(
             )
         };
         let mut sub = Ctx::new(ctx.mode);
-        run_check(&mut sub, &repo, full);
+        // The loose objects as `pre` saw them (nothing changed them since).
+        let verified = pre.verified.clone();
+        run_check(&mut sub, &repo, full, pre);
         let damaged = sub
             .report
             .findings
@@ -1713,7 +1726,9 @@ pub fn verify(
                 let mut again = Ctx::new(Mode::Repair);
                 match open(&us.path) {
                     Ok(r2) => {
-                        run_check(&mut again, &r2, true);
+                        // Restored files are new inodes: read again.
+                        let lc = objects::check_loose(&objs, &verified, us.sha256);
+                        run_check(&mut again, &r2, true, lc);
                     }
                     Err(e) => again.note(
                         "repository",
@@ -1759,7 +1774,7 @@ pub fn verify(
 /// repository-shaped dirs in the work tree.
 pub fn check_alone(l: &Layout, full: bool) -> Report {
     let (scans, units) = snapshot::discover(l);
-    let (mut report, _) = assess(l, &units, full);
+    let (mut report, _) = assess(l, &units, full, &BTreeMap::new());
     let mut ctx = Ctx::new(Mode::Check);
     let main_wt = l.main_work_tree();
     for u in &units {

@@ -1,0 +1,54 @@
+//! The loose objects of a staged repository verified in full by an earlier
+//! run, by stat (inode, size, ctime): the next run's snapshot reads only the
+//! others (issue 19). Used only for the git dir a `--stage` covers: there
+//! the sandbox cannot write the objects (sbx-fs lays the stage over the
+//! whole .git), so they change only by the user's own git and by the
+//! import, and any change of a file changes its ctime, which a user cannot
+//! set back. The cache lives in sbx's registry directory (0700, outside the
+//! repository), never in the repository the command can write.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::objects::LooseStat;
+
+/// Most bytes of a cache file read (about 10 million objects).
+const MAX_FILE: u64 = 1 << 30;
+
+fn file(git_dir: &Path) -> Option<PathBuf> {
+    let (dev, ino) = crate::layout::ident(git_dir)?;
+    let dir = sbx_core::registry::dir().ok()?;
+    Some(dir.join(format!("gitguard-loose-{dev}-{ino}.json")))
+}
+
+/// The cached stats of `git_dir`'s loose objects (empty when there is none
+/// or it is unusable: then every object is read, as without a cache).
+pub fn load(git_dir: &Path) -> BTreeMap<String, LooseStat> {
+    file(git_dir)
+        .and_then(|p| sbx_core::input::read_regular(&p, MAX_FILE).ok())
+        .and_then(|d| serde_json::from_slice(&d).ok())
+        .unwrap_or_default()
+}
+
+/// Replaces the cache of `git_dir` (atomically; a failure only costs the
+/// next run a full read).
+pub fn save(git_dir: &Path, stats: &BTreeMap<String, LooseStat>) {
+    let Some(p) = file(git_dir) else {
+        return;
+    };
+    let r = (|| -> std::io::Result<()> {
+        let data = serde_json::to_vec(stats).map_err(std::io::Error::other)?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".gitguard-loose.")
+            .tempfile_in(p.parent().unwrap_or(Path::new("/")))?;
+        tmp.write_all(&data)?;
+        tmp.persist(&p).map_err(|e| e.error)?;
+        Ok(())
+    })();
+    if let Err(e) = r {
+        tracing::warn!(cache = %p.display(), "cannot save the verified loose objects: {e}");
+        let _ = fs::remove_file(&p);
+    }
+}
