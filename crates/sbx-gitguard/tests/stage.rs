@@ -289,6 +289,39 @@ fn a_corrupt_loose_object_is_refused() {
     }
 }
 
+/// Issue 19: a staged run does not read again the loose objects an earlier
+/// one verified (a cache by inode, size and ctime). An object damaged in
+/// place between two runs changed its ctime, so it is read and found
+/// before the command, as without the cache.
+#[test]
+fn a_loose_object_damaged_between_staged_runs_is_found_before_the_command() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let out = staged(&f, &stage_path(&f, "first"), &[], "true");
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let oid = rev(&f, "HEAD");
+        let p = f.w.join(format!(".git/objects/{}/{}", &oid[..2], &oid[2..]));
+        assert!(p.exists(), "fixture: HEAD should be a loose object");
+        // Same size, same inode: only the ctime tells.
+        let o = f.sh(
+            &f.w,
+            &format!(
+                "chmod u+w {p} && printf XXXX | dd of={p} bs=1 seek=4 conv=notrunc 2>/dev/null",
+                p = p.display()
+            ),
+        );
+        assert!(o.status.success());
+        let s = stage_path(&f, "second");
+        let out = staged(&f, &s, &[], "touch \"$MARK\"");
+        assert_usage_error(&out, "already damaged");
+        assert!(!f.mark.exists(), "{who:?}: the command ran on a damaged repository");
+        assert!(!s.exists());
+        assert_event(&f.audit, "git_damaged_before", "alert", |e| {
+            e["found"].as_str().unwrap().contains(&oid)
+        });
+    }
+}
+
 #[test]
 fn a_garbage_head_is_refused() {
     for who in identities() {
