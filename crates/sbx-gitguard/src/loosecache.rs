@@ -16,11 +16,15 @@ use crate::objects::LooseStat;
 
 /// Most bytes of a cache file read (about 10 million objects).
 const MAX_FILE: u64 = 1 << 30;
+/// Caches kept (the most recently saved): repositories that are gone leave
+/// theirs behind, and the registry directory is often a tmpfs.
+const KEEP: usize = 32;
+const PREFIX: &str = "gitguard-loose-";
 
 fn file(git_dir: &Path) -> Option<PathBuf> {
     let (dev, ino) = crate::layout::ident(git_dir)?;
     let dir = sbx_core::registry::dir().ok()?;
-    Some(dir.join(format!("gitguard-loose-{dev}-{ino}.json")))
+    Some(dir.join(format!("{PREFIX}{dev}-{ino}.json")))
 }
 
 /// The cached stats of `git_dir`'s loose objects (empty when there is none
@@ -50,5 +54,25 @@ pub fn save(git_dir: &Path, stats: &BTreeMap<String, LooseStat>) {
     if let Err(e) = r {
         tracing::warn!(cache = %p.display(), "cannot save the verified loose objects: {e}");
         let _ = fs::remove_file(&p);
+    }
+    prune(p.parent().unwrap_or(Path::new("/")));
+}
+
+/// Removes all but the [`KEEP`] most recently saved caches.
+fn prune(dir: &Path) {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return;
+    };
+    let mut caches: Vec<(std::time::SystemTime, PathBuf)> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(PREFIX))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    if caches.len() <= KEEP {
+        return;
+    }
+    caches.sort_by_key(|c| std::cmp::Reverse(c.0));
+    for (_, p) in &caches[KEEP..] {
+        let _ = fs::remove_file(p);
     }
 }

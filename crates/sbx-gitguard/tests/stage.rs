@@ -300,7 +300,8 @@ fn a_loose_object_damaged_between_staged_runs_is_found_before_the_command() {
         let out = staged(&f, &stage_path(&f, "first"), &[], "true");
         assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
         let oid = rev(&f, "HEAD");
-        let p = f.w.join(format!(".git/objects/{}/{}", &oid[..2], &oid[2..]));
+        let p =
+            f.w.join(format!(".git/objects/{}/{}", &oid[..2], &oid[2..]));
         assert!(p.exists(), "fixture: HEAD should be a loose object");
         // Same size, same inode: only the ctime tells.
         let o = f.sh(
@@ -314,7 +315,10 @@ fn a_loose_object_damaged_between_staged_runs_is_found_before_the_command() {
         let s = stage_path(&f, "second");
         let out = staged(&f, &s, &[], "touch \"$MARK\"");
         assert_usage_error(&out, "already damaged");
-        assert!(!f.mark.exists(), "{who:?}: the command ran on a damaged repository");
+        assert!(
+            !f.mark.exists(),
+            "{who:?}: the command ran on a damaged repository"
+        );
         assert!(!s.exists());
         assert_event(&f.audit, "git_damaged_before", "alert", |e| {
             e["found"].as_str().unwrap().contains(&oid)
