@@ -419,6 +419,15 @@ fn worktree_admin_dirs_pointing_outside_or_running_programs_are_refused() {
                     .to_string(),
                 "hooks",
             ),
+            // Keys no denylist knew (an attacker's pass found them): only
+            // the sparse-checkout keys are accepted.
+            (
+                "f6",
+                format!(
+                    "set -e; git worktree add -q .wt/f6; printf '[gpg \"ssh\"]\n\tdefaultKeyCommand = touch {m}\n[tar \"tgz\"]\n\tcommand = touch {m}\n' > .git/worktrees/f6/config.worktree; echo CRAFTED"
+                ),
+                "gpg.ssh.defaultkeycommand",
+            ),
         ];
         for (name, script, reason) in cases {
             let out = p.call(&script);
@@ -507,6 +516,27 @@ fn a_worktree_outside_the_project_never_reaches_the_host() {
         assert!(!p.root.join(".git/worktrees/wt-x").exists(), "{c}");
         assert!(!outside.join(".git").exists(), "{c}");
         assert_eq!(p.worktrees(), vec![p.root.clone()], "{c}");
+        p.fsck(&c);
+    });
+}
+
+/// The sandbox may add reflog entries, never take the host's away: they
+/// are how the user gets lost work back (an attacker's pass erased them
+/// with a forged one-line reflog).
+#[test]
+fn the_hosts_reflog_history_cannot_be_erased() {
+    each(|p| {
+        let c = format!("{:?} {:?}", p.who, p.chain);
+        p.ok("set -e; git commit -q --allow-empty -m two; git commit -q --allow-empty -m three");
+        let before = p.git(&["reflog", "show", "--format=%H", "main"]);
+        assert_eq!(before.lines().count(), 3, "{c}\n{before}");
+        p.ok("set -e; git reflog expire --expire=now --all; git commit -q --allow-empty -m four");
+        let after = p.git(&["reflog", "show", "--format=%H", "main"]);
+        assert_eq!(after.lines().count(), 4, "{c}\n{after}");
+        assert!(after.ends_with(&before), "{c}\n{before}\n{after}");
+        assert_event(&p.log, "reflog_history_kept", "alert", |e| {
+            e["ref"] == "refs/heads/main"
+        });
         p.fsck(&c);
     });
 }
