@@ -265,7 +265,7 @@ fn every_printing_subcommand_ends_quietly_on_a_broken_pipe() {
 fn policy_compile_into_true_in_a_shell() {
     let f = fixture();
     let script = format!(
-        "{} compile --settings {} --managed /nonexistent --cwd {} --home {} | true; \
+        "{} compile --settings {} --managed /nonexistent --chdir {} --home {} | true; \
          echo \"${{PIPESTATUS[0]}}\"",
         sbx_testutil::bin("sbx-policy").display(),
         f.settings.display(),
