@@ -386,3 +386,23 @@ fn explain_and_print_state_the_mode() {
     );
     sbx_testutil::assert_usage_error(&out, "--exec-allowlist strict");
 }
+
+/// Redirections the shells read differently (an attacker's pass): under
+/// dash `echo hi &>out id` runs `id` as a command of its own, under bash
+/// `>&2echo id` writes to the file `2echo` and runs `id`. Both are refused
+/// before anything starts, and `id` never runs.
+#[test]
+fn redirections_the_shells_read_differently_are_refused() {
+    for who in identities() {
+        let c = case(who, &["Bash(git:*)", "Bash(echo:*)"], &[]);
+        let ctx = format!("{who:?}");
+        for (shell, script, why) in [
+            ("sh", "echo hi &>out id >&2", "`&>`"),
+            ("bash", ">&2echo id", "joined to a word"),
+        ] {
+            let (out, log) = run(&c, who, None, &[], &[shell, "-c", script]);
+            refused(&out, &log, &format!("{shell} -c '{script}'"), why, &ctx);
+            assert!(!stdout(&out).contains("uid="), "{ctx}: {}", stdout(&out));
+        }
+    }
+}

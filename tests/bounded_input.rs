@@ -78,7 +78,7 @@ fn cases(i: &Inputs) -> Vec<Case> {
     let policy = move |sub: &str| {
         let mut c = sbx_testutil::tool("sbx-policy");
         c.arg(sub)
-            .arg("--cwd")
+            .arg("--chdir")
             .arg(&repo)
             .arg("--home")
             .arg(repo.parent().unwrap());

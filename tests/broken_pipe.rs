@@ -131,7 +131,7 @@ fn printing_cases(f: &Fixture) -> Vec<(&'static str, &'static str, Command)> {
             .arg(&f.settings)
             .arg("--managed")
             .arg("/nonexistent/managed.json")
-            .arg("--cwd")
+            .arg("--chdir")
             .arg(&f.repo)
             .arg("--home")
             .arg(home);
@@ -145,6 +145,11 @@ fn printing_cases(f: &Fixture) -> Vec<(&'static str, &'static str, Command)> {
     let mut v = vec![
         ("sbx-policy", "compile", policy("compile")),
         ("sbx-policy", "explain", policy("explain")),
+        ("sbx-policy", "explain --json", {
+            let mut c = policy("explain");
+            c.arg("--json");
+            c
+        }),
         ("sbx-policy", "chain", {
             let mut c = policy("chain");
             c.args(["--print", "--", "true"]);
@@ -260,7 +265,7 @@ fn every_printing_subcommand_ends_quietly_on_a_broken_pipe() {
 fn policy_compile_into_true_in_a_shell() {
     let f = fixture();
     let script = format!(
-        "{} compile --settings {} --managed /nonexistent --cwd {} --home {} | true; \
+        "{} compile --settings {} --managed /nonexistent --chdir {} --home {} | true; \
          echo \"${{PIPESTATUS[0]}}\"",
         sbx_testutil::bin("sbx-policy").display(),
         f.settings.display(),

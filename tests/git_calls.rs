@@ -11,132 +11,49 @@
 //! Every command is bounded in time (`sbx_testutil::output_within`).
 
 mod common;
-use common::*;
+use common::gitproj::{self, Chain, git_ok, git_out};
+use common::write;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::Output;
 
-use sbx_testutil::{As, assert_event, identities, output_within, run_as, stderr, stdout};
-
-/// The bound on one chain run (and on each git command of a test).
-const T: Duration = Duration::from_secs(120);
+use sbx_testutil::{As, assert_event, identities, stderr, stdout};
 
 const SETTINGS: &str = r#"{"permissions": {"allow": ["Edit(./**)", "Bash(sh:*)", "Bash(git:*)", "Bash(python3:*)", "Bash(rm)", "Bash(mkdir)", "Bash(printf)", "Bash(echo)", "Bash(cat)", "Bash(true)"]}}"#;
 
-/// Who commits inside (the sandbox's HOME has no identity).
-const ID: &str = "export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=agent@example.invalid \
-                  GIT_COMMITTER_NAME=agent GIT_COMMITTER_EMAIL=agent@example.invalid; ";
-
-#[derive(Clone, Copy, Debug)]
-enum Chain {
-    SbxRun,
-    Policy,
-}
-
 const CHAINS: [Chain; 2] = [Chain::SbxRun, Chain::Policy];
 
+/// A project driven through one chain (`tests/common/gitproj.rs`).
 struct Proj {
-    _d: tempfile::TempDir,
-    who: As,
+    p: gitproj::Proj,
     chain: Chain,
-    base: PathBuf,
-    root: PathBuf,
-    home: PathBuf,
-    log: PathBuf,
 }
 
-/// git as root in a repository of any owner, bounded in time.
-fn git_out(dir: &Path, args: &[&str]) -> Output {
-    let mut c = Command::new("git");
-    c.arg("-C")
-        .arg(dir)
-        .args([
-            "-c",
-            "safe.directory=*",
-            "-c",
-            "user.email=t@example.invalid",
-            "-c",
-            "user.name=t",
-        ])
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env_remove("GIT_DIR");
-    output_within(&mut c, T)
-}
-
-fn git_ok(dir: &Path, args: &[&str]) -> String {
-    let o = git_out(dir, args);
-    assert!(o.status.success(), "git {args:?}: {}", stderr(&o));
-    stdout(&o)
+impl std::ops::Deref for Proj {
+    type Target = gitproj::Proj;
+    fn deref(&self) -> &gitproj::Proj {
+        &self.p
+    }
 }
 
 /// A repository with one commit on main, owned by `who`.
 fn project(who: As, chain: Chain) -> Proj {
-    let d = sbx_testutil::shared_tempdir();
-    let base = d.path().canonicalize().unwrap();
-    let root = base.join("proj");
-    let home = base.join("home");
-    write(&home.join(".gitconfig"), "[user]\n\tname = agent\n");
-    write(&root.join("a"), "a\n");
-    write(&root.join(".gitignore"), ".claude/\n.wt/\n");
-    git_ok(&root, &["init", "-q", "-b", "main"]);
-    git_ok(&root, &["add", "-A"]);
-    git_ok(&root, &["commit", "-qm", "one"]);
-    write(&root.join(".claude/settings.json"), SETTINGS);
-    if who == As::User {
-        chown_r(&base);
-    }
-    Proj {
-        _d: d,
-        who,
-        chain,
-        log: base.join("audit.jsonl"),
-        base,
-        root,
-        home,
-    }
+    let p = gitproj::project_with(who, SETTINGS, |root| {
+        write(&root.join(".gitignore"), ".claude/\n.wt/\n");
+        gitproj::commit(root, "a", "a\n", "one");
+    });
+    Proj { p, chain }
 }
 
 impl Proj {
     /// One sandboxed call: the chain around `sh -c SCRIPT` in the project.
     fn call(&self, script: &str) -> Output {
-        self.call_in(&self.root, script)
+        self.p.run(self.chain, script)
     }
 
     /// The same, started in `dir` (the project is found from there).
     fn call_in(&self, dir: &Path, script: &str) -> Output {
-        let script = format!("{ID}{script}");
-        let mut c = match self.chain {
-            Chain::SbxRun => {
-                let mut c = Command::new("sh");
-                c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/sbx-run"))
-                    .arg("-C")
-                    .arg(dir)
-                    .arg("-l")
-                    .arg(&self.log)
-                    .args(["--", "sh", "-c", &script]);
-                c.env("SBX_BIN", sbx_testutil::bin("sbx-fs").parent().unwrap())
-                    .env_remove("SBX_ID")
-                    .env_remove("SBX_AUDIT_LOG");
-                c
-            }
-            Chain::Policy => {
-                let mut c = sbx_testutil::tool("sbx-policy");
-                c.arg("--audit-log").arg(&self.log);
-                c.args(["chain", "--managed", "/nonexistent/managed.json", "--home"])
-                    .arg(&self.home);
-                c.args(["--", "sh", "-c", &script]);
-                c
-            }
-        };
-        c.current_dir(dir)
-            .env("PATH", PATH)
-            .env("HOME", &self.home)
-            .env("XDG_STATE_HOME", self.base.join("state"));
-        run_as(&mut c, self.who);
-        output_within(&mut c, T)
+        self.p.run_in(self.chain, dir, script)
     }
 
     /// A call that must succeed; returns its stdout.
@@ -154,10 +71,6 @@ impl Proj {
             stdout(out),
             stderr(out)
         )
-    }
-
-    fn git(&self, args: &[&str]) -> String {
-        git_ok(&self.root, args)
     }
 
     fn rev(&self, r: &str) -> Option<String> {
@@ -180,23 +93,6 @@ impl Proj {
             .map(PathBuf::from)
             .collect()
     }
-
-    /// `git fsck --full --strict` accepts the host repository (reflogs
-    /// included: an entry naming a missing object is an error there).
-    fn fsck(&self, ctx: &str) {
-        let o = git_out(&self.root, &["fsck", "--full", "--strict", "--no-dangling"]);
-        let err = stderr(&o);
-        assert!(
-            o.status.success() && !err.contains("error") && !err.contains("missing"),
-            "git fsck --full --strict: {err}\n{ctx}"
-        );
-    }
-
-    /// The host's status is clean in the main work tree.
-    fn clean(&self, ctx: &str) {
-        let s = self.git(&["status", "--porcelain"]);
-        assert!(s.trim().is_empty(), "status: {s}\n{ctx}");
-    }
 }
 
 fn each(f: impl Fn(&Proj)) {
@@ -217,8 +113,8 @@ fn stash_in_one_call_pop_and_drop_in_later_calls() {
         let second = p.rev("stash@{0}").expect("stash@{0} on the host");
         assert_ne!(first, second);
         assert_eq!(p.stash_list().len(), 2, "{c}");
-        p.fsck(&c);
-        p.clean(&c);
+        p.assert_fsck_strict(&c);
+        p.assert_clean(&c);
         p.assert_reflog_event("logs/refs/stash");
 
         // The next call sees both, and pops the newest.
@@ -230,15 +126,15 @@ fn stash_in_one_call_pop_and_drop_in_later_calls() {
         assert_eq!(p.stash_list().len(), 1, "{c}");
         assert_eq!(p.rev("refs/stash").as_deref(), Some(first.as_str()), "{c}");
         assert_eq!(std::fs::read_to_string(p.root.join("a")).unwrap(), "c\n");
-        p.fsck(&c);
+        p.assert_fsck_strict(&c);
 
         // And the last one goes in a third call: refs/stash and its reflog.
         p.ok("set -e; git checkout -q -- a; git stash drop -q");
         assert!(p.stash_list().is_empty(), "{c}");
         assert_eq!(p.rev("refs/stash"), None, "{c}");
         assert!(!p.root.join(".git/logs/refs/stash").exists(), "{c}");
-        p.fsck(&c);
-        p.clean(&c);
+        p.assert_fsck_strict(&c);
+        p.assert_clean(&c);
     });
 }
 
@@ -256,16 +152,16 @@ fn at_1_after_an_amend_works_in_the_next_call() {
         let before = p.rev("main@{1}").expect("main@{1} on the host");
         assert_eq!(p.git(&["log", "-1", "--format=%s", &before]).trim(), "x");
         assert_eq!(p.rev("HEAD@{1}").as_deref(), Some(before.as_str()), "{c}");
-        p.fsck(&c);
-        p.clean(&c);
+        p.assert_fsck_strict(&c);
+        p.assert_clean(&c);
         p.assert_reflog_event("logs/refs/heads/main");
         p.assert_reflog_event("logs/HEAD");
         // The next call goes back to it.
         let so = p.ok("set -e; git rev-parse main@{1}; git reset -q --hard main@{1}");
         assert_eq!(so.trim(), before, "{c}");
         assert_eq!(p.rev("main").as_deref(), Some(before.as_str()), "{c}");
-        p.fsck(&c);
-        p.clean(&c);
+        p.assert_fsck_strict(&c);
+        p.assert_clean(&c);
     });
 }
 
@@ -282,8 +178,8 @@ fn worktree_add_commit_in_it_and_remove_across_calls() {
         assert_event(&p.log, "worktree_imported", "info", |e| {
             e["path"] == "worktrees/f2" && e["new"] == true
         });
-        p.fsck(&c);
-        p.clean(&c);
+        p.assert_fsck_strict(&c);
+        p.assert_clean(&c);
 
         // Commit in it in the next call.
         let so = p.ok("set -e; cd .wt/f2; echo f > f; git add f; git commit -qm in-f2; git status --porcelain");
@@ -299,7 +195,7 @@ fn worktree_add_commit_in_it_and_remove_across_calls() {
             "the worktree's index came along\n{c}"
         );
         assert_eq!(p.rev("f2@{1}"), p.rev("main"), "{c}");
-        p.fsck(&c);
+        p.assert_fsck_strict(&c);
 
         // A call started inside the worktree (as an agent working there
         // runs): the project is the main work tree holding it.
@@ -311,11 +207,11 @@ fn worktree_add_commit_in_it_and_remove_across_calls() {
         assert!(stdout(&out).trim().is_empty(), "{}", p.ctx(&out));
         assert_eq!(
             p.git(&["log", "-2", "--format=%s", "f2"]),
-            "in-f2-again\nin-f2\n",
+            "in-f2-again\nin-f2",
             "{c}"
         );
         assert_eq!(git_ok(&wt, &["status", "--porcelain"]).trim(), "", "{c}");
-        p.fsck(&c);
+        p.assert_fsck_strict(&c);
 
         // Remove it in a third.
         p.ok("git worktree remove .wt/f2");
@@ -326,8 +222,8 @@ fn worktree_add_commit_in_it_and_remove_across_calls() {
         assert_event(&p.log, "worktree_removed", "info", |e| {
             e["path"] == "worktrees/f2"
         });
-        p.fsck(&c);
-        p.clean(&c);
+        p.assert_fsck_strict(&c);
+        p.assert_clean(&c);
         // Nothing in this session was taken for an attack.
         let alerts: Vec<_> = sbx_testutil::audit_events(&p.log)
             .into_iter()
@@ -372,7 +268,7 @@ fn a_forged_stash_reflog_is_refused() {
         );
         assert_eq!(p.stash_list().len(), 1, "{c}");
         assert_eq!(p.rev("refs/stash").as_deref(), Some(stash.as_str()), "{c}");
-        p.fsck(&c);
+        p.assert_fsck_strict(&c);
     });
 }
 
@@ -419,6 +315,15 @@ fn worktree_admin_dirs_pointing_outside_or_running_programs_are_refused() {
                     .to_string(),
                 "hooks",
             ),
+            // Keys no denylist knew (an attacker's pass found them): only
+            // the sparse-checkout keys are accepted.
+            (
+                "f6",
+                format!(
+                    "set -e; git worktree add -q .wt/f6; printf '[gpg \"ssh\"]\n\tdefaultKeyCommand = touch {m}\n[tar \"tgz\"]\n\tcommand = touch {m}\n' > .git/worktrees/f6/config.worktree; echo CRAFTED"
+                ),
+                "gpg.ssh.defaultkeycommand",
+            ),
         ];
         for (name, script, reason) in cases {
             let out = p.call(&script);
@@ -445,7 +350,7 @@ fn worktree_admin_dirs_pointing_outside_or_running_programs_are_refused() {
             let _ = git_out(&d, &["status"]);
         }
         assert!(!mark.exists(), "{c}");
-        p.fsck(&c);
+        p.assert_fsck_strict(&c);
     });
 }
 
@@ -483,7 +388,7 @@ fn a_git_file_naming_a_crafted_admin_dir_is_removed() {
         assert!(!p.root.join(".git/worktrees/evil").exists(), "{c}");
         let _ = git_out(&p.root.join("sub"), &["status"]);
         assert!(!mark.exists(), "{c}");
-        p.fsck(&c);
+        p.assert_fsck_strict(&c);
     });
 }
 
@@ -507,6 +412,27 @@ fn a_worktree_outside_the_project_never_reaches_the_host() {
         assert!(!p.root.join(".git/worktrees/wt-x").exists(), "{c}");
         assert!(!outside.join(".git").exists(), "{c}");
         assert_eq!(p.worktrees(), vec![p.root.clone()], "{c}");
-        p.fsck(&c);
+        p.assert_fsck_strict(&c);
+    });
+}
+
+/// The sandbox may add reflog entries, never take the host's away: they
+/// are how the user gets lost work back (an attacker's pass erased them
+/// with a forged one-line reflog).
+#[test]
+fn the_hosts_reflog_history_cannot_be_erased() {
+    each(|p| {
+        let c = format!("{:?} {:?}", p.who, p.chain);
+        p.ok("set -e; git commit -q --allow-empty -m two; git commit -q --allow-empty -m three");
+        let before = p.git(&["reflog", "show", "--format=%H", "main"]);
+        assert_eq!(before.lines().count(), 3, "{c}\n{before}");
+        p.ok("set -e; git reflog expire --expire=now --all; git commit -q --allow-empty -m four");
+        let after = p.git(&["reflog", "show", "--format=%H", "main"]);
+        assert_eq!(after.lines().count(), 4, "{c}\n{after}");
+        assert!(after.ends_with(&before), "{c}\n{before}\n{after}");
+        assert_event(&p.log, "reflog_history_kept", "alert", |e| {
+            e["ref"] == "refs/heads/main"
+        });
+        p.assert_fsck_strict(&c);
     });
 }

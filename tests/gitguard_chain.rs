@@ -12,6 +12,7 @@
 //! end.
 
 mod common;
+use common::gitproj::git_out;
 use common::*;
 
 use std::collections::BTreeMap;
@@ -45,26 +46,6 @@ struct Proj {
     home: PathBuf,
     log: PathBuf,
     mark: PathBuf,
-}
-
-/// git as root in a repository of any owner, bounded in time.
-fn git_out(dir: &Path, args: &[&str]) -> Output {
-    let mut c = Command::new("git");
-    c.arg("-C")
-        .arg(dir)
-        .args([
-            "-c",
-            "safe.directory=*",
-            "-c",
-            "user.email=t@example.invalid",
-            "-c",
-            "user.name=t",
-        ])
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env_remove("GIT_DIR");
-    output_within(&mut c, T)
 }
 
 fn git_ok(dir: &Path, args: &[&str]) -> String {

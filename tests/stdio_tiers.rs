@@ -119,7 +119,7 @@ fn assert_log(name: &str, got: &str, prefix: &str, exact: bool) {
 
 fn policy(fx: &Fx, trust: &str) -> String {
     format!(
-        "{} chain --trust {trust} --settings {} --managed /nonexistent --cwd {} --home {}",
+        "{} chain --trust {trust} --settings {} --managed /nonexistent --chdir {} --home {}",
         sh_quote(&sbx_testutil::bin("sbx-policy")),
         sh_quote(&fx.settings),
         sh_quote(&fx.repo),

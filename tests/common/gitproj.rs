@@ -107,13 +107,18 @@ pub fn commit(root: &Path, f: &str, text: &str, msg: &str) -> String {
 impl Proj {
     /// One call: the chain around `sh -c ENV+SCRIPT`, bounded in time.
     pub fn run(&self, chain: Chain, script: &str) -> Output {
+        self.run_in(chain, &self.root, script)
+    }
+
+    /// The same, started in `dir` (the project is found from there).
+    pub fn run_in(&self, chain: Chain, dir: &Path, script: &str) -> Output {
         let script = format!("{ENV}{script}");
         let mut c = match chain {
             Chain::SbxRun => {
                 let mut c = Command::new("sh");
                 c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/sbx-run"))
                     .arg("-C")
-                    .arg(&self.root)
+                    .arg(dir)
                     .arg("-l")
                     .arg(&self.log)
                     .args(["--", "sh", "-c", &script]);
@@ -137,7 +142,7 @@ impl Proj {
                 c
             }
         };
-        c.current_dir(&self.root)
+        c.current_dir(dir)
             .env("PATH", PATH)
             .env("HOME", &self.home)
             .env("XDG_STATE_HOME", self.base.join("state"));

@@ -137,7 +137,9 @@ const REBASE_BASIC: &[(&str, Rule)] = &[
         "allow_rerere_autoupdate",
         Choice(&["--rerere-autoupdate", "--no-rerere-autoupdate"]),
     ),
-    ("gpg_sign_opt", Words),
+    // The default key or none: a key the sandbox names would have the
+    // user's `git rebase --continue` sign with a key the sandbox chose.
+    ("gpg_sign_opt", Choice(&["", "-S", "--no-gpg-sign"])),
     ("signoff", Choice(&["--signoff"])),
     ("reschedule-failed-exec", Empty),
     ("no-reschedule-failed-exec", Empty),
@@ -860,7 +862,9 @@ fn seq_opts(b: &[u8]) -> Result<(), String> {
                 n if BOOLS.contains(&n) => matches!(v, "true" | "false"),
                 "mainline" => !v.is_empty() && v.len() < 6 && v.bytes().all(|c| c.is_ascii_digit()),
                 "strategy" => STRATEGIES.contains(&v),
-                "gpg-sign" | "strategy-option" => v.bytes().all(|c| (0x20..0x7f).contains(&c)),
+                // The default key only (see gpg_sign_opt).
+                "gpg-sign" => v.is_empty(),
+                "strategy-option" => v.bytes().all(|c| (0x20..0x7f).contains(&c)),
                 "default-msg-cleanup" => {
                     matches!(
                         v,
@@ -943,6 +947,15 @@ mod tests {
         assert!(check(Oids, b"abc\n", &All).is_err());
         assert!(check(Choice(&["", "no-ff"]), b"", &All).is_ok());
         assert!(check(Choice(&["", "no-ff"]), b"ff\n", &All).is_err());
+        // The default signing key or none, never a key the sandbox names.
+        let gpg = REBASE_BASIC
+            .iter()
+            .find(|(n, _)| *n == "gpg_sign_opt")
+            .unwrap()
+            .1;
+        assert!(check(gpg, b"-S\n", &All).is_ok());
+        assert!(check(gpg, b"--no-gpg-sign\n", &All).is_ok());
+        assert!(check(gpg, b"-SDEADBEEF0001\n", &All).is_err());
         assert!(check(Strategy, b"ort\n", &All).is_ok());
         assert!(check(Strategy, b"evil\n", &All).is_err());
         assert!(

@@ -10,7 +10,9 @@
 //! naming the ref's value after the import. The objects its entries name
 //! that nothing else brings in (an older stash, a commit before an amend)
 //! come in with their complete history, checked like every other object.
-//! Anything else is refused with an alert and the host's reflog kept.
+//! Anything else is refused with an alert and the host's reflog kept. The
+//! sandbox may add entries but not take the host's away
+//! ([`keep_history`]; `reflog_history_kept` alert).
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -288,8 +290,19 @@ pub fn plan(
                 continue;
             }
         };
-        if fs::read(git_dir.join("logs").join(&name)).is_ok_and(|h| h == data) {
+        let host = fs::read(git_dir.join("logs").join(&name)).unwrap_or_default();
+        if host == data {
             continue;
+        }
+        let (data, restored) = keep_history(&host, &data, name == "refs/stash");
+        if restored > 0 {
+            ev.push(
+                "reflog_history_kept",
+                Severity::Alert,
+                json!({ "ref": name, "restored": restored,
+                        "reason": "the sandbox's reflog dropped or rewrote entries of the host's",
+                        "action": "the host's entries kept, the sandbox's new ones after them" }),
+            );
         }
         match check(&data, Some(last), need) {
             Ok((entries, b)) => {
@@ -306,6 +319,45 @@ pub fn plan(
         }
     }
     out
+}
+
+/// The reflog to write from the host's and the sandbox's: the sandbox may
+/// add entries, never take the host's history away (its entries are how
+/// the user gets lost work back). The sandbox's file must read as host
+/// entries in order, some left out, then new ones; what it left out comes
+/// back, except in `refs/stash`, where leaving an entry out is `git stash
+/// drop`/`pop`. Returns the file and how many host entries came back.
+fn keep_history(host: &[u8], ours: &[u8], stash: bool) -> (Vec<u8>, usize) {
+    let h: Vec<&[u8]> = host.split_inclusive(|&b| b == b'\n').collect();
+    let o: Vec<&[u8]> = ours.split_inclusive(|&b| b == b'\n').collect();
+    let (mut j, mut k) = (0, 0);
+    while k < o.len() {
+        match h[j..].iter().position(|l| *l == o[k]) {
+            Some(p) => {
+                j += p + 1;
+                k += 1;
+            }
+            None => break,
+        }
+    }
+    // Host entries the sandbox's file does not have in order.
+    let missing = h.len() - k;
+    if stash && o[k..].iter().all(|l| !h.contains(l)) {
+        return (ours.to_vec(), 0);
+    }
+    if missing == 0 {
+        return (ours.to_vec(), 0);
+    }
+    let mut out = host.to_vec();
+    if !out.is_empty() && !out.ends_with(b"\n") {
+        out.push(b'\n');
+    }
+    for l in &o[k..] {
+        if !h.contains(l) {
+            out.extend_from_slice(l);
+        }
+    }
+    (out, missing)
 }
 
 /// Writes the planned reflogs (after the refs: a ref that did not end at
@@ -376,6 +428,34 @@ mod tests {
         ] {
             assert!(parse_line(l.as_bytes()).is_err(), "{l}");
         }
+    }
+
+    #[test]
+    fn the_hosts_history_is_kept() {
+        let l = |a: &str, b: &str, m: &str| format!("{a} {b} a <a@x> 1 +0000\t{m}\n");
+        let (h1, h2) = (l(A, B, "one"), l(B, A, "two"));
+        let host = format!("{h1}{h2}");
+        // Appending: the sandbox's file as it is.
+        let new = l(A, B, "three");
+        let ours = format!("{host}{new}");
+        assert_eq!(
+            keep_history(host.as_bytes(), ours.as_bytes(), false),
+            (ours.clone().into_bytes(), 0)
+        );
+        // Erased and forged: the host's entries come back, the new one after.
+        let forged = l(A, B, "clone");
+        let (out, n) = keep_history(host.as_bytes(), forged.as_bytes(), false);
+        assert_eq!(
+            (String::from_utf8(out).unwrap(), n),
+            (format!("{host}{forged}"), 2)
+        );
+        // A stash drop leaves an entry out: that is the point.
+        let (out, n) = keep_history(host.as_bytes(), h2.as_bytes(), true);
+        assert_eq!((String::from_utf8(out).unwrap(), n), (h2.clone(), 0));
+        // Reordered stash entries are not a drop: the host's come back.
+        let swapped = format!("{h2}{h1}");
+        let (_, n) = keep_history(host.as_bytes(), swapped.as_bytes(), true);
+        assert_eq!(n, 1);
     }
 
     #[test]

@@ -218,6 +218,20 @@ pub const DANGEROUS_KEYS: &[Danger] = &[
     d("browser", Sub::Any, "cmd"),
     d("man", Sub::Any, "cmd"),
     d("safe", Sub::No, "directory"),
+    // Commands git runs for a signature, an archive format, a trailer,
+    // a tool, an interactive filter, alternate refs or mail.
+    d("gpg", Sub::Any, "defaultkeycommand"),
+    d("tar", Sub::Any, "command"),
+    d("trailer", Sub::Any, "command"),
+    d("trailer", Sub::Any, "cmd"),
+    d("core", Sub::No, "alternaterefscommand"),
+    d("core", Sub::No, "alternaterefsprefixes"),
+    d("interactive", Sub::No, "difffilter"),
+    d("guitool", Sub::Any, "cmd"),
+    d("mergetool", Sub::Any, "path"),
+    d("difftool", Sub::Any, "path"),
+    d("sendemail", Sub::Either, "*"),
+    d("instaweb", Sub::No, "httpd"),
 ];
 
 /// Whether a parsed key is dangerous (section and name lower-case).
@@ -279,6 +293,14 @@ mod tests {
     fn dangerous_keys_match() {
         assert!(is_dangerous("core", None, "fsmonitor", Some("x")));
         assert!(!is_dangerous("core", None, "bare", Some("false")));
+        assert!(is_dangerous(
+            "gpg",
+            Some("ssh"),
+            "defaultkeycommand",
+            Some("x")
+        ));
+        assert!(is_dangerous("tar", Some("tgz"), "command", Some("x")));
+        assert!(is_dangerous("trailer", Some("x"), "cmd", Some("x")));
         assert!(is_dangerous(
             "credential",
             Some("https://x"),

@@ -11,8 +11,8 @@
 //! - `commondir`: `../..`;
 //! - `HEAD`: a branch that exists after the import, or an existing commit
 //!   (its history complete);
-//! - `config.worktree` (when present): no key that runs code or redirects
-//!   git (`rules::DANGEROUS_KEYS`, `core.worktree` included);
+//! - `config.worktree` (when present): only the sparse-checkout keys git
+//!   writes there (an allowlist: git keeps adding keys that run commands);
 //! - `index`: rebuilt like the main index (`import::take_index`);
 //! - `logs/HEAD`: checked like every reflog (reflog.rs);
 //! - `locked`: a short text.
@@ -90,6 +90,14 @@ pub fn pending_link(t: &Path, mut user_git_dirs: impl Iterator<Item = PathBuf>) 
 
 /// Admin files written as they are (after their checks).
 const FILES: &[&str] = &["HEAD", "commondir", "gitdir", "config.worktree", "locked"];
+
+/// The keys a worktree's `config.worktree` may set (what `git
+/// sparse-checkout` writes there).
+const WORKTREE_CONFIG_KEYS: &[&str] = &[
+    "core.sparsecheckout",
+    "core.sparsecheckoutcone",
+    "index.sparse",
+];
 
 #[derive(Debug)]
 pub enum Op {
@@ -435,14 +443,18 @@ fn plan_one(
     if let Some(c) = view("config.worktree")? {
         let t = String::from_utf8(c).map_err(|_| "config.worktree is not text".to_string())?;
         let entries = crate::gitconfig::parse(&t).map_err(|e| format!("config.worktree: {e}"))?;
+        // An allowlist, not the denylist: git keeps adding keys that run
+        // commands (gpg.ssh.defaultKeyCommand, tar.*.command, ...), and a
+        // worktree's own config only ever needs the sparse-checkout ones.
         let bad: Vec<String> = entries
             .iter()
-            .filter(|e| e.is_dangerous())
             .map(|e| e.key())
+            .filter(|k| !WORKTREE_CONFIG_KEYS.contains(&k.to_ascii_lowercase().as_str()))
             .collect();
         if !bad.is_empty() {
             return Err(format!(
-                "config.worktree sets keys that run programs or redirect git: {}",
+                "config.worktree sets keys outside what a worktree needs ({}): {}",
+                WORKTREE_CONFIG_KEYS.join(", "),
                 bad.join(", ")
             ));
         }

@@ -497,11 +497,10 @@ pub fn split_script(s: &str) -> Result<Vec<Vec<String>>, String> {
                 i += 1;
             }
             '&' | '|' => {
+                // `&>` is a redirection in bash but `&` then a command in
+                // sh (dash): the shells disagree on what runs.
                 if c == '&' && b.get(i + 1) == Some(&'>') {
-                    flush!();
-                    toks.push(Tok::Redir);
-                    i += if b.get(i + 2) == Some(&'>') { 3 } else { 2 };
-                    continue;
+                    return Err("`&>` (a redirection in bash, a background `&` in sh)".into());
                 }
                 flush!();
                 toks.push(Tok::Sep);
@@ -536,6 +535,16 @@ pub fn split_script(s: &str) -> Result<Vec<Vec<String>>, String> {
                         let start = i;
                         while i < b.len() && (b[i].is_ascii_digit() || b[i] == '-') {
                             i += 1;
+                        }
+                        // `>&2echo` is a redirection to the file `2echo` in
+                        // bash, not `>&2` then `echo`: only a whole word of
+                        // digits (or `-`) is an fd.
+                        if i > start
+                            && b.get(i).is_some_and(|x| {
+                                !matches!(x, ' ' | '\t' | '\n' | ';' | '&' | '|' | '<' | '>')
+                            })
+                        {
+                            return Err("a redirection `>&FD` joined to a word".into());
                         }
                         if i > start {
                             continue;
@@ -661,6 +670,17 @@ mod tests {
         assert!(judge(&a, &["timeout", "5", "git", "status"]).is_ok());
         assert!(judge(&a, &["nice", "-n", "5", "make"]).is_ok());
         assert!(judge(&a, &["make", "all"]).is_err(), "exact rule");
+    }
+
+    #[test]
+    fn redirections_the_shells_read_differently_are_refused() {
+        let a = al(&["git:*", "echo:*"], &[]);
+        // dash: `echo hi &` then `>out id`; bash: one echo to `out`.
+        assert!(judge(&a, &["sh", "-c", "echo hi &>out id >&2"]).is_err());
+        // bash: `>&2echo` writes to the file 2echo, then `id` runs.
+        assert!(judge(&a, &["bash", "-c", ">&2echo id"]).is_err());
+        assert!(judge(&a, &["sh", "-c", "git log >&2 2>&1"]).is_ok());
+        assert!(judge(&a, &["sh", "-c", "git log 2>&-; echo x>&2"]).is_ok());
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub struct Project {
     /// The project directory (granted writable, its settings read, its
     /// repository checked by sbx-gitguard).
     pub root: PathBuf,
-    /// Where the command starts (the caller's directory or --cwd).
+    /// Where the command starts (the caller's directory or --chdir).
     pub start: PathBuf,
     /// One line for explain: how `root` was chosen.
     pub why: String,
