@@ -229,14 +229,16 @@ fn gitguard_stage_and_keep_of_a_killed_run_are_reaped_under_another_tmpdir() {
         };
         let stage1 = base.join("t1/sbx-git-stage-t1");
         let mut child = gg("t1", &["sleep", "60"]).spawn().unwrap();
+        // A staged run keeps no object links (the stage covers the whole
+        // .git: issue 19), so only the stage is there to reap.
         assert!(
-            eventually(|| stage1.exists() && !keeps().is_empty(), 30),
-            "{who:?}: no stage and keep dir appeared"
+            eventually(|| stage1.exists(), 30),
+            "{who:?}: no stage appeared"
         );
         // SAFETY: the test's own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         child.wait().unwrap();
-        assert!(stage1.exists() && !keeps().is_empty());
+        assert!(stage1.exists());
         // A killed run of another repository: its stage stays importable
         // by hand until that repository's next staged run.
         let stage3 = base.join("t3/sbx-git-stage-t3");
@@ -263,13 +265,51 @@ fn gitguard_stage_and_keep_of_a_killed_run_are_reaped_under_another_tmpdir() {
             !stage3.exists(),
             "{who:?}: its own repository's run kept it"
         );
+        // Without a stage the run keeps links to the objects: a killed
+        // run's keep dir is reaped by the repository's next run.
+        let unstaged = |cmd: &[&str]| {
+            let mut c = sbx_testutil::tool("sbx-gitguard");
+            c.env("SBX_REGISTRY_DIR", &registry)
+                .env("TMPDIR", base.join("t2"))
+                .env("SBX_AUDIT_LOG", &audit)
+                .env("PATH", PATH)
+                .args(["run", "--repo"])
+                .arg(&proj)
+                .arg("--")
+                .args(cmd)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            sbx_testutil::run_as(&mut c, who);
+            c
+        };
+        let mut child = unstaged(&["sleep", "60"]).spawn().unwrap();
+        assert!(
+            eventually(|| !keeps().is_empty(), 30),
+            "{who:?}: no keep dir appeared"
+        );
+        // SAFETY: the test's own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        let out = unstaged(&["true"]).output().unwrap();
+        assert!(out.status.success(), "{}", sbx_testutil::stderr(&out));
+        assert!(keeps().is_empty(), "{who:?}: keep dirs left: {:?}", keeps());
         for t in ["t1", "t2", "t3", "t4"] {
             let left: Vec<_> = std::fs::read_dir(base.join(t)).unwrap().flatten().collect();
             assert!(left.is_empty(), "{who:?}: {t}: {left:?}");
         }
+        // (sbx-gitguard's verified-objects caches stay by design.)
         let uid_dirs: Vec<_> = std::fs::read_dir(&registry).unwrap().flatten().collect();
         for u in uid_dirs {
-            let left: Vec<_> = std::fs::read_dir(u.path()).unwrap().flatten().collect();
+            let left: Vec<_> = std::fs::read_dir(u.path())
+                .unwrap()
+                .flatten()
+                .filter(|e| {
+                    !e.file_name()
+                        .to_string_lossy()
+                        .starts_with("gitguard-loose-")
+                })
+                .collect();
             assert!(left.is_empty(), "{who:?}: registry entries left: {left:?}");
         }
         let log = std::fs::read_to_string(&audit).unwrap_or_default();

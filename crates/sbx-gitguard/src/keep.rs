@@ -109,6 +109,7 @@ impl Keep {
                     if fs::create_dir_all(&parent).is_err() {
                         continue;
                     }
+                    // SAFETY (below): geteuid has no preconditions and cannot fail.
                     if let Some((u, g)) = crate::fsutil::owner(&self.objects)
                         && unsafe { libc::geteuid() } == 0
                     {

@@ -20,6 +20,7 @@ const MAX_FILE: u64 = 1 << 30;
 /// theirs behind, and the registry directory is often a tmpfs.
 const KEEP: usize = 32;
 const PREFIX: &str = "gitguard-loose-";
+const TMP_PREFIX: &str = ".gitguard-loose.";
 
 fn file(git_dir: &Path) -> Option<PathBuf> {
     let (dev, ino) = crate::layout::ident(git_dir)?;
@@ -42,10 +43,21 @@ pub fn save(git_dir: &Path, stats: &BTreeMap<String, LooseStat>) {
     let Some(p) = file(git_dir) else {
         return;
     };
+    // A run killed between writing its temporary file and renaming it left
+    // that file: the next save removes every one (a concurrent save whose
+    // file goes too only fails, and its next run reads in full).
+    let dir = p.parent().unwrap_or(Path::new("/"));
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.filter_map(|e| e.ok()) {
+            if e.file_name().to_string_lossy().starts_with(TMP_PREFIX) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
     let r = (|| -> std::io::Result<()> {
         let data = serde_json::to_vec(stats).map_err(std::io::Error::other)?;
         let mut tmp = tempfile::Builder::new()
-            .prefix(".gitguard-loose.")
+            .prefix(TMP_PREFIX)
             .tempfile_in(p.parent().unwrap_or(Path::new("/")))?;
         tmp.write_all(&data)?;
         tmp.persist(&p).map_err(|e| e.error)?;
