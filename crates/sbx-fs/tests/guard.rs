@@ -66,6 +66,16 @@ fn project(s: &Scratch) {
         "{\"permissions\":{\"deny\":[\"Read(.env)\"]}}\n",
     );
     let p = s.proj();
+    // Older than the index git writes: not "racily clean", so a `git
+    // status` inside does not rewrite the index (the test compares the
+    // host tree before and after).
+    std::fs::File::options()
+        .write(true)
+        .open(p.join("README"))
+        .and_then(|f| {
+            f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(10))
+        })
+        .unwrap();
     for args in [
         &["init", "-q", "-b", "main", "."][..],
         &["add", "README"][..],
