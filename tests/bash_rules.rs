@@ -404,5 +404,15 @@ fn redirections_the_shells_read_differently_are_refused() {
             refused(&out, &log, &format!("{shell} -c '{script}'"), why, &ctx);
             assert!(!stdout(&out).contains("uid="), "{ctx}: {}", stdout(&out));
         }
+        // bash's own `&>` is a redirection there, and allowed.
+        let (out, _) = run(
+            &c,
+            who,
+            None,
+            &[],
+            &["bash", "-c", "echo ok &>/dev/null; echo done"],
+        );
+        ok(&out, &ctx);
+        assert!(stdout(&out).contains("done"), "{ctx}");
     }
 }

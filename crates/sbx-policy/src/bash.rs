@@ -302,7 +302,11 @@ impl ExecAllowlist {
                     reason: "shells nested too deep to judge".into(),
                 });
             }
-            let parts = match split_script(script) {
+            // bash and zsh read `&>` as a redirection; sh may be dash.
+            let bash_like = Path::new(&w[0])
+                .file_name()
+                .is_some_and(|n| n == "bash" || n == "zsh");
+            let parts = match split_script(script, bash_like) {
                 Ok(p) => p,
                 // Nothing to judge it against.
                 Err(_) if self.any && self.deny.is_empty() => Vec::new(),
@@ -401,7 +405,7 @@ const KEYWORDS: &[&str] = &[
 /// would (command or process substitution, subshells, groups, control
 /// structures, here-documents, assignments or expansions where the program
 /// is named) is an error saying what it is: the command is then refused.
-pub fn split_script(s: &str) -> Result<Vec<Vec<String>>, String> {
+pub fn split_script(s: &str, bash_like: bool) -> Result<Vec<Vec<String>>, String> {
     #[derive(PartialEq)]
     enum Tok {
         Word(String, bool),
@@ -500,7 +504,16 @@ pub fn split_script(s: &str) -> Result<Vec<Vec<String>>, String> {
                 // `&>` is a redirection in bash but `&` then a command in
                 // sh (dash): the shells disagree on what runs.
                 if c == '&' && b.get(i + 1) == Some(&'>') {
-                    return Err("`&>` (a redirection in bash, a background `&` in sh)".into());
+                    if !bash_like {
+                        return Err(
+                            "`&>` (a redirection in bash, a background `&` in sh: use `>file 2>&1`)"
+                                .into(),
+                        );
+                    }
+                    flush!();
+                    toks.push(Tok::Redir);
+                    i += if b.get(i + 2) == Some(&'>') { 3 } else { 2 };
+                    continue;
                 }
                 flush!();
                 toks.push(Tok::Sep);
@@ -677,6 +690,9 @@ mod tests {
         let a = al(&["git:*", "echo:*"], &[]);
         // dash: `echo hi &` then `>out id`; bash: one echo to `out`.
         assert!(judge(&a, &["sh", "-c", "echo hi &>out id >&2"]).is_err());
+        // bash reads it as a redirection: one echo, its output to `out`.
+        assert!(judge(&a, &["bash", "-c", "echo hi &>out"]).is_ok());
+        assert!(judge(&a, &["bash", "-c", "git log &>>out; echo x"]).is_ok());
         // bash: `>&2echo` writes to the file 2echo, then `id` runs.
         assert!(judge(&a, &["bash", "-c", ">&2echo id"]).is_err());
         assert!(judge(&a, &["sh", "-c", "git log >&2 2>&1"]).is_ok());
