@@ -90,9 +90,41 @@ pub fn path(p: &std::path::Path) -> String {
     os(p.as_os_str())
 }
 
+/// Undoes /proc/self/mountinfo's escapes of a field: the kernel writes a
+/// space, tab, newline or backslash in a path as `\ooo` (three octal
+/// digits). Anything else stays as it is.
+pub fn mountinfo_field(f: &str) -> Vec<u8> {
+    let b = f.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        if b[i] == b'\\'
+            && let Some(d) = oct
+            && d[0] <= b'3'
+        {
+            out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mountinfo_fields_are_unescaped() {
+        assert_eq!(mountinfo_field(r"/a\040b\011c\134d"), b"/a b\tc\\d");
+        // Not an escape the kernel writes: kept as it is.
+        assert_eq!(mountinfo_field(r"/x\777\12"), br"/x\777\12");
+    }
 
     #[test]
     fn plain_text_is_borrowed() {

@@ -26,22 +26,9 @@ fn ids_path(p: &Path) -> Option<(u64, u64)> {
 /// Undoes mountinfo's octal escapes (`\040` for a space).
 fn unescape(f: &str) -> PathBuf {
     use std::os::unix::ffi::OsStringExt;
-    let b = f.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && let Ok(v) = u8::from_str_radix(&f[i + 1..i + 4], 8)
-        {
-            out.push(v);
-            i += 4;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
+    PathBuf::from(std::ffi::OsString::from_vec(
+        sbx_core::escape::mountinfo_field(f),
+    ))
 }
 
 /// Where `p` (absolute, resolved) lies on its file system: the mount's

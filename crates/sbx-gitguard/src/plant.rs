@@ -518,22 +518,7 @@ fn quarantine_inside<'a>(q: &Path, roots: &'a [PathBuf]) -> Option<&'a PathBuf> 
 /// mountinfo: the last mount on the longest mount point above it.
 fn fs_place(p: &Path, mountinfo: &str) -> Option<(String, PathBuf)> {
     fn unescape(f: &str) -> PathBuf {
-        let b = f.as_bytes();
-        let mut out = Vec::with_capacity(b.len());
-        let mut i = 0;
-        while i < b.len() {
-            if b[i] == b'\\'
-                && i + 3 < b.len()
-                && let Ok(v) = u8::from_str_radix(&f[i + 1..i + 4], 8)
-            {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-            out.push(b[i]);
-            i += 1;
-        }
-        PathBuf::from(OsString::from_vec(out))
+        PathBuf::from(OsString::from_vec(sbx_core::escape::mountinfo_field(f)))
     }
     let mut best: Option<(usize, String, PathBuf, PathBuf)> = None;
     for line in mountinfo.lines() {
