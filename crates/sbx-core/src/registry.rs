@@ -46,6 +46,27 @@ fn private_dir(p: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Where sbx-fs and sbx-gitguard move what the sandbox planted, in order
+/// of preference: `$XDG_STATE_HOME/sbx/quarantine`,
+/// `~/.local/state/sbx/quarantine`, `/var/tmp/sbx-quarantine-<uid>` (each
+/// tool takes the first one outside every writable bind).
+pub fn default_quarantines() -> Vec<PathBuf> {
+    let abs = |k: &str| {
+        std::env::var_os(k)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let mut v = Vec::new();
+    if let Some(x) = abs("XDG_STATE_HOME") {
+        v.push(x.join("sbx/quarantine"));
+    }
+    if let Some(h) = abs("HOME") {
+        v.push(h.join(".local/state/sbx/quarantine"));
+    }
+    v.push(PathBuf::from(format!("/var/tmp/sbx-quarantine-{}", euid())));
+    v
+}
+
 /// The registry directory of this user (created when missing).
 pub fn dir() -> io::Result<PathBuf> {
     if let Some(x) = std::env::var_os("SBX_REGISTRY_DIR") {

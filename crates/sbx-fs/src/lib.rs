@@ -916,7 +916,7 @@ fn start_sweeps(spec: &Spec, plan: &Plan) -> Result<EndChecks, Failure> {
             }
             protect::canonical_prefix(q)
         }
-        None => protect::default_quarantines()
+        None => sbx_core::registry::default_quarantines()
             .into_iter()
             .find(|q| inside(q).is_none())
             .map(|q| protect::canonical_prefix(&q))

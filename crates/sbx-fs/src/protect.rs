@@ -1642,29 +1642,6 @@ fn is_empty(p: &Path) -> bool {
     }
 }
 
-/// The default quarantine directories, in order of preference:
-/// `$XDG_STATE_HOME/sbx/quarantine`, `~/.local/state/sbx/quarantine`,
-/// `/var/tmp/sbx-quarantine-<uid>` (the first one outside every writable
-/// bind is used).
-pub fn default_quarantines() -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    if let Some(x) = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from)
-        && x.is_absolute()
-    {
-        v.push(x.join("sbx/quarantine"));
-    }
-    if let Some(h) = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .filter(|h| h.is_absolute())
-    {
-        v.push(h.join(".local/state/sbx/quarantine"));
-    }
-    // SAFETY: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    v.push(PathBuf::from(format!("/var/tmp/sbx-quarantine-{uid}")));
-    v
-}
-
 /// `path` resolved as far as it exists (the rest appended): for
 /// comparing it with the canonical bind sources.
 pub fn canonical_prefix(path: &Path) -> PathBuf {

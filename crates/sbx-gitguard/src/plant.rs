@@ -539,24 +539,6 @@ fn fs_place(p: &Path, mountinfo: &str) -> Option<(String, PathBuf)> {
     Some((dev, root.join(p.strip_prefix(&mp).ok()?)))
 }
 
-/// The default quarantines, in order: `$XDG_STATE_HOME/sbx/quarantine`,
-/// `~/.local/state/sbx/quarantine`, `/var/tmp/sbx-quarantine-UID`.
-pub fn default_quarantine() -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|x| Path::new(x).is_absolute()) {
-        v.push(Path::new(&x).join("sbx/quarantine"));
-    }
-    if let Some(h) = std::env::var_os("HOME").filter(|h| Path::new(h).is_absolute()) {
-        v.push(Path::new(&h).join(".local/state/sbx/quarantine"));
-    }
-    // SAFETY: geteuid cannot fail.
-    v.push(PathBuf::from(format!(
-        "/var/tmp/sbx-quarantine-{}",
-        unsafe { libc::geteuid() }
-    )));
-    v
-}
-
 /// One thing found after the command.
 #[derive(Debug, Clone)]
 pub struct Finding {
@@ -909,7 +891,7 @@ pub fn cmd_plants(a: PlantsArgs) -> Result<i32, Failure> {
     }
     let qbases = match &a.quarantine {
         Some(q) => vec![q.clone()],
-        None => default_quarantine(),
+        None => sbx_core::registry::default_quarantines(),
     };
     let qbases: Vec<PathBuf> = if a.quarantine.is_some() {
         qbases
