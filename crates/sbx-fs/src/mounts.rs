@@ -377,21 +377,11 @@ impl Root {
                 // checked on the host.
                 let fd = |i: &usize| format!("/proc/self/fd/{}", sources[*i].fd.as_raw_fd());
                 let (l, u, w) = (fd(lower), fd(upper), fd(work));
-                let mut opts = vec![
+                let fs = new_overlay(vec![
                     ("lowerdir", l.as_str()),
                     ("upperdir", u.as_str()),
                     ("workdir", w.as_str()),
-                ];
-                // trusted.overlay.* needs CAP_SYS_ADMIN of the initial user
-                // namespace; inside one of our own, user.overlay.* is used.
-                if !sys::in_initial_userns() {
-                    opts.push(("userxattr", ""));
-                }
-                let fs = sys::new_fs(
-                    "overlay",
-                    &opts,
-                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
-                )
+                ])
                 .map_err(e("create git stage overlay", dst))?;
                 if let Some(t) = self.target(op, Kind::Dir)? {
                     sys::move_mount_fd(fs.as_raw_fd(), t.as_raw_fd())
@@ -496,7 +486,7 @@ impl Root {
         // No redirects, metacopy or index: the upper holds whole files,
         // whiteouts and opaque directories only, which is all the apply
         // understands (a directory rename becomes copy + delete, EXDEV).
-        let mut opts = vec![
+        let fs = new_overlay(vec![
             ("lowerdir", l.as_str()),
             ("upperdir", up.as_str()),
             ("workdir", wk.as_str()),
@@ -504,15 +494,7 @@ impl Root {
             ("metacopy", "off"),
             ("index", "off"),
             ("xino", "off"),
-        ];
-        if !sys::in_initial_userns() {
-            opts.push(("userxattr", ""));
-        }
-        let fs = sys::new_fs(
-            "overlay",
-            &opts,
-            sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
-        )
+        ])
         .map_err(e("create write budget overlay", dst))?;
         if let Some(t) = self.target(op, Kind::Dir)? {
             sys::move_mount_fd(fs.as_raw_fd(), t.as_raw_fd())
@@ -658,6 +640,20 @@ impl Root {
         }
         Ok(())
     }
+}
+
+/// A detached nosuid, nodev overlay with `opts`. trusted.overlay.* needs
+/// CAP_SYS_ADMIN of the initial user namespace; inside one of our own,
+/// user.overlay.* is used (`userxattr`).
+fn new_overlay(mut opts: Vec<(&str, &str)>) -> std::io::Result<OwnedFd> {
+    if !sys::in_initial_userns() {
+        opts.push(("userxattr", ""));
+    }
+    sys::new_fs(
+        "overlay",
+        &opts,
+        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+    )
 }
 
 #[cfg(test)]
