@@ -26,6 +26,7 @@ const TOOLS: &[&str] = &[
     "sbx-policy",
     "sbx-seccomp",
     "sbx-vm",
+    "sbx-wasm",
 ];
 
 fn root() -> &'static Path {

@@ -32,6 +32,7 @@ pub const TOOLS: &[&str] = &[
     "sbx-policy",
     "sbx-audit",
     "sbx-doctor",
+    "sbx-wasm",
 ];
 
 /// Flags every tool takes.

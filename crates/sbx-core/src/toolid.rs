@@ -42,6 +42,7 @@ pub const TOOLS: &[&str] = &[
     "sbx-policy",
     "sbx-seccomp",
     "sbx-vm",
+    "sbx-wasm",
 ];
 
 /// The trusted set handed from tool to tool: `dev:ino` pairs, comma-separated.

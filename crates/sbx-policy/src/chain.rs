@@ -2,7 +2,7 @@
 //!
 //! | trust | latency-sensitive | plugin | tier |
 //! |---|---|---|---|
-//! | any | any | yes | WebAssembly/WASI: not built (error) |
+//! | plugin (or any, with --plugin) | - | yes | sbx-wasm (WebAssembly/WASI) |
 //! | full | - | no | path allowlist only (sbx-path rules handed to the agent) |
 //! | low | - | no | creds?, gitguard, cgroup, net, fs, seccomp (+ --allow-exec) |
 //! | low, --container | - | no | sbx-container (one container per run) |
@@ -22,6 +22,8 @@ pub enum Trust {
     Low,
     /// A separate kernel: gVisor or a microVM.
     Zero,
+    /// A WebAssembly/WASI module (sbx-wasm): the plugin tier.
+    Plugin,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -169,11 +171,8 @@ fn layer_sections(path: &Path) -> Result<Vec<String>, ChainError> {
 }
 
 pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainError> {
-    if o.plugin {
-        return Err(ChainError::TierUnavailable(
-            "--plugin: the WebAssembly/WASI tier is not built yet in sbx; run the plugin as a program with --trust low or --trust zero"
-                .into(),
-        ));
+    if o.plugin || o.trust == Trust::Plugin {
+        return plugin(p, o, cmd);
     }
     let sections = match &o.layers {
         Some(l) => layer_sections(l)?,
@@ -347,6 +346,7 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                 notes,
             })
         }
+        Trust::Plugin => plugin(p, o, cmd),
         Trust::Low => low(p, o, cmd, &sections, notes),
     }
 }
@@ -357,6 +357,55 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
 pub const WRITE_QUOTA: &str = "2G";
 /// sbx-fs `--write-inodes` of the low-trust chain.
 pub const WRITE_INODES: &str = "500000";
+
+/// The plugin tier: sbx-wasm with the directory grants as preopens (at
+/// their own paths), the memory limit and the wall clock.
+fn plugin(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainError> {
+    let bin = need("sbx-wasm", "the plugin tier (sbx-wasm)", o)?;
+    let mut l = vec![os(bin)];
+    let mut skipped = Vec::new();
+    for (flag, list) in [("--rw", &p.rw), ("--ro", &p.ro)] {
+        for r in list {
+            if r.is_dir() {
+                l.push(os(flag));
+                l.push(os(format!("{0}:{0}", r.display())));
+            } else {
+                skipped.push(r.display().to_string());
+            }
+        }
+    }
+    for k in &p.pass_env {
+        l.push(os("--pass-env"));
+        l.push(os(k));
+    }
+    l.extend([
+        os("--memory"),
+        os(&p.limits.memory),
+        os("--timeout"),
+        os(&p.limits.timeout),
+    ]);
+    if let Some(x) = &o.layers
+        && layer_sections(x)?.iter().any(|s| s == "sbx-wasm")
+    {
+        l.push(os("--config"));
+        l.push(os(x));
+    }
+    let mut notes = vec![
+        "CMD is a WebAssembly module (WASI preview 1): directory grants are its preopens, inside sbx-fs (deny list and invariants hold); no network; no processes, so the Bash rules have nothing to run".into(),
+    ];
+    if !skipped.is_empty() {
+        notes.push(format!(
+            "grants that are not directories are not preopens (WASI preopens directories): {}",
+            skipped.join(", ")
+        ));
+    }
+    Ok(Plan {
+        tier: "plugin: WebAssembly/WASI (sbx-wasm)",
+        layers: vec![l, cmd.to_vec()],
+        env: Vec::new(),
+        notes,
+    })
+}
 
 fn vm_flags(p: &Policy) -> Vec<OsString> {
     vec![

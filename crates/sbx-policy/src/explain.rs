@@ -239,6 +239,7 @@ pub fn render(p: &Policy) -> String {
         o.push('\n');
     }
     let _ = writeln!(o, "{}\n", GVISOR_TIER);
+    let _ = writeln!(o, "{}\n", PLUGIN_TIER);
     let lp = crate::limitplan::plan(&p.limits, &crate::limitplan::detect(), true);
     let _ = writeln!(
         o,
@@ -311,6 +312,9 @@ pub fn render(p: &Policy) -> String {
     }
     o
 }
+
+/// What differs in the plugin tier (chain --trust plugin).
+const PLUGIN_TIER: &str = "In the plugin tier (chain --trust plugin, or --plugin: CMD is a WebAssembly/WASI module run by sbx-wasm): the directory grants are the module's preopens, made by sbx-fs with the same denies and invariants (a file grant is not a preopen); nothing else of the host, no network, no processes (Bash rules have nothing to run); the module's environment is sbx-fs's allowlist plus the env names; memory and the wall clock as below; a trap is exit 134 and an alert (wasm_trap).";
 
 /// What differs in the zero-trust gVisor tier (chain --trust zero).
 const GVISOR_TIER: &str = "In the gVisor tier (chain --trust zero, runsc installed): the same grants, denies, invariants and git stage (commits are imported after sbx-gitguard's checks); the Bash rules judge the command as here, and strict mode's execute allowlist is enforced by gVisor's kernel (every mount noexec but the listed programs and the dynamic loaders, memfd_create refused; exec_denied alerts from runsc's exec trace); no network at all, and every name fails at once (\"Name or service not known\"); uid 0 inside, without capabilities, is the caller (as root, root; unprivileged, runsc --rootless shows the caller's own files as owned by 0).";

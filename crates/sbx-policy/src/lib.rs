@@ -74,7 +74,7 @@ resolver.",
         ),
         (
             "DECISION MATRIX",
-            "--plugin: WebAssembly/WASI is not built yet: an error saying so. --trust full: no kernel isolation, the path allowlist for sbx-path. --trust low (default): sbx-creds (when --layers has an sbx-creds section), sbx-gitguard run (when the project is a git repository; with --stage, and sbx-fs --git-stage, when the grants make its .git writable: git commits inside land in the stage and are imported after verification), sbx-cgroup (with the limits that apply in this run: as root or with a delegated cgroup memory, pids and CPU; unprivileged without one RLIMIT_DATA, RLIMIT_NPROC in its own user namespace, the wall clock; through systemd-run --user --scope -p Delegate=yes when a systemd user manager on cgroup v2 offers one), sbx-net, sbx-fs, sbx-seccomp --profile default (with --allow-exec in strict mode when Bash rules name programs). --trust low --container: one \
+            "--trust plugin (or --plugin): CMD is a WebAssembly module (WASI preview 1) run by sbx-wasm: the directory grants are its preopens (inside sbx-fs, so the deny list and the invariants hold), no network, --memory and --timeout as below, traps and exhausted budgets are alerts (exit 134, 124). --trust full: no kernel isolation, the path allowlist for sbx-path. --trust low (default): sbx-creds (when --layers has an sbx-creds section), sbx-gitguard run (when the project is a git repository; with --stage, and sbx-fs --git-stage, when the grants make its .git writable: git commits inside land in the stage and are imported after verification), sbx-cgroup (with the limits that apply in this run: as root or with a delegated cgroup memory, pids and CPU; unprivileged without one RLIMIT_DATA, RLIMIT_NPROC in its own user namespace, the wall clock; through systemd-run --user --scope -p Delegate=yes when a systemd user manager on cgroup v2 offers one), sbx-net, sbx-fs, sbx-seccomp --profile default (with --allow-exec in strict mode when Bash rules name programs). --trust low --container: one \
 container per run (sbx-container; the rules' own denies and the domain allowlist are not carried: no network; git commits fail: .git is read-only and there is no git stage). --trust zero --latency-sensitive: sbx-vm --backend firecracker (the project is copied in and nothing comes back: commits stay in the VM). --trust zero: gVisor when runsc is installed (behind the same sbx-gitguard run --stage and plants as the namespace chain: commits inside land on the host verified), else sbx-vm. The gVisor step (sbx-policy gvisor) writes an OCI bundle in a private temporary directory from sbx-fs's mount plan for the same grants (read-only empty root, the system directories read-only, the grants, every deny and invariant, no capability, no_new_privs, rlimits) and runs runsc --platform=ptrace --network=none run (only gVisor's loopback inside: no network; names fail at once: hosts: files, a resolv.conf on loopback; uid 0 inside is the caller: unprivileged, runsc --rootless shows the caller's files as owned by 0); the git stage's overlay is mounted by the host's kernel in runsc's own mount namespace and .git bound from it; strict mode's allowlist makes every mount noexec but the listed files (memfd_create refused; refused execs are exec_denied alerts from runsc's exec trace); as root inside sbx-cgroup with the limits below, unprivileged with runsc --rootless (no memory or CPU limit; the wall clock is enforced, exit 124). The container and the directory are removed at the end, and by a guardian process when the step is killed. SBX_GVISOR_DEBUG_LOG=DIR keeps runsc's debug logs in DIR. A tier whose binary is not installed is one line naming it, exit 125.",
         ),
         (
@@ -186,13 +186,13 @@ pub struct SourceArgs {
 pub struct ChainArgs {
     #[command(flatten)]
     pub source: SourceArgs,
-    /// How far the command is trusted: full (path allowlist only), low (namespace chain), zero (gVisor or a microVM).
+    /// How far the command is trusted: full (path allowlist only), low (namespace chain), zero (gVisor or a microVM), plugin (CMD is a WebAssembly module: sbx-wasm).
     #[arg(long, value_enum, default_value = "low")]
     pub trust: chain::Trust,
     /// With --trust zero: prefer the fastest-starting isolation (Firecracker).
     #[arg(long)]
     pub latency_sensitive: bool,
-    /// CMD is a plugin (WebAssembly/WASI tier: not built yet).
+    /// CMD is a plugin, a WebAssembly/WASI module (as --trust plugin: sbx-wasm).
     #[arg(long)]
     pub plugin: bool,
     /// Print the chain (one layer per line) instead of running it.

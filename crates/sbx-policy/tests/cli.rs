@@ -438,9 +438,16 @@ fn decision_matrix() {
             "{s}"
         );
     }
-    let out = print(&["--plugin"]);
-    assert_usage_error(&out, "WebAssembly/WASI");
-    assert!(stderr(&out).contains("not built"));
+    // The plugin tier: sbx-wasm with the directory grants as preopens.
+    for args in [&["--plugin"][..], &["--trust", "plugin"][..]] {
+        let out = print(args);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let s = stdout(&out);
+        assert!(
+            s.contains("sbx-wasm --rw") && s.contains("--memory") && !s.contains("sbx-fs"),
+            "{s}"
+        );
+    }
     let out = print(&["--trust", "zero", "--latency-sensitive"]);
     if sbx_testutil::bin("sbx-policy")
         .with_file_name("sbx-vm")
@@ -465,6 +472,7 @@ fn decision_matrix() {
         (&["--trust", "zero"][..], "sbx-vm"),
         (&["--trust", "low"][..], "low trust"),
         (&["--container"][..], "container tier (sbx-container)"),
+        (&["--trust", "plugin"][..], "plugin tier (sbx-wasm)"),
     ] {
         let mut c = Command::new(&lone);
         c.args(["chain", "--print", "--cwd"])

@@ -24,6 +24,7 @@ pub fn tools() -> Vec<(clap::Command, &'static ManInfo)> {
         (sbx_policy::Cli::command(), &sbx_policy::MAN),
         (sbx_audit::Cli::command(), &sbx_audit::MAN),
         (sbx_doctor::Cli::command(), &sbx_doctor::MAN),
+        (sbx_wasm::Cli::command(), &sbx_wasm::MAN),
     ]
 }
 
