@@ -438,6 +438,12 @@ fn reexec_in_fs(
     let me = std::env::current_exe()
         .map_err(|e| Failure::new(format!("finding sbx-wasm's own binary: {e}")))?;
     let fs = me.with_file_name("sbx-fs");
+    if !fs.is_file() {
+        return Err(Failure::new(format!(
+            "a grant runs the module inside sbx-fs, which is not installed beside sbx-wasm ({})",
+            fs.display()
+        )));
+    }
     let mut argv: Vec<OsString> = vec![fs.clone().into()];
     let mut inner: Vec<OsString> = vec![me.clone().into(), "--inner".into()];
     let inner_artifact = format!("{INNER_ROOT}/module.cwasm");
@@ -483,8 +489,13 @@ fn reexec_in_fs(
     // sbx-fs keeps the caller's environment (it reads HOME and the like to
     // place its protections); the guest's variables ride along under
     // names of our own, passed by exact name.
+    // The caller's secrets were judged above for the module; sbx-fs needs
+    // none of them (it would only warn about them again).
     let mut env = sbx_core::chain::current_env();
-    env.retain(|(k, _)| !k.as_bytes().starts_with(ENV_PREFIX.as_bytes()));
+    env.retain(|(k, _)| {
+        k.to_str()
+            .is_some_and(|k| !k.starts_with(ENV_PREFIX) && !sbx_core::envpolicy::looks_secret(k))
+    });
     let mut names = Vec::new();
     for (i, (k, v)) in guest_env.iter().enumerate() {
         let name = format!("{ENV_PREFIX}{i}");
