@@ -183,6 +183,10 @@ pub struct Cli {
     #[arg(long, hide = true, value_name = "PATH")]
     pub artifact: Option<PathBuf>,
 
+    /// (internal) The module's SHA-256, for the audit log (with --inner).
+    #[arg(long, hide = true, value_name = "HEX")]
+    pub module_sha256: Option<String>,
+
     /// (internal) ro|rw:PATH:GUEST (with --inner).
     #[arg(long, hide = true, value_name = "SPEC")]
     pub preopen: Vec<String>,
@@ -418,7 +422,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         Failure::new("no module cache directory (sbx's registry is unusable): grants need one")
     })?;
     drop(module);
-    reexec_in_fs(&cli, &grants, &artifact, &env)
+    reexec_in_fs(&cli, &grants, &artifact, &sha, &env)
 }
 
 fn sha2_digest(b: &[u8]) -> Vec<u8> {
@@ -432,6 +436,7 @@ fn reexec_in_fs(
     cli: &Cli,
     grants: &[Grant],
     artifact: &Path,
+    sha: &str,
     guest_env: &[(String, String)],
 ) -> Result<i32, Failure> {
     let me = std::env::current_exe()
@@ -454,6 +459,8 @@ fn reexec_in_fs(
     ]));
     inner.push("--artifact".into());
     inner.push(inner_artifact.into());
+    inner.push("--module-sha256".into());
+    inner.push(sha.into());
     for (i, g) in grants.iter().enumerate() {
         let at = format!("{INNER_ROOT}/dir/{i}");
         argv.push(g.flag.into());
@@ -561,12 +568,7 @@ fn inner(cli: Cli) -> Result<i32, Failure> {
         env,
         preopens,
     };
-    let sha = artifact
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.split('-').next())
-        .unwrap_or("")
-        .to_string();
+    let sha = cli.module_sha256.clone().unwrap_or_default();
     let path = PathBuf::from(&cli.cmd[0]);
     execute(&engine, &module, &guest, &limits, &path, &sha, true, load)
 }

@@ -73,15 +73,16 @@ impl Scratch {
         self.path("audit.jsonl")
     }
 
-    /// Everything below the scratch dir belongs to the test user (when
-    /// it runs the tool).
+    /// Everything below the scratch dir belongs to the test user and its
+    /// group (when it runs the tool): a group unmapped in sbx-fs's user
+    /// namespace makes the guard refuse with EACCES before it can log.
     fn chown_all(&self) {
         if self.who != As::User {
             return;
         }
         let out = Command::new("chown")
             .arg("-R")
-            .arg(format!("{}", sbx_testutil::TEST_USER))
+            .arg(format!("{0}:{0}", sbx_testutil::TEST_USER))
             .arg(self.dir.path())
             .output()
             .unwrap();
