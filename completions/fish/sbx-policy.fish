@@ -93,16 +93,17 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l write-in
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l pass-env -d 'Pass the caller\'s variable NAME (or every PREFIX*) into the sandbox besides the allowlist (sbx-fs --pass-env)' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l exec-allowlist -d 'What Bash(...) allow rules bind: invoke (default, Claude Code\'s meaning: the command the agent runs is judged, what it starts is not restricted) or strict (also a kernel execute allowlist for every program started inside)' -r -f -a "invoke\t'Claude Code\'s meaning: the rules say which commands the agent may run (checked before the chain starts); what those commands start is not restricted'
 strict\t'The same check, and a kernel (Landlock) execute allowlist for every program started inside: the programs the rules name and a curated set of shells and helpers'"
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l trust -d 'How far the command is trusted: full (path allowlist only), low (namespace chain), zero (gVisor or a microVM)' -r -f -a "full\t'Path allowlist only (sbx-path): for agents you trust'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l trust -d 'How far the command is trusted: full (path allowlist only), low (namespace chain), zero (gVisor or a microVM), plugin (CMD is a WebAssembly module: sbx-wasm)' -r -f -a "full\t'Path allowlist only (sbx-path): for agents you trust'
 low\t'The Linux namespace chain'
-zero\t'A separate kernel: gVisor or a microVM'"
+zero\t'A separate kernel: gVisor or a microVM'
+plugin\t'A WebAssembly/WASI module (sbx-wasm): the plugin tier'"
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l layers -d 'A --config file whose sections are passed to each layer (sbx-creds is included when it has a section)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l bin-dir -d 'Where the sbx binaries are (default: $SBX_BIN, beside sbx-policy, PATH)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l no-git-identity -d 'Do not offer the host\'s git user.name/user.email inside (the default offers them, and nothing else of the git config, as ~/.gitconfig in the sandbox\'s HOME; settings: "sbx": {"gitIdentity": false})'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l latency-sensitive -d 'With --trust zero: prefer the fastest-starting isolation (Firecracker)'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l plugin -d 'CMD is a plugin (WebAssembly/WASI tier: not built yet)'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l plugin -d 'CMD is a plugin, a WebAssembly/WASI module (as --trust plugin: sbx-wasm)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l print -d 'Print the chain (one layer per line) instead of running it'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l cgroup -d 'Include sbx-cgroup (the default with --trust low, given only the limits that apply in this run: explain says which; with --trust zero the default is only as root)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l no-cgroup -d 'Leave sbx-cgroup out'
