@@ -147,13 +147,35 @@ fn model_net(agent: Agent) -> ModelNet {
     let ext = d.join("ext");
     let p = |p: &Path| p.to_str().unwrap().to_string();
     openssl(&[
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=sbx agents test CA",
-        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-        "-keyout", &p(&cakey), "-out", &p(&ca),
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=sbx agents test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        "-keyout",
+        &p(&cakey),
+        "-out",
+        &p(&ca),
     ]);
     openssl(&[
-        "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=api.model.test", "-keyout", &p(&key),
-        "-out", &p(&csr),
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=api.model.test",
+        "-keyout",
+        &p(&key),
+        "-out",
+        &p(&csr),
     ]);
     write(
         &ext,
@@ -163,8 +185,21 @@ fn model_net(agent: Agent) -> ModelNet {
         ),
     );
     openssl(&[
-        "x509", "-req", "-days", "2", "-in", &p(&csr), "-CA", &p(&ca), "-CAkey", &p(&cakey),
-        "-CAcreateserial", "-extfile", &p(&ext), "-out", &p(&crt),
+        "x509",
+        "-req",
+        "-days",
+        "2",
+        "-in",
+        &p(&csr),
+        "-CA",
+        &p(&ca),
+        "-CAkey",
+        &p(&cakey),
+        "-CAcreateserial",
+        "-extfile",
+        &p(&ext),
+        "-out",
+        &p(&crt),
     ]);
     let script_file = d.join("script.json");
     write(&script_file, &script(agent).to_string());
@@ -175,8 +210,18 @@ fn model_net(agent: Agent) -> ModelNet {
         &model,
         "model",
         &[
-            PY, server.to_str().unwrap(), "--listen", &listen, "--cert", &p(&crt), "--key", &p(&key),
-            "--script", &p(&script_file), "--log", &p(&log),
+            PY,
+            server.to_str().unwrap(),
+            "--listen",
+            &listen,
+            "--cert",
+            &p(&crt),
+            "--key",
+            &p(&key),
+            "--script",
+            &p(&script_file),
+            "--log",
+            &p(&log),
         ],
     )
     .unwrap();
@@ -190,13 +235,19 @@ fn model_net(agent: Agent) -> ModelNet {
         format!("--listen-address={}", dns.ip),
         "--user=root".into(),
         "--pid-file=".into(),
+        // Authoritative for .test: a name without an AAAA record gets an
+        // empty answer, not REFUSED (which Codex's resolver retries).
+        "--local=/test/".into(),
         format!("--host-record={MODEL_HOST},{}", model.ip),
         format!("--host-record=denied.test,{}", other.ip),
     ];
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     net.spawn(&dns, "dnsmasq", &argv).unwrap();
-    net.wait_tcp(SocketAddr::new(model.ip.into(), 443), Duration::from_secs(20))
-        .unwrap();
+    net.wait_tcp(
+        SocketAddr::new(model.ip.into(), 443),
+        Duration::from_secs(20),
+    )
+    .unwrap();
     net.wait_dns(dns.ip, MODEL_HOST, Duration::from_secs(20))
         .unwrap();
     // The test user's sandbox reads the CA certificate.
@@ -275,7 +326,12 @@ fn agent_argv(agent: Agent, base_url: &str) -> (Vec<String>, Vec<(&'static str, 
     let prompt = "Run the steps of this test.".to_string();
     match agent {
         Agent::Claude => (
-            vec!["claude".into(), "-p".into(), prompt, "--dangerously-skip-permissions".into()],
+            vec![
+                "claude".into(),
+                "-p".into(),
+                prompt,
+                "--dangerously-skip-permissions".into(),
+            ],
             vec![
                 ("ANTHROPIC_BASE_URL", base_url.to_string()),
                 ("CLAUDE_CONFIG_DIR", "/tmp/claude".into()),
@@ -490,8 +546,7 @@ fn check_session(agent: Agent, chain: Chain) {
         }
         for secret in ["sbxtest-ssh-secret", "sk-live-dotenv-secret", HOST_ONLY] {
             assert!(
-                !results.contains(secret)
-                    && !reqs.iter().any(|r| r.to_string().contains(secret)),
+                !results.contains(secret) && !reqs.iter().any(|r| r.to_string().contains(secret)),
                 "{secret} reached the model: {ctx}"
             );
         }
