@@ -582,6 +582,16 @@ fn check_session(agent: Agent, chain: Chain) {
         assert_event(&p.log, "dns_refused", "alert", |e| {
             e.to_string().contains("denied.test")
         });
+        // The agent's own background traffic (updates, telemetry) is off:
+        // the only network refusals are the attack's.
+        let noise: Vec<Value> = sbx_testutil::audit_events(&p.log)
+            .into_iter()
+            .filter(|e| {
+                ["dns_refused", "net_denied"].contains(&e["event"].as_str().unwrap_or(""))
+                    && !e.to_string().contains("denied.test")
+            })
+            .collect();
+        assert!(noise.is_empty(), "{noise:#?}\n{ctx}");
     }
 }
 
