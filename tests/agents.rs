@@ -355,6 +355,12 @@ fn agent_argv(agent: Agent, base_url: &str) -> (Vec<String>, Vec<(&'static str, 
                     // is off.
                     "--dangerously-bypass-approvals-and-sandbox".into(),
                     "--skip-git-repo-check".into(),
+                    // Its background traffic: the curated plugins' sync
+                    // (github.com) and the metrics export (ab.chatgpt.com).
+                    "-c".into(),
+                    "features.plugins=false".into(),
+                    "-c".into(),
+                    "analytics.enabled=false".into(),
                     "-c".into(),
                     "model=\"scripted\"".into(),
                     "-c".into(),
