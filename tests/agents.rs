@@ -133,7 +133,7 @@ fn script(agent: Agent) -> Value {
     Value::Array(v)
 }
 
-fn model_net(agent: Agent) -> ModelNet {
+fn model_net(script: &Value) -> ModelNet {
     let mut net = TestNet::new().expect("test network");
     let dns = net.add_host("dns").unwrap();
     let model = net.add_host("model").unwrap();
@@ -202,7 +202,7 @@ fn model_net(agent: Agent) -> ModelNet {
         &p(&crt),
     ]);
     let script_file = d.join("script.json");
-    write(&script_file, &script(agent).to_string());
+    write(&script_file, &script.to_string());
     let log = d.join("requests.jsonl");
     let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/model_server.py");
     let listen = format!("{}:443", model.ip);
@@ -503,7 +503,7 @@ fn check_session(agent: Agent, chain: Chain) {
             sbx_testutil::skip!("{} missing (scripts/setup)", bin.join(prog).display());
         }
     }
-    let m = model_net(agent);
+    let m = model_net(&script(agent));
     for who in identities() {
         let _ = std::fs::remove_file(&m.log);
         let p = project(&m, who);
@@ -619,4 +619,103 @@ fn claude_code_through_sbx_run() {
 #[test]
 fn codex_through_sbx_run() {
     check_session(Agent::Codex, Chain::SbxRun);
+}
+
+/// The hook recipe (scripts/sbx-claude-hook, docs/agents.md): Claude Code
+/// on the host, a PreToolUse hook wrapping each Bash call in
+/// scripts/sbx-run. The Bash calls are sandboxed (`.env` refused, with its
+/// alert; an edit lands); the agent's own Write tool is not: it writes
+/// outside the project, on the host (the recipe's documented limit).
+#[test]
+fn the_hook_recipe_sandboxes_bash_calls_only() {
+    if let Some(why) = TestNet::unavailable() {
+        sbx_testutil::skip!("{why}");
+    }
+    let claude = agents_prefix().join("bin/claude");
+    if !claude.exists() {
+        sbx_testutil::skip!("{} missing (scripts/setup)", claude.display());
+    }
+    let hook = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/sbx-claude-hook");
+    let sbx_run = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/sbx-run");
+    for who in identities() {
+        let d = sbx_testutil::shared_tempdir();
+        let base = d.path().canonicalize().unwrap();
+        let (root, home) = (base.join("proj"), base.join("home"));
+        write(&root.join("README"), "readme\n");
+        write(&root.join(".env"), "API_KEY=sk-live-dotenv-secret\n");
+        write(&root.join(".gitignore"), ".env\n.claude/\n");
+        write(&home.join(".keep"), "");
+        git(&root, &["init", "-q", "-b", "main"]);
+        git(&root, &["add", "-A"]);
+        git(&root, &["commit", "-qm", "init"]);
+        let settings = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
+            "hooks": [{"type": "command", "command": format!("{PY} {}", hook.display())}]}]}});
+        write(&root.join(".claude/settings.json"), &settings.to_string());
+        let outside = base.join("outside.txt");
+        let m = model_net(&serde_json::json!([
+            {"bash": "cat .env; echo @@DOTENV=$?"},
+            {"bash": "echo edited >> README; echo @@EDIT=$?"},
+            {"tool": "Write", "input": {"file_path": outside, "content": "written by the Write tool\n"}},
+            {"text": "All steps done."}
+        ]));
+        if who == As::User {
+            chown_r(&base);
+        }
+        let log = base.join("audit.jsonl");
+        let mut c = Command::new(&claude);
+        c.args([
+            "-p",
+            "Run the steps of this test.",
+            "--dangerously-skip-permissions",
+        ])
+        .current_dir(&root)
+        .env(
+            "PATH",
+            format!("{}:{PATH}", agents_prefix().join("bin").display()),
+        )
+        .env("ANTHROPIC_BASE_URL", format!("https://{}", m.model.ip))
+        .env("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+        .env("NODE_EXTRA_CA_CERTS", m.ca_dir.join("ca.pem"))
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("IS_SANDBOX", "1")
+        .env("SBX_HOOK_RUN", format!("sh {}", sbx_run.display()))
+        .env("SBX_BIN", sbx_testutil::bin("sbx-fs").parent().unwrap())
+        .env("SBX_AUDIT_LOG", &log)
+        .env("XDG_STATE_HOME", base.join("state"))
+        .env_remove("SBX_ID");
+        run_as(&mut c, who);
+        c.env("HOME", &home);
+        let out = output_within(&mut c, T);
+        let reqs = requests(&m);
+        let results = tool_results(Agent::Claude, &reqs);
+        let ctx = format!(
+            "{who:?}: exit {:?}\nstdout:\n{}\nstderr:\n{}\ntool results:\n{results}",
+            out.status.code(),
+            stdout(&out),
+            stderr(&out)
+        );
+        assert_eq!(out.status.code(), Some(0), "{ctx}");
+        assert!(stdout(&out).contains("All steps done."), "{ctx}");
+        // The Bash calls ran inside the chain.
+        assert_ne!(marker(&results, "DOTENV"), "0", "{ctx}");
+        assert!(!results.contains("sk-live-dotenv-secret"), "{ctx}");
+        assert_event(&log, "fs_denied", "alert", |e| {
+            e["path"].as_str().is_some_and(|p| p.ends_with("/.env"))
+        });
+        assert_eq!(marker(&results, "EDIT"), "0", "{ctx}");
+        assert!(
+            std::fs::read_to_string(root.join("README"))
+                .unwrap()
+                .contains("edited"),
+            "{ctx}"
+        );
+        // The Write tool did not go through the hook: it wrote on the host,
+        // outside the project, where no sandboxed call could.
+        assert_eq!(
+            std::fs::read_to_string(&outside).unwrap_or_default(),
+            "written by the Write tool\n",
+            "{ctx}"
+        );
+    }
 }

@@ -9,6 +9,7 @@ Anything else gets a 404 (recorded like the rest).
 The script (--script FILE, JSON) is a list of turns, each one of
   {"bash": "COMMAND"}   answer with one call of the agent's shell tool
   {"text": "WORDS"}     answer with text and end the agent's turn
+  {"tool": NAME, "input": {...}}  (Anthropic) a call of any other tool (Write...)
 The turn is chosen from the request itself, not from a counter: turn N
 answers a conversation holding N results of earlier tool calls, so the
 agent's side requests (titles, summaries: requests without tools) never
@@ -49,6 +50,9 @@ def anthropic_turn(body):
 
 
 def anthropic_blocks(step, turn):
+    if "tool" in step:
+        return [{"type": "tool_use", "id": "toolu_%02d" % turn, "name": step["tool"],
+                 "input": step["input"]}], "tool_use"
     if "bash" in step:
         return [{"type": "tool_use", "id": "toolu_%02d" % turn, "name": "Bash",
                  "input": {"command": step["bash"], "description": "scripted step %d" % turn}}], "tool_use"
