@@ -13,6 +13,10 @@ sbx_agents_setup() {
     local stamp=$prefix/.sbx-packages
     if [ "$pkgs" != "$(cat "$stamp" 2>/dev/null)" ] || ! "$prefix/bin/claude" --version >/dev/null 2>&1 ||
         ! "$prefix/bin/codex" --version >/dev/null 2>&1; then
+        # Debian's nodejs comes without npm (NodeSource's includes it).
+        if ! command -v npm >/dev/null; then
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
+        fi
         # shellcheck disable=SC2086 # one word per package
         npm install -g --prefix "$prefix" --no-fund --no-audit --loglevel=error $pkgs
         # Claude Code's postinstall links its platform binary over the
