@@ -66,23 +66,33 @@ impl Agent {
     }
 }
 
-/// How the API key reaches the agent, in one place. Today: a plain
+/// How the API key reaches the agent: the one switch. `false`: a plain
 /// environment variable passed by name (the agent, and so its tool calls,
-/// see the real key). When sbx-net's phantom credentials land (issue 17
-/// part 1: `--secret NAME@HOST`), this becomes `--secret` and
-/// [`key_seen_inside`] a placeholder.
-fn hand_key(c: &mut Command, chain: Chain, agent: Agent, _host: &str) {
-    c.env(agent.key_var(), agent.key());
-    match chain {
-        Chain::Policy => c.args(["--pass-env", agent.key_var()]),
-        Chain::SbxRun => c.args(["-e", agent.key_var()]),
+/// see the real key). `true`: sbx-net's phantom credential (issue 17 part
+/// 1: `sbx-policy chain --secret NAME@HOST`, `sbx-run -s NAME@HOST`): a
+/// placeholder inside, the real key added by the gateway for HOST only.
+const PHANTOM: bool = false;
+
+/// Hands the key to the chain `c` for `host` (see [`PHANTOM`]).
+fn hand_key(c: &mut Command, chain: Chain, agent: Agent, host: &str) {
+    let var = agent.key_var();
+    c.env(var, agent.key());
+    let secret = format!("{var}@{host}");
+    match (PHANTOM, chain) {
+        (false, Chain::Policy) => c.args(["--pass-env", var]),
+        (false, Chain::SbxRun) => c.args(["-e", var]),
+        (true, Chain::Policy) => c.args(["--secret", &secret]),
+        (true, Chain::SbxRun) => c.args(["-s", &secret]),
     };
 }
 
 /// Checks what the agent's tool calls saw in the key's variable.
 fn key_seen_inside(agent: Agent, seen: &str, ctx: &str) {
-    // Environment mode: the real key is in the agent's environment.
-    assert_eq!(seen, agent.key(), "{ctx}");
+    if PHANTOM {
+        assert!(!seen.is_empty() && seen != agent.key(), "{ctx}");
+    } else {
+        assert_eq!(seen, agent.key(), "{ctx}");
+    }
 }
 
 /// DNS (api.model.test -> the model host, denied.test -> another host)
@@ -402,8 +412,13 @@ fn session(m: &ModelNet, p: &Project, agent: Agent, chain: Chain, who: As) -> Ou
     let (argv, vars) = agent_argv(agent, &base_url, state);
     let ca = m.ca_dir.join("ca.pem");
     let mut vars = vars;
-    vars.push(("NODE_EXTRA_CA_CERTS", ca.display().to_string()));
-    vars.push(("SSL_CERT_FILE", ca.display().to_string()));
+    // The agent trusts the test CA; with phantom credentials it talks to
+    // sbx-net's interception (whose CA sbx-net gives the sandbox), and
+    // sbx-net trusts the test CA through its own SSL_CERT_FILE.
+    if !PHANTOM {
+        vars.push(("NODE_EXTRA_CA_CERTS", ca.display().to_string()));
+        vars.push(("SSL_CERT_FILE", ca.display().to_string()));
+    }
     let mut c = match chain {
         Chain::Policy => {
             let mut c = sbx_testutil::tool("sbx-policy");
@@ -437,13 +452,18 @@ fn session(m: &ModelNet, p: &Project, agent: Agent, chain: Chain, who: As) -> Ou
             c
         }
     };
-    hand_key(&mut c, chain, agent, MODEL_HOST);
+    let host = match chain {
+        Chain::Policy => MODEL_HOST.to_string(),
+        Chain::SbxRun => m.model.ip.to_string(),
+    };
+    hand_key(&mut c, chain, agent, &host);
     c.arg("--").args(&argv);
     let path = format!("{}:{PATH}", agents_prefix().join("bin").display());
     c.current_dir(&p.root)
         .env("PATH", path)
         .env("XDG_STATE_HOME", p.base.join("state"))
         .env("SBX_TEST_HOST_ONLY", HOST_ONLY)
+        .env("SSL_CERT_FILE", &ca)
         .env_remove("SBX_ID")
         .env_remove("SBX_AUDIT_LOG")
         .envs(vars.iter().map(|(k, v)| (*k, v.as_str())));
