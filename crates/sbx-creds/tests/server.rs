@@ -471,6 +471,8 @@ fn signals_still_revoke() {
                     == 2),
                 "secrets never injected"
             );
+            // SAFETY: kill(2) takes no pointers; `child` is not reaped yet,
+            // so its pid is still ours.
             unsafe { libc::kill(child.id() as i32, sig) };
             let out = child.wait_with_output().unwrap();
             assert_eq!(code(&out), want, "{}", stderr(&out));
@@ -529,11 +531,14 @@ fn sigkill_leaves_tokens_that_expire_at_the_ttl() {
     for k in kids.split_whitespace() {
         let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
         if comm.trim() == "sbx-creds" {
+            // SAFETY: kill(2) takes no pointers; `k` is a child of our
+            // unreaped `child`, read from its /proc children list.
             unsafe { libc::kill(k.parse().unwrap(), libc::SIGKILL) };
             guardians += 1;
         }
     }
     assert_eq!(guardians, 1, "no guardian among {kids}");
+    // SAFETY: kill(2) takes no pointers; `child` is not reaped yet.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     let session = login_accessor(&w);
@@ -835,6 +840,7 @@ fn sigterm_before_the_command_starts() {
     conns
         .recv_timeout(Duration::from_secs(20))
         .expect("no request");
+    // SAFETY: kill(2) takes no pointers; `child` is not reaped yet.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(code(&out), 143, "{}", stderr(&out));
