@@ -381,3 +381,81 @@ fn the_manifests_render_and_pass_the_kubernetes_schema() {
         assert!(!v.status.success(), "{dir}: a misspelt field passed");
     }
 }
+
+/// The session Pod: its program runs in the chain until the pod is
+/// stopped; the stop's SIGTERM reaches the chain through sbx-pod, every
+/// layer ends and logs its end (status 143) into the pod's log before the
+/// engine's grace period, and nothing is left.
+#[test]
+fn a_stopped_session_pod_ends_its_chain_and_logs_the_end() {
+    let Some(p) = Podman::start() else {
+        sbx_testutil::skip!("needs root and podman (scripts/setup installs it)");
+    };
+    let _l = lock();
+    let tag = image(&p);
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("play.yaml");
+    render(
+        "deploy/k8s/session",
+        &[
+            "--image",
+            &tag,
+            "--set",
+            "sbx-task.task.sh=echo SESSION-UP; sleep 600",
+        ],
+        &file,
+    );
+    let pod = "sbx-agent-session";
+    let vols = [
+        "sbx-agent-session-source",
+        "sbx-agent-session-work",
+        "sbx-agent-session-log",
+        "sbx-agent-session-tmp",
+        "sbx-policy",
+        "sbx-task",
+    ];
+    let out = podman(&p)
+        .args(["kube", "play"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        down_and_check_nothing_left(&p, &file, pod, &vols);
+        panic!("kube play: {}", stderr(&out));
+    }
+    let agent = format!("{pod}-agent");
+    let logs = || {
+        let o = podman(&p).args(["logs", &agent]).output().unwrap();
+        format!("{}{}", stdout(&o), stderr(&o))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !logs().contains("SESSION-UP") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let up = logs().contains("SESSION-UP");
+    // A grace period far above what the chain needs: a stop that ends by
+    // SIGKILL would show as 137.
+    let stop = sbx_testutil::output_within(
+        podman(&p).args(["stop", "-t", "60", &agent]),
+        std::time::Duration::from_secs(120),
+    );
+    let log = logs();
+    let inspect = podman(&p).args(["inspect", &agent]).output().unwrap();
+    down_and_check_nothing_left(&p, &file, pod, &vols);
+    assert!(up, "the session never started: {log}");
+    assert!(stop.status.success(), "stop: {}", stderr(&stop));
+    let info: Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(info[0]["State"]["ExitCode"], 143, "{log}");
+    let ev = json_lines(&log);
+    for tool in ["sbx-fs", "sbx-net"] {
+        assert!(
+            ev.iter().any(|e| e["tool"] == tool
+                && (e["event"] == "end" || e["event"] == "net_end")
+                && (e["status"] == 143 || e["exit_code"] == 143)),
+            "no end of {tool}: {log}"
+        );
+    }
+    for e in &ev {
+        assert_eq!(e["sbx_id"], pod, "{e}");
+    }
+}
