@@ -2,7 +2,9 @@
 //! base image (scripts/build-image, from the test binaries), the Job of one
 //! agent turn run with `podman kube play` (deploy/k8s/podman-play: the
 //! Job's pod, procMount -> privileged for Podman 4.3, in a `hostUsers:
-//! false` pod), an attack refused with its alert in the pod's log, the exit
+//! false` pod), attacks (a protected file written, a denied file read, a
+//! name outside the egress allowlist fetched) refused with their alerts in
+//! the pod's log, the exit
 //! status passed through, nothing left after the pod is removed; the doctor
 //! init container failing the pod early; the manifests rendered and checked
 //! against the Kubernetes schema.
@@ -168,6 +170,7 @@ const TASK: &str = r#"echo "in the sandbox: uid $(id -u)"
 cat README
 echo pwned >> .git/config && echo WROTE-GIT-CONFIG
 cat .env && echo READ-ENV
+nc -w 5 192.0.2.1 80 </dev/null && echo CONNECTED
 exit 7
 "#;
 
@@ -245,6 +248,15 @@ fn a_job_runs_its_turn_in_the_chain_refuses_an_attack_with_alerts_in_the_pod_log
     };
     assert!(has("fs_write_denied", "/work/.git/config"), "{log}");
     assert!(has("fs_denied", "/work/.env"), "{log}");
+    // Egress outside the allowlist (the policy allows api.anthropic.com;
+    // an address: the image's static busybox has no working resolver).
+    assert!(!log.contains("CONNECTED"), "{log}");
+    assert!(
+        ev.iter().any(|e| e["event"] == "net_denied"
+            && e["severity"] == "alert"
+            && e["dst"] == "192.0.2.1"),
+        "{log}"
+    );
     assert!(ev.iter().any(|e| e["event"] == "chain"), "{log}");
     // The seed (the pod's source) is untouched.
     assert_eq!(
