@@ -11,8 +11,12 @@
 //! `.claude/settings.json`, planting `.mcp.json` or a git hook, reaching a
 //! denied host are refused, each with its alert; the caller's environment
 //! and the host's processes stay out of sight; the model server receives
-//! the API key. What the agent sent back (the tool results) is read from
-//! the server's request log.
+//! the API key; the agent's background traffic raises no alert; in the
+//! policy chain its state is kept in the home's `~/.claude` / `~/.codex`
+//! (writable grants) while `~/.claude/settings.json` stays read-only. What
+//! the agent sent back (the tool results) is read from the server's
+//! request log. Last, the hook recipe (scripts/sbx-claude-hook): Claude
+//! Code on the host with each Bash call wrapped in sbx-run.
 
 mod common;
 use common::{PATH, PY, chown_r, git, write};
