@@ -443,8 +443,9 @@ fn decision_matrix() {
         let out = print(args);
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         let s = stdout(&out);
+        // sbx-wasm runs sbx-fs itself: no sbx-fs layer in the chain.
         assert!(
-            s.contains("sbx-wasm --rw") && s.contains("--memory") && !s.contains("sbx-fs"),
+            s.contains("sbx-wasm --rw") && s.contains("--memory") && !s.contains("/sbx-fs "),
             "{s}"
         );
     }
