@@ -439,7 +439,7 @@ fn stack_overflow_and_trap() {
         assert_event(&s.log(), "wasm_trap", "alert", |e| {
             e["trap"]
                 .as_str()
-                .is_some_and(|t| t.contains("stack overflow"))
+                .is_some_and(|t| t.contains("call stack exhausted"))
         });
         let out = s.run(&[], &["trap"]);
         assert_eq!(code(&out), 134, "{}", stderr(&out));
