@@ -200,6 +200,10 @@ pub fn main() -> ! {
     sbx_core::cli::run_main(TOOL, || {
         let cli: Cli = sbx_core::cli::parse(TOOL)?;
         sbx_core::cli::init(TOOL, &cli.common)?;
+        // The engine runs in this process: nothing forwards signals, so
+        // SIGTERM, SIGINT and the like end it as they end any program
+        // (run_main blocked them for supervisors).
+        sbx_core::signals::unblock_all().map_err(|e| Failure::new(format!("sigprocmask: {e}")))?;
         if cli.inner { inner(cli) } else { run(cli) }
     })
 }
