@@ -365,21 +365,19 @@ impl Gateway {
                 }
             }
         }
-        // Phantom credentials: a connection to an address answered for a
-        // declared host shows its ClientHello first; one naming that host
-        // is intercepted.
+        // Phantom credentials: a connection to port 443, or to an address
+        // answered for a declared host, shows its ClientHello first; one
+        // naming a declared host is intercepted (whatever the address: the
+        // real server must then prove it is that host).
         let mut intercept_as = None;
         if let Some(ic) = &self.intercept
-            && names.iter().any(|n| ic.declared(n))
+            && (dst.port() == 443 || names.iter().any(|n| ic.declared(n)))
         {
             if head.is_empty() {
                 self.read_head(&mut s, &mut head).await;
             }
             if let Sniff::Tls(Some(sni)) = sniff::sniff(&head)
                 && ic.declared(&sni)
-                && names
-                    .iter()
-                    .any(|n| n.trim_end_matches('.').eq_ignore_ascii_case(&sni))
             {
                 intercept_as = Some(sni);
             }

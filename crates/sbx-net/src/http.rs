@@ -33,7 +33,11 @@ type Out = BoxBody<Bytes, BoxError>;
 pub struct Intercept {
     pub secrets: Arc<Vec<Secret>>,
     pub server: Arc<rustls::ServerConfig>,
+    /// Upstream, offering h2 and http/1.1 (the sandbox chose h2) or
+    /// http/1.1 only (it chose http/1.1 or nothing): the real server sees
+    /// the protocol the program speaks whenever it can.
     pub client: Arc<rustls::ClientConfig>,
+    pub client_h1: Arc<rustls::ClientConfig>,
 }
 
 impl Intercept {
@@ -119,13 +123,25 @@ pub async fn serve(
     dst: SocketAddr,
     host: String,
 ) {
-    // The real server first: a certificate that does not verify for the
-    // host ends the connection before the sandbox's handshake completes.
+    let inside = match tokio_rustls::TlsAcceptor::from(ic.server.clone())
+        .accept(inside)
+        .await
+    {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::debug!("TLS from the sandbox for {host}: {e}");
+            return;
+        }
+    };
+    let wants_h2 = inside.get_ref().1.alpn_protocol() == Some(b"h2");
+    // The real server must prove it is the host; otherwise the connection
+    // ends before any request is read.
     let name = match rustls::pki_types::ServerName::try_from(host.clone()) {
         Ok(n) => n,
         Err(_) => return,
     };
-    let tls = match tokio_rustls::TlsConnector::from(ic.client.clone())
+    let cfg = if wants_h2 { &ic.client } else { &ic.client_h1 };
+    let tls = match tokio_rustls::TlsConnector::from(cfg.clone())
         .connect(name, outside)
         .await
     {
@@ -162,16 +178,6 @@ pub async fn serve(
                 gw.upstream_failed(dst, &format!("HTTP/1.1 handshake: {e}"));
                 return;
             }
-        }
-    };
-    let inside = match tokio_rustls::TlsAcceptor::from(ic.server.clone())
-        .accept(inside)
-        .await
-    {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::debug!("TLS from the sandbox for {host}: {e}");
-            return;
         }
     };
     let conn = Arc::new(Conn {

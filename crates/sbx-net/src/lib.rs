@@ -277,7 +277,7 @@ fn phantoms(cli: &Cli, policy: &mut Policy) -> Result<Option<(Phantoms, std::fs:
     }
     let ca = Arc::new(mitm::Ca::new(&hosts).map_err(|e| Failure::new(e.to_string()))?);
     let server = mitm::server_config(ca.clone()).map_err(|e| Failure::new(e.to_string()))?;
-    let client = mitm::client_config().map_err(|e| Failure::new(e.to_string()))?;
+    let (client, client_h1) = mitm::client_configs().map_err(|e| Failure::new(e.to_string()))?;
     let (bundle, target) = mitm::bundle(&ca).map_err(|e| Failure::new(e.to_string()))?;
     let (path, file) = write_bundle(&bundle)?;
     Ok(Some((
@@ -286,6 +286,7 @@ fn phantoms(cli: &Cli, policy: &mut Policy) -> Result<Option<(Phantoms, std::fs:
                 secrets: Arc::new(secrets),
                 server,
                 client,
+                client_h1,
             }),
             bundle_target: target,
             bundle_path: path,
@@ -359,14 +360,9 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         uid: unsafe { libc::getuid() },
         gid: unsafe { libc::getgid() },
         trust: match &phantoms {
-            Some((p, f)) => Some(
-                netns::TrustBind::new(
-                    f.try_clone()
-                        .map_err(|e| Failure::new(format!("CA bundle: {e}")))?
-                        .into(),
-                    p.bundle_target,
-                )
-                .map_err(|e| Failure::new(format!("CA bundle: {e}")))?,
+            Some((p, _)) => Some(
+                netns::TrustBind::new(&p.bundle_path, p.bundle_target)
+                    .map_err(|e| Failure::new(format!("CA bundle: {e}")))?,
             ),
             None => None,
         },

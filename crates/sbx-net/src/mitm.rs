@@ -154,9 +154,9 @@ pub fn server_config(ca: Arc<Ca>) -> Result<Arc<rustls::ServerConfig>, TlsError>
 }
 
 /// The upstream side: the host's trust store (rustls-native-certs, which
-/// honours sbx-net's own SSL_CERT_FILE and SSL_CERT_DIR), ALPN h2 and
-/// http/1.1.
-pub fn client_config() -> Result<Arc<rustls::ClientConfig>, TlsError> {
+/// honours sbx-net's own SSL_CERT_FILE and SSL_CERT_DIR); one offering h2
+/// and http/1.1 (for a sandbox that speaks h2), one http/1.1 only.
+pub fn client_configs() -> Result<(Arc<rustls::ClientConfig>, Arc<rustls::ClientConfig>), TlsError> {
     let found = rustls_native_certs::load_native_certs();
     let mut roots = rustls::RootCertStore::empty();
     let (added, _) = roots.add_parsable_certificates(found.certs);
@@ -173,8 +173,10 @@ pub fn client_config() -> Result<Arc<rustls::ClientConfig>, TlsError> {
         .map_err(|e| TlsError::Config(e.to_string()))?
         .with_root_certificates(roots)
         .with_no_client_auth();
+    let mut h1 = c.clone();
+    h1.alpn_protocols = vec![b"http/1.1".to_vec()];
     c.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(c))
+    Ok((Arc::new(c), Arc::new(h1)))
 }
 
 /// Where the system's CA bundle is on the common distributions (the first

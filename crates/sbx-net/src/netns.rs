@@ -34,36 +34,31 @@ pub struct Prepared {
     pub chan: OwnedFd,
     pub uid: u32,
     pub gid: u32,
-    /// Phantom credentials: the sandbox's CA bundle (source, an open file
-    /// as /proc/self/fd/N) bound read-only over the system bundle (target)
-    /// in a mount namespace of the command's own.
+    /// Phantom credentials: the sandbox's CA bundle (a file sbx-net
+    /// wrote, by path: a mount source must be reached from the new mount
+    /// namespace) bound read-only over the system bundle in a mount
+    /// namespace of the command's own.
     pub trust: Option<TrustBind>,
 }
 
 /// Paths prepared before the fork (no allocation in the child).
 pub struct TrustBind {
-    pub file: OwnedFd,
     pub source: std::ffi::CString,
     pub target: std::ffi::CString,
 }
 
 impl TrustBind {
-    pub fn new(file: OwnedFd, target: &str) -> io::Result<TrustBind> {
-        use std::os::fd::AsRawFd;
-        let source = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
-            .map_err(io::Error::other)?;
+    pub fn new(source: &std::path::Path, target: &str) -> io::Result<TrustBind> {
+        use std::os::unix::ffi::OsStrExt;
+        let source =
+            std::ffi::CString::new(source.as_os_str().as_bytes()).map_err(io::Error::other)?;
         let target = std::ffi::CString::new(target).map_err(io::Error::other)?;
-        Ok(TrustBind {
-            file,
-            source,
-            target,
-        })
+        Ok(TrustBind { source, target })
     }
 
     /// In the child: a mount namespace of its own (no propagation back to
     /// the host's) with the bundle bound read-only over the system one.
     fn apply(&self) -> io::Result<()> {
-        let _ = &self.file;
         // SAFETY: plain syscalls on C strings prepared before the fork.
         unsafe {
             if libc::unshare(libc::CLONE_NEWNS) != 0 {

@@ -44,6 +44,8 @@ pub struct Options {
     /// Low trust as one container per run (sbx-container) instead of the
     /// namespace chain.
     pub container: bool,
+    /// Phantom credentials for sbx-net (`--secret NAME@HOST...`).
+    pub secrets: Vec<String>,
 }
 
 /// What `chain` decided.
@@ -188,6 +190,11 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
         }
     };
     let mut notes = Vec::new();
+    if !o.secrets.is_empty() && (o.trust != Trust::Low || o.container) {
+        return Err(ChainError::TierUnavailable(
+            "--secret: phantom credentials are applied by sbx-net in the namespace chain only: use --trust low without --container".into(),
+        ));
+    }
     if let Some(x) = &p.exec_allow {
         let low_chain = o.trust == Trust::Low && !o.container;
         // The gVisor tier applies it with noexec mounts (gvisor.rs).
@@ -436,6 +443,10 @@ fn low(
     for a in &p.net_allow {
         l.push(os("--allow"));
         l.push(os(a));
+    }
+    for s in &o.secrets {
+        l.push(os("--secret"));
+        l.push(os(s));
     }
     cfg(&mut l, "sbx-net");
     layers.push(l);
