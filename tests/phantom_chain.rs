@@ -42,13 +42,24 @@ getent hosts "$K_API.example.com" >/dev/null; echo DNS=$?
     )
 }
 
-fn check(w: &World, who: As, how: &str, tag: &str, api: &str, log: &Path, out: &std::process::Output) {
+fn check(
+    w: &World,
+    who: As,
+    how: &str,
+    tag: &str,
+    api: &str,
+    log: &Path,
+    out: &std::process::Output,
+) {
     let (so, se) = (stdout(out), stderr(out));
     let diag = format!("{who:?} {how}: {so}\n--- stderr\n{se}");
     assert_eq!(out.status.code(), Some(0), "{diag}");
     let p = marker(&so, "ENV");
     assert!(p.starts_with("sbx-phantom-"), "{diag}");
-    assert!(so.contains(&format!("K_API={p}")), "/proc/*/environ: {diag}");
+    assert!(
+        so.contains(&format!("K_API={p}")),
+        "/proc/*/environ: {diag}"
+    );
     assert!(!so.contains(api), "the real value inside: {diag}");
     assert!(!se.contains(api), "the real value on stderr: {diag}");
     assert_eq!(marker(&so, "H1"), "0", "{diag}");
@@ -61,7 +72,10 @@ fn check(w: &World, who: As, how: &str, tag: &str, api: &str, log: &Path, out: &
                 && r["headers"][header].as_str().unwrap_or("").contains(api)
         })
     };
-    assert!(got(&format!("/{tag}-h1"), "authorization"), "{diag}\n{reqs:#?}");
+    assert!(
+        got(&format!("/{tag}-h1"), "authorization"),
+        "{diag}\n{reqs:#?}"
+    );
     assert!(got(&format!("/{tag}-h2"), "x-api-key"), "{diag}\n{reqs:#?}");
     let raw = std::fs::read_to_string(log).unwrap_or_default();
     assert!(!raw.contains(api), "the value in the audit log");

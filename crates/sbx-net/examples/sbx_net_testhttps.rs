@@ -75,17 +75,16 @@ async fn handle(st: Arc<State>, req: Request<hyper::body::Incoming>) -> Response
                 let _ = tx
                     .send(Ok(Frame::data(Bytes::from("data: first\n\n"))))
                     .await;
-                let how = match tokio::time::timeout(
-                    Duration::from_secs(20),
-                    st.release.notified(),
-                )
-                .await
+                let how = match tokio::time::timeout(Duration::from_secs(20), st.release.notified())
+                    .await
                 {
                     Ok(()) => "released",
                     Err(_) => "timeout",
                 };
                 let _ = tx
-                    .send(Ok(Frame::data(Bytes::from(format!("data: last {how}\n\n")))))
+                    .send(Ok(Frame::data(Bytes::from(format!(
+                        "data: last {how}\n\n"
+                    )))))
                     .await;
             });
             let stream = futures_util_stream(rx);

@@ -401,7 +401,8 @@ impl Gateway {
             }
         };
         self.stats.allowed.fetch_add(1, Ordering::Relaxed);
-        let mut ev = json!({ "proto": "tcp", "dst": ip.to_string(), "port": dst.port(), "via": via });
+        let mut ev =
+            json!({ "proto": "tcp", "dst": ip.to_string(), "port": dst.port(), "via": via });
         if let Some(h) = &intercept_as {
             ev["intercepted"] = json!(h);
         }
@@ -427,15 +428,20 @@ impl Gateway {
             let keep = crate::phantom::longest(&ic.secrets);
             let g = self.clone();
             let names = names.join(",");
-            crate::relay::relay_scanned(s, out, &self.stats.bytes_out, &self.stats.bytes_in, keep, |w| {
-                match crate::phantom::find(&ic.secrets, w, false) {
+            crate::relay::relay_scanned(
+                s,
+                out,
+                &self.stats.bytes_out,
+                &self.stats.bytes_in,
+                keep,
+                |w| match crate::phantom::find(&ic.secrets, w, false) {
                     Some(sec) => {
                         g.leak(&sec.name, &names, dst, "connection");
                         false
                     }
                     None => true,
-                }
-            })
+                },
+            )
             .await;
             return;
         }

@@ -199,8 +199,10 @@ pub async fn serve(
 fn text(status: StatusCode, msg: String) -> Response<Out> {
     let mut r = Response::new(Full::new(Bytes::from(msg)).map_err(|e| match e {}).boxed());
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain"),
+    );
     r
 }
 
@@ -285,10 +287,10 @@ impl Conn {
                     Ok(u) => u,
                     Err(_) => return text(StatusCode::BAD_REQUEST, "sbx-net: bad URL\n".into()),
                 };
-                if !parts.headers.contains_key(http::header::HOST) {
-                    if let Ok(h) = HeaderValue::from_str(&authority) {
-                        parts.headers.insert(http::header::HOST, h);
-                    }
+                if !parts.headers.contains_key(http::header::HOST)
+                    && let Ok(h) = HeaderValue::from_str(&authority)
+                {
+                    parts.headers.insert(http::header::HOST, h);
                 }
                 let req = Request::from_parts(parts, scan);
                 let fut = {
@@ -373,7 +375,9 @@ impl ScanBody {
                 if let Some(tx) = self.alert.take() {
                     let _ = tx.send((s.name.clone(), "body"));
                 }
-                return Err(format!("the placeholder of {} may not go to {}", s.name, self.host).into());
+                return Err(
+                    format!("the placeholder of {} may not go to {}", s.name, self.host).into(),
+                );
             }
             if own && s.in_body && phantom::contains(&self.carry, s.placeholder.as_bytes()) {
                 // Whole occurrences only: a placeholder split at the end
@@ -385,7 +389,11 @@ impl ScanBody {
     }
 
     fn split(&mut self, last: bool) -> Bytes {
-        let keep = if last { 0 } else { self.hold.min(self.carry.len()) };
+        let keep = if last {
+            0
+        } else {
+            self.hold.min(self.carry.len())
+        };
         let cut = self.carry.len() - keep;
         let out: Vec<u8> = self.carry.drain(..cut).collect();
         Bytes::from(out)

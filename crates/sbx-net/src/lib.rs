@@ -305,7 +305,11 @@ fn write_bundle(b: &[u8]) -> Result<(PathBuf, std::fs::File), Failure> {
     let mut last = None;
     for _ in 0..8 {
         let tag = phantom::placeholder(0).map_err(Failure::new)?;
-        let p = dir.join(format!("sbx-net-ca-{}-{}.pem", std::process::id(), &tag[phantom::PREFIX.len()..][..12]));
+        let p = dir.join(format!(
+            "sbx-net-ca-{}-{}.pem",
+            std::process::id(),
+            &tag[phantom::PREFIX.len()..][..12]
+        ));
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)

@@ -53,8 +53,10 @@ impl Ca {
         let key = KeyPair::generate().map_err(e)?;
         let mut p = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
         p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        p.distinguished_name
-            .push(DnType::CommonName, "sbx-net per-run CA (phantom credentials)");
+        p.distinguished_name.push(
+            DnType::CommonName,
+            "sbx-net per-run CA (phantom credentials)",
+        );
         p.distinguished_name.push(DnType::OrganizationName, "sbx");
         p.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
@@ -156,7 +158,8 @@ pub fn server_config(ca: Arc<Ca>) -> Result<Arc<rustls::ServerConfig>, TlsError>
 /// The upstream side: the host's trust store (rustls-native-certs, which
 /// honours sbx-net's own SSL_CERT_FILE and SSL_CERT_DIR); one offering h2
 /// and http/1.1 (for a sandbox that speaks h2), one http/1.1 only.
-pub fn client_configs() -> Result<(Arc<rustls::ClientConfig>, Arc<rustls::ClientConfig>), TlsError> {
+pub fn client_configs() -> Result<(Arc<rustls::ClientConfig>, Arc<rustls::ClientConfig>), TlsError>
+{
     let found = rustls_native_certs::load_native_certs();
     let mut roots = rustls::RootCertStore::empty();
     let (added, _) = roots.add_parsable_certificates(found.certs);

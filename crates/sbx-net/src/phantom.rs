@@ -184,10 +184,7 @@ fn value_of(spec: &Spec) -> Result<Zeroizing<Vec<u8>>, String> {
                 return Err(format!("{} is not a regular file", p.display()));
             }
             if md.len() > MAX_VALUE as u64 {
-                return Err(format!(
-                    "{} holds more than {MAX_VALUE} bytes",
-                    p.display()
-                ));
+                return Err(format!("{} holds more than {MAX_VALUE} bytes", p.display()));
             }
             read_bounded(f, &p.display().to_string())?
         }
@@ -282,13 +279,7 @@ pub fn placeholder(len: usize) -> Result<String, String> {
     let mut got = 0;
     while got < raw.len() {
         // SAFETY: writes at most the rest of `raw`.
-        let r = unsafe {
-            libc::getrandom(
-                raw[got..].as_mut_ptr().cast(),
-                raw.len() - got,
-                0,
-            )
-        };
+        let r = unsafe { libc::getrandom(raw[got..].as_mut_ptr().cast(), raw.len() - got, 0) };
         if r < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::Interrupted {
@@ -333,7 +324,7 @@ pub fn load(specs: &[Spec], in_body: &[String]) -> Result<Vec<Secret>, SecretErr
             hosts: s.hosts.clone(),
             value,
             placeholder,
-            in_body: in_body.iter().any(|n| *n == s.name),
+            in_body: in_body.contains(&s.name),
         });
     }
     if let Some(n) = in_body.iter().find(|n| !out.iter().any(|s| s.name == **n)) {

@@ -381,9 +381,7 @@ pub async fn relay_scanned(
         let mut window: Vec<u8> = Vec::new();
         loop {
             let n = loop {
-                if let Err(e) = inside.readable().await {
-                    return Err(e);
-                }
+                inside.readable().await?;
                 match inside.try_read(&mut buf) {
                     Ok(n) => break n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

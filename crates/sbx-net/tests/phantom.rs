@@ -135,11 +135,20 @@ echo APIISSUER=$(openssl s_client -connect api.test:443 -servername api.test </d
         let p_api = marker(&so, "ENV_API");
         assert!(p_api.starts_with("sbx-phantom-"), "{diag}");
         assert_eq!(p_api.len(), api.len(), "same length class: {diag}");
-        assert!(marker(&so, "ENV_OTHER").starts_with("sbx-phantom-"), "{diag}");
+        assert!(
+            marker(&so, "ENV_OTHER").starts_with("sbx-phantom-"),
+            "{diag}"
+        );
         let p_bad = marker(&so, "ENV_BAD");
-        assert!(p_bad.starts_with("sbx-phantom-") && p_bad.len() >= 36, "{diag}");
+        assert!(
+            p_bad.starts_with("sbx-phantom-") && p_bad.len() >= 36,
+            "{diag}"
+        );
         assert_eq!(marker(&so, "CAFILE"), "/etc/ssl/certs/ca-certificates.crt");
-        assert!(so.contains(&format!("K_API={p_api}")), "/proc/$$/environ: {diag}");
+        assert!(
+            so.contains(&format!("K_API={p_api}")),
+            "/proc/$$/environ: {diag}"
+        );
         for v in [&api, &other, &bad] {
             assert!(!so.contains(v.as_str()), "a real value inside: {diag}");
             assert!(!se.contains(v.as_str()), "a real value on stderr: {diag}");
@@ -174,7 +183,10 @@ echo APIISSUER=$(openssl s_client -connect api.test:443 -servername api.test </d
         assert_eq!(h2["headers"]["x-api-key"], api.as_str());
         assert_eq!(last("/own")["headers"]["x-other"], other.as_str());
         assert_eq!(last("/body")["body"], format!("key={api}"));
-        assert_eq!(last("/py")["headers"]["authorization"], format!("Bearer {api}"));
+        assert_eq!(
+            last("/py")["headers"]["authorization"],
+            format!("Bearer {api}")
+        );
         assert_eq!(last("/rq")["headers"]["x-api-key"], api.as_str());
         let _ = req(&reqs, "/h1");
 
@@ -284,9 +296,18 @@ fn bad_secret_specs_exit_125_with_one_line() {
         (vec!["1K@api.test".into()], "NAME"),
         (vec!["K@*.api.test".into()], "not a DNS host name"),
         (vec!["K@10.0.0.1".into()], "not a DNS host name"),
-        (vec![format!("K@api.test=file:{}", big.display())], "more than"),
-        (vec![format!("K@api.test=file:{}", empty.display())], "empty"),
-        (vec![format!("K@api.test=file:{}", fifo.display())], "not a regular file"),
+        (
+            vec![format!("K@api.test=file:{}", big.display())],
+            "more than",
+        ),
+        (
+            vec![format!("K@api.test=file:{}", empty.display())],
+            "empty",
+        ),
+        (
+            vec![format!("K@api.test=file:{}", fifo.display())],
+            "not a regular file",
+        ),
         (vec!["K@api.test=fd:9".into()], "fd 9"),
         (vec!["K@api.test=env:X".into()], "file:PATH or fd:N"),
     ];

@@ -59,6 +59,12 @@ fn write(p: &Path, s: &str) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
 }
 
+impl Default for World {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl World {
     pub fn new() -> World {
         let mut net = TestNet::new().expect("test network");
