@@ -268,7 +268,7 @@ impl Conn {
             p => format!("{}:{p}", self.host),
         };
         let scan = ScanBody::new(body, self.ic.secrets.clone(), self.host.clone());
-        let (tx, scan) = scan.with_alert();
+        let (mut cut, scan) = scan.with_alert();
         let resp = match &self.up {
             Up::H2(s) => {
                 parts.version = Version::HTTP_2;
@@ -307,8 +307,7 @@ impl Conn {
             }
         };
         // A body that carried another secret's placeholder was cut: say so.
-        let mut tx = tx;
-        if let Ok((name, place)) = tx.try_recv() {
+        if let Ok((name, place)) = cut.try_recv() {
             self.gw.leak(&name, &self.host, self.dst, place);
             return text(
                 StatusCode::FORBIDDEN,

@@ -241,10 +241,19 @@ pub fn policy(cli: &Cli) -> Result<Policy, Failure> {
 struct Phantoms {
     intercept: Arc<http::Intercept>,
     bundle_target: &'static str,
-    bundle_path: PathBuf,
+    /// Removed when dropped: after the spawn, or on any error before it.
+    bundle_file: Option<TempFile>,
 }
 
-fn phantoms(cli: &Cli, policy: &mut Policy) -> Result<Option<(Phantoms, std::fs::File)>, Failure> {
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn phantoms(cli: &Cli, policy: &mut Policy) -> Result<Option<Phantoms>, Failure> {
     if cli.secret.is_empty() {
         if let Some(n) = cli.secret_in_body.first() {
             return Err(Failure::new(format!(
@@ -279,26 +288,22 @@ fn phantoms(cli: &Cli, policy: &mut Policy) -> Result<Option<(Phantoms, std::fs:
     let server = mitm::server_config(ca.clone()).map_err(|e| Failure::new(e.to_string()))?;
     let (client, client_h1) = mitm::client_configs().map_err(|e| Failure::new(e.to_string()))?;
     let (bundle, target) = mitm::bundle(&ca).map_err(|e| Failure::new(e.to_string()))?;
-    let (path, file) = write_bundle(&bundle)?;
-    Ok(Some((
-        Phantoms {
-            intercept: Arc::new(http::Intercept {
-                secrets: Arc::new(secrets),
-                server,
-                client,
-                client_h1,
-            }),
-            bundle_target: target,
-            bundle_path: path,
-        },
-        file,
-    )))
+    let path = write_bundle(&bundle)?;
+    Ok(Some(Phantoms {
+        intercept: Arc::new(http::Intercept {
+            secrets: Arc::new(secrets),
+            server,
+            client,
+            client_h1,
+        }),
+        bundle_target: target,
+        bundle_file: Some(TempFile(path)),
+    }))
 }
 
 /// Writes the sandbox's bundle (public certificates only) to a new file in
-/// the temp dir and opens it for the bind; the name goes as soon as the
-/// command runs.
-fn write_bundle(b: &[u8]) -> Result<(PathBuf, std::fs::File), Failure> {
+/// the temp dir, for the bind; the name goes as soon as the command runs.
+fn write_bundle(b: &[u8]) -> Result<PathBuf, Failure> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let dir = std::env::temp_dir();
@@ -318,11 +323,11 @@ fn write_bundle(b: &[u8]) -> Result<(PathBuf, std::fs::File), Failure> {
             .open(&p)
         {
             Ok(mut f) => {
-                f.write_all(b)
-                    .map_err(|e| Failure::new(format!("writing {}: {e}", p.display())))?;
-                let r = std::fs::File::open(&p)
-                    .map_err(|e| Failure::new(format!("opening {}: {e}", p.display())))?;
-                return Ok((p, r));
+                if let Err(e) = f.write_all(b) {
+                    let _ = std::fs::remove_file(&p);
+                    return Err(Failure::new(format!("writing {}: {e}", p.display())));
+                }
+                return Ok(p);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
             Err(e) => return Err(Failure::new(format!("creating {}: {e}", p.display()))),
@@ -337,7 +342,7 @@ fn write_bundle(b: &[u8]) -> Result<(PathBuf, std::fs::File), Failure> {
 
 fn run(cli: Cli) -> Result<i32, Failure> {
     let mut policy = policy(&cli)?;
-    let phantoms = phantoms(&cli, &mut policy)?;
+    let mut phantoms = phantoms(&cli, &mut policy)?;
     let connect_timeout = sbx_core::units::parse_duration(&cli.connect_timeout)
         .map_err(|e| Failure::new(format!("--connect-timeout '{}': {e}", cli.connect_timeout)))?;
     let upstreams = dns::upstreams(&cli.dns_upstream).map_err(|e| Failure::new(e.to_string()))?;
@@ -364,16 +369,20 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         uid: unsafe { libc::getuid() },
         gid: unsafe { libc::getgid() },
         trust: match &phantoms {
-            Some((p, _)) => Some(
-                netns::TrustBind::new(&p.bundle_path, p.bundle_target)
+            Some(Phantoms {
+                bundle_file: Some(f),
+                bundle_target,
+                ..
+            }) => Some(
+                netns::TrustBind::new(&f.0, bundle_target)
                     .map_err(|e| Failure::new(format!("CA bundle: {e}")))?,
             ),
-            None => None,
+            _ => None,
         },
     });
 
     let mut cmd = sbx_core::supervise::command(&cli.cmd, None)?;
-    if let Some((p, _)) = &phantoms {
+    if let Some(p) = &phantoms {
         let mut pass: Vec<String> = std::env::var(sbx_core::envpolicy::ENV_PASS)
             .ok()
             .filter(|v| !v.is_empty())
@@ -413,11 +422,9 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     drop(prep);
     // The command's mount namespace holds the bundle now (or it failed):
     // its name on the host goes.
-    let phantoms = phantoms.map(|(p, f)| {
-        drop(f);
-        let _ = std::fs::remove_file(&p.bundle_path);
-        p
-    });
+    if let Some(p) = &mut phantoms {
+        p.bundle_file = None;
+    }
     let handed = netns::receive(&ours);
     let mut sup = match (spawned, handed) {
         (Ok(s), Ok(Some(h))) => (s, h),

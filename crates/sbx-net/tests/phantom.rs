@@ -254,13 +254,6 @@ echo APIISSUER=$(openssl s_client -connect api.test:443 -servername api.test </d
         let start = evs.iter().find(|e| e["event"] == "net_start").unwrap();
         assert_eq!(start["secrets"][0]["name"], "K_API", "{start}");
         // The bundle's name on the host is gone.
-        let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().to_string())
-            .filter(|n| n.starts_with("sbx-net-ca-"))
-            .collect();
-        let _ = left; // other runs may be in flight; checked per pid below
         let pid_left = std::fs::read_dir(std::env::temp_dir())
             .unwrap()
             .filter_map(|e| e.ok())
