@@ -258,6 +258,28 @@ impl Conn {
             // The value and the placeholder may differ in length.
             parts.headers.remove(http::header::CONTENT_LENGTH);
         }
+        // The request must be for the host whose TLS name was checked: a
+        // Host or :authority naming another site on the same server
+        // (domain fronting) would carry the value there.
+        let claimed = parts
+            .uri
+            .authority()
+            .map(|a| a.host().to_string())
+            .or_else(|| {
+                parts
+                    .headers
+                    .get(http::header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(|h| h.rsplit_once(':').map_or(h, |(n, _)| n).to_string())
+            });
+        if let Some(c) = claimed
+            && !c.trim_end_matches('.').eq_ignore_ascii_case(&self.host)
+        {
+            return text(
+                StatusCode::MISDIRECTED_REQUEST,
+                format!("sbx-net: this connection is for {} only\n", self.host),
+            );
+        }
         let path = parts
             .uri
             .path_and_query()
@@ -287,9 +309,7 @@ impl Conn {
                     Ok(u) => u,
                     Err(_) => return text(StatusCode::BAD_REQUEST, "sbx-net: bad URL\n".into()),
                 };
-                if !parts.headers.contains_key(http::header::HOST)
-                    && let Ok(h) = HeaderValue::from_str(&authority)
-                {
+                if let Ok(h) = HeaderValue::from_str(&authority) {
                     parts.headers.insert(http::header::HOST, h);
                 }
                 let req = Request::from_parts(parts, scan);

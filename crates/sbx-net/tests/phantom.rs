@@ -87,6 +87,7 @@ curl -sS --http1.1 -H "Authorization: Bearer $K_API" https://api.test/h1; echo H
 curl -sS --http2 -w 'V=%{{http_version}}\n' -H "x-api-key: $K_API" https://api.test/h2; echo H2=$?
 curl -sS --http1.1 -H "x-other: $K_OTHER" https://other-api.test/own; echo OWN=$?
 curl -sS --data "key=$K_API" https://api.test/body; echo BODY=$?
+echo FRONT=$(curl -s -o /dev/null -w '%{{http_code}}' --http1.1 -H "Host: pinned.test" -H "Authorization: Bearer $K_API" https://api.test/front)
 echo LEAK_HDR=$(curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $K_API" https://other-api.test/leak)
 echo LEAK_URL=$(curl -s -o /dev/null -w '%{{http_code}}' "https://other-api.test/u?k=$K_API")
 echo LEAK_BODY=$(curl -s -o /dev/null -w '%{{http_code}}' --data "key=$K_API" https://other-api.test/bodyleak)
@@ -191,6 +192,9 @@ echo APIISSUER=$(openssl s_client -connect api.test:443 -servername api.test </d
         let _ = req(&reqs, "/h1");
 
         // Anywhere else: cut, alerted, and the server never saw it.
+        // Domain fronting: a Host naming another site is refused (421).
+        assert_eq!(marker(&so, "FRONT"), "421", "{diag}");
+        assert!(!reqs.iter().any(|r| path_of(r) == "/front"), "{diag}");
         assert_eq!(marker(&so, "LEAK_HDR"), "403", "{diag}");
         assert_eq!(marker(&so, "LEAK_URL"), "403", "{diag}");
         assert_eq!(marker(&so, "LEAK_BODY"), "403", "{diag}");
