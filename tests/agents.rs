@@ -75,9 +75,7 @@ impl Agent {
 /// see the real key). `true`: sbx-net's phantom credential (issue 17 part
 /// 1: `sbx-policy chain --secret NAME@HOST`, `sbx-run -s NAME@HOST`): a
 /// placeholder inside, the real key added by the gateway for HOST only.
-/// Tried against the h/creds17 branch (17:40 UTC): both agents pass in the
-/// policy chain with `true`.
-const PHANTOM: bool = false;
+const PHANTOM: bool = true;
 
 /// Whether `chain` gets the key as a phantom credential: sbx-net takes
 /// a DNS name only (`--secret NAME@HOST`), and through sbx-run the model
@@ -103,7 +101,10 @@ fn hand_key(c: &mut Command, chain: Chain, agent: Agent, host: &str) {
 /// Checks what the agent's tool calls saw in the key's variable.
 fn key_seen_inside(agent: Agent, chain: Chain, seen: &str, ctx: &str) {
     if phantom(chain) {
-        assert!(!seen.is_empty() && seen != agent.key(), "{ctx}");
+        assert!(
+            seen.starts_with("sbx-phantom-") && seen != agent.key(),
+            "the agent's tool calls see the placeholder only: {ctx}"
+        );
     } else {
         assert_eq!(seen, agent.key(), "{ctx}");
     }
