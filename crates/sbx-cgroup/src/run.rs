@@ -102,7 +102,8 @@ pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
             return Err(e.into());
         }
     };
-    let watcher = match Watcher::start(&group, leaf.clone()) {
+    // SAFETY: sbx-cgroup starts no thread: the supervisor is one thread.
+    let watcher = match unsafe { Watcher::start(&group, leaf.clone()) } {
         Ok(w) => w,
         Err(e) => {
             let _ = group.destroy(KILL_LIMIT);

@@ -11,6 +11,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use sbx_core::guardian::{Ending, Guardian, Watch};
 use std::path::{Component, Path, PathBuf};
 
 use crate::plan::{Kind, Source};
@@ -50,7 +51,7 @@ pub struct Placeholder {
 #[derive(Debug, Default)]
 pub struct Placeholders {
     pub list: Vec<Placeholder>,
-    reaper_pipe: Option<OwnedFd>,
+    reaper: Option<Guardian>,
     /// More fds the reaper keeps open for its `after` (the write budget's
     /// apply journal).
     pub reaper_fds: Vec<RawFd>,
@@ -167,7 +168,7 @@ impl Placeholders {
                 v.push(l.as_raw_fd());
             }
         }
-        v.extend(self.reaper_pipe.as_ref().map(|f| f.as_raw_fd()));
+        v.extend(self.reaper.as_ref().and_then(|g| g.fd()));
         v
     }
 
@@ -192,34 +193,17 @@ impl Placeholders {
         if self.list.is_empty() && after.is_none() {
             return Ok(());
         }
-        let (r, w) = sbx_core::fds::pipe().map_err(PlaceholderError::Reaper)?;
-        // SAFETY: getpid cannot fail.
-        let me = unsafe { libc::getpid() };
-        // SAFETY: no thread runs yet (the guard server starts later); the
-        // child only uses what it inherited and exits with _exit.
-        match unsafe { libc::fork() } {
-            -1 => Err(PlaceholderError::Reaper(io::Error::last_os_error())),
-            0 => {
-                drop(w);
-                reaper(me, r, &self.list, &self.reaper_fds, after)
-            }
-            _ => {
-                drop(r);
-                self.reaper_pipe = Some(w);
-                Ok(())
-            }
-        }
+        // SAFETY: no thread runs yet (the guard server starts later).
+        let g = unsafe { Guardian::spawn(|w| reaper(w, &self.list, &self.reaper_fds, after)) };
+        self.reaper = Some(g.map_err(PlaceholderError::Reaper)?);
+        Ok(())
     }
 
     /// Tells the reaper the pid of the sandbox's init, whose end it waits
     /// for before running its `after`.
     pub fn tell_sandbox(&self, pid: libc::pid_t) {
-        if let Some(w) = &self.reaper_pipe {
-            let mut b = [0u8; 5];
-            b[0] = b'p';
-            b[1..].copy_from_slice(&pid.to_ne_bytes());
-            // SAFETY: a valid fd and a 5-byte buffer (atomic on a pipe).
-            unsafe { libc::write(w.as_raw_fd(), b.as_ptr().cast(), b.len()) };
+        if let Some(g) = &self.reaper {
+            let _ = g.send(&pid.to_ne_bytes());
         }
     }
 
@@ -236,8 +220,8 @@ impl Placeholders {
         }
         let left = remove_all(&self.list, std::time::Duration::ZERO);
         self.list.clear();
-        if let Some(w) = self.reaper_pipe.take() {
-            unsafe { libc::write(w.as_raw_fd(), b"d".as_ptr().cast(), 1) };
+        if let Some(g) = self.reaper.take() {
+            g.release();
         }
         left
     }
@@ -440,16 +424,17 @@ impl Drop for DirLock {
 /// How long the reaper waits for a dying sandbox to release the shared lock.
 const REAPER_SETTLE: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// The reaper: detached from the terminal, holding only what it needs,
-/// it waits for sbx-fs (pid `owner`) to exit and removes what is left.
+/// The reaper (a [`Guardian`]): detached from the terminal, holding only
+/// what it needs, it waits for sbx-fs to exit and removes what is left.
+/// Its exit code.
 fn reaper(
-    owner: i32,
-    done: OwnedFd,
+    watch: Watch,
     list: &[Placeholder],
     extra: &[RawFd],
     after: Option<Box<dyn FnOnce()>>,
-) -> ! {
-    // SAFETY: plain syscalls on our own process.
+) -> i32 {
+    // SAFETY: plain syscalls on our own process: a new session, and "/"
+    // (a NUL-ended literal) as its working directory.
     unsafe {
         libc::setsid();
         libc::chdir(c"/".as_ptr());
@@ -459,69 +444,40 @@ fn reaper(
         .iter()
         .flat_map(|p| [p.parent.as_raw_fd(), p.root.as_raw_fd()])
         .collect();
-    keep.push(done.as_raw_fd());
+    keep.extend(watch.fds());
     keep.extend_from_slice(extra);
     // The end sweep's alerts go to the audit log.
     keep.extend(sbx_core::audit::get().and_then(|a| a.raw_fd()));
     sbx_core::fds::close_all_except(&keep);
-    let finish = |sandbox: Option<i32>, after: Option<Box<dyn FnOnce()>>| -> ! {
-        // The sandbox's init ends after every process of its PID namespace
-        // (the kernel kills them, then reaps them, before init's exit is
-        // seen): wait for it, boundedly, so nothing of it runs meanwhile.
-        if let Some(pid) = sandbox
-            && let Ok(fd) = sys::pidfd_open(pid)
-        {
-            let mut p = libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut p, 1, REAPER_SETTLE.as_millis() as i32) };
-        } else if sandbox.is_none() && after.is_some() {
-            // sbx-fs died before it named the sandbox: init dies of
-            // PDEATHSIG; give it time to go.
-            std::thread::sleep(std::time::Duration::from_secs(1));
-        }
-        remove_all(list, REAPER_SETTLE);
-        if let Some(f) = after {
-            f();
-        }
-        // SAFETY: leaving the forked child without running destructors.
-        unsafe { libc::_exit(0) }
+    // What sbx-fs sent: init's pid after the clone.
+    let Ending::OwnerGone(msgs) = watch.wait() else {
+        return 0;
     };
-    let Ok(pidfd) = sys::pidfd_open(owner) else {
-        finish(None, after)
-    };
-    // SAFETY: getppid cannot fail.
-    if unsafe { libc::getppid() } != owner {
-        // sbx-fs died before the watch began.
-        finish(None, after)
-    }
-    loop {
+    let sandbox = msgs
+        .iter()
+        .rev()
+        .find_map(|m| <[u8; 4]>::try_from(&m[..]).ok().map(i32::from_ne_bytes));
+    // The sandbox's init ends after every process of its PID namespace
+    // (the kernel kills them, then reaps them, before init's exit is
+    // seen): wait for it, boundedly, so nothing of it runs meanwhile.
+    if let Some(pid) = sandbox
+        && let Ok(fd) = sys::pidfd_open(pid)
+    {
         let mut p = libc::pollfd {
-            fd: pidfd.as_raw_fd(),
+            fd: fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, -1) };
-        if n > 0 {
-            break;
-        }
+        // SAFETY: one valid pollfd on the stack, for the call only.
+        unsafe { libc::poll(&mut p, 1, REAPER_SETTLE.as_millis() as i32) };
+    } else if sandbox.is_none() && after.is_some() {
+        // sbx-fs died before it named the sandbox: init dies of
+        // PDEATHSIG; give it time to go.
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
-    // What sbx-fs wrote: 'p' + init's pid after the clone, 'd' when done.
-    let mut buf = [0u8; 64];
-    // SAFETY: a valid fd.
-    unsafe { libc::fcntl(done.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-    // SAFETY: a valid fd and buffer.
-    let n = unsafe { libc::read(done.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-    let got = &buf[..n.max(0) as usize];
-    if got.last() == Some(&b'd') {
-        // SAFETY: leaving the forked child.
-        unsafe { libc::_exit(0) }
+    remove_all(list, REAPER_SETTLE);
+    if let Some(f) = after {
+        f();
     }
-    let sandbox = (got.len() >= 5 && got[0] == b'p')
-        .then(|| i32::from_ne_bytes([got[1], got[2], got[3], got[4]]));
-    finish(sandbox, after)
+    0
 }
