@@ -256,6 +256,8 @@ fn install_pre_exec(cmd: &mut std::process::Command, group: &SandboxGroup, rlimi
         .iter()
         .map(|r| format!("{}: cannot set --rlimit {}\n", crate::TOOL, r.describe()).into_bytes())
         .collect();
+    // SAFETY: the pre_exec closure only writes prepared buffers to open fds and calls setrlimit
+    // (async-signal-safe).
     unsafe {
         cmd.pre_exec(move || {
             for (fd, msg) in fds.iter().zip(&join_msgs) {

@@ -213,7 +213,9 @@ mod tests {
         unsafe {
             Guardian::spawn(|w| match w.wait() {
                 Ending::Released => 0,
-                Ending::OwnerGone(m) if m.iter().all(|m| m == b"pid\x01\x02") => 10 + m.len() as i32,
+                Ending::OwnerGone(m) if m.iter().all(|m| m == b"pid\x01\x02") => {
+                    10 + m.len() as i32
+                }
                 Ending::OwnerGone(_) => 1,
             })
         }

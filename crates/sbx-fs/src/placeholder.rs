@@ -9,9 +9,9 @@
 //! only when it is still the very inode that was created (and, for a
 //! directory, still empty).
 
+use sbx_core::guardian::{Ending, Guardian, Watch};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use sbx_core::guardian::{Ending, Guardian, Watch};
 use std::path::{Component, Path, PathBuf};
 
 use crate::plan::{Kind, Source};
@@ -125,6 +125,7 @@ impl Placeholders {
                     0,
                 )
                 .map_err(err)?;
+                // SAFETY: flock on an fd the OwnedFd f keeps open for the call.
                 let lock = open_real(dirfd, name, dir).ok().filter(|f| unsafe {
                     libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) == 0
                 });
@@ -215,6 +216,7 @@ impl Placeholders {
         // same open file description.
         for p in &mut self.list {
             if let Some(l) = p.lock.take() {
+                // SAFETY: l is an open fd, closed by its OwnedFd right after.
                 unsafe { libc::flock(l.as_raw_fd(), libc::LOCK_UN) };
             }
         }
@@ -246,6 +248,7 @@ fn remove_all(list: &[Placeholder], settle: std::time::Duration) -> Vec<PathBuf>
                 // Still used by another sandbox: it removes it.
                 let free = match open_real(fd, &p.name, p.dir) {
                     Ok(f) => loop {
+                        // SAFETY: flock on an fd the OwnedFd f keeps open for the call.
                         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0
                         {
                             break true;
@@ -313,6 +316,7 @@ fn create_marked(dir: RawFd, name: &Path, is_dir: bool) -> io::Result<()> {
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let to = std::ffi::CString::new(name.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: from and to are NUL-ended and alive for the call; dir is open.
     let r = unsafe {
         libc::syscall(
             libc::SYS_renameat2,
@@ -360,6 +364,7 @@ pub fn reap_temporaries() -> Vec<PathBuf> {
 /// xattrs leaves it unmarked, so another sandbox would not share it).
 fn mark(dir: RawFd, name: &Path, is_dir: bool) {
     if let Ok(f) = open_real(dir, name, is_dir) {
+        // SAFETY: f keeps the fd open; MARK is NUL-ended; the value is a live 1-byte buffer.
         unsafe { libc::fsetxattr(f.as_raw_fd(), MARK.as_ptr(), b"1".as_ptr().cast(), 1, 0) };
     }
 }
@@ -372,6 +377,7 @@ pub fn is_placeholder(path: &Path) -> bool {
         return false;
     };
     let mut b = [0u8; 4];
+    // SAFETY: c and MARK are NUL-ended; b is a live 4-byte buffer.
     let n = unsafe { libc::lgetxattr(c.as_ptr(), MARK.as_ptr(), b.as_mut_ptr().cast(), b.len()) };
     n == 1 && b[0] == b'1'
 }
@@ -382,6 +388,7 @@ fn is_marked(dir: RawFd, name: &Path, is_dir: bool) -> bool {
     };
     let mut b = [0u8; 4];
     let n =
+        // SAFETY: f keeps the fd open; MARK is NUL-ended; b is a live 4-byte buffer.
         unsafe { libc::fgetxattr(f.as_raw_fd(), MARK.as_ptr(), b.as_mut_ptr().cast(), b.len()) };
     n == 1 && b[0] == b'1'
 }
@@ -404,6 +411,7 @@ impl DirLock {
             return DirLock(None);
         };
         for _ in 0..1000 {
+            // SAFETY: flock on an fd the OwnedFd f keeps open for the call.
             if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
                 return DirLock(Some(f));
             }
@@ -416,6 +424,7 @@ impl DirLock {
 impl Drop for DirLock {
     fn drop(&mut self) {
         if let Some(f) = &self.0 {
+            // SAFETY: flock on an fd the OwnedFd keeps open for the call.
             unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
         }
     }

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use sbx_core::Severity;
 use sbx_core::audit;
 use sbx_core::exit::Failure;
-use sbx_core::supervise::Supervisor;
 use sbx_core::guardian::{Ending, Guardian};
+use sbx_core::supervise::Supervisor;
 use serde_json::{Value, json};
 
 use crate::options::Plan;
@@ -156,13 +156,14 @@ pub fn tap(name: &str, persist: bool, uid: u32, gid: u32) -> Result<(), FcError>
         r.name[i] = b as libc::c_char;
     }
     let fd = f.as_raw_fd();
+    // SAFETY: f keeps the tun fd open; r is a live ifreq for TUNSETIFF.
     unsafe {
         if libc::ioctl(fd, TUNSETIFF as _, &mut r) < 0 {
             return Err(err(io::Error::last_os_error()));
         }
         if persist
-            && (libc::ioctl(fd, TUNSETOWNER as _, uid as libc::c_ulong) < 0
-                || libc::ioctl(fd, TUNSETGROUP as _, gid as libc::c_ulong) < 0)
+            && (libc::ioctl(fd, TUNSETOWNER as _, libc::c_ulong::from(uid)) < 0
+                || libc::ioctl(fd, TUNSETGROUP as _, libc::c_ulong::from(gid)) < 0)
         {
             return Err(err(io::Error::last_os_error()));
         }
@@ -213,6 +214,8 @@ pub fn jailed_pids(id: &str) -> Vec<i32> {
 
 fn kill_jailed(id: &str) {
     for pid in jailed_pids(id) {
+        // SAFETY: kill with integer arguments; the pids are this jail's own processes (read
+        // from its cgroup/proc).
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }
@@ -277,6 +280,7 @@ pub fn start(
     console: &Path,
     log: &Path,
 ) -> Result<(UnixListener, Running), Failure> {
+    // SAFETY: geteuid cannot fail.
     let root_user = unsafe { libc::geteuid() } == 0;
     let port = sbx_vm_init::proto::VSOCK_PORT;
     // Where things are, seen from the host and from Firecracker.
