@@ -2,7 +2,7 @@
 //! the command in gVisor (runsc --platform=ptrace, an OCI bundle built from
 //! the grants): the command sees gVisor's kernel, its edits land in the
 //! project, denied paths cannot be read, the control files stay read-only,
-//! no network leads out, the exit status passes through, and nothing is
+//! the network is sbx-net's (allowed names only), the exit status passes through, and nothing is
 //! left behind (temp dir, runsc state, processes, placeholders), also when
 //! the sandbox is SIGKILLed. As root (inside sbx-cgroup) and as the
 //! unprivileged test user (runsc --rootless).
@@ -187,10 +187,34 @@ fn zero_trust_runs_in_gvisor_with_the_grants() {
     if let Some(why) = TestNet::unavailable() {
         sbx_testutil::skip!("{why}");
     }
-    // A real server on a test host (own network namespace) and one on the
-    // host's loopback: neither may be reachable from inside.
+    if !sbx_testutil::have("dnsmasq") {
+        sbx_testutil::skip!("dnsmasq not installed (scripts/setup)");
+    }
+    // Test hosts (own network namespaces): a DNS server naming
+    // allowed.test (the web host) and denied.test (the other web host), and
+    // a server on the host's loopback. Only allowed.test may be reached,
+    // through sbx-net's filtered namespace, as in the namespace chain.
     let mut net = TestNet::new().expect("test network");
+    let dns = net.add_host("gv-dns").unwrap();
     let web = net.add_host("gv-web").unwrap();
+    let other = net.add_host("gv-other").unwrap();
+    let records = [
+        format!("--listen-address={}", dns.ip),
+        format!("--host-record=allowed.test,{}", web.ip),
+        format!("--host-record=denied.test,{}", other.ip),
+    ];
+    let mut argv = vec![
+        "dnsmasq",
+        "--keep-in-foreground",
+        "--conf-file=/dev/null",
+        "--no-resolv",
+        "--no-hosts",
+        "--bind-interfaces",
+        "--user=root",
+        "--pid-file=",
+    ];
+    argv.extend(records.iter().map(String::as_str));
+    net.spawn(&dns, "dnsmasq", &argv).unwrap();
     let srv = tempfile::tempdir().unwrap();
     write(&srv.path().join("index.html"), "hello\n");
     net.spawn(
@@ -214,7 +238,22 @@ fn zero_trust_runs_in_gvisor_with_the_grants() {
     let lo_port = lo.local_addr().unwrap().port();
 
     for who in identities() {
-        let p = project(who);
+        let settings = SETTINGS.replace(
+            r#""Edit(./src/**)"]"#,
+            r#""Edit(./src/**)", "WebFetch(domain:allowed.test)"]"#,
+        );
+        let p = project_with(who, &settings);
+        let layers = p.root.parent().unwrap().join("layers.json");
+        write(
+            &layers,
+            &format!(
+                r#"{{"sbx-net": {{"dns-upstream": ["{}"], "dns-rebind-allow": ["test"]}}}}"#,
+                dns.ip
+            ),
+        );
+        if who == As::User {
+            chown_r(&layers);
+        }
         let script = format!(
             r#"
 uname -r; echo KERNEL=$(uname -r)
@@ -231,13 +270,23 @@ cat /etc/shadow >/dev/null 2>&1; echo SHADOW=$?
 [ -e /proc/{hostpid} ]; echo HOSTPROC=$?
 {PY} -c 'import socket; socket.create_connection(("127.0.0.1", {lo_port}), 5)' 2>/dev/null; echo LOOPBACK=$?
 {PY} -c 'import socket; socket.create_connection(("{ip}", 80), 5)' 2>/dev/null; echo RAWIP=$?
+{PY} -c 'import urllib.request as u; print("FETCHED=" + u.urlopen("http://allowed.test/", timeout=10).read().decode().strip())'
+{PY} -c 'import urllib.request as u; u.urlopen("http://denied.test/", timeout=10)' 2>/dev/null; echo DENIED=$?
 echo IFACES=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ,)
 exit 7
 "#,
             hostpid = std::process::id(),
-            ip = web.ip,
+            ip = other.ip,
         );
-        let out = chain_cmd(&p, &script, who).output().unwrap();
+        let out = sbx_testutil::output_within(
+            &mut chain_with(
+                &p,
+                &["--layers", layers.to_str().unwrap()],
+                &["sh", "-c", &script],
+                who,
+            ),
+            Duration::from_secs(120),
+        );
         let so = stdout(&out);
         let se = stderr(&out);
         let ctx = format!("{who:?}\nstdout:\n{so}\nstderr:\n{se}");
@@ -275,20 +324,29 @@ exit 7
         );
         assert_eq!(
             std::fs::read_to_string(p.root.join(".claude/settings.json")).unwrap(),
-            SETTINGS
+            settings
         );
         assert!(!p.root.join(".git/hooks/pre-commit").exists());
-        // No network: neither the host's loopback nor a raw IP.
+        // sbx-net's egress policy: the allowed name only; neither the
+        // host's loopback, nor a denied name, nor a raw IP.
+        assert_eq!(marker(&so, "FETCHED"), "hello", "{ctx}");
         assert_ne!(marker(&so, "LOOPBACK"), "0", "{ctx}");
         assert_ne!(marker(&so, "RAWIP"), "0", "{ctx}");
+        assert_ne!(marker(&so, "DENIED"), "0", "{ctx}");
         assert_eq!(marker(&so, "IFACES"), "lo,", "only loopback inside: {ctx}");
+        assert_event(&p.log, "dns_refused", "alert", |e| {
+            e["name"] == "denied.test"
+        });
+        assert_event(&p.log, "net_denied", "alert", |e| {
+            e.to_string().contains(&other.ip.to_string())
+        });
         // The log: the chain's tier, then the gVisor step.
         assert_event(&p.log, "chain", "info", |e| {
             e["tier"].as_str().unwrap_or("").contains("gVisor")
         });
         assert_event(&p.log, "gvisor_start", "info", |e| {
             e["platform"] == "ptrace"
-                && e["network"] == "none"
+                && e["network"].as_str().unwrap_or("").contains("sbx-net")
                 && e["rootless"] == (who == As::User)
                 && e["cgroup"] == (who == As::Root)
         });
@@ -400,6 +458,34 @@ fn zero_trust_bombs_are_bounded_as_root() {
     assert!(!so.contains("SURVIVED"), "{ctx}");
     assert_event(&p.log, "cgroup_summary", "alert", |e| {
         e["oom_kills"].as_u64().unwrap_or(0) >= 1
+    });
+    assert_nothing_left(&p, Duration::from_secs(5));
+}
+
+/// Unprivileged (runsc --rootless, no cgroup) a memory bomb is bounded per
+/// process: gVisor's kernel enforces RLIMIT_AS (from --memory) and the
+/// allocation fails inside, instead of growing until the host runs out.
+#[test]
+fn zero_trust_memory_is_bounded_per_process_unprivileged() {
+    if runsc().is_none() {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    }
+    if !identities().contains(&As::User) {
+        sbx_testutil::skip!("needs root to run as the unprivileged test user");
+    }
+    let p = project(As::User);
+    let script = format!(
+        "{PY} -c '\nb=[]\ntry:\n    while True: b.append(b\"x\" * (8<<20))\nexcept MemoryError: print(\"MEMERR=%d\" % (len(b) * 8))\n'; echo DONE=$?"
+    );
+    let mut c = chain_with(&p, &["--timeout", "60s"], &["sh", "-c", &script], As::User);
+    let out = sbx_testutil::output_within(&mut c, Duration::from_secs(90));
+    let so = stdout(&out);
+    let ctx = format!("stdout:\n{so}\nstderr:\n{}", stderr(&out));
+    assert_eq!(code(&out), 0, "{ctx}");
+    let mb: u64 = marker(&so, "MEMERR").parse().unwrap();
+    assert!(mb <= 512, "at most --memory 512M per process: {ctx}");
+    assert_event(&p.log, "gvisor_start", "info", |e| {
+        e["rootless"] == true && e["cgroup"] == false
     });
     assert_nothing_left(&p, Duration::from_secs(5));
 }
@@ -547,10 +633,11 @@ fn zero_trust_applies_the_exec_allowlist() {
     }
 }
 
-/// Denied names fail at once inside gVisor (there is no network): the
-/// answer is "no such name" (EAI_NONAME), not 70-90 s of retries ending in
-/// EAI_AGAIN. And the git stage: a commit, a branch, a stash and a gc made
-/// inside land on the host after sbx-gitguard's checks.
+/// Denied names fail at once inside gVisor: sbx-net's DNS proxy refuses
+/// them (as in the namespace chain), with its alert, instead of 70-90 s of
+/// retries against an unreachable resolver. And the git stage: a commit, a
+/// branch, a stash and a gc made inside land on the host after
+/// sbx-gitguard's checks.
 #[test]
 fn zero_trust_names_fail_at_once_and_commits_land() {
     if runsc().is_none() {
@@ -595,10 +682,13 @@ $G gc -q; echo GC=$?
         let so = stdout(&out);
         let ctx = format!("{who:?}\nstdout:\n{so}\nstderr:\n{}", stderr(&out));
         assert_eq!(code(&out), 0, "{ctx}");
-        // EAI_NONAME (-2) at once; a timeout (124) or EAI_AGAIN (-3) is the
-        // unreachable resolver.
+        // Refused (EAI_AGAIN, -3) or no such name (EAI_NONAME, -2) within
+        // `timeout 5`, not a resolver that never answers (124).
         assert_eq!(marker(&so, "DNS"), "0", "{ctx}");
-        assert_eq!(marker(&so, "GAI"), "-2", "{ctx}");
+        assert!(["-2", "-3"].contains(&marker(&so, "GAI").as_str()), "{ctx}");
+        assert_event(&p.log, "dns_refused", "alert", |e| {
+            e["name"] == "denied.example.com"
+        });
         for k in ["COMMIT", "BRANCH", "STASH", "GC"] {
             assert_eq!(marker(&so, k), "0", "{k}: {ctx}");
         }

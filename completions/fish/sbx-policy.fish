@@ -127,6 +127,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l pass-en
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l keep-env -d 'Pass the caller\'s whole environment (as sbx-fs --keep-env)'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l host-network -d 'Give the sandbox the network namespace runsc runs in, through gVisor\'s own network stack over host sockets (runsc --network=host), instead of none. The chain runs this step inside sbx-net, so what the sandbox reaches is sbx-net\'s filtered namespace: its allowlist, DNS proxy and alerts'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -s h -l help -d 'Print help'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain gvisor help" -f -a "compile" -d 'Print the sandbox configuration as JSON: one section per tool, keys = long flag names (a --config file)'

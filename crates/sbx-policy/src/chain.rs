@@ -244,19 +244,13 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                     Some(need("sbx-cgroup", "zero trust: gVisor with limits", o)?)
                 } else {
                     notes.push(if o.cgroup == Some(false) {
-                        "sbx-cgroup left out (--no-cgroup): no memory, pids or CPU limit on the gVisor sandbox (rlimits and the wall clock still apply)".into()
+                        "sbx-cgroup left out (--no-cgroup): no total memory, pids or CPU limit on the gVisor sandbox (memory per process through RLIMIT_AS, the other rlimits and the wall clock still apply)".into()
                     } else {
-                        "sbx-cgroup left out: not root; runsc --rootless; rlimits and the wall clock apply, no memory or CPU limit".into()
+                        "sbx-cgroup left out: not root; runsc --rootless; memory per process (RLIMIT_AS, enforced by gVisor's kernel: no total), processes (RLIMIT_NPROC), file size and the wall clock apply; no total memory or CPU limit".into()
                     });
                     None
                 };
-                notes.push("gVisor: an OCI bundle from the sbx-fs mount plan (grants, denies, invariants), read-only root, --network=none (the domain allowlist is not carried: no network; every name fails at once: hosts file only); uid 0 inside without capabilities is the caller (unprivileged: runsc --rootless shows the caller's files as owned by 0)".into());
-                if !p.net_allow.is_empty() {
-                    notes.push(format!(
-                        "gVisor tier: no network; the allowed domains ({}) need --trust low",
-                        p.net_allow.join(", ")
-                    ));
-                }
+                notes.push("gVisor: an OCI bundle from the sbx-fs mount plan (grants, denies, invariants), read-only root; the network is sbx-net's filtered namespace (the same domain allowlist, DNS proxy and alerts as the namespace chain) through gVisor's own TCP/IP (runsc --network=host inside it); uid 0 inside without capabilities is the caller (unprivileged: runsc --rootless shows the caller's files as owned by 0)".into());
                 // The same git stage and checks as the namespace chain.
                 let stage = git_stage(p);
                 let mut layers =
@@ -268,6 +262,8 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                 if stage.is_none() && p.git_repo {
                     notes.push("gVisor tier: .git is not writable by the grants: git commits fail inside (read-only)".into());
                 }
+                let net = need("sbx-net", "zero trust: gVisor's network", o)?;
+                layers.push(net_layer(p, &net, &with_layers));
                 let l = crate::gvisor::layer(
                     p,
                     &me,
@@ -275,6 +271,7 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                     cgroup.as_deref(),
                     stage.as_deref(),
                     exec.as_deref().unwrap_or_default(),
+                    true,
                 );
                 layers.extend([l, cmd.to_vec()]);
                 return Ok(Plan {
@@ -432,13 +429,7 @@ fn low(
         cfg(&mut l, "sbx-cgroup");
         layers.push(l);
     }
-    let mut l = vec![os(tool("sbx-net")?)];
-    for a in &p.net_allow {
-        l.push(os("--allow"));
-        l.push(os(a));
-    }
-    cfg(&mut l, "sbx-net");
-    layers.push(l);
+    layers.push(net_layer(p, &tool("sbx-net")?, &cfg));
     let seccomp = tool("sbx-seccomp")?;
     let mut l = vec![os(tool("sbx-fs")?)];
     for r in &p.rw {
@@ -535,6 +526,18 @@ fn gitguard_layers(
         layers.push(l);
     }
     Ok(layers)
+}
+
+/// sbx-net with the policy's allowed domains (the low-trust chain and the
+/// gVisor tier: the same egress policy).
+fn net_layer(p: &Policy, sbx_net: &Path, cfg: &dyn Fn(&mut Vec<OsString>, &str)) -> Vec<OsString> {
+    let mut l = vec![os(sbx_net)];
+    for a in &p.net_allow {
+        l.push(os("--allow"));
+        l.push(os(a));
+    }
+    cfg(&mut l, "sbx-net");
+    l
 }
 
 /// The kernel execute allowlist's files for a command (None: none, the

@@ -18,8 +18,12 @@
 //! - uid 0 inside with no capability at all and no_new_privs (as root: host
 //!   root without capabilities behind the gVisor kernel; unprivileged:
 //!   `runsc --rootless`, uid 0 inside is the caller);
-//! - `--network=none` (only a loopback interface inside), `--platform=ptrace`;
-//!   names fail at once (`hosts: files`, a resolv.conf on loopback);
+//! - `--platform=ptrace`; the network: with `--host-network` the namespace
+//!   runsc runs in (the chain puts this step inside sbx-net, so the
+//!   sandbox gets sbx-net's filtered namespace, its allowlist, DNS proxy
+//!   and alerts, through gVisor's own TCP/IP over host sockets), else
+//!   `--network=none` (only a loopback interface inside) where names fail
+//!   at once (`hosts: files`, a resolv.conf on loopback);
 //! - the git stage (`--git-stage`): the stage's overlay is mounted by the
 //!   host's kernel in runsc's own mount namespace and `.git` bound from it;
 //! - the execute allowlist (`--allow-exec`): every mount noexec but the
@@ -95,6 +99,13 @@ pub struct Args {
     /// Pass the caller's whole environment (as sbx-fs --keep-env).
     #[arg(long)]
     pub keep_env: bool,
+    /// Give the sandbox the network namespace runsc runs in, through
+    /// gVisor's own network stack over host sockets (runsc --network=host),
+    /// instead of none. The chain runs this step inside sbx-net, so what
+    /// the sandbox reaches is sbx-net's filtered namespace: its allowlist,
+    /// DNS proxy and alerts.
+    #[arg(long)]
+    pub host_network: bool,
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
 }
@@ -116,8 +127,12 @@ pub fn layer(
     cgroup: Option<&Path>,
     stage: Option<&Path>,
     exec: &[PathBuf],
+    host_network: bool,
 ) -> Vec<OsString> {
     let mut l = vec![os(me), os("gvisor"), os("--runsc"), os(runsc)];
+    if host_network {
+        l.push(os("--host-network"));
+    }
     if let Some(c) = cgroup {
         l.extend([os("--cgroup-bin"), os(c)]);
     }
@@ -239,7 +254,13 @@ struct Bundle {
 }
 
 /// The OCI mounts for the plan (sbx-fs's ops in its order, parent first).
-fn mounts(plan: &Plan, b: &Bundle, tmp_size: u64, exec: &[PathBuf]) -> Result<Vec<Value>, Failure> {
+fn mounts(
+    plan: &Plan,
+    b: &Bundle,
+    tmp_size: u64,
+    exec: &[PathBuf],
+    host_network: bool,
+) -> Result<Vec<Value>, Failure> {
     let mut out = vec![
         json!({"destination": "/proc", "type": "proc", "source": "proc"}),
         json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
@@ -354,7 +375,9 @@ fn mounts(plan: &Plan, b: &Bundle, tmp_size: u64, exec: &[PathBuf]) -> Result<Ve
     if noexec {
         out.extend(exec_binds(plan, b, exec));
     }
-    out.extend(dns_binds(plan, b)?);
+    if !host_network {
+        out.extend(dns_binds(plan, b)?);
+    }
     Ok(out)
 }
 
@@ -556,6 +579,16 @@ fn config(a: &Args, mounts: Vec<Value>, owner: (u32, u32)) -> Result<Value, Fail
             guest_nproc(n, a.cgroup_bin.is_some()),
         ));
     }
+    // Without a cgroup (rootless runsc), memory is bounded per process by
+    // gVisor's kernel (RLIMIT_DATA, as the namespace chain does without
+    // root): no total, but no single process can take more.
+    if a.cgroup_bin.is_none()
+        && let Some(m) = &a.memory
+    {
+        let n = sbx_core::units::parse_size(m)
+            .map_err(|e| Failure::new(format!("--memory {m}: {e}")))?;
+        rl.push(rlimit("RLIMIT_AS", n));
+    }
     let (soft, hard) = nofile();
     rl.push(json!({"type": "RLIMIT_NOFILE", "soft": soft, "hard": hard}));
     rl.push(rlimit("RLIMIT_CORE", 0));
@@ -565,13 +598,24 @@ fn config(a: &Args, mounts: Vec<Value>, owner: (u32, u32)) -> Result<Value, Fail
         .map(|c| c.display().to_string())
         .unwrap_or_else(|| "/".into());
     let none: [&str; 0] = [];
-    let mut linux = json!({
-        "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"},
-                       {"type": "uts"}, {"type": "mount"}],
-    });
+    let mut namespaces = vec![
+        json!({"type": "pid"}),
+        json!({"type": "ipc"}),
+        json!({"type": "uts"}),
+        json!({"type": "mount"}),
+    ];
+    // runsc --network=host uses the namespace it runs in only when the spec
+    // asks for no new one (with one, the sandbox sees a bare loopback).
+    if !a.host_network {
+        namespaces.push(json!({"type": "network"}));
+    }
+    let mut linux = json!({ "namespaces": namespaces });
     // With an execute allowlist: a memfd is on no mount of ours, and gVisor
     // runs one (execveat, /proc/self/fd/N) whatever the noexec mounts say,
     // so memfd_create is refused (gVisor answers EPERM; runsc --oci-seccomp).
+    // (This runsc answers EPERM for every SCMP_ACT_ERRNO whatever errnoRet
+    // says, and ignores SCMP_ACT_TRACE: a rule cannot turn statx into
+    // ENOSYS to make glibc fall back from the statx flag it rejects.)
     if !a.allow_exec.is_empty() {
         let arch = if cfg!(target_arch = "aarch64") {
             "SCMP_ARCH_AARCH64"
@@ -615,7 +659,7 @@ fn egid() -> u32 {
 }
 
 /// runsc's global flags.
-fn runsc_globals(state: &Path) -> Vec<OsString> {
+fn runsc_globals(state: &Path, host_network: bool) -> Vec<OsString> {
     let mut v = Vec::new();
     if euid() != 0 {
         v.push(os("--rootless"));
@@ -624,7 +668,11 @@ fn runsc_globals(state: &Path) -> Vec<OsString> {
         os("--root"),
         os(state),
         os("--platform=ptrace"),
-        os("--network=none"),
+        os(if host_network {
+            "--network=host"
+        } else {
+            "--network=none"
+        }),
         os("--ignore-cgroups"),
     ]);
     // runsc's own debug logs, for diagnosing a sandbox that does not start.
@@ -643,7 +691,7 @@ fn runsc_globals(state: &Path) -> Vec<OsString> {
 fn teardown(runsc: &Path, state: &Path, id: &str, dir: &Path) {
     if state.join(id).exists() || std::fs::read_dir(state).is_ok_and(|mut d| d.next().is_some()) {
         let _ = Command::new(runsc)
-            .args(runsc_globals(state))
+            .args(runsc_globals(state, false))
             .args(["delete", "--force", id])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -678,6 +726,10 @@ impl Guardian {
             0 => {
                 drop(tw);
                 drop(dr);
+                // SAFETY: the forked child of a single-threaded process:
+                // setsid and fork take no arguments, chdir a NUL-terminated
+                // literal; the intermediate child leaves by _exit at once,
+                // running none of sbx-policy's destructors or atexit hooks.
                 unsafe {
                     libc::setsid();
                     if libc::fork() != 0 {
@@ -699,6 +751,8 @@ impl Guardian {
                 }
                 teardown(runsc, state, id, dir);
                 drop(dw);
+                // SAFETY: the guardian ends without running sbx-policy's
+                // destructors or atexit hooks (they are the parent's).
                 unsafe { libc::_exit(0) }
             }
             child => {
@@ -857,7 +911,7 @@ fn run_in(
         return Err(e.into());
     }
     let r = (|| {
-        let mounts = mounts(plan, &b, tmp_size, &a.allow_exec)?;
+        let mounts = mounts(plan, &b, tmp_size, &a.allow_exec, a.host_network)?;
         let cfg = config(a, mounts, b.owner)?;
         let text = serde_json::to_string_pretty(&cfg).map_err(|e| Failure::new(e.to_string()))?;
         let cfg_path = b.dir.join("config.json");
@@ -925,7 +979,7 @@ fn supervise(
         argv.push(os("--"));
     }
     argv.push(os(&a.runsc));
-    argv.extend(runsc_globals(state));
+    argv.extend(runsc_globals(state, a.host_network));
     let execlog = if b.noexec {
         let (log, w) = ExecLog::start(&b.dir.parent().unwrap_or(&b.dir).join("exec.log"))?;
         argv.extend(w);
@@ -955,7 +1009,7 @@ fn supervise(
             "dir": b.dir.parent(),
             "rootless": euid() != 0,
             "platform": "ptrace",
-            "network": "none",
+            "network": if a.host_network { "sbx-net (runsc --network=host in its namespace)" } else { "none" },
             "cgroup": a.cgroup_bin.is_some(),
             "mounts": cfg["mounts"].as_array().map(|m| m.len()).unwrap_or(0),
             "binds": cfg["mounts"].as_array().map(|m| m.iter()
@@ -1227,8 +1281,10 @@ struct StdioRelay {
 impl StdioRelay {
     fn start(cmd: &mut Command) -> Result<StdioRelay, Failure> {
         let st = |fd: RawFd| {
-            // SAFETY: fstat fills the zeroed struct it is given.
+            // SAFETY: `stat` is plain-old-data; all-zero is a valid value.
             let mut s: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: fstat(2) writes one `stat` into `s`, a live local; a
+            // closed fd number only makes it fail with EBADF.
             (unsafe { libc::fstat(fd, &mut s) } == 0).then_some(s)
         };
         let reg = |s: &Option<libc::stat>| {
@@ -1381,7 +1437,7 @@ mod tests {
             owner: (1001, 1002),
         };
         std::fs::create_dir_all(&b.rootfs).unwrap();
-        let m = mounts(&plan, &b, 1 << 20, &[]).unwrap();
+        let m = mounts(&plan, &b, 1 << 20, &[], false).unwrap();
         let find = |dst: &Path| {
             m.iter()
                 .find(|x| x["destination"] == json!(dst))
@@ -1450,7 +1506,7 @@ mod tests {
         };
         std::fs::create_dir_all(&bx.rootfs).unwrap();
         let sh = Path::new("/bin/sh").canonicalize().unwrap();
-        let mx = mounts(&plan, &bx, 1 << 20, std::slice::from_ref(&sh)).unwrap();
+        let mx = mounts(&plan, &bx, 1 << 20, std::slice::from_ref(&sh), false).unwrap();
         for x in &mx {
             let d = x["destination"].as_str().unwrap();
             let o = x["options"].as_array().cloned().unwrap_or_default();
