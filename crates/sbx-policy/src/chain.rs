@@ -44,6 +44,8 @@ pub struct Options {
     /// Low trust as one container per run (sbx-container) instead of the
     /// namespace chain.
     pub container: bool,
+    /// Phantom credentials for sbx-net (`--secret NAME@HOST...`).
+    pub secrets: Vec<String>,
 }
 
 /// What `chain` decided.
@@ -188,6 +190,11 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
         }
     };
     let mut notes = Vec::new();
+    if !o.secrets.is_empty() && (o.trust != Trust::Low || o.container) {
+        return Err(ChainError::TierUnavailable(
+            "--secret: phantom credentials are applied by sbx-net in the namespace chain only: use --trust low without --container".into(),
+        ));
+    }
     if let Some(x) = &p.exec_allow {
         let low_chain = o.trust == Trust::Low && !o.container;
         // The gVisor tier applies it with noexec mounts (gvisor.rs).
@@ -429,7 +436,13 @@ fn low(
         cfg(&mut l, "sbx-cgroup");
         layers.push(l);
     }
-    layers.push(net_layer(p, &tool("sbx-net")?, &cfg));
+    let mut l = net_layer(p, &tool("sbx-net")?, &cfg);
+    // Phantom credentials: the namespace chain only (checked in plan()).
+    for s in &o.secrets {
+        l.push(os("--secret"));
+        l.push(os(s));
+    }
+    layers.push(l);
     let seccomp = tool("sbx-seccomp")?;
     let mut l = vec![os(tool("sbx-fs")?)];
     for r in &p.rw {
