@@ -571,6 +571,7 @@ fn a_killed_notifier_and_a_dead_supervisor_are_alerts() {
         }
         // Killed from outside (the sandbox itself cannot, see above).
         let ntf = ntf.expect("notifier found");
+        // SAFETY: kill with integer arguments (the notifier's pid, found in /proc).
         assert_eq!(unsafe { libc::kill(ntf, libc::SIGKILL) }, 0);
         std::fs::write(&go, "").unwrap();
         let out = child.wait_with_output().unwrap();
@@ -617,6 +618,7 @@ fn a_killed_notifier_and_a_dead_supervisor_are_alerts() {
             .find(|e| e["event"] == "net_start")
             .and_then(|e| e["child"].as_i64())
             .expect("net_start names its child") as i32;
+        // SAFETY: kill with integer arguments (sbx-fs's pid, named by the audit log).
         assert_eq!(unsafe { libc::kill(fs_pid, libc::SIGKILL) }, 0);
         let _ = child.wait();
         let evs = audit_events(&s.log);

@@ -83,6 +83,7 @@ fn fs_placeholder_temporary_of_a_killed_run_is_reaped_by_the_next() {
         "placeholders of the second run survived"
     );
     assert_eq!(
+        // SAFETY: geteuid cannot fail.
         std::fs::read_dir(registry.join(unsafe { libc::geteuid() }.to_string()))
             .unwrap()
             .count(),
@@ -119,6 +120,7 @@ fn vm_run_dir_of_a_killed_run_is_reaped_under_another_tmpdir() {
             .stderr(Stdio::null());
         c
     };
+    // SAFETY: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
     let vm_base = |t: &str| base.join(t).join(format!("sbx-vm-{uid}"));
     // Killed while its run directory exists.
@@ -127,6 +129,7 @@ fn vm_run_dir_of_a_killed_run_is_reaped_under_another_tmpdir() {
     let mut child = c.spawn().unwrap();
     let has_run_dir = || std::fs::read_dir(vm_base("t1")).is_ok_and(|mut r| r.next().is_some());
     assert!(eventually(has_run_dir, 60), "no run directory appeared");
+    // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait().unwrap();
     assert!(has_run_dir(), "the killed run's directory should be there");
@@ -147,6 +150,7 @@ fn vm_run_dir_of_a_killed_run_is_reaped_under_another_tmpdir() {
         vm_base("t2").display()
     );
     assert_eq!(
+        // SAFETY: geteuid cannot fail.
         std::fs::read_dir(registry.join(unsafe { libc::geteuid() }.to_string()))
             .unwrap()
             .count(),

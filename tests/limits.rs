@@ -27,6 +27,7 @@ fn term_and_time(mut cmd: Command) -> (i32, Duration, String) {
     out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "ready", "the command did not start");
     let t0 = Instant::now();
+    // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let limit = Duration::from_secs(30);
     let st = loop {

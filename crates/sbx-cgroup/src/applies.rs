@@ -190,6 +190,7 @@ mod tests {
     #[test]
     fn delegated_v2_controllers_decide_what_applies() {
         // Root passes the write checks: the controllers decide.
+        // SAFETY: geteuid cannot fail.
         if unsafe { libc::geteuid() } != 0 {
             return;
         }

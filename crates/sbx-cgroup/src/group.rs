@@ -152,6 +152,7 @@ fn writable(p: &Path) -> bool {
     let Ok(c) = CString::new(p.as_os_str().as_bytes()) else {
         return false;
     };
+    // SAFETY: c is NUL-ended and alive for the call.
     unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
 }
 
@@ -168,6 +169,7 @@ pub fn plan(
     parent: Option<&str>,
     limits: &Limits,
 ) -> Result<Vec<Target>, GroupError> {
+    // SAFETY: geteuid cannot fail.
     let euid = unsafe { libc::geteuid() };
     let needs: Vec<(&'static str, &'static str)> = [
         (limits.memory.is_some(), "--memory", "memory"),
@@ -546,6 +548,7 @@ impl SandboxGroup {
         v.dedup();
         // A pid that no longer exists is not waited for (a fake cgroupfs
         // keeps listing it; the kernel never lists a reaped task).
+        // SAFETY: kill with signal 0 only checks that the pid exists.
         v.retain(|&p| unsafe { libc::kill(p, 0) == 0 } || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH));
         v
     }
@@ -616,6 +619,8 @@ impl SandboxGroup {
                 let _ = d.freezer().freeze();
             }
             for pid in self.pids() {
+                // SAFETY: kill with integer arguments; the pids are the group's own members
+                // (frozen first when possible).
                 if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 && self.signalled.insert(pid) {
                     self.killed += 1;
                 }

@@ -87,6 +87,8 @@ impl Owner {
         for name in XATTRS {
             let n = CString::new(name).unwrap();
             let r =
+                // SAFETY: c and n are NUL-ended and v a live buffer of v.len() bytes, alive for
+                // the call.
                 unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
             if r == 0 {
                 return;
@@ -101,6 +103,7 @@ impl Owner {
 /// delegated parent belongs to.
 pub fn read_owner(dir: &Path) -> Option<Owner> {
     let c = CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: geteuid cannot fail.
     let names: &[&str] = if unsafe { libc::geteuid() } == 0 {
         &XATTRS[..1]
     } else {
@@ -110,6 +113,7 @@ pub fn read_owner(dir: &Path) -> Option<Owner> {
         let n = CString::new(name).unwrap();
         let mut buf = [0u8; 256];
         let r =
+            // SAFETY: c and n are NUL-ended; buf is a live buffer of buf.len() bytes.
             unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
         if r > 0 {
             return Owner::decode(std::str::from_utf8(&buf[..r as usize]).ok()?);

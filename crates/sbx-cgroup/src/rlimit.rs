@@ -104,6 +104,7 @@ impl Rlimit {
             rlim_cur: self.soft,
             rlim_max: self.hard,
         };
+        // SAFETY: r is a live rlimit read by the kernel for the call.
         if unsafe { libc::setrlimit(self.resource, &r) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -142,9 +143,12 @@ pub fn preflight(limits: &[Rlimit]) -> Result<(), RlimitError> {
         return Ok(());
     }
     let mut fds = [0; 2];
+    // SAFETY: fds is a live array of two ints for the kernel to fill.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Ok(()); // the real apply reports it then
     }
+    // SAFETY: the child only calls setrlimit, write and _exit (async-signal-safe), whatever
+    // threads exist.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // Child: only async-signal-safe calls.
@@ -152,18 +156,25 @@ pub fn preflight(limits: &[Rlimit]) -> Result<(), RlimitError> {
             if l.apply().is_err() {
                 let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
                 let msg = [i as u8, e as u8];
+                // SAFETY: fds[1] is the child's open write end; msg is a live 2-byte buffer.
                 unsafe { libc::write(fds[1], msg.as_ptr().cast(), 2) };
+                // SAFETY: the throwaway child leaves without running the parent's destructors.
                 unsafe { libc::_exit(1) };
             }
         }
+        // SAFETY: the throwaway child leaves without running the parent's destructors.
         unsafe { libc::_exit(0) };
     }
+    // SAFETY: our copy of the write end, not used after.
     unsafe { libc::close(fds[1]) };
     let mut msg = [0u8; 2];
+    // SAFETY: fds[0] is our open read end; msg is a live 2-byte buffer.
     let n = unsafe { libc::read(fds[0], msg.as_mut_ptr().cast(), 2) };
+    // SAFETY: our read end, not used after.
     unsafe { libc::close(fds[0]) };
     if pid > 0 {
         let mut st = 0;
+        // SAFETY: pid is our own child, reaped once; st is a live int.
         unsafe { libc::waitpid(pid, &mut st, 0) };
     }
     if n == 2 {
@@ -172,7 +183,7 @@ pub fn preflight(limits: &[Rlimit]) -> Result<(), RlimitError> {
             l.name,
             show(l.soft),
             show(l.hard),
-            std::io::Error::from_raw_os_error(msg[1] as i32),
+            std::io::Error::from_raw_os_error(i32::from(msg[1])),
         ));
     }
     Ok(())

@@ -102,7 +102,8 @@ pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
             return Err(e.into());
         }
     };
-    let watcher = match Watcher::start(&group, leaf.clone()) {
+    // SAFETY: sbx-cgroup starts no thread: the supervisor is one thread.
+    let watcher = match unsafe { Watcher::start(&group, leaf.clone()) } {
         Ok(w) => w,
         Err(e) => {
             let _ = group.destroy(KILL_LIMIT);
@@ -255,6 +256,8 @@ fn install_pre_exec(cmd: &mut std::process::Command, group: &SandboxGroup, rlimi
         .iter()
         .map(|r| format!("{}: cannot set --rlimit {}\n", crate::TOOL, r.describe()).into_bytes())
         .collect();
+    // SAFETY: the pre_exec closure only writes prepared buffers to open fds and calls setrlimit
+    // (async-signal-safe).
     unsafe {
         cmd.pre_exec(move || {
             for (fd, msg) in fds.iter().zip(&join_msgs) {

@@ -1,63 +1,49 @@
 //! The watcher: a small process outside the sandbox group that removes the
 //! group if the supervisor dies without doing it (SIGKILL, crash).
 //!
-//! It is forked right after the group is created, before the command starts,
-//! and joined to the supervisor by a pipe whose write end only the
-//! supervisor holds (close-on-exec, so the sandboxed command never gets it).
-//! When the supervisor has cleaned up it writes one byte and the watcher
-//! exits; when the read returns end-of-file instead, the supervisor is gone:
+//! It is a [`sbx_core::guardian`], forked right after the group is created,
+//! before the command starts. When the supervisor has cleaned up it
+//! releases the watcher, which exits; when the supervisor is gone instead,
 //! the watcher kills everything in the group, removes it and logs
 //! `supervisor_died`. The watcher starts its own session (a signal to the
 //! supervisor's process group does not reach it), keeps the supervisor's
 //! blocked signal mask (SIGTERM, SIGINT, SIGHUP... stay pending), and stays
 //! in the caller's own cgroups, outside the sandbox.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::time::Duration;
+
+use sbx_core::guardian::{Ending, Guardian, Watch};
 
 use crate::group::SandboxGroup;
 use crate::leaf::Leaf;
 
-const DONE: u8 = b'D';
-
-pub struct Watcher {
-    pid: i32,
-    tx: Option<OwnedFd>,
-}
+pub struct Watcher(Guardian);
 
 impl Watcher {
-    /// Forks the watcher for `group`. Call while single-threaded.
-    pub fn start(group: &SandboxGroup, leaf: Option<Leaf>) -> std::io::Result<Self> {
-        let (rx, tx) = sbx_core::fds::pipe()?;
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if pid == 0 {
-            drop(tx);
-            run(group, leaf, rx);
-        }
-        drop(rx);
-        Ok(Watcher { pid, tx: Some(tx) })
+    /// Forks the watcher for `group`.
+    ///
+    /// # Safety
+    /// The calling process must have one thread (see [`Guardian::spawn`]).
+    pub unsafe fn start(group: &SandboxGroup, leaf: Option<Leaf>) -> std::io::Result<Self> {
+        // SAFETY: the caller promises a single thread.
+        unsafe { Guardian::spawn(|w| run(group, leaf, w)) }.map(Watcher)
     }
 
     pub fn pid(&self) -> i32 {
-        self.pid
+        self.0.pid()
     }
 
     /// Tells the watcher the group is gone and reaps it.
-    pub fn finish(mut self) {
-        if let Some(tx) = self.tx.take() {
-            let b = [DONE];
-            unsafe { libc::write(tx.as_raw_fd(), b.as_ptr().cast(), 1) };
-        }
-        let mut st = 0;
-        unsafe { libc::waitpid(self.pid, &mut st, 0) };
+    pub fn finish(self) {
+        self.0.release_and_reap();
     }
 }
 
-/// The watcher's life (never returns).
-fn run(group: &SandboxGroup, leaf: Option<Leaf>, rx: OwnedFd) -> ! {
+/// The watcher's life: its exit code.
+fn run(group: &SandboxGroup, leaf: Option<Leaf>, watch: Watch) -> i32 {
+    // SAFETY: plain syscalls on this (forked) process: a new session, its
+    // name, and fds 0 and 1 pointed at /dev/null; the name is NUL-ended.
     unsafe {
         libc::setsid();
         let name = b"sbx-cg-watch\0";
@@ -70,20 +56,12 @@ fn run(group: &SandboxGroup, leaf: Option<Leaf>, rx: OwnedFd) -> ! {
         }
     }
     let audit_fd: Option<RawFd> = sbx_core::audit::get().and_then(|a| a.raw_fd());
-    let mut keep = vec![rx.as_raw_fd()];
+    let mut keep = watch.fds();
     keep.extend(audit_fd);
     sbx_core::fds::close_all_except(&keep);
     let mut group = group.without_fds();
-    let mut b = [0u8; 1];
-    let n = loop {
-        let n = unsafe { libc::read(rx.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
-        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
-        }
-        break n;
-    };
-    if n == 1 && b[0] == DONE {
-        unsafe { libc::_exit(0) };
+    if watch.wait() == Ending::Released {
+        return 0;
     }
     // The supervisor died: the sandbox goes too.
     let _ = group.kill_all(Duration::from_secs(10));
@@ -108,5 +86,5 @@ fn run(group: &SandboxGroup, leaf: Option<Leaf>, rx: OwnedFd) -> ! {
             "pids_limit_hits": stats.pids_limit_hits,
         }),
     );
-    unsafe { libc::_exit(if res.is_ok() { 0 } else { 1 }) };
+    if res.is_ok() { 0 } else { 1 }
 }

@@ -176,6 +176,7 @@ fn sigkill_of_the_supervisor_leaves_nothing_behind() {
         "sandbox did not start"
     );
     assert!(!p.children().is_empty());
+    // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let st = child.wait().unwrap();
     assert_eq!(st.signal(), Some(libc::SIGKILL));
@@ -205,6 +206,8 @@ fn a_stale_group_of_a_dead_supervisor_is_reaped_and_others_are_not_touched() {
     std::fs::create_dir(&foreign).unwrap();
     let rec = format!("sbx-cgroup pid={dead_pid} start=1 id=stale");
     let c = std::ffi::CString::new(stale.to_str().unwrap()).unwrap();
+    // SAFETY: c and the name are NUL-ended and rec a live buffer of its length, all alive for
+    // the call.
     let r = unsafe {
         libc::setxattr(
             c.as_ptr(),
@@ -276,7 +279,9 @@ fn supervisor_and_watcher_both_killed_then_the_next_start_reaps_the_group() {
         >= 2));
     let watchers = children_named(child.id(), "sbx-cg-watch");
     assert_eq!(watchers.len(), 1, "one watcher");
+    // SAFETY: kill with integer arguments (a pid read from the watcher's parent's children).
     unsafe { libc::kill(watchers[0], libc::SIGKILL) };
+    // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait().unwrap();
     // The escapee (own session) survives both; the group stays.
@@ -331,12 +336,16 @@ fn a_frozen_stale_group_is_thawed_emptied_and_removed_promptly() {
     assert!(wait_until(Duration::from_secs(5), || {
         std::fs::read_to_string(group.join("freezer.state")).is_ok_and(|s| s.trim() == "FROZEN")
     }));
+    // SAFETY: kill with integer arguments (a pid read from the watcher's parent's children).
     unsafe { libc::kill(watchers[0], libc::SIGKILL) };
+    // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait().unwrap();
     let frozen = procs_with(&marker);
     assert!(!frozen.is_empty(), "frozen processes stay");
     for &pid in &frozen {
+        // SAFETY: kill with integer arguments; the pids are the test's frozen sandbox
+        // processes.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     std::thread::sleep(Duration::from_millis(300));

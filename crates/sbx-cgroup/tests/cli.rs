@@ -176,6 +176,7 @@ fn signals_are_forwarded_to_the_command() {
     )
     .unwrap();
     assert_eq!(line, "ready\n");
+    // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let st = child.wait().unwrap();
     assert_eq!(st.code(), Some(9));

@@ -254,6 +254,7 @@ fn a_non_delegated_v2_parent_is_refused_for_an_unprivileged_caller() {
         return;
     }
     let f = Fake::new("memory pids");
+    // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         // The fake files are ours: make them read-only.
         for p in ["cgroup.procs", "cgroup.subtree_control"] {

@@ -177,11 +177,13 @@ fn inherited_fd() -> Result<Option<OwnedFd>, AuditError> {
     if fd < 3 {
         return Err(AuditError::BadFd(v));
     }
+    // SAFETY: F_GETFL on an fd number only reads its flags (an error for a closed one).
     let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     if fl < 0 || (fl & libc::O_ACCMODE) == libc::O_RDONLY {
         return Err(AuditError::BadFd(v));
     }
     // Mark it CLOEXEC at once: only an explicit handoff passes it on.
+    // SAFETY: fd is open (checked above) and handed to us; only its flag changes.
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     // SAFETY: the fd was handed to us by the previous tool and is ours now.
     Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))

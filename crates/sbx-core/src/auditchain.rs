@@ -180,6 +180,7 @@ pub fn size_of(fd: RawFd) -> u64 {
 }
 
 fn file_size(fd: RawFd) -> std::io::Result<u64> {
+    // SAFETY: libc::stat is plain integers: all-zero is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat into a local buffer.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
@@ -190,6 +191,7 @@ fn file_size(fd: RawFd) -> std::io::Result<u64> {
 
 /// A POSIX record lock on the whole file (waits; EINTR retried).
 fn lock(fd: RawFd, kind: i32) -> std::io::Result<()> {
+    // SAFETY: libc::flock is plain integers: all-zero is a valid value.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = kind as libc::c_short;
     fl.l_whence = libc::SEEK_SET as libc::c_short;

@@ -117,6 +117,7 @@ fn access_x(p: &Path) -> bool {
     let Ok(c) = CString::new(p.as_os_str().as_bytes()) else {
         return false;
     };
+    // SAFETY: c is NUL-ended and alive for the call.
     unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
 }
 
@@ -181,6 +182,8 @@ pub fn exec(argv: &[OsString], env: &[(OsString, OsString)]) -> Failure {
     let env_p = ptrs(&cenv);
     // run_main blocked the forwarded signals; the next program starts clean.
     let _ = crate::signals::unblock_all();
+    // SAFETY: cpath, and argv/env (null-ended pointer arrays into cargv/cenv), live on this
+    // frame for the call.
     unsafe { libc::execve(cpath.as_ptr(), argv_p.as_ptr(), env_p.as_ptr()) };
     exec_failure(&path)
 }

@@ -12,6 +12,7 @@ pub fn peek_exited() {
     // SAFETY: a zeroed siginfo filled by waitid; WNOWAIT leaves the child
     // for the caller to reap.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: info is a live siginfo for the kernel to fill.
     let r = unsafe {
         libc::waitid(
             libc::P_ALL,

@@ -49,13 +49,14 @@ pub fn get() -> Option<&'static str> {
 fn generate() -> String {
     let mut buf = [0u8; 8];
     // getrandom(2) never returns short for <= 256 bytes once the pool is ready.
+    // SAFETY: buf is a live 8-byte buffer.
     let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
     if n != buf.len() as isize {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_nanos() as u64;
-        buf = (t ^ (std::process::id() as u64) << 32).to_le_bytes();
+        buf = (t ^ u64::from(std::process::id()) << 32).to_le_bytes();
     }
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }

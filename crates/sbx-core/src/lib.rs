@@ -15,6 +15,7 @@ pub mod envpolicy;
 pub mod escape;
 pub mod exit;
 pub mod fds;
+pub mod guardian;
 pub mod id;
 pub mod input;
 pub mod man;

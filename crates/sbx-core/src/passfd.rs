@@ -75,6 +75,7 @@ impl From<PassFdError> for io::Error {
 /// cannot be attached to a neighbour's bytes.
 pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut sv = [0 as RawFd; 2];
+    // SAFETY: sv is a live array of two fds for the kernel to fill; they are owned just below.
     let r = unsafe {
         libc::socketpair(
             libc::AF_UNIX,
@@ -105,7 +106,7 @@ pub fn send_fds(
         return Err(PassFdError::TooMany(fds.len()));
     }
     let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_base: data.as_ptr().cast_mut().cast(),
         iov_len: data.len(),
     };
     let mut cbuf: CmsgBuf = [0; 16];
@@ -125,6 +126,10 @@ pub fn send_fds(
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
             (*c).cmsg_len = libc::CMSG_LEN(bytes) as _;
+            #[expect(
+                clippy::cast_ptr_alignment,
+                reason = "accessed with read/write_unaligned only"
+            )]
             let p = libc::CMSG_DATA(c).cast::<RawFd>();
             for (i, fd) in fds.iter().enumerate() {
                 std::ptr::write_unaligned(p.add(i), fd.as_raw_fd());
@@ -181,6 +186,7 @@ fn recv(
     msg.msg_control = cbuf.as_mut_ptr().cast();
     // Exactly MAX_FDS' worth: a message with more is cut short by the
     // kernel (MSG_CTRUNC), whatever spare room the buffer has.
+    // SAFETY: CMSG_SPACE only computes a size.
     msg.msg_controllen = unsafe { libc::CMSG_SPACE((MAX_FDS * FD_SIZE) as u32) } as _;
     let n = loop {
         // SAFETY: `msg` points at live buffers for the whole call.
@@ -205,6 +211,10 @@ fn recv(
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
                 let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / FD_SIZE;
+                #[expect(
+                    clippy::cast_ptr_alignment,
+                    reason = "accessed with read/write_unaligned only"
+                )]
                 let p = libc::CMSG_DATA(c).cast::<RawFd>();
                 for i in 0..count {
                     fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(p.add(i))));
@@ -229,7 +239,9 @@ mod tests {
 
     fn same_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
         let st = |fd: BorrowedFd<'_>| {
+            // SAFETY: libc::stat is plain integers: all-zero is a valid value.
             let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: the borrowed fd is open; st is a live stat for the kernel to fill.
             assert_eq!(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) }, 0);
             (st.st_dev, st.st_ino)
         };
@@ -237,6 +249,7 @@ mod tests {
     }
 
     fn cloexec(fd: BorrowedFd<'_>) -> bool {
+        // SAFETY: F_GETFD on a borrowed open fd only reads its flags.
         unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) & libc::FD_CLOEXEC != 0 }
     }
 
@@ -245,19 +258,23 @@ mod tests {
     fn pipe() -> (OwnedFd, OwnedFd) {
         let mut p = [0; 2];
         assert_eq!(
+            // SAFETY: p is a live array of two ints for the kernel to fill.
             unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) },
             0
         );
+        // SAFETY: pipe2 just returned both fds, owned by no one else.
         unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) }
     }
 
     fn write_ends_all_closed(r: &OwnedFd) -> bool {
         let mut b = [0u8; 1];
+        // SAFETY: r is open (borrowed); b is a live 1-byte buffer.
         unsafe { libc::read(r.as_raw_fd(), b.as_mut_ptr().cast(), 1) == 0 }
     }
 
     #[test]
     fn control_buffer_holds_max_fds() {
+        // SAFETY: CMSG_SPACE only computes a size.
         let space = unsafe { libc::CMSG_SPACE((MAX_FDS * FD_SIZE) as u32) } as usize;
         assert!(space <= std::mem::size_of::<CmsgBuf>(), "{space}");
     }
@@ -351,6 +368,8 @@ mod tests {
             iov_len: 1,
         };
         let bytes = (n * FD_SIZE) as u32;
+        // SAFETY: msghdr is plain data (all-zero is valid); CMSG_* stay inside cbuf, sized by
+        // CMSG_SPACE (asserted); iov and cbuf outlive sendmsg.
         unsafe {
             let mut msg: libc::msghdr = std::mem::zeroed();
             msg.msg_iov = &mut iov;
@@ -362,6 +381,10 @@ mod tests {
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
             (*c).cmsg_len = libc::CMSG_LEN(bytes) as _;
+            #[expect(
+                clippy::cast_ptr_alignment,
+                reason = "accessed with read/write_unaligned only"
+            )]
             let p = libc::CMSG_DATA(c).cast::<RawFd>();
             for i in 0..n {
                 std::ptr::write_unaligned(p.add(i), fd.as_raw_fd());

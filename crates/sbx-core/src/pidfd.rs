@@ -12,6 +12,7 @@ pub fn open(pid: i32) -> io::Result<OwnedFd> {
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: fd was just returned by pidfd_open (>= 0) and is owned by no one else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 

@@ -272,10 +272,13 @@ mod tests {
             0 => {
                 let e = register("t", &other);
                 std::mem::forget(e);
+                // SAFETY: the forked child leaves without running the test harness's
+                // destructors.
                 unsafe { libc::_exit(0) }
             }
             pid => {
                 let mut st = 0;
+                // SAFETY: pid is our own child, reaped once; st is a live int.
                 unsafe { libc::waitpid(pid, &mut st, 0) };
             }
         }

@@ -232,6 +232,7 @@ fn parent_watch() -> Result<Option<OwnedFd>, Failure> {
     let Ok(pid) = v.parse::<i32>() else {
         return Ok(None);
     };
+    // SAFETY: getppid cannot fail.
     let ppid = unsafe { libc::getppid() };
     // In a new PID namespace the parent is outside (ppid 0): the previous
     // tool is then responsible for us (a namespace init).
@@ -252,12 +253,15 @@ impl Supervisor {
     /// ([`crate::signals::block_forwarded`], done by `run_main`).
     pub fn spawn(mut cmd: Command, keep_fds: &[RawFd]) -> Result<Self, Failure> {
         let keep: Vec<RawFd> = keep_fds.to_vec();
+        // SAFETY: getpid cannot fail.
         let me = unsafe { libc::getpid() };
         // argv[0] names the tool even when the program path was resolved.
         cmd.env_remove(ENV_SUPERVISOR);
         if chain::is_sbx_tool(cmd.get_program()) {
             cmd.env(ENV_SUPERVISOR, me.to_string());
         }
+        // SAFETY: the pre_exec closure only makes raw syscalls on integers and `keep`
+        // (allocated before the fork): async-signal-safe.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
@@ -366,6 +370,7 @@ impl Supervisor {
                     revents: 0,
                 });
             }
+            // SAFETY: fds is a live array of fds.len() pollfds.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
             if n < 0 {
                 let e = io::Error::last_os_error();
@@ -396,6 +401,7 @@ impl Supervisor {
     fn reap(&mut self) -> io::Result<ExitStatus> {
         let mut st = 0;
         loop {
+            // SAFETY: self.pid is our own child; st is a live int.
             let r = unsafe { libc::waitpid(self.pid, &mut st, 0) };
             if r == self.pid {
                 break;

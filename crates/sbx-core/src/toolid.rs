@@ -119,6 +119,7 @@ fn beside_own_exe() -> Vec<FileId> {
 
 /// The identity of an open regular file (None for anything else).
 pub fn id_of(fd: BorrowedFd<'_>) -> Option<FileId> {
+    // SAFETY: libc::stat is plain integers: all-zero is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat on a borrowed, open fd into a local buffer.
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {

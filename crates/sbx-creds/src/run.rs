@@ -54,7 +54,7 @@ fn wipe_environ_value(name: &str) {
         while !(*p).is_null() {
             let s = *p;
             let len = libc::strlen(s);
-            let bytes = std::slice::from_raw_parts_mut(s as *mut u8, len);
+            let bytes = std::slice::from_raw_parts_mut(s.cast::<u8>(), len);
             if bytes.starts_with(prefix.as_bytes()) {
                 for b in &mut bytes[prefix.len()..] {
                     std::ptr::write_volatile(b, b'\0');

@@ -436,7 +436,8 @@ mod mmsg {
                 // SAFETY: mmsghdr is plain-old-data (null pointers, zero
                 // lengths); every field read by the kernel is set below.
                 let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                h.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+                h.msg_hdr.msg_name =
+                    std::ptr::from_mut::<libc::sockaddr_storage>(&mut self.addrs[i]).cast();
                 h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
                 h.msg_hdr.msg_iov = &mut self.iovs[i];
                 h.msg_hdr.msg_iovlen = 1;
@@ -476,7 +477,7 @@ mod mmsg {
                 // SAFETY: the family says the storage holds a sockaddr_in;
                 // sockaddr_storage is large and aligned enough for it.
                 let a: &libc::sockaddr_in =
-                    unsafe { &*(s as *const libc::sockaddr_storage).cast() };
+                    unsafe { &*std::ptr::from_ref::<libc::sockaddr_storage>(s).cast() };
                 Some(SocketAddr::new(
                     IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))),
                     u16::from_be(a.sin_port),
@@ -486,7 +487,7 @@ mod mmsg {
                 // SAFETY: the family says the storage holds a sockaddr_in6;
                 // sockaddr_storage is large and aligned enough for it.
                 let a: &libc::sockaddr_in6 =
-                    unsafe { &*(s as *const libc::sockaddr_storage).cast() };
+                    unsafe { &*std::ptr::from_ref::<libc::sockaddr_storage>(s).cast() };
                 Some(SocketAddr::V6(std::net::SocketAddrV6::new(
                     Ipv6Addr::from(a.sin6_addr.s6_addr),
                     u16::from_be(a.sin6_port),
@@ -508,7 +509,7 @@ mod mmsg {
         let mut iovs: Vec<libc::iovec> = replies
             .iter()
             .map(|(r, _)| libc::iovec {
-                iov_base: r.as_ptr() as *mut libc::c_void,
+                iov_base: r.as_ptr().cast_mut().cast(),
                 iov_len: r.len(),
             })
             .collect();
@@ -517,7 +518,7 @@ mod mmsg {
                 // SAFETY: mmsghdr is plain-old-data (null pointers, zero
                 // lengths); the fields the kernel reads are set below.
                 let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                h.msg_hdr.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
+                h.msg_hdr.msg_name = addrs[i].as_ptr().cast_mut().cast();
                 h.msg_hdr.msg_namelen = addrs[i].len();
                 h.msg_hdr.msg_iov = &mut iovs[i];
                 h.msg_hdr.msg_iovlen = 1;

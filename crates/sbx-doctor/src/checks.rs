@@ -850,7 +850,7 @@ pub fn user_notif_live() -> bool {
             libc::SYS_seccomp,
             SECCOMP_GET_ACTION_AVAIL,
             0u32,
-            &action as *const u32,
+            std::ptr::from_ref::<u32>(&action),
         ) == 0
     }
 }

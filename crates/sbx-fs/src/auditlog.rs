@@ -13,6 +13,7 @@ use crate::plan::{Plan, What};
 
 /// (dev, ino, nlink) of an open fd or a path.
 fn ids_fd(fd: RawFd) -> Option<(u64, u64, u64)> {
+    // SAFETY: libc::stat is plain integers: all-zero is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat into a local buffer on an fd the audit sink owns.
     (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino, st.st_nlink))

@@ -17,6 +17,7 @@ pub const NEEDS_CAPS: &[&str] = &[];
 fn last_cap() -> u32 {
     // CAP_LAST_CAP of this kernel (bounded, so a bad read cannot loop long).
     let mut buf = [0u8; 16];
+    // SAFETY: the path is a NUL-ended literal; the fd is closed below.
     let fd = unsafe {
         libc::open(
             c"/proc/sys/kernel/cap_last_cap".as_ptr(),
@@ -26,7 +27,9 @@ fn last_cap() -> u32 {
     if fd < 0 {
         return 63;
     }
+    // SAFETY: fd is open; buf is a live 16-byte buffer.
     let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: fd is ours and not used after.
     unsafe { libc::close(fd) };
     let mut v: u32 = 0;
     for &c in buf.iter().take(n.max(0) as usize) {
@@ -53,11 +56,14 @@ pub fn drop_all(uid: u32, gid: u32, in_userns: bool) -> io::Result<()> {
     let last = last_cap();
     // /proc/sys may not be readable after the pivot: probe every cap.
     for cap in 0..=last {
-        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        // SAFETY: prctl with integer arguments, on this process only.
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
         if r != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
             return Err(io::Error::last_os_error());
         }
     }
+    // SAFETY: id and securebits changes on this process only; the null list with size 0 is what
+    // setgroups allows.
     unsafe {
         if !in_userns {
             check(libc::setgroups(0, std::ptr::null()))?;
@@ -103,10 +109,19 @@ pub fn drop_all(uid: u32, gid: u32, in_userns: bool) -> io::Result<()> {
             inheritable: 0,
         },
     ];
-    let r = unsafe { libc::syscall(libc::SYS_capset, &mut h as *mut Header, d.as_ptr()) };
+    // SAFETY: h and d are a live capability header and a two-element data array, as capset
+    // reads.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            std::ptr::from_mut::<Header>(&mut h),
+            d.as_ptr(),
+        )
+    };
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: prctl with integer arguments, on this process only.
     check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })?;
     Ok(())
 }

@@ -64,6 +64,7 @@ pub fn open(dir: &Path) -> Result<Stage, StageError> {
     if !dir.is_absolute() {
         return Err(bad(dir, "must be an absolute path"));
     }
+    // SAFETY: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
     private_dir(dir, dir, uid, false)?;
     private_dir(dir, &dir.join("git"), uid, false)?;

@@ -61,10 +61,12 @@ pub fn run(a: InitArgs) -> ! {
             f.code
         }
     };
+    // SAFETY: init's end: leaves without running destructors of the state cloned from sbx-fs.
     unsafe { libc::_exit(code) }
 }
 
 fn setup_and_run(mut a: InitArgs) -> Result<i32, Failure> {
+    // SAFETY: prctl with integer arguments, on this process only.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
     }
@@ -73,11 +75,13 @@ fn setup_and_run(mut a: InitArgs) -> Result<i32, Failure> {
     }
     // Away from the terminal's process group: the outer sbx-fs forwards
     // what the terminal sends, once.
+    // SAFETY: setsid on this process only (it cannot fail here: init is no group leader).
     unsafe { libc::setsid() };
     if a.userns {
         namespaces::write_maps(a.uid, a.outer_uid, a.gid, a.outer_gid)?;
     }
     // The command must not read init's memory or environment through /proc.
+    // SAFETY: prctl with integer arguments, on this process only.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     if let Some(h) = &a.hostname {
         namespaces::set_hostname(h)?;
@@ -159,6 +163,8 @@ fn setup_and_run(mut a: InitArgs) -> Result<i32, Failure> {
     let sfd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| Failure::new(format!("signalfd: {e}")))?;
 
+    // SAFETY: init is one thread (a clone of the calling thread only); the child only execs or
+    // _exits.
     let child = unsafe { libc::fork() };
     if child < 0 {
         return Err(Failure::new(format!(
@@ -188,6 +194,7 @@ fn setup_guard(
     let (u, g) = if userns {
         (uid, gid)
     } else {
+        // SAFETY: geteuid/getegid cannot fail.
         unsafe { (libc::geteuid(), libc::getegid()) }
     };
     let mnt = mount::mount(&dev, u, g)?;
@@ -213,18 +220,21 @@ fn enter_dir(a: &InitArgs) -> Result<(), Failure> {
 /// sbx tool), then exec.
 fn exec_command(a: &InitArgs) -> ! {
     let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    // SAFETY: setsid and prctl with integer arguments, on this process only.
     unsafe {
         libc::setsid();
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
     }
     if let Err(e) = caps::drop_all(a.uid, a.gid, a.userns) {
         eprintln!("sbx-fs: dropping privileges: {e}");
+        // SAFETY: the forked child leaves without running init's destructors.
         unsafe { libc::_exit(exit::TOOL_FAILED) }
     }
     let env = a.env.clone();
     // chain::exec/exec_fd hand the audit fd to a trusted sbx tool only.
     if let Err(e) = sbx_core::fds::cloexec_all_except(&[]) {
         eprintln!("sbx-fs: fd hygiene: {e}");
+        // SAFETY: the forked child leaves without running init's destructors.
         unsafe { libc::_exit(exit::TOOL_FAILED) }
     }
     let f = match &a.exec_fd {
@@ -232,6 +242,7 @@ fn exec_command(a: &InitArgs) -> ! {
         None => chain::exec(&a.argv, &env),
     };
     eprintln!("sbx-fs: {}", sbx_core::escape::terminal(&f.message));
+    // SAFETY: the forked child leaves without running init's destructors.
     unsafe { libc::_exit(f.code) }
 }
 
@@ -249,6 +260,7 @@ fn supervise(child: libc::pid_t, sfd: &SignalFd, owner: i32) -> Result<i32, Fail
                 revents: 0,
             },
         ];
+        // SAFETY: fds is a live array of two pollfds.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
         if n < 0 {
             continue;
@@ -268,6 +280,8 @@ fn supervise(child: libc::pid_t, sfd: &SignalFd, owner: i32) -> Result<i32, Fail
             if sig == libc::SIGCHLD {
                 reap = true;
             } else {
+                // SAFETY: kill with integer arguments; child is our own unreaped child (its pid
+                // cannot be reused yet).
                 unsafe { libc::kill(child, sig) };
             }
         }
@@ -283,6 +297,7 @@ fn reap_all(child: libc::pid_t) -> Option<i32> {
     loop {
         let mut st = 0;
         sbx_core::deathwatch::peek_exited();
+        // SAFETY: st is a live int; WNOHANG: never blocks.
         let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
         if pid <= 0 {
             break;

@@ -579,6 +579,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let spec = build_spec(&cli)?;
     let (env, filtered) = plan::command_env(&spec);
     let userns = !namespaces::have_cap_sys_admin();
+    // SAFETY: geteuid/getegid cannot fail.
     let (outer_uid, outer_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let uid = spec.uid.unwrap_or(outer_uid);
     let gid = spec.gid.unwrap_or(outer_gid);
@@ -735,6 +736,8 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         drop(sigfd);
         drop(chan);
         for fd in ph.fds() {
+            // SAFETY: in init (the clone's child), these are its copies of sbx-fs's fds, closed
+            // once; ph is forgotten so they are not closed again.
             unsafe { libc::close(fd) };
         }
         std::mem::forget(ph);
@@ -1039,6 +1042,7 @@ fn supervise(pid: libc::pid_t, sigfd: &SignalFd, watch: &mut Watch) -> i32 {
             -1
         };
         let timeout = escalation.timeout_ms(timeout);
+        // SAFETY: fds is a live array of fds.len() pollfds.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
         if n < 0 {
             continue;
@@ -1076,6 +1080,7 @@ fn supervise(pid: libc::pid_t, sigfd: &SignalFd, watch: &mut Watch) -> i32 {
 fn wait_blocking(pid: libc::pid_t) -> i32 {
     let mut st = 0;
     loop {
+        // SAFETY: pid is our own child; st is a live int.
         let r = unsafe { libc::waitpid(pid, &mut st, 0) };
         if r == pid {
             return sbx_core::exit::from_raw_wait(st);

@@ -61,15 +61,18 @@ impl LockWatch {
         if dirs.is_empty() {
             return Ok(None);
         }
+        // SAFETY: inotify_init1 with integer flags; the fd is owned just below.
         let ino = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
         if ino < 0 {
             return Err(io::Error::last_os_error());
         }
+        // SAFETY: ino was just returned by inotify_init1 (>= 0) and is owned by no one else.
         let ino = unsafe { OwnedFd::from_raw_fd(ino) };
         let mut map = HashMap::new();
         for (dir, shown) in dirs {
             let p = std::ffi::CString::new(format!("/proc/self/fd/{}", dir.as_raw_fd()))
                 .expect("no NUL");
+            // SAFETY: ino is open and p a NUL-ended path alive for the call.
             let wd = unsafe {
                 libc::inotify_add_watch(
                     ino.as_raw_fd(),
@@ -94,6 +97,8 @@ impl LockWatch {
         }
         let (ev_r, ev_w) = sbx_core::fds::pipe()?;
         let (alive_r, alive_w) = sbx_core::fds::pipe()?;
+        // SAFETY: the helper only makes raw syscalls on stack buffers (fork-safe whatever
+        // threads exist) and never returns.
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
             0 => helper(ino.as_raw_fd(), alive_r.as_raw_fd(), ev_w.as_raw_fd()),
@@ -103,6 +108,7 @@ impl LockWatch {
                 // Our copy of the inotify fd is not the last: closing it is
                 // cheap (the helper's is released when it exits).
                 drop(ino);
+                // SAFETY: ev_r is our open read end; only its flags change.
                 unsafe { libc::fcntl(ev_r.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
                 Ok(Some(LockWatch {
                     events: Some(ev_r),
@@ -125,6 +131,7 @@ impl LockWatch {
         let Some(ev) = &self.events else { return };
         let mut buf = [0u8; 4096];
         loop {
+            // SAFETY: ev is our open read end; buf is a live buffer of buf.len() bytes.
             let n = unsafe { libc::read(ev.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
             if n == 0 {
                 self.events = None;
@@ -143,6 +150,7 @@ impl LockWatch {
     pub fn finish(&mut self, alerts: &Arc<Mutex<Alerts>>) {
         drop(self.alive.take());
         if let Some(ev) = &self.events {
+            // SAFETY: ev is our open read end; only its flags change.
             unsafe { libc::fcntl(ev.as_raw_fd(), libc::F_SETFL, 0) };
         }
         while self.events.is_some() {
@@ -194,6 +202,7 @@ impl LockWatch {
 /// forwards what is left, closes the event pipe and exits. Only raw
 /// syscalls and stack buffers (it was forked).
 fn helper(ino: RawFd, alive: RawFd, ev: RawFd) -> ! {
+    // SAFETY: prctl with integer arguments, on this process only.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
     }
@@ -201,10 +210,12 @@ fn helper(ino: RawFd, alive: RawFd, ev: RawFd) -> ! {
     sbx_core::fds::close_all_except(&[ino, alive, ev]);
     let mut buf = [0u8; 4096];
     let forward = |buf: &mut [u8; 4096]| loop {
+        // SAFETY: ino is kept open by close_all_except; buf is a live 4096-byte buffer.
         let n = unsafe { libc::read(ino, buf.as_mut_ptr().cast(), buf.len()) };
         if n <= 0 {
             break;
         }
+        // SAFETY: ev is kept open; the first n bytes of buf were just read.
         unsafe { libc::write(ev, buf.as_ptr().cast(), n as usize) };
     };
     loop {
@@ -220,6 +231,7 @@ fn helper(ino: RawFd, alive: RawFd, ev: RawFd) -> ! {
                 revents: 0,
             },
         ];
+        // SAFETY: fds is a live array of two pollfds.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
         if n < 0 {
             continue;
@@ -229,6 +241,8 @@ fn helper(ino: RawFd, alive: RawFd, ev: RawFd) -> ! {
         }
         if fds[1].revents != 0 {
             forward(&mut buf);
+            // SAFETY: ev is ours and not used after; the forked helper leaves without
+            // destructors.
             unsafe {
                 libc::close(ev);
                 libc::_exit(0)

@@ -587,11 +587,13 @@ impl Root {
     pub fn pivot(self) -> Result<(), MountError> {
         let slash = Path::new("/");
         let dot = Path::new(".");
+        // SAFETY: root is an open directory fd owned by self.
         if unsafe { libc::fchdir(self.root.as_raw_fd()) } != 0 {
             return Err(e("chdir", Path::new("new root"))(io::Error::last_os_error()));
         }
         sys::pivot_root(dot, dot).map_err(e("pivot_root", slash))?;
         sys::umount_detach(dot).map_err(e("detach old root", slash))?;
+        // SAFETY: the path is a NUL-ended literal.
         if unsafe { libc::chdir(c"/".as_ptr()) } != 0 {
             return Err(e("chdir", slash)(io::Error::last_os_error()));
         }

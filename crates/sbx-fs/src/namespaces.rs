@@ -45,7 +45,15 @@ pub fn have_cap_sys_admin() -> bool {
         pid: 0,
     };
     let mut d = [Data::default(); 2];
-    let r = unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) };
+    // SAFETY: h and d are a live capability header and a two-element data array for capget to
+    // fill.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            std::ptr::from_mut::<Header>(&mut h),
+            d.as_mut_ptr(),
+        )
+    };
     r == 0 && d[0].effective & (1 << 21) != 0
 }
 
@@ -78,6 +86,8 @@ pub fn describe(flags: libc::c_int) -> String {
 /// PID namespace), the child's pid in the parent. The caller must be
 /// single-threaded.
 pub fn clone_into(flags: libc::c_int) -> Result<libc::pid_t, NsError> {
+    // SAFETY: clone with a null stack and no CLONE_VM: the child gets its own copy of memory,
+    // as after fork; the caller is single-threaded (documented above).
     let r = unsafe {
         libc::syscall(
             libc::SYS_clone,
@@ -122,6 +132,7 @@ pub fn write_maps(
 }
 
 pub fn set_hostname(name: &str) -> Result<(), NsError> {
+    // SAFETY: name is a live buffer of name.len() bytes (no NUL needed).
     let r = unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) };
     if r != 0 {
         return Err(NsError::Hostname {

@@ -9,6 +9,7 @@
 //! only when it is still the very inode that was created (and, for a
 //! directory, still empty).
 
+use sbx_core::guardian::{Ending, Guardian, Watch};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Component, Path, PathBuf};
@@ -50,7 +51,7 @@ pub struct Placeholder {
 #[derive(Debug, Default)]
 pub struct Placeholders {
     pub list: Vec<Placeholder>,
-    reaper_pipe: Option<OwnedFd>,
+    reaper: Option<Guardian>,
     /// More fds the reaper keeps open for its `after` (the write budget's
     /// apply journal).
     pub reaper_fds: Vec<RawFd>,
@@ -124,6 +125,7 @@ impl Placeholders {
                     0,
                 )
                 .map_err(err)?;
+                // SAFETY: flock on an fd the OwnedFd f keeps open for the call.
                 let lock = open_real(dirfd, name, dir).ok().filter(|f| unsafe {
                     libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) == 0
                 });
@@ -167,7 +169,7 @@ impl Placeholders {
                 v.push(l.as_raw_fd());
             }
         }
-        v.extend(self.reaper_pipe.as_ref().map(|f| f.as_raw_fd()));
+        v.extend(self.reaper.as_ref().and_then(|g| g.fd()));
         v
     }
 
@@ -192,34 +194,17 @@ impl Placeholders {
         if self.list.is_empty() && after.is_none() {
             return Ok(());
         }
-        let (r, w) = sbx_core::fds::pipe().map_err(PlaceholderError::Reaper)?;
-        // SAFETY: getpid cannot fail.
-        let me = unsafe { libc::getpid() };
-        // SAFETY: no thread runs yet (the guard server starts later); the
-        // child only uses what it inherited and exits with _exit.
-        match unsafe { libc::fork() } {
-            -1 => Err(PlaceholderError::Reaper(io::Error::last_os_error())),
-            0 => {
-                drop(w);
-                reaper(me, r, &self.list, &self.reaper_fds, after)
-            }
-            _ => {
-                drop(r);
-                self.reaper_pipe = Some(w);
-                Ok(())
-            }
-        }
+        // SAFETY: no thread runs yet (the guard server starts later).
+        let g = unsafe { Guardian::spawn(|w| reaper(w, &self.list, &self.reaper_fds, after)) };
+        self.reaper = Some(g.map_err(PlaceholderError::Reaper)?);
+        Ok(())
     }
 
     /// Tells the reaper the pid of the sandbox's init, whose end it waits
     /// for before running its `after`.
     pub fn tell_sandbox(&self, pid: libc::pid_t) {
-        if let Some(w) = &self.reaper_pipe {
-            let mut b = [0u8; 5];
-            b[0] = b'p';
-            b[1..].copy_from_slice(&pid.to_ne_bytes());
-            // SAFETY: a valid fd and a 5-byte buffer (atomic on a pipe).
-            unsafe { libc::write(w.as_raw_fd(), b.as_ptr().cast(), b.len()) };
+        if let Some(g) = &self.reaper {
+            let _ = g.send(&pid.to_ne_bytes());
         }
     }
 
@@ -231,13 +216,14 @@ impl Placeholders {
         // same open file description.
         for p in &mut self.list {
             if let Some(l) = p.lock.take() {
+                // SAFETY: l is an open fd, closed by its OwnedFd right after.
                 unsafe { libc::flock(l.as_raw_fd(), libc::LOCK_UN) };
             }
         }
         let left = remove_all(&self.list, std::time::Duration::ZERO);
         self.list.clear();
-        if let Some(w) = self.reaper_pipe.take() {
-            unsafe { libc::write(w.as_raw_fd(), b"d".as_ptr().cast(), 1) };
+        if let Some(g) = self.reaper.take() {
+            g.release();
         }
         left
     }
@@ -262,6 +248,7 @@ fn remove_all(list: &[Placeholder], settle: std::time::Duration) -> Vec<PathBuf>
                 // Still used by another sandbox: it removes it.
                 let free = match open_real(fd, &p.name, p.dir) {
                     Ok(f) => loop {
+                        // SAFETY: flock on an fd the OwnedFd f keeps open for the call.
                         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0
                         {
                             break true;
@@ -329,6 +316,7 @@ fn create_marked(dir: RawFd, name: &Path, is_dir: bool) -> io::Result<()> {
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let to = std::ffi::CString::new(name.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: from and to are NUL-ended and alive for the call; dir is open.
     let r = unsafe {
         libc::syscall(
             libc::SYS_renameat2,
@@ -376,6 +364,7 @@ pub fn reap_temporaries() -> Vec<PathBuf> {
 /// xattrs leaves it unmarked, so another sandbox would not share it).
 fn mark(dir: RawFd, name: &Path, is_dir: bool) {
     if let Ok(f) = open_real(dir, name, is_dir) {
+        // SAFETY: f keeps the fd open; MARK is NUL-ended; the value is a live 1-byte buffer.
         unsafe { libc::fsetxattr(f.as_raw_fd(), MARK.as_ptr(), b"1".as_ptr().cast(), 1, 0) };
     }
 }
@@ -388,6 +377,7 @@ pub fn is_placeholder(path: &Path) -> bool {
         return false;
     };
     let mut b = [0u8; 4];
+    // SAFETY: c and MARK are NUL-ended; b is a live 4-byte buffer.
     let n = unsafe { libc::lgetxattr(c.as_ptr(), MARK.as_ptr(), b.as_mut_ptr().cast(), b.len()) };
     n == 1 && b[0] == b'1'
 }
@@ -398,6 +388,7 @@ fn is_marked(dir: RawFd, name: &Path, is_dir: bool) -> bool {
     };
     let mut b = [0u8; 4];
     let n =
+        // SAFETY: f keeps the fd open; MARK is NUL-ended; b is a live 4-byte buffer.
         unsafe { libc::fgetxattr(f.as_raw_fd(), MARK.as_ptr(), b.as_mut_ptr().cast(), b.len()) };
     n == 1 && b[0] == b'1'
 }
@@ -420,6 +411,7 @@ impl DirLock {
             return DirLock(None);
         };
         for _ in 0..1000 {
+            // SAFETY: flock on an fd the OwnedFd f keeps open for the call.
             if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
                 return DirLock(Some(f));
             }
@@ -432,6 +424,7 @@ impl DirLock {
 impl Drop for DirLock {
     fn drop(&mut self) {
         if let Some(f) = &self.0 {
+            // SAFETY: flock on an fd the OwnedFd keeps open for the call.
             unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
         }
     }
@@ -440,16 +433,17 @@ impl Drop for DirLock {
 /// How long the reaper waits for a dying sandbox to release the shared lock.
 const REAPER_SETTLE: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// The reaper: detached from the terminal, holding only what it needs,
-/// it waits for sbx-fs (pid `owner`) to exit and removes what is left.
+/// The reaper (a [`Guardian`]): detached from the terminal, holding only
+/// what it needs, it waits for sbx-fs to exit and removes what is left.
+/// Its exit code.
 fn reaper(
-    owner: i32,
-    done: OwnedFd,
+    watch: Watch,
     list: &[Placeholder],
     extra: &[RawFd],
     after: Option<Box<dyn FnOnce()>>,
-) -> ! {
-    // SAFETY: plain syscalls on our own process.
+) -> i32 {
+    // SAFETY: plain syscalls on our own process: a new session, and "/"
+    // (a NUL-ended literal) as its working directory.
     unsafe {
         libc::setsid();
         libc::chdir(c"/".as_ptr());
@@ -459,69 +453,40 @@ fn reaper(
         .iter()
         .flat_map(|p| [p.parent.as_raw_fd(), p.root.as_raw_fd()])
         .collect();
-    keep.push(done.as_raw_fd());
+    keep.extend(watch.fds());
     keep.extend_from_slice(extra);
     // The end sweep's alerts go to the audit log.
     keep.extend(sbx_core::audit::get().and_then(|a| a.raw_fd()));
     sbx_core::fds::close_all_except(&keep);
-    let finish = |sandbox: Option<i32>, after: Option<Box<dyn FnOnce()>>| -> ! {
-        // The sandbox's init ends after every process of its PID namespace
-        // (the kernel kills them, then reaps them, before init's exit is
-        // seen): wait for it, boundedly, so nothing of it runs meanwhile.
-        if let Some(pid) = sandbox
-            && let Ok(fd) = sys::pidfd_open(pid)
-        {
-            let mut p = libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut p, 1, REAPER_SETTLE.as_millis() as i32) };
-        } else if sandbox.is_none() && after.is_some() {
-            // sbx-fs died before it named the sandbox: init dies of
-            // PDEATHSIG; give it time to go.
-            std::thread::sleep(std::time::Duration::from_secs(1));
-        }
-        remove_all(list, REAPER_SETTLE);
-        if let Some(f) = after {
-            f();
-        }
-        // SAFETY: leaving the forked child without running destructors.
-        unsafe { libc::_exit(0) }
+    // What sbx-fs sent: init's pid after the clone.
+    let Ending::OwnerGone(msgs) = watch.wait() else {
+        return 0;
     };
-    let Ok(pidfd) = sys::pidfd_open(owner) else {
-        finish(None, after)
-    };
-    // SAFETY: getppid cannot fail.
-    if unsafe { libc::getppid() } != owner {
-        // sbx-fs died before the watch began.
-        finish(None, after)
-    }
-    loop {
+    let sandbox = msgs
+        .iter()
+        .rev()
+        .find_map(|m| <[u8; 4]>::try_from(&m[..]).ok().map(i32::from_ne_bytes));
+    // The sandbox's init ends after every process of its PID namespace
+    // (the kernel kills them, then reaps them, before init's exit is
+    // seen): wait for it, boundedly, so nothing of it runs meanwhile.
+    if let Some(pid) = sandbox
+        && let Ok(fd) = sys::pidfd_open(pid)
+    {
         let mut p = libc::pollfd {
-            fd: pidfd.as_raw_fd(),
+            fd: fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, -1) };
-        if n > 0 {
-            break;
-        }
+        // SAFETY: one valid pollfd on the stack, for the call only.
+        unsafe { libc::poll(&mut p, 1, REAPER_SETTLE.as_millis() as i32) };
+    } else if sandbox.is_none() && after.is_some() {
+        // sbx-fs died before it named the sandbox: init dies of
+        // PDEATHSIG; give it time to go.
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
-    // What sbx-fs wrote: 'p' + init's pid after the clone, 'd' when done.
-    let mut buf = [0u8; 64];
-    // SAFETY: a valid fd.
-    unsafe { libc::fcntl(done.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-    // SAFETY: a valid fd and buffer.
-    let n = unsafe { libc::read(done.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-    let got = &buf[..n.max(0) as usize];
-    if got.last() == Some(&b'd') {
-        // SAFETY: leaving the forked child.
-        unsafe { libc::_exit(0) }
+    remove_all(list, REAPER_SETTLE);
+    if let Some(f) = after {
+        f();
     }
-    let sandbox = (got.len() >= 5 && got[0] == b'p')
-        .then(|| i32::from_ne_bytes([got[1], got[2], got[3], got[4]]));
-    finish(sandbox, after)
+    0
 }

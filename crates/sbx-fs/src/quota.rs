@@ -820,9 +820,9 @@ impl Watch {
             };
             let (b, n) = usage(u.as_raw_fd());
             let grew = if bytes_full {
-                b as i128 - self.last[i].0 as i128
+                i128::from(b) - i128::from(self.last[i].0)
             } else {
-                n as i128 - self.last[i].1 as i128
+                i128::from(n) - i128::from(self.last[i].1)
             };
             self.last[i] = (b, n);
             if best.is_none_or(|x| grew > x.3) {

@@ -34,6 +34,7 @@ fn fd_result(r: libc::c_long) -> io::Result<OwnedFd> {
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
+        // SAFETY: r is a new fd the syscall just returned (r >= 0), owned by nobody else.
         Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
     }
 }
@@ -70,12 +71,13 @@ pub fn openat2(
     };
     let mut tries = 0;
     loop {
+        // SAFETY: c is a NUL-ended path and how an open_how, both alive for the call.
         let r = unsafe {
             libc::syscall(
                 libc::SYS_openat2,
                 dir,
                 c.as_ptr(),
-                &how as *const OpenHow,
+                std::ptr::from_ref::<OpenHow>(&how),
                 std::mem::size_of::<OpenHow>(),
             )
         };
@@ -104,6 +106,7 @@ pub fn open_beneath(dir: RawFd, rel: &Path, flags: i32) -> io::Result<OwnedFd> {
 
 pub fn open_tree(dir: RawFd, path: &Path, flags: u32) -> io::Result<OwnedFd> {
     let c = cstr(path)?;
+    // SAFETY: c is a NUL-ended path alive for the call; integer flags otherwise.
     let r = unsafe {
         libc::syscall(
             libc::SYS_open_tree,
@@ -126,6 +129,7 @@ pub fn clone_tree(fd: RawFd, recursive: bool) -> io::Result<OwnedFd> {
 
 /// Attaches the detached mount `from` on the object `to` (both fds).
 pub fn move_mount_fd(from: RawFd, to: RawFd) -> io::Result<()> {
+    // SAFETY: the empty path is a static NUL-ended literal; fds and flags are integers.
     let r = unsafe {
         libc::syscall(
             libc::SYS_move_mount,
@@ -142,6 +146,7 @@ pub fn move_mount_fd(from: RawFd, to: RawFd) -> io::Result<()> {
 /// Attaches the detached mount `from` at an absolute path.
 pub fn move_mount_path(from: RawFd, to: &Path) -> io::Result<()> {
     let c = cstr(to)?;
+    // SAFETY: c and the empty path are NUL-ended and alive for the call.
     let r = unsafe {
         libc::syscall(
             libc::SYS_move_mount,
@@ -175,13 +180,15 @@ pub fn mount_setattr(fd: RawFd, set: u64, recursive: bool) -> io::Result<()> {
     if recursive {
         flags |= AT_RECURSIVE;
     }
+    // SAFETY: the path is NUL-ended and attr a mount_attr of the size passed, alive for the
+    // call.
     let r = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
             fd,
             c"".as_ptr(),
             flags,
-            &attr as *const MountAttr,
+            std::ptr::from_ref::<MountAttr>(&attr),
             std::mem::size_of::<MountAttr>(),
         )
     };
@@ -191,6 +198,7 @@ pub fn mount_setattr(fd: RawFd, set: u64, recursive: bool) -> io::Result<()> {
 /// A new, detached filesystem instance: `fsopen` + options + `fsmount`.
 pub fn new_fs(fstype: &str, options: &[(&str, &str)], attrs: u64) -> io::Result<OwnedFd> {
     let t = CString::new(fstype).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: t is a NUL-ended name alive for the call; the new fd goes to fd_result's OwnedFd.
     let fs = fd_result(unsafe { libc::syscall(libc::SYS_fsopen, t.as_ptr(), FSOPEN_CLOEXEC) })?;
     // An empty value is a flag option (FSCONFIG_SET_FLAG).
     for (k, v) in options {
@@ -201,6 +209,8 @@ pub fn new_fs(fstype: &str, options: &[(&str, &str)], attrs: u64) -> io::Result<
         } else {
             (FSCONFIG_SET_STRING, v.as_ptr())
         };
+        // SAFETY: fs is an open fs context; k and the value are NUL-ended and alive for the
+        // call.
         unit_result(unsafe {
             libc::syscall(
                 libc::SYS_fsconfig,
@@ -212,6 +222,7 @@ pub fn new_fs(fstype: &str, options: &[(&str, &str)], attrs: u64) -> io::Result<
             )
         })?;
     }
+    // SAFETY: fs is an open fs context; the command takes no pointer.
     unit_result(unsafe {
         libc::syscall(
             libc::SYS_fsconfig,
@@ -222,17 +233,23 @@ pub fn new_fs(fstype: &str, options: &[(&str, &str)], attrs: u64) -> io::Result<
             0,
         )
     })?;
+    // SAFETY: fs is an open fs context; integer arguments only.
     fd_result(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })
 }
 
 pub fn mkdirat(dir: RawFd, name: &Path, mode: u32) -> io::Result<()> {
     let c = cstr(name)?;
-    unit_result(unsafe { libc::mkdirat(dir, c.as_ptr(), mode) } as libc::c_long)
+    // SAFETY: c is a NUL-ended name alive for the call.
+    unit_result(libc::c_long::from(unsafe {
+        libc::mkdirat(dir, c.as_ptr(), mode)
+    }))
 }
 
 /// Creates an empty regular file `name` in `dir` (O_EXCL, no symlink).
 pub fn mkfileat(dir: RawFd, name: &Path, mode: u32) -> io::Result<()> {
     let c = cstr(name)?;
+    // SAFETY: c is a NUL-ended name alive for the call; the new fd goes to fd_result, which
+    // closes it.
     let fd = unsafe {
         libc::openat(
             dir,
@@ -241,29 +258,39 @@ pub fn mkfileat(dir: RawFd, name: &Path, mode: u32) -> io::Result<()> {
             mode,
         )
     };
-    fd_result(fd as libc::c_long).map(drop)
+    fd_result(libc::c_long::from(fd)).map(drop)
 }
 
 pub fn symlinkat(target: &Path, dir: RawFd, name: &Path) -> io::Result<()> {
     let t = cstr(target)?;
     let n = cstr(name)?;
-    unit_result(unsafe { libc::symlinkat(t.as_ptr(), dir, n.as_ptr()) } as libc::c_long)
+    // SAFETY: t and n are NUL-ended and alive for the call.
+    unit_result(libc::c_long::from(unsafe {
+        libc::symlinkat(t.as_ptr(), dir, n.as_ptr())
+    }))
 }
 
 pub fn fchmodat(dir: RawFd, name: &Path, mode: u32) -> io::Result<()> {
     let c = cstr(name)?;
-    unit_result(unsafe { libc::fchmodat(dir, c.as_ptr(), mode, 0) } as libc::c_long)
+    // SAFETY: c is a NUL-ended name alive for the call.
+    unit_result(libc::c_long::from(unsafe {
+        libc::fchmodat(dir, c.as_ptr(), mode, 0)
+    }))
 }
 
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`; an empty name stats `dir`.
 pub fn lstatat(dir: RawFd, name: &Path) -> io::Result<libc::stat> {
     let c = cstr(name)?;
+    // SAFETY: libc::stat is plain integers: all-zero is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let mut flags = libc::AT_SYMLINK_NOFOLLOW;
     if name.as_os_str().is_empty() {
         flags |= libc::AT_EMPTY_PATH;
     }
-    unit_result(unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, flags) } as libc::c_long)?;
+    // SAFETY: c is a NUL-ended name and st a live stat for the kernel to fill.
+    unit_result(libc::c_long::from(unsafe {
+        libc::fstatat(dir, c.as_ptr(), &mut st, flags)
+    }))?;
     Ok(st)
 }
 
@@ -274,24 +301,33 @@ pub fn fstat(fd: RawFd) -> io::Result<libc::stat> {
 pub fn unlinkat(dir: RawFd, name: &Path, dir_flag: bool) -> io::Result<()> {
     let c = cstr(name)?;
     let flags = if dir_flag { libc::AT_REMOVEDIR } else { 0 };
-    unit_result(unsafe { libc::unlinkat(dir, c.as_ptr(), flags) } as libc::c_long)
+    // SAFETY: c is a NUL-ended name alive for the call.
+    unit_result(libc::c_long::from(unsafe {
+        libc::unlinkat(dir, c.as_ptr(), flags)
+    }))
 }
 
 pub fn pivot_root(new: &Path, old: &Path) -> io::Result<()> {
     let n = cstr(new)?;
     let o = cstr(old)?;
+    // SAFETY: n and o are NUL-ended and alive for the call.
     unit_result(unsafe { libc::syscall(libc::SYS_pivot_root, n.as_ptr(), o.as_ptr()) })
 }
 
 pub fn umount_detach(p: &Path) -> io::Result<()> {
     let c = cstr(p)?;
-    unit_result(unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } as libc::c_long)
+    // SAFETY: c is a NUL-ended path alive for the call.
+    unit_result(libc::c_long::from(unsafe {
+        libc::umount2(c.as_ptr(), libc::MNT_DETACH)
+    }))
 }
 
 /// `mount(NULL, path, NULL, flags, NULL)`: propagation changes.
 pub fn mount_propagation(p: &Path, flags: libc::c_ulong) -> io::Result<()> {
     let c = cstr(p)?;
-    unit_result(unsafe {
+    // SAFETY: c is a NUL-ended path alive for the call; the other pointers are null, as the
+    // call allows.
+    unit_result(libc::c_long::from(unsafe {
         libc::mount(
             std::ptr::null(),
             c.as_ptr(),
@@ -299,7 +335,7 @@ pub fn mount_propagation(p: &Path, flags: libc::c_ulong) -> io::Result<()> {
             flags,
             std::ptr::null(),
         )
-    } as libc::c_long)
+    }))
 }
 
 // pidfds are sbx-core's (one implementation for every supervisor); the

@@ -38,7 +38,9 @@ impl TmpWatch {
         if self.alerted {
             return;
         }
+        // SAFETY: libc::statfs is plain integers: all-zero is a valid value.
         let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: self.fd is open; st is a live statfs for the kernel to fill.
         if unsafe { libc::fstatfs(self.fd.as_raw_fd(), &mut st) } != 0 {
             return;
         }

@@ -373,17 +373,25 @@ use std::process::Command;
 fn on_pty(mut cmd: Command) -> std::process::Output {
     use std::os::fd::FromRawFd;
     use std::os::unix::process::CommandExt;
+    // SAFETY: posix_openpt with integer flags; the fd is ours.
     let master = unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY) };
     assert!(master >= 0);
+    // SAFETY: master is our open pty master.
     unsafe {
         assert_eq!(libc::grantpt(master), 0);
         assert_eq!(libc::unlockpt(master), 0);
     }
+    // SAFETY: ptsname of our open master returns a NUL-ended static name, copied at once (no
+    // other pty call between).
     let name = unsafe { std::ffi::CStr::from_ptr(libc::ptsname(master)) }.to_owned();
+    // SAFETY: name is NUL-ended and alive for the call.
     let slave = unsafe { libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY) };
     assert!(slave >= 0);
+    // SAFETY: slave was just opened (>= 0) and is given to the Stdio alone.
     let stdin = unsafe { std::process::Stdio::from_raw_fd(slave) };
     cmd.stdin(stdin);
+    // SAFETY: the pre_exec closure only makes raw syscalls (async-signal-safe) between fork and
+    // exec.
     unsafe {
         cmd.pre_exec(|| {
             libc::setsid();
@@ -394,6 +402,7 @@ fn on_pty(mut cmd: Command) -> std::process::Output {
         });
     }
     let out = cmd.output().unwrap();
+    // SAFETY: master is ours and not used after.
     unsafe { libc::close(master) };
     out
 }
@@ -492,6 +501,7 @@ fn nothing_left_after_sigkill_of_sbx_fs() {
             eventually(|| p.join(".git").exists() && !pids_with(&marker).is_empty()),
             "sandbox did not start"
         );
+        // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         child.wait().unwrap();
         assert!(

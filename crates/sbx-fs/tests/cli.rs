@@ -143,6 +143,7 @@ fn signals_are_forwarded_and_status_is_128_plus_n() {
             eventually(|| !pids_with(&marker).is_empty()),
             "did not start"
         );
+        // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let out = child.wait_with_output().unwrap();
         assert_eq!(code(&out), 128 + libc::SIGTERM, "{}", stderr(&out));

@@ -24,8 +24,8 @@ fn stat(p: &Path) -> io::Result<Stat> {
     Ok(Stat {
         size: m.size(),
         ino: m.ino(),
-        mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
-        ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
     })
 }
 
@@ -179,7 +179,7 @@ fn check_pack(
         return Err(e(idx, "unsupported index version".into()));
     }
     let last = read_at(&mut fi, fan_off + 255 * 4, 4).map_err(|x| e(idx, x.to_string()))?;
-    let n = u32::from_be_bytes(last.try_into().unwrap()) as u64;
+    let n = u64::from(u32::from_be_bytes(last.try_into().unwrap()));
     let hl64 = hl as u64;
     let min = if v2 {
         8 + 1024 + n * (hl64 + 8) + 2 * hl64
@@ -207,7 +207,7 @@ fn check_pack(
     if &ph[..4] != b"PACK" || !(ver == 2 || ver == 3) {
         return Err(e(pack, "bad pack header".into()));
     }
-    let count = u32::from_be_bytes(ph[8..12].try_into().unwrap()) as u64;
+    let count = u64::from(u32::from_be_bytes(ph[8..12].try_into().unwrap()));
     if count != n {
         return Err(e(
             pack,
@@ -247,7 +247,7 @@ fn loose_stat(m: &fs::Metadata) -> LooseStat {
     LooseStat {
         ino: m.ino(),
         size: m.size(),
-        ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
+        ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
     }
 }
 

@@ -458,7 +458,7 @@ pub fn load(path: &Path, l: &Layout) -> Result<Snapshot, SnapshotError> {
         return Err(fmt("no format marker".into()));
     }
     let ver = h.version.unwrap_or(0);
-    if ver != VERSION as u64 {
+    if ver != u64::from(VERSION) {
         return Err(fmt(format!(
             "format version {ver}, this tool reads {VERSION}"
         )));

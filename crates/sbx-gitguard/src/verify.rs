@@ -407,7 +407,8 @@ fn objects_stat_changed(p: &Path, st: &objects::Stat) -> bool {
         Ok(m) => {
             m.ino() != st.ino
                 || m.size() != st.size
-                || (m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128) != st.ctime_ns
+                || (i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()))
+                    != st.ctime_ns
         }
         Err(_) => true,
     }

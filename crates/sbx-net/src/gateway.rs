@@ -163,9 +163,9 @@ pub struct AlertBudget {
 impl AlertBudget {
     pub fn new(burst: u32, per_sec: u32) -> Self {
         AlertBudget {
-            state: std::sync::Mutex::new((burst as f64, std::time::Instant::now())),
-            burst: burst as f64,
-            per_sec: per_sec as f64,
+            state: std::sync::Mutex::new((f64::from(burst), std::time::Instant::now())),
+            burst: f64::from(burst),
+            per_sec: f64::from(per_sec),
         }
     }
     fn take(&self) -> bool {
@@ -197,7 +197,7 @@ pub fn original_dst(s: &TcpStream, v6: bool) -> io::Result<SocketAddr> {
                 s.as_raw_fd(),
                 libc::SOL_IPV6,
                 SO_ORIGINAL_DST,
-                (&mut sa as *mut libc::sockaddr_in6).cast(),
+                std::ptr::from_mut::<libc::sockaddr_in6>(&mut sa).cast(),
                 &mut len,
             ) != 0
             {
@@ -212,7 +212,7 @@ pub fn original_dst(s: &TcpStream, v6: bool) -> io::Result<SocketAddr> {
                 s.as_raw_fd(),
                 libc::SOL_IP,
                 SO_ORIGINAL_DST,
-                (&mut sa as *mut libc::sockaddr_in).cast(),
+                std::ptr::from_mut::<libc::sockaddr_in>(&mut sa).cast(),
                 &mut len,
             ) != 0
             {

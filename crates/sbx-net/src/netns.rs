@@ -164,7 +164,7 @@ fn listener(ip: IpAddr, port: u16, tcp: bool) -> io::Result<OwnedFd> {
             fd.as_raw_fd(),
             level,
             opt,
-            (&one as *const libc::c_int).cast(),
+            std::ptr::from_ref::<libc::c_int>(&one).cast(),
             std::mem::size_of::<libc::c_int>() as u32,
         )
     };
@@ -184,7 +184,7 @@ fn listener(ip: IpAddr, port: u16, tcp: bool) -> io::Result<OwnedFd> {
             unsafe {
                 libc::bind(
                     fd.as_raw_fd(),
-                    (&sa as *const libc::sockaddr_in).cast(),
+                    std::ptr::from_ref::<libc::sockaddr_in>(&sa).cast(),
                     std::mem::size_of::<libc::sockaddr_in>() as u32,
                 )
             }
@@ -205,7 +205,7 @@ fn listener(ip: IpAddr, port: u16, tcp: bool) -> io::Result<OwnedFd> {
             unsafe {
                 libc::bind(
                     fd.as_raw_fd(),
-                    (&sa as *const libc::sockaddr_in6).cast(),
+                    std::ptr::from_ref::<libc::sockaddr_in6>(&sa).cast(),
                     std::mem::size_of::<libc::sockaddr_in6>() as u32,
                 )
             }

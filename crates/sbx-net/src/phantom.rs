@@ -189,6 +189,7 @@ fn value_of(spec: &Spec) -> Result<Zeroizing<Vec<u8>>, String> {
             read_bounded(f, &p.display().to_string())?
         }
         Source::Fd(n) => {
+            // SAFETY: libc::stat is plain integers: all-zero is a valid value.
             let mut st: libc::stat = unsafe { std::mem::zeroed() };
             // SAFETY: fstat writes into `st`; a closed fd gives EBADF.
             if unsafe { libc::fstat(*n, &mut st) } != 0 {

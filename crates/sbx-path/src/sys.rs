@@ -100,7 +100,7 @@ pub fn openat2(
     let c = CString::new(path).map_err(|_| libc::EINVAL)?;
     // SAFETY: open_how is plain data; zero is a valid value for every field.
     let mut how: libc::open_how = unsafe { MaybeUninit::zeroed().assume_init() };
-    how.flags = (flags | libc::O_CLOEXEC) as u32 as u64;
+    how.flags = u64::from((flags | libc::O_CLOEXEC) as u32);
     how.mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 {
         u64::from(mode)
     } else {
@@ -114,7 +114,7 @@ pub fn openat2(
                 libc::SYS_openat2,
                 dir,
                 c.as_ptr(),
-                &how as *const libc::open_how,
+                std::ptr::from_ref::<libc::open_how>(&how),
                 std::mem::size_of::<libc::open_how>(),
             )
         };
@@ -171,6 +171,7 @@ pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
     if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: fstat returned 0: it filled st.
     Ok(unsafe { st.assume_init() })
 }
 
@@ -182,6 +183,7 @@ pub fn lstatat(dir: RawFd, name: &[u8]) -> Result<libc::stat, i32> {
     if unsafe { libc::fstatat(dir, c.as_ptr(), st.as_mut_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {
         return Err(errno());
     }
+    // SAFETY: fstatat returned 0: it filled st.
     Ok(unsafe { st.assume_init() })
 }
 

@@ -191,6 +191,7 @@ extern "C" fn remove_fixture() {
 
 fn fixture() -> &'static Fixture {
     FIXTURE.get_or_init(|| {
+        // SAFETY: remove_fixture is an extern "C" fn without arguments, as atexit takes.
         unsafe { libc::atexit(remove_fixture) };
         let dir = tempfile::Builder::new()
             .prefix("sbx-path-p")

@@ -515,9 +515,11 @@ fn fifo_read_does_not_block() {
     let t = Tree::new();
     let fifo = t.p("ok/fifo");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: c is NUL-ended and alive for the call.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     for how in BOTH {
         let v = t.resolver(how).validate(&fifo, Mode::Read).unwrap();
+        // SAFETY: F_GETFL on the validated open fd only reads its flags.
         let fl = unsafe {
             libc::fcntl(
                 std::os::fd::AsRawFd::as_raw_fd(&v.fd().unwrap()),

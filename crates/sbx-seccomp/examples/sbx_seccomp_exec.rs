@@ -39,6 +39,8 @@ fn main() {
         Some("fexec") => {
             let p = c(&a[2]);
             let argv = [p.as_ptr(), std::ptr::null()];
+            // SAFETY: p and argv (null-ended) live on this frame for the calls; exec replaces
+            // the process or fails.
             unsafe {
                 let fd = libc::open(p.as_ptr(), libc::O_RDONLY);
                 if fd < 0 {
@@ -59,6 +61,8 @@ fn main() {
             let d = c(&a[2]);
             let n = c(&a[3]);
             let argv = [n.as_ptr(), std::ptr::null()];
+            // SAFETY: d, n and argv (null-ended) live on this frame for the calls; the fd is
+            // ours.
             unsafe {
                 let fd = libc::open(d.as_ptr(), libc::O_PATH | libc::O_DIRECTORY);
                 if fd < 0 {
@@ -81,6 +85,7 @@ fn main() {
             let argv = [p.as_ptr(), std::ptr::null()];
             let mut failed = 0;
             for _ in 0..n {
+                // SAFETY: p, argv and envp (null-ended) live on this frame for the call.
                 if unsafe { libc::execve(p.as_ptr(), argv.as_ptr(), envp.as_ptr()) } < 0 {
                     failed += 1;
                 }
@@ -91,6 +96,8 @@ fn main() {
             let data = std::fs::read(&a[2]).unwrap();
             let name = c("sbx-built");
             let argv = [name.as_ptr(), std::ptr::null()];
+            // SAFETY: name, data and argv (null-ended) live on this frame for the calls; the
+            // memfd is ours.
             unsafe {
                 let fd = libc::memfd_create(name.as_ptr(), 0);
                 if fd < 0 {
@@ -113,6 +120,7 @@ fn main() {
         Some("memfdpath") => {
             let data = std::fs::read(&a[2]).unwrap();
             let name = c("sbx-built");
+            // SAFETY: name and data live on this frame for the calls; the memfd is ours.
             unsafe {
                 let fd = libc::memfd_create(name.as_ptr(), 0);
                 if fd < 0 {
@@ -127,6 +135,7 @@ fn main() {
             }
             fail();
         }
+        // SAFETY: name lives on this frame for the calls; the memfd is ours.
         Some("memfdmode") => unsafe {
             let name = c("sbx-mode");
             let fd = libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC);
@@ -171,6 +180,8 @@ fn main() {
             let argv = [p.as_ptr(), std::ptr::null()];
             let t = std::time::Instant::now();
             for _ in 0..n {
+                // SAFETY: the probe is one thread; the child only execs or _exits; argv and
+                // envp live on this frame.
                 unsafe {
                     let pid = libc::fork();
                     if pid == 0 {
@@ -185,7 +196,10 @@ fn main() {
                     }
                 }
             }
-            println!("ns_per_exec {}", t.elapsed().as_nanos() / n.max(1) as u128);
+            println!(
+                "ns_per_exec {}",
+                t.elapsed().as_nanos() / u128::from(n.max(1))
+            );
         }
         _ => {
             eprintln!(

@@ -26,8 +26,16 @@ fn c(s: &str) -> CString {
 
 /// clone(flags|SIGCHLD) like fork: the child exits at once.
 unsafe fn clone_flags(flags: c_long) -> c_long {
+    // SAFETY: clone without CLONE_VM: the child has its own copy of memory and _exits at once.
     unsafe {
-        let r = syscall(libc::SYS_clone, flags | libc::SIGCHLD as c_long, 0, 0, 0, 0);
+        let r = syscall(
+            libc::SYS_clone,
+            flags | c_long::from(libc::SIGCHLD),
+            0,
+            0,
+            0,
+            0,
+        );
         if r == 0 {
             libc::_exit(0);
         }
@@ -40,6 +48,7 @@ unsafe fn clone_flags(flags: c_long) -> c_long {
 
 /// A pty pair's follower fd, for the terminal ioctls.
 unsafe fn pty() -> i32 {
+    // SAFETY: the fds are ours; the names ptsname returns are used before any other pty call.
     unsafe {
         let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
         assert!(m >= 0, "posix_openpt");
@@ -55,11 +64,13 @@ unsafe fn pty() -> i32 {
 #[cfg(target_arch = "x86_64")]
 unsafe fn int80_getpid() -> c_long {
     let mut ret: c_long = 20; // __NR_getpid on i386
+    // SAFETY: int 0x80 with eax=getpid reads and writes rax only, touches no memory or stack.
     unsafe {
         std::arch::asm!("int 0x80", inout("rax") ret, options(nostack));
     }
     if ret < 0 {
         // The i386 entry returns -errno directly.
+        // SAFETY: __errno_location returns this thread's errno, always valid.
         unsafe { *libc::__errno_location() = -ret as i32 };
         return -1;
     }
@@ -68,6 +79,7 @@ unsafe fn int80_getpid() -> c_long {
 
 #[cfg(target_arch = "x86_64")]
 fn rdtsc() -> c_long {
+    // SAFETY: rdtsc only reads the time stamp counter.
     unsafe { std::arch::x86_64::_rdtsc() as c_long & 0x7fff_ffff }
 }
 
@@ -76,6 +88,7 @@ fn call(name: &str) -> Result<c_long, i32> {
     let none = null::<c_void>();
     let nonexist = c("/nonexistent-sbx-probe");
     let empty = c("");
+    // SAFETY: each probe passes integers, null, or NUL-ended strings that live on this frame.
     unsafe {
         let r: c_long = match name {
             "getpid" => syscall(SYS_getpid),
@@ -107,12 +120,12 @@ fn call(name: &str) -> Result<c_long, i32> {
             "request_key" => syscall(SYS_request_key, none, none, none, 0),
             "userfaultfd" => syscall(SYS_userfaultfd, 0xffff_ffff as c_long),
             "unshare" => syscall(SYS_unshare, 0),
-            "unshare_newuser" => syscall(SYS_unshare, CLONE_NEWUSER as c_long),
+            "unshare_newuser" => syscall(SYS_unshare, c_long::from(CLONE_NEWUSER)),
             "setns" => syscall(SYS_setns, -1, 0),
-            "clone_newuser" => clone_flags(CLONE_NEWUSER as c_long),
-            "clone_newns" => clone_flags(CLONE_NEWNS as c_long),
-            "clone_newnet" => clone_flags(CLONE_NEWNET as c_long),
-            "clone_newpid" => clone_flags(CLONE_NEWPID as c_long),
+            "clone_newuser" => clone_flags(c_long::from(CLONE_NEWUSER)),
+            "clone_newns" => clone_flags(c_long::from(CLONE_NEWNS)),
+            "clone_newnet" => clone_flags(c_long::from(CLONE_NEWNET)),
+            "clone_newpid" => clone_flags(c_long::from(CLONE_NEWPID)),
             "clone_plain" => clone_flags(0),
             "clone3" => syscall(SYS_clone3, none, 0),
             "fsopen" => syscall(SYS_fsopen, c("sbx_no_such_fs").as_ptr(), 0),
@@ -162,17 +175,22 @@ fn call(name: &str) -> Result<c_long, i32> {
             "tiocsti" => {
                 let fd = pty();
                 let ch = b'x';
-                syscall(SYS_ioctl, fd, TIOCSTI, &ch as *const u8)
+                syscall(SYS_ioctl, fd, TIOCSTI, std::ptr::from_ref::<u8>(&ch))
             }
             "tioclinux" => {
                 let fd = pty();
                 let sub = 0u8;
-                syscall(SYS_ioctl, fd, TIOCLINUX, &sub as *const u8)
+                syscall(SYS_ioctl, fd, TIOCLINUX, std::ptr::from_ref::<u8>(&sub))
             }
             "tiocgwinsz" => {
                 let fd = pty();
                 let mut ws: winsize = std::mem::zeroed();
-                syscall(SYS_ioctl, fd, TIOCGWINSZ, &mut ws as *mut winsize)
+                syscall(
+                    SYS_ioctl,
+                    fd,
+                    TIOCGWINSZ,
+                    std::ptr::from_mut::<winsize>(&mut ws),
+                )
             }
             #[cfg(target_arch = "x86_64")]
             "x32_getpid" => syscall(0x4000_0000 | SYS_getpid),

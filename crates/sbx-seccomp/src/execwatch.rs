@@ -174,12 +174,16 @@ pub struct ExecWatch {
 
 fn stat_path(p: &Path) -> Option<libc::stat> {
     let c = CString::new(p.as_os_str().as_bytes()).ok()?;
+    // SAFETY: libc::stat is plain integers: all-zero is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a NUL-ended path and st a live stat, both alive for the call.
     (unsafe { libc::stat(c.as_ptr(), &mut st) } == 0).then_some(st)
 }
 
 fn fstat(fd: RawFd) -> Option<libc::stat> {
+    // SAFETY: libc::stat is plain integers: all-zero is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a live stat for the kernel to fill; a bad fd is an error, not UB.
     (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st)
 }
 
@@ -195,12 +199,14 @@ fn is_dir(st: &libc::stat) -> bool {
 struct Fd(RawFd);
 impl Drop for Fd {
     fn drop(&mut self) {
+        // SAFETY: Fd owns the fd it was made with (from a successful open) and closes it once.
         unsafe { libc::close(self.0) };
     }
 }
 
 fn open(p: &[u8], flags: libc::c_int) -> Option<Fd> {
     let c = CString::new(p).ok()?;
+    // SAFETY: c is a NUL-ended path alive for the call; the new fd is owned by the Fd returned.
     let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
     (fd >= 0).then_some(Fd(fd))
 }
@@ -230,6 +236,8 @@ pub fn read_cstr(pid: i32, addr: u64) -> Option<Vec<u8>> {
             iov_base: a as *mut libc::c_void,
             iov_len: len,
         };
+        // SAFETY: local points at our own buffer of len bytes; the remote side is only read by
+        // the kernel (a bad address is an error).
         let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
         if n <= 0 {
             return None;
@@ -291,6 +299,7 @@ fn interpreter(fd: RawFd) -> Option<Vec<u8>> {
         libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
     )?;
     let mut buf = [0u8; 256];
+    // SAFETY: f owns an open fd; buf is a live buffer of buf.len() bytes.
     let n = unsafe { libc::pread(f.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
     if n <= 0 {
         return None;
@@ -310,7 +319,7 @@ fn interpreter(fd: RawFd) -> Option<Vec<u8>> {
     if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
         return None;
     }
-    let u16le = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as u64;
+    let u16le = |o: usize| u64::from(u16::from_le_bytes([b[o], b[o + 1]]));
     let phoff = u64::from_le_bytes(b[32..40].try_into().ok()?);
     let phentsize = u16le(54);
     let phnum = u16le(56).min(64);
@@ -318,6 +327,7 @@ fn interpreter(fd: RawFd) -> Option<Vec<u8>> {
         return None;
     }
     let mut ph = vec![0u8; (phentsize * phnum) as usize];
+    // SAFETY: f owns an open fd; ph is a live buffer of ph.len() bytes.
     let r = unsafe { libc::pread(f.0, ph.as_mut_ptr().cast(), ph.len(), phoff as libc::off_t) };
     if r != ph.len() as isize {
         return None;
@@ -327,6 +337,7 @@ fn interpreter(fd: RawFd) -> Option<Vec<u8>> {
             let off = u64::from_le_bytes(e[8..16].try_into().ok()?);
             let size = u64::from_le_bytes(e[32..40].try_into().ok()?).min(4096) as usize;
             let mut s = vec![0u8; size];
+            // SAFETY: f owns an open fd; s is a live buffer of `size` bytes.
             let r = unsafe { libc::pread(f.0, s.as_mut_ptr().cast(), size, off as libc::off_t) };
             if r <= 0 {
                 return None;
@@ -368,7 +379,9 @@ fn on_internal_mount(fd: RawFd, path: &str) -> bool {
     if path.starts_with("/memfd:") {
         return true;
     }
+    // SAFETY: libc::statx is plain integers: all-zero is a valid value.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the empty path is NUL-ended and static, stx a live statx for the kernel to fill.
     if unsafe {
         libc::statx(
             fd,
@@ -567,6 +580,7 @@ impl ExecWatch {
             return MemfdAnswer::Errno(libc::EINVAL);
         };
         let ours = (flags & !MFD_CLOEXEC) | MFD_CLOEXEC | MFD_NOEXEC_SEAL;
+        // SAFETY: cname is a NUL-ended name alive for the call; the new fd is ours.
         let fd = unsafe { libc::memfd_create(cname.as_ptr(), ours) };
         if fd < 0 {
             let e = std::io::Error::last_os_error()
@@ -591,7 +605,14 @@ impl ExecWatch {
                 0
             },
         };
-        let r = unsafe { libc::ioctl(listener, IOC_NOTIF_ADDFD as _, &add as *const NotifAddfd) };
+        // SAFETY: listener is the open notification fd; add is a live seccomp_notif_addfd.
+        let r = unsafe {
+            libc::ioctl(
+                listener,
+                IOC_NOTIF_ADDFD as _,
+                std::ptr::from_ref::<NotifAddfd>(&add),
+            )
+        };
         if r >= 0 {
             return MemfdAnswer::Sent;
         }

@@ -28,6 +28,7 @@ struct SockFprog {
 /// Sets no_new_privs: no setuid/file-capability gain through exec, and
 /// what lets an unprivileged process install a filter.
 pub fn no_new_privs() -> Result<(), InstallError> {
+    // SAFETY: prctl with integer arguments, on this process only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(InstallError::NoNewPrivs(io::Error::last_os_error()));
     }
@@ -38,6 +39,7 @@ pub fn no_new_privs() -> Result<(), InstallError> {
 pub fn no_tsc() -> Result<(), InstallError> {
     #[cfg(target_arch = "x86_64")]
     {
+        // SAFETY: prctl with integer arguments, on this process only.
         if unsafe { libc::prctl(libc::PR_SET_TSC, libc::PR_TSC_SIGSEGV, 0, 0, 0) } != 0 {
             return Err(InstallError::Tsc(io::Error::last_os_error()));
         }
@@ -59,12 +61,13 @@ pub fn filters(progs: &[(String, BpfProgram)]) -> Result<(), InstallError> {
             len: prog.len() as libc::c_ushort,
             filter: prog.as_ptr(),
         };
+        // SAFETY: fprog and the program it points at live on this frame for the whole call.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_seccomp,
                 libc::SECCOMP_SET_MODE_FILTER,
                 libc::SECCOMP_FILTER_FLAG_TSYNC,
-                &fprog as *const SockFprog,
+                std::ptr::from_ref::<SockFprog>(&fprog),
             )
         };
         if rc != 0 {

@@ -104,7 +104,7 @@ pub fn restrict_exec(allowed: &[PathBuf]) -> Result<(), LandlockError> {
     let rs = unsafe {
         libc::syscall(
             libc::SYS_landlock_create_ruleset,
-            &attr as *const RulesetAttr,
+            std::ptr::from_ref::<RulesetAttr>(&attr),
             std::mem::size_of::<RulesetAttr>(),
             0u32,
         )
@@ -138,7 +138,7 @@ pub fn restrict_exec(allowed: &[PathBuf]) -> Result<(), LandlockError> {
                     libc::SYS_landlock_add_rule,
                     rs,
                     RULE_PATH_BENEATH,
-                    &rule as *const PathBeneathAttr,
+                    std::ptr::from_ref::<PathBeneathAttr>(&rule),
                     0u32,
                 )
             };

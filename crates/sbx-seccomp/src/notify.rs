@@ -181,6 +181,7 @@ pub fn install_with_listener(prog: &BpfProgram) -> io::Result<RawFd> {
         len: prog.len() as libc::c_ushort,
         filter: prog.as_ptr(),
     };
+    // SAFETY: fprog and the program it points at live on this frame for the whole call.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_seccomp,
@@ -188,7 +189,7 @@ pub fn install_with_listener(prog: &BpfProgram) -> io::Result<RawFd> {
             libc::SECCOMP_FILTER_FLAG_TSYNC
                 | SECCOMP_FILTER_FLAG_TSYNC_ESRCH
                 | SECCOMP_FILTER_FLAG_NEW_LISTENER,
-            &fprog as *const SockFprog,
+            std::ptr::from_ref::<SockFprog>(&fprog),
         )
     };
     if rc < 0 {
@@ -314,7 +315,9 @@ impl Notifier {
         let (ours, theirs) = sbx_core::passfd::seqpacket_pair().map_err(NotifyError::Socket)?;
         // Raw from here: both processes close them by hand across the forks.
         let (ours, theirs) = (ours.into_raw_fd(), theirs.into_raw_fd());
+        // SAFETY: getpid cannot fail.
         let me = unsafe { libc::getpid() };
+        // SAFETY: sbx-seccomp is one thread here; the middle child only forks and _exits.
         let mid = unsafe { libc::fork() };
         if mid < 0 {
             return Err(NotifyError::Fork(io::Error::last_os_error()));
@@ -322,21 +325,27 @@ impl Notifier {
         if mid == 0 {
             // The middle process: fork the notifier and exit (the notifier
             // reports its pid and its watcher's itself).
+            // SAFETY: the middle process has one thread (a fork of a single-threaded one); the
+            // notifier never returns.
             let pid = unsafe { libc::fork() };
             if pid == 0 {
                 notifier_main(me, theirs, ours, audit_fd, names, exec);
             }
+            // SAFETY: ends the middle process without running the parent's destructors.
             unsafe { libc::_exit(0) }
         }
+        // SAFETY: `theirs` is ours and not used after; `mid` is our own child, reaped once.
         unsafe {
             libc::close(theirs);
             libc::waitpid(mid, std::ptr::null_mut(), 0);
         }
         let mut b = [0u8; 8];
+        // SAFETY: `ours` is an open socket; b is a live 8-byte buffer.
         let n = unsafe { libc::read(ours, b.as_mut_ptr().cast(), b.len()) };
         let pid = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
         let watcher = i32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
         if n != 8 || pid <= 0 || watcher <= 0 {
+            // SAFETY: `ours` is open and owned here; closed once before returning.
             unsafe { libc::close(ours) };
             return Err(NotifyError::Fork(io::Error::other(
                 "the notifier did not start",
@@ -361,6 +370,8 @@ impl Notifier {
                 &[BorrowedFd::borrow_raw(listener)],
             )
         };
+        // SAFETY: both fds are ours (passed in / kept raw), closed once here and never used
+        // again (sock is reset below).
         unsafe {
             libc::close(listener);
             libc::close(self.sock);
@@ -374,6 +385,7 @@ impl Drop for Notifier {
     fn drop(&mut self) {
         // Without a listener (pass not called) the notifier sees EOF and exits.
         if self.sock >= 0 {
+            // SAFETY: sock is still ours (pass resets it to -1 after closing it).
             unsafe { libc::close(self.sock) };
         }
     }
@@ -398,7 +410,7 @@ impl RateLimit {
     /// A bucket for the alerts named `event`.
     pub fn for_event(event: &'static str) -> Self {
         RateLimit {
-            tokens: BURST as f64,
+            tokens: f64::from(BURST),
             last: std::time::Instant::now(),
             suppressed: 0,
             event,
@@ -409,7 +421,7 @@ impl RateLimit {
         let now = std::time::Instant::now();
         let dt = now.duration_since(self.last).as_secs_f64();
         self.last = now;
-        self.tokens = (self.tokens + dt * PER_SECOND as f64).min(BURST as f64);
+        self.tokens = (self.tokens + dt * f64::from(PER_SECOND)).min(f64::from(BURST));
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
             true
@@ -447,6 +459,8 @@ fn notifier_main(
     names: BTreeMap<u32, String>,
     exec: Option<crate::execwatch::ExecWatch>,
 ) -> ! {
+    // SAFETY: `other` is our copy of the peer's socket end; the rest act on this process only
+    // (NUL-ended name).
     unsafe {
         libc::close(other);
         libc::setsid();
@@ -467,9 +481,11 @@ fn notifier_main(
         // before it execs (it waits for us to receive the listener).
         // SAFETY: plain syscalls; the fds are ours.
         let cmd = unsafe { libc::syscall(libc::SYS_pidfd_open, cmd_pid, 0) } as RawFd;
+        // SAFETY: fcntl on fd 2 only duplicates it; no memory is involved.
         let err = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) };
         if cmd < 0 {
             // Cannot tell when CMD exits: keep stderr out of it.
+            // SAFETY: err was just duplicated by us and is not used after.
             unsafe { libc::close(err) };
             (-1, -1)
         } else {
@@ -498,18 +514,24 @@ fn notifier_main(
     // become ENOSYS ends instead). Both pids are guarded by the filter.
     // SAFETY: plain syscalls on fds this process owns.
     let me = unsafe { libc::getpid() };
+    // SAFETY: plain syscall with integer arguments; the new fd is ours.
     let kill_cmd = unsafe { libc::syscall(libc::SYS_pidfd_open, cmd_pid, 0) } as RawFd;
     KILL_CMD.store(kill_cmd, std::sync::atomic::Ordering::Relaxed);
     let mut pipe = [-1; 2];
+    // SAFETY: pipe is a live array of two ints.
     let watcher = if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+        // SAFETY: the notifier is one thread (a fork of a forked child); the watcher never
+        // returns.
         let w = unsafe { libc::fork() };
         if w == 0 {
+            // SAFETY: both fds are the watcher's copies, not used by it after this.
             unsafe {
                 libc::close(pipe[1]);
                 libc::close(sock);
             }
             watcher_main(me, pipe[0]);
         }
+        // SAFETY: the watcher's end, not used in the notifier.
         unsafe { libc::close(pipe[0]) };
         w
     } else {
@@ -517,10 +539,12 @@ fn notifier_main(
     };
     if watcher <= 0 {
         // No watcher, no run: sbx-seccomp reads a short message and fails.
+        // SAFETY: ends the notifier without running destructors of the forked state.
         unsafe { libc::_exit(1) }
     }
     WATCH_PIPE.store(pipe[1], std::sync::atomic::Ordering::Relaxed);
     WATCHER.store(watcher, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: plain syscall with integer arguments; the new fd is ours.
     let wfd = unsafe { libc::syscall(libc::SYS_pidfd_open, watcher, 0) } as RawFd;
     WATCHER_PIDFD.store(wfd, std::sync::atomic::Ordering::Relaxed);
     let mut b = [0u8; 8];
@@ -536,6 +560,7 @@ fn notifier_main(
         clean_exit()
     };
     let listener = listener.into_raw_fd();
+    // SAFETY: sock is ours and not used after this.
     unsafe { libc::close(sock) };
     serve(listener, &names, exec);
     clean_exit()
@@ -618,6 +643,8 @@ fn watcher_main(notifier: i32, rd: RawFd) -> ! {
             // CMD exited: its stderr is not held open by us either.
             let err = STDERR.swap(-1, std::sync::atomic::Ordering::Relaxed);
             let pfd = CMD_PIDFD.swap(-1, std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: the fds were swapped out of the statics (-1 left there), so each is
+            // closed once (close(-1) is a harmless EBADF).
             unsafe {
                 libc::close(err);
                 libc::close(pfd);
@@ -630,6 +657,8 @@ fn watcher_main(notifier: i32, rd: RawFd) -> ! {
         // SAFETY: a read into a live buffer.
         let n = unsafe { libc::read(rd, b.as_mut_ptr().cast(), 1) };
         if n == 1 && b[0] == b'k' {
+            // SAFETY: released by sbx-seccomp: leave without running destructors of the forked
+            // state.
             unsafe { libc::_exit(0) }
         }
         if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
@@ -638,6 +667,7 @@ fn watcher_main(notifier: i32, rd: RawFd) -> ! {
         break;
     }
     fail_closed("notifier", notifier);
+    // SAFETY: ends the watcher without running destructors of the forked state.
     unsafe { libc::_exit(0) }
 }
 
@@ -718,10 +748,12 @@ fn pidfd_signal(
     if caller < 0 {
         return answer(0, libc::ESRCH);
     }
+    // SAFETY: caller is a pidfd we opened; pidfd_getfd only copies an fd into this process.
     let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, caller, fd as i32, 0) } as RawFd;
     let err = io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EBADF);
+    // SAFETY: caller is our pidfd, not used after.
     unsafe { libc::close(caller) };
     if copy < 0 {
         return answer(
@@ -733,9 +765,11 @@ fn pidfd_signal(
             },
         );
     }
+    // SAFETY: copy is the fd pidfd_getfd gave us; each path calls close once.
     let close = || unsafe {
         libc::close(copy);
     };
+    // SAFETY: getpid cannot fail.
     let me = unsafe { libc::getpid() };
     let watcher = WATCHER.load(std::sync::atomic::Ordering::Relaxed);
     let target = fd_target(copy);
@@ -776,6 +810,8 @@ fn pidfd_signal(
             iov_base: info as *mut libc::c_void,
             iov_len: si.len(),
         };
+        // SAFETY: local is our 128-byte buffer; the remote side is only read by the kernel (a
+        // bad address is EFAULT, checked).
         if unsafe { libc::process_vm_readv(n.pid as i32, &local, 1, &remote, 1, 0) } != 128 {
             close();
             return answer(0, libc::EFAULT);
@@ -784,10 +820,20 @@ fn pidfd_signal(
     };
     // Still the same call (the caller may have been killed meanwhile).
     let id = n.id;
-    if unsafe { libc::ioctl(listener, IOC_NOTIF_ID_VALID as _, &id as *const u64) } != 0 {
+    // SAFETY: listener is the open notification fd; id lives on this frame for the call.
+    if unsafe {
+        libc::ioctl(
+            listener,
+            IOC_NOTIF_ID_VALID as _,
+            std::ptr::from_ref::<u64>(&id),
+        )
+    } != 0
+    {
         close();
         return answer(0, libc::ESRCH);
     }
+    // SAFETY: copy is our fd; info_ptr is null or our 128-byte siginfo buffer, alive for the
+    // call.
     let r = unsafe {
         libc::syscall(
             libc::SYS_pidfd_send_signal,
@@ -815,7 +861,14 @@ fn serve(
     // back (SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP), a cheaper round trip;
     // older kernels refuse it (EINVAL) and nothing changes.
     let flags: u64 = FD_SYNC_WAKE_UP;
-    unsafe { libc::ioctl(listener, IOC_NOTIF_SET_FLAGS as _, &flags as *const u64) };
+    // SAFETY: listener is the open notification fd; flags lives on this frame for the call.
+    unsafe {
+        libc::ioctl(
+            listener,
+            IOC_NOTIF_SET_FLAGS as _,
+            std::ptr::from_ref::<u64>(&flags),
+        )
+    };
     loop {
         let mut fds = [
             libc::pollfd {
@@ -839,6 +892,7 @@ fn serve(
         if fds[2].revents != 0 {
             // The watcher was killed (it never exits before us otherwise).
             let w = WATCHER_PIDFD.swap(-1, std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: swapped out of the static (-1 left there): closed once.
             unsafe { libc::close(w) };
             fail_closed(
                 "watcher",
@@ -849,6 +903,7 @@ fn serve(
             // CMD exited: give its stderr back (EOF for its reader).
             let err = STDERR.swap(-1, std::sync::atomic::Ordering::Relaxed);
             let pfd = CMD_PIDFD.swap(-1, std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: swapped out of the statics (-1 left there): each closed once.
             unsafe {
                 libc::close(err);
                 libc::close(pfd);
@@ -863,7 +918,16 @@ fn serve(
         }
         if p.revents & libc::POLLIN != 0 {
             let mut n = Notif::default();
-            if unsafe { libc::ioctl(listener, IOC_NOTIF_RECV as _, &mut n as *mut Notif) } != 0 {
+            // SAFETY: listener is the open notification fd; n is a live, correctly sized
+            // seccomp_notif.
+            if unsafe {
+                libc::ioctl(
+                    listener,
+                    IOC_NOTIF_RECV as _,
+                    std::ptr::from_mut::<Notif>(&mut n),
+                )
+            } != 0
+            {
                 // ENOENT: the caller was interrupted; EINTR: retry.
                 continue;
             }
@@ -874,8 +938,14 @@ fn serve(
             {
                 let id = n.id;
                 let answer = w.memfd(listener, id, n.pid, &n.data.args, || {
+                    // SAFETY: listener is the open notification fd; id lives on this frame for
+                    // the call.
                     let r = unsafe {
-                        libc::ioctl(listener, IOC_NOTIF_ID_VALID as _, &id as *const u64)
+                        libc::ioctl(
+                            listener,
+                            IOC_NOTIF_ID_VALID as _,
+                            std::ptr::from_ref::<u64>(&id),
+                        )
                     };
                     r == 0
                 });
@@ -894,7 +964,15 @@ fn serve(
                         flags: FLAG_CONTINUE,
                     },
                 };
-                unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
+                // SAFETY: listener is the open notification fd; resp is a live
+                // seccomp_notif_resp.
+                unsafe {
+                    libc::ioctl(
+                        listener,
+                        IOC_NOTIF_SEND as _,
+                        std::ptr::from_ref::<NotifResp>(&resp),
+                    )
+                };
                 continue;
             }
             if let Some(w) = exec.as_mut()
@@ -903,8 +981,14 @@ fn serve(
             {
                 let id = n.id;
                 let refuse = w.handle(n.pid, nr, &n.data.args, || {
+                    // SAFETY: listener is the open notification fd; id lives on this frame for
+                    // the call.
                     let r = unsafe {
-                        libc::ioctl(listener, IOC_NOTIF_ID_VALID as _, &id as *const u64)
+                        libc::ioctl(
+                            listener,
+                            IOC_NOTIF_ID_VALID as _,
+                            std::ptr::from_ref::<u64>(&id),
+                        )
                     };
                     r == 0
                 });
@@ -924,12 +1008,28 @@ fn serve(
                         flags: FLAG_CONTINUE,
                     },
                 };
-                unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
+                // SAFETY: listener is the open notification fd; resp is a live
+                // seccomp_notif_resp.
+                unsafe {
+                    libc::ioctl(
+                        listener,
+                        IOC_NOTIF_SEND as _,
+                        std::ptr::from_ref::<NotifResp>(&resp),
+                    )
+                };
                 continue;
             }
             if n.data.arch == crate::compile::AUDIT_ARCH && nr == NR_PIDFD_SEND_SIGNAL {
                 let resp = pidfd_signal(listener, &n, names, &mut limit);
-                unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
+                // SAFETY: listener is the open notification fd; resp is a live
+                // seccomp_notif_resp.
+                unsafe {
+                    libc::ioctl(
+                        listener,
+                        IOC_NOTIF_SEND as _,
+                        std::ptr::from_ref::<NotifResp>(&resp),
+                    )
+                };
                 continue;
             }
             if n.data.arch == crate::compile::AUDIT_ARCH && guarded(nr) {
@@ -954,7 +1054,15 @@ fn serve(
                     error: -libc::EPERM,
                     flags: 0,
                 };
-                unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
+                // SAFETY: listener is the open notification fd; resp is a live
+                // seccomp_notif_resp.
+                unsafe {
+                    libc::ioctl(
+                        listener,
+                        IOC_NOTIF_SEND as _,
+                        std::ptr::from_ref::<NotifResp>(&resp),
+                    )
+                };
                 continue;
             }
             total += 1;
@@ -978,7 +1086,14 @@ fn serve(
                 error: -libc::EPERM,
                 flags: 0,
             };
-            unsafe { libc::ioctl(listener, IOC_NOTIF_SEND as _, &resp as *const NotifResp) };
+            // SAFETY: listener is the open notification fd; resp is a live seccomp_notif_resp.
+            unsafe {
+                libc::ioctl(
+                    listener,
+                    IOC_NOTIF_SEND as _,
+                    std::ptr::from_ref::<NotifResp>(&resp),
+                )
+            };
             continue;
         }
         if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {

@@ -433,6 +433,7 @@ fn sigterm_reaches_the_command() {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert!(execd, "sbx-seccomp did not exec sleep");
+        // SAFETY: kill with integer arguments; pid is our own unreaped child.
         unsafe { libc::kill(pid, libc::SIGTERM) };
         let st = child.wait().unwrap();
         use std::os::unix::process::ExitStatusExt;

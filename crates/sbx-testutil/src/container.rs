@@ -44,6 +44,7 @@ fn flock(path: &Path) -> std::fs::File {
         .open(path)
         .unwrap();
     use std::os::fd::AsRawFd;
+    // SAFETY: flock on the open file f keeps alive.
     assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
     f
 }
@@ -89,6 +90,7 @@ impl Podman {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
+        // SAFETY: the pre_exec closure only calls prctl with integers (async-signal-safe).
         unsafe {
             cmd.pre_exec(|| {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
@@ -188,6 +190,7 @@ impl Podman {
 
 impl Drop for Podman {
     fn drop(&mut self) {
+        // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -228,6 +231,7 @@ pub fn static_tools() -> PathBuf {
     let _l = flock(&shared_root().join("static.lock"));
     // Once per test run: every test process of one run has the same parent
     // (the test runner); its pid and start time name the run.
+    // SAFETY: getppid cannot fail.
     let ppid = unsafe { libc::getppid() };
     let start = std::fs::read_to_string(format!("/proc/{ppid}/stat"))
         .ok()

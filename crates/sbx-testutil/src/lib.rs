@@ -62,16 +62,20 @@ macro_rules! skip {
 }
 
 pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
 
 /// uid and gid of the unprivileged test user, if it exists.
 pub fn test_user() -> Option<(u32, u32)> {
     let name = std::ffi::CString::new(TEST_USER).unwrap();
+    // SAFETY: name is NUL-ended and alive for the call; the result is checked for null.
     let pw = unsafe { libc::getpwnam(name.as_ptr()) };
     if pw.is_null() {
         return None;
     }
+    // SAFETY: pw is non-null, pointing at libc's record until the next getpw* call; copied out
+    // at once.
     Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
 }
 
@@ -85,6 +89,8 @@ pub fn as_test_user(cmd: &mut Command) -> bool {
     }
     cmd.env("HOME", format!("/home/{TEST_USER}"))
         .env("USER", TEST_USER);
+    // SAFETY: the pre_exec closure only makes raw id-changing syscalls with integers (async-
+    // signal-safe).
     unsafe {
         cmd.pre_exec(move || {
             if libc::setgroups(0, std::ptr::null()) != 0

@@ -92,6 +92,7 @@ pub fn start(bin: &Path, opts: &Options) -> Result<Server, String> {
                 None => Stdio::null(),
             })
             .stderr(Stdio::inherit());
+            // SAFETY: the pre_exec closure only calls prctl with integers (async-signal-safe).
             unsafe {
                 cmd.pre_exec(|| {
                     if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
@@ -130,6 +131,7 @@ pub fn start(bin: &Path, opts: &Options) -> Result<Server, String> {
                 up = true;
                 break;
             }
+            // SAFETY: kill with signal 0 only checks that our child still exists.
             if unsafe { libc::kill(pid, 0) } != 0 {
                 break;
             }
@@ -141,6 +143,7 @@ pub fn start(bin: &Path, opts: &Options) -> Result<Server, String> {
         if up {
             return Ok(b);
         }
+        // SAFETY: kill with integer arguments; the server is our child, not yet reaped.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     Err("bao server -dev did not come up".into())
@@ -158,6 +161,7 @@ pub fn bao_bin() -> Option<PathBuf> {
 impl Server {
     /// SIGKILLs the server (it is otherwise killed with the test process).
     pub fn kill(&self) {
+        // SAFETY: kill with integer arguments; the server is our child, not yet reaped.
         unsafe { libc::kill(self.pid, libc::SIGKILL) };
     }
 

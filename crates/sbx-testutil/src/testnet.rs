@@ -109,6 +109,7 @@ impl TestNet {
         for i in 0..200 {
             let slot = (1 + (start + i) % 200) as u8;
             let f = File::create(dir.join(format!("{slot}.lock"))).map_err(|e| e.to_string())?;
+            // SAFETY: flock on the open file f keeps alive.
             if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
                 continue;
             }

@@ -191,6 +191,8 @@ fn early_mounts() -> io::Result<()> {
         .open("/dev/console")
     {
         for fd in 0..3 {
+            // SAFETY: c keeps the console open for the call; dup2 onto 0-2 replaces them, as
+            // intended.
             unsafe { libc::dup2(c.as_raw_fd(), fd) };
         }
     }
@@ -256,24 +258,29 @@ fn open_vsock() -> io::Result<File> {
         Duration::from_secs(30),
         || {
             let s =
+                // SAFETY: socket with integer arguments; the fd is owned or closed below.
                 unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
             if s < 0 {
                 return None;
             }
+            // SAFETY: sockaddr_vm is plain integers: all-zero is a valid value.
             let mut a: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
             a.svm_family = libc::AF_VSOCK as libc::sa_family_t;
             a.svm_cid = libc::VMADDR_CID_HOST;
             a.svm_port = proto::VSOCK_PORT;
+            // SAFETY: s is our open socket; a is a live sockaddr_vm of the size passed.
             let r = unsafe {
                 libc::connect(
                     s,
-                    (&a as *const libc::sockaddr_vm).cast(),
+                    std::ptr::from_ref::<libc::sockaddr_vm>(&a).cast(),
                     std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t,
                 )
             };
             if r == 0 {
+                // SAFETY: s was just made by socket (>= 0) and is owned by no one else.
                 Some(unsafe { File::from_raw_fd(s) })
             } else {
+                // SAFETY: s is ours and not used after.
                 unsafe { libc::close(s) };
                 None
             }
@@ -571,9 +578,11 @@ fn send_lines(chan: &mut Chan, text: &str) -> io::Result<()> {
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
+    // SAFETY: fds is a live array of two ints for the kernel to fill.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: pipe2 just returned both fds, owned by no one else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
@@ -677,6 +686,7 @@ fn run_command(
         None
     };
     let keep: RawFd = audit_fd.as_ref().map_or(-1, |f| f.as_raw_fd());
+    // SAFETY: the pre_exec closure only makes raw syscalls on integers (async-signal-safe).
     unsafe {
         cmd.pre_exec(move || {
             libc::setsid();
@@ -793,6 +803,7 @@ fn relay(
             }
             loop {
                 let mut st = 0;
+                // SAFETY: st is a live int; WNOHANG: never blocks.
                 let r = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
                 if r <= 0 {
                     break;
@@ -813,6 +824,8 @@ fn relay(
                     };
                     status = Some(rep);
                     // Nothing outlives the command in the guest.
+                    // SAFETY: kill with integer arguments: as the guest's PID 1, kill(-1)
+                    // spares this process.
                     unsafe { libc::kill(-1, libc::SIGKILL) };
                     in_w = None;
                 }
@@ -836,10 +849,14 @@ fn relay(
                         }
                     }
                     kind::SIGNAL => {
-                        let sig = data.first().copied().unwrap_or(libc::SIGTERM as u8) as i32;
+                        let sig = i32::from(data.first().copied().unwrap_or(libc::SIGTERM as u8));
                         if sig == libc::SIGKILL {
+                            // SAFETY: kill with integer arguments: as the guest's PID 1,
+                            // kill(-1) spares this process.
                             unsafe { libc::kill(-1, libc::SIGKILL) };
                         } else if status.is_none() {
+                            // SAFETY: kill with integer arguments: the command's process group
+                            // (its own session).
                             unsafe { libc::kill(-pid, sig) };
                         }
                     }
@@ -864,6 +881,8 @@ fn relay(
                 stdin_buf.clear();
             } else if let Some(w) = &in_w {
                 let (a, _) = stdin_buf.as_slices();
+                // SAFETY: w is the command's open stdin pipe; a is a live slice of a.len()
+                // bytes.
                 let n = unsafe { libc::write(w.as_raw_fd(), a.as_ptr().cast(), a.len()) };
                 if n > 0 {
                     stdin_buf.drain(..n as usize);

@@ -51,6 +51,7 @@ pub fn configure(dev: &str, up: bool) -> io::Result<()> {
 
 /// Sets `dev` up with `addr`/`mask`, or down.
 pub fn configure_addr(dev: &str, addr: Ipv4Addr, mask: Ipv4Addr, up: bool) -> io::Result<()> {
+    // SAFETY: socket with integer arguments; closed at the end of the function.
     let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if s < 0 {
         return Err(io::Error::last_os_error());
@@ -62,6 +63,7 @@ pub fn configure_addr(dev: &str, addr: Ipv4Addr, mask: Ipv4Addr, up: bool) -> io
                 addr: sin(addr),
                 _pad: [0; 8],
             };
+            // SAFETY: s is our open socket; r is a live ifreq-sized struct.
             if unsafe { libc::ioctl(s, libc::SIOCSIFADDR, &mut r) } < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -70,6 +72,7 @@ pub fn configure_addr(dev: &str, addr: Ipv4Addr, mask: Ipv4Addr, up: bool) -> io
                 addr: sin(mask),
                 _pad: [0; 8],
             };
+            // SAFETY: s is our open socket; m is a live ifreq-sized struct.
             if unsafe { libc::ioctl(s, libc::SIOCSIFNETMASK, &mut m) } < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -79,6 +82,7 @@ pub fn configure_addr(dev: &str, addr: Ipv4Addr, mask: Ipv4Addr, up: bool) -> io
             flags: 0,
             _pad: [0; 22],
         };
+        // SAFETY: s is our open socket; f is a live ifreq-sized struct for the kernel to fill.
         if unsafe { libc::ioctl(s, libc::SIOCGIFFLAGS, &mut f) } < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -87,11 +91,13 @@ pub fn configure_addr(dev: &str, addr: Ipv4Addr, mask: Ipv4Addr, up: bool) -> io
         } else {
             f.flags &= !(libc::IFF_UP as libc::c_short);
         }
+        // SAFETY: s is our open socket; f is a live ifreq-sized struct.
         if unsafe { libc::ioctl(s, libc::SIOCSIFFLAGS, &mut f) } < 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(())
     })();
+    // SAFETY: s is ours and not used after.
     unsafe { libc::close(s) };
     res
 }
@@ -174,21 +180,25 @@ struct RtEntry {
 
 /// Adds the default route via `gw`.
 pub fn default_route(gw: Ipv4Addr) -> io::Result<()> {
+    // SAFETY: socket with integer arguments; closed at the end of the function.
     let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if s < 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: RtEntry is integers and raw pointers: all-zero (null) is a valid value.
     let mut rt: RtEntry = unsafe { std::mem::zeroed() };
     rt.rt_dst = sin(Ipv4Addr::UNSPECIFIED);
     rt.rt_genmask = sin(Ipv4Addr::UNSPECIFIED);
     rt.rt_gateway = sin(gw);
     rt.rt_flags = (libc::RTF_UP | libc::RTF_GATEWAY) as libc::c_ushort;
+    // SAFETY: s is our open socket; rt is a live rtentry (its dev pointer null).
     let r = unsafe { libc::ioctl(s, libc::SIOCADDRT, &mut rt) };
     let res = if r < 0 {
         Err(io::Error::last_os_error())
     } else {
         Ok(())
     };
+    // SAFETY: s is ours and not used after.
     unsafe { libc::close(s) };
     res
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use sbx_core::Severity;
 use sbx_core::audit;
 use sbx_core::exit::Failure;
+use sbx_core::guardian::{Ending, Guardian};
 use sbx_core::supervise::Supervisor;
 use serde_json::{Value, json};
 
@@ -155,13 +156,14 @@ pub fn tap(name: &str, persist: bool, uid: u32, gid: u32) -> Result<(), FcError>
         r.name[i] = b as libc::c_char;
     }
     let fd = f.as_raw_fd();
+    // SAFETY: f keeps the tun fd open; r is a live ifreq for TUNSETIFF.
     unsafe {
         if libc::ioctl(fd, TUNSETIFF as _, &mut r) < 0 {
             return Err(err(io::Error::last_os_error()));
         }
         if persist
-            && (libc::ioctl(fd, TUNSETOWNER as _, uid as libc::c_ulong) < 0
-                || libc::ioctl(fd, TUNSETGROUP as _, gid as libc::c_ulong) < 0)
+            && (libc::ioctl(fd, TUNSETOWNER as _, libc::c_ulong::from(uid)) < 0
+                || libc::ioctl(fd, TUNSETGROUP as _, libc::c_ulong::from(gid)) < 0)
         {
             return Err(err(io::Error::last_os_error()));
         }
@@ -212,6 +214,8 @@ pub fn jailed_pids(id: &str) -> Vec<i32> {
 
 fn kill_jailed(id: &str) {
     for pid in jailed_pids(id) {
+        // SAFETY: kill with integer arguments; the pids are this jail's own processes (read
+        // from its cgroup/proc).
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }
@@ -268,39 +272,6 @@ fn wait_socket(p: &Path, limit: Duration) -> Result<(), FcError> {
     Err(FcError::NoSocket(p.to_path_buf()))
 }
 
-enum Watch {
-    /// In sbx-vm: the pipe's write end; writing a byte releases the reaper.
-    Parent(std::os::fd::OwnedFd),
-    /// In the reaper, once sbx-vm died without releasing it: clean up now.
-    Child,
-}
-
-/// Forks a reaper that blocks on a pipe from sbx-vm. The write end exists
-/// only in sbx-vm (close-on-exec, made after the VMM was spawned), so the
-/// read returns EOF exactly when sbx-vm is gone: killed, unless it wrote
-/// its byte first. The forwarded signals stay blocked in the reaper (as in
-/// sbx-vm), so a Ctrl-C to the group does not take it before it is needed.
-fn death_watch() -> io::Result<Watch> {
-    let (r, w) = sbx_core::fds::pipe()?;
-    match unsafe { libc::fork() } {
-        -1 => Err(io::Error::last_os_error()),
-        0 => {
-            drop(w);
-            let mut b = [0u8; 1];
-            loop {
-                let n = unsafe { libc::read(r.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
-                if n == 1 {
-                    unsafe { libc::_exit(0) };
-                }
-                if n == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-                    return Ok(Watch::Child);
-                }
-            }
-        }
-        _ => Ok(Watch::Parent(w)),
-    }
-}
-
 /// Starts Firecracker (under the jailer when root), configures it, and
 /// starts the instance. Returns the control-channel listener and the VMM.
 pub fn start(
@@ -309,6 +280,7 @@ pub fn start(
     console: &Path,
     log: &Path,
 ) -> Result<(UnixListener, Running), Failure> {
+    // SAFETY: geteuid cannot fail.
     let root_user = unsafe { libc::geteuid() } == 0;
     let port = sbx_vm_init::proto::VSOCK_PORT;
     // Where things are, seen from the host and from Firecracker.
@@ -414,7 +386,7 @@ pub fn start(
         .stderr(Stdio::from(
             std::fs::File::create(log).map_err(|e| Failure::new(format!("VMM log: {e}")))?,
         ));
-    let run_cleanup = move || {
+    let run_all = |cleanup: Vec<Box<dyn FnOnce()>>| {
         for c in cleanup.into_iter().rev() {
             c();
         }
@@ -422,24 +394,36 @@ pub fn start(
     let mut sup = match Supervisor::spawn(cmd, &[]) {
         Ok(s) => s,
         Err(e) => {
-            run_cleanup();
+            run_all(cleanup);
             return Err(e);
         }
     };
     // The jailer's uid drop clears the VMM's parent-death signal: a reaper
-    // process does the clean-up if sbx-vm dies without doing it (SIGKILL).
+    // (a guardian) does the clean-up if sbx-vm dies without doing it
+    // (SIGKILL). The forwarded signals stay blocked in it (as in sbx-vm),
+    // so a Ctrl-C to the group does not take it before it is needed.
     let reaper = if plan.jailer.is_some() {
-        match death_watch() {
-            Ok(Watch::Parent(w)) => Some(w),
-            Ok(Watch::Child) => {
-                run_cleanup();
-                // sbx-vm's run directory too (its Drop never ran).
-                let _ = std::fs::remove_dir_all(&rd.path);
-                unsafe { libc::_exit(0) }
-            }
+        // SAFETY: sbx-vm's own work runs on this one thread (Supervisor::
+        // spawn starts a process, no thread). With --creds the renewal
+        // runtime's worker thread exists too: the reaper only waits, then
+        // kills and removes; glibc's malloc is fork-safe and the one lock
+        // it shares with that worker, the audit log's, is held for one
+        // write at a time.
+        let g = unsafe {
+            Guardian::spawn(|w| {
+                if let Ending::OwnerGone(_) = w.wait() {
+                    run_all(std::mem::take(&mut cleanup));
+                    // sbx-vm's run directory too (its Drop never ran).
+                    let _ = std::fs::remove_dir_all(&rd.path);
+                }
+                0
+            })
+        };
+        match g {
+            Ok(g) => Some(g),
             Err(e) => {
                 let _ = sup.kill();
-                run_cleanup();
+                run_all(cleanup);
                 return Err(Failure::new(format!("start the VMM reaper: {e}")));
             }
         }
@@ -447,10 +431,10 @@ pub fn start(
         None
     };
     let run_cleanup = move || {
-        run_cleanup();
-        // Done: the reaper may go (its read returns a byte, not EOF).
-        if let Some(w) = reaper {
-            unsafe { libc::write(w.as_raw_fd(), b"d".as_ptr().cast(), 1) };
+        run_all(cleanup);
+        // Done: the reaper may go.
+        if let Some(g) = reaper {
+            g.release();
         }
     };
     let configured = (|| -> Result<Value, FcError> {

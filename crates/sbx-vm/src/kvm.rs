@@ -32,6 +32,7 @@ pub fn probe_at(dev: &Path, modules: &Path) -> KvmState {
         Err(e) => return no(format!("cannot open {}: {e}", dev.display())),
     };
     use std::os::fd::AsRawFd;
+    // SAFETY: f keeps /dev/kvm open; KVM_GET_API_VERSION takes no pointer.
     let v = unsafe { libc::ioctl(f.as_raw_fd(), KVM_GET_API_VERSION as _, 0) };
     if v != 12 {
         return no(format!("{}: KVM_GET_API_VERSION gave {v}", dev.display()));

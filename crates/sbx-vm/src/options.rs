@@ -282,6 +282,7 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
         }
         Vmm::Firecracker => {
             let bin = fc.expect("checked");
+            // SAFETY: geteuid cannot fail.
             let jailer = if unsafe { libc::geteuid() } == 0 {
                 let j = match &cli.jailer {
                     Some(p) => p.clone(),
@@ -302,6 +303,7 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
                     "--net sbx-net: only with --backend qemu (the Firecracker tap path is not implemented)",
                 ));
             }
+            // SAFETY: geteuid cannot fail.
             if creds.is_some() && unsafe { libc::geteuid() } != 0 {
                 return Err(Failure::new(
                     "the sbx-creds options with --backend firecracker need root (MMDS needs a tap device)",

@@ -40,6 +40,7 @@ pub fn parse_owner(name: &str, prefix: &str) -> Option<(i32, u64)> {
 
 /// The base directory of this user's run directories.
 pub fn base() -> PathBuf {
+    // SAFETY: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
     std::env::temp_dir().join(format!("sbx-vm-{uid}"))
 }
@@ -76,6 +77,7 @@ impl RunDir {
             Err(e) => return Err(io_err(&base)(e)),
         }
         let m = std::fs::symlink_metadata(&base).map_err(io_err(&base))?;
+        // SAFETY: geteuid cannot fail.
         if !m.is_dir() || m.uid() != unsafe { libc::geteuid() } || m.mode() & 0o077 != 0 {
             return Err(RunDirError::NotPrivate(base));
         }

@@ -125,6 +125,7 @@ fn wait_fd(fd: RawFd, vmm: &Vmm, sig: &SignalFd, deadline: Instant) -> Result<Wa
                 revents: 0,
             },
         ];
+        // SAFETY: p is a live array of p.len() pollfds.
         let n = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -553,6 +554,7 @@ fn wake_is_vmm(w: &Wake) -> bool {
 /// blocking (the writer thread shares it: O_NONBLOCK on the shared file
 /// would make its writes fail with EAGAIN).
 fn recv_nb(c: &UnixStream, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: c keeps the socket open; buf is a live buffer of buf.len() bytes.
     let n = unsafe {
         libc::recv(
             c.as_raw_fd(),

@@ -214,6 +214,7 @@ fn sigkill_of_sbx_vm_takes_the_vmm_and_next_run_reaps() {
     })
     .expect("vm_started");
     let vmm = started["vmm_pid"].as_i64().unwrap() as i32;
+    // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -110,6 +110,7 @@ struct KillOnDrop(i32);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
+        // SAFETY: kill with integer arguments (a pid the test started).
         unsafe { libc::kill(self.0, libc::SIGTERM) };
     }
 }
@@ -305,6 +306,7 @@ fn creds_revoked_at_ttl_and_on_sigterm() {
         b.accessor_alive(&accessor),
         "child token not alive while the VM runs"
     );
+    // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(code(&out), 143, "stderr: {}", stderr(&out));
@@ -474,6 +476,7 @@ fn creds_into_firecracker_mmds() {
         e["event"] == "vm_firecracker_started" || e["event"] == "setup_failed"
     });
     let Some(ev) = ev.filter(|e| e["event"] == "vm_firecracker_started") else {
+        // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
         unsafe { libc::kill(pid, libc::SIGTERM) };
         let out = child.wait_with_output().unwrap();
         panic!("firecracker not configured: {}", stderr(&out));
@@ -500,6 +503,7 @@ fn creds_into_firecracker_mmds() {
     let login = assert_event(&vm.audit, "login", "info", |_| true);
     assert_eq!(login["tool"], "sbx-vm");
     std::mem::forget(guard);
+    // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(code(&out), 143, "{}", stderr(&out));

@@ -32,6 +32,7 @@ struct KillOnDrop(i32);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
+        // SAFETY: kill with integer arguments (a pid the test started).
         unsafe { libc::kill(self.0, libc::SIGTERM) };
     }
 }
@@ -185,6 +186,7 @@ fn api_configuration_jail_and_mmds() {
 
     // Stop it: everything goes (jail, tap, process).
     std::mem::forget(guard);
+    // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(code(&out), 143, "{}", stderr(&out));
@@ -273,6 +275,7 @@ fn sigkill_of_sbx_vm_takes_the_jailed_vmm() {
     let vm = Vm::new();
     let jail_base = vm.tmp.path().join("jail");
     let (mut child, root, id) = jailed_start(&vm, &guest, &jail_base);
+    // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     wait_gone(&id, &root);
@@ -303,7 +306,9 @@ fn stale_jail_reaped_on_next_start() {
         .filter(|p| !vmm.contains(p))
         .collect();
     assert_eq!(reapers.len(), 1, "one reaper beside the VMM: {kids}");
+    // SAFETY: kill with integer arguments (the reaper, a child of our sbx-vm child).
     unsafe { libc::kill(reapers[0], libc::SIGKILL) };
+    // SAFETY: kill with integer arguments; sbx-vm is our child, not yet reaped.
     unsafe { libc::kill(me as i32, libc::SIGKILL) };
     let _ = child.wait();
     assert!(root.exists());

@@ -225,6 +225,7 @@ fn sigterm_is_forwarded_and_audit_exported() {
         e["event"] == "vm_guest_ready"
     });
     assert!(ready.is_some(), "guest never got ready");
+    // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(code(&out), 143, "stderr: {}", stderr(&out));

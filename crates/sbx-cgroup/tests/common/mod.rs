@@ -108,6 +108,8 @@ impl Drop for TestParent {
                 // frozen (unkillable) processes behind.
                 let _ = std::fs::write(c.join("freezer.state"), "THAWED");
                 for p in pids_in(&c) {
+                    // SAFETY: kill with integer arguments; the pids are left in the test's own
+                    // cgroup.
                     unsafe { libc::kill(p, libc::SIGKILL) };
                 }
                 if std::fs::remove_dir(&c).is_err() {

@@ -15,10 +15,12 @@ pub enum FuseMountError {
 }
 
 pub fn open_dev() -> Result<OwnedFd, FuseMountError> {
+    // SAFETY: the path is a NUL-ended literal; the fd is owned just below.
     let fd = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     if fd < 0 {
         return Err(FuseMountError::Open(io::Error::last_os_error()));
     }
+    // SAFETY: fd was just returned by open (>= 0) and is owned by no one else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 

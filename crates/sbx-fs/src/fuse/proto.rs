@@ -320,6 +320,7 @@ mod tests {
         assert_eq!(attr_out(1, &Attr::default()).len(), 104);
         assert_eq!(init_out(31, 0, 4096).len(), 64);
         assert_eq!(open_out(1).len(), 16);
+        // SAFETY: libc::statvfs is plain integers: all-zero is a valid value.
         let st: libc::statvfs = unsafe { std::mem::zeroed() };
         assert_eq!(statfs_out(&st).len(), 80);
         let mut o = Out::default();

@@ -106,7 +106,7 @@ pub struct Server {
 }
 
 fn top_id(g: usize, dir: bool) -> u64 {
-    2 + 2 * g as u64 + dir as u64
+    2 + 2 * g as u64 + u64::from(dir)
 }
 
 fn errno(e: &io::Error) -> i32 {
@@ -140,6 +140,7 @@ impl Server {
     pub fn run(mut self) {
         let mut buf = vec![0u8; BUF];
         loop {
+            // SAFETY: dev is the open /dev/fuse fd; buf is a live buffer of buf.len() bytes.
             let n = unsafe { libc::read(self.dev.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
             if n < 0 {
                 match io::Error::last_os_error().raw_os_error() {
@@ -161,6 +162,8 @@ impl Server {
             let destroy = req.opcode == op::DESTROY;
             if let Some(msg) = self.handle(&req) {
                 // ENOENT: the request was interrupted; nothing to do.
+                // SAFETY: dev is the open /dev/fuse fd; msg is a live buffer of msg.len()
+                // bytes.
                 unsafe { libc::write(self.dev.as_raw_fd(), msg.as_ptr().cast(), msg.len()) };
             }
             if destroy {
@@ -213,7 +216,10 @@ impl Server {
     }
 
     fn pass_attr(&self, fd: RawFd) -> io::Result<Attr> {
+        // SAFETY: libc::stat is plain integers: all-zero is a valid value.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: the empty path is a NUL-ended literal and st a live stat for the kernel to
+        // fill.
         let r = unsafe {
             libc::fstatat(
                 fd,
@@ -318,6 +324,8 @@ impl Server {
             op::READLINK => match self.class(r.nodeid).ok_or(libc::ENOENT)? {
                 Class::Pass(_, fd) => {
                     let mut b = vec![0u8; libc::PATH_MAX as usize];
+                    // SAFETY: fd is a node's open O_PATH fd; b is a live buffer of b.len()
+                    // bytes.
                     let n = unsafe {
                         libc::readlinkat(fd, c"".as_ptr(), b.as_mut_ptr().cast(), b.len())
                     };
@@ -347,6 +355,8 @@ impl Server {
                 match self.handles.get(&fh) {
                     Some(Handle::File(f)) => {
                         let mut b = vec![0u8; size.min(BUF)];
+                        // SAFETY: f is an open handle's fd; b is a live buffer of b.len()
+                        // bytes.
                         let n = unsafe {
                             libc::pread(f.as_raw_fd(), b.as_mut_ptr().cast(), b.len(), off as i64)
                         };
@@ -403,6 +413,7 @@ impl Server {
                 }
             }
             op::STATFS => {
+                // SAFETY: libc::statvfs is plain integers: all-zero is a valid value.
                 let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
                 st.f_bsize = 4096;
                 st.f_frsize = 4096;
@@ -541,6 +552,7 @@ impl Server {
             Class::Pass(p, fd) => (fd, p.join(OsStr::from_bytes(name))),
         };
         let c = std::ffi::CString::new(name).map_err(|_| libc::EINVAL)?;
+        // SAFETY: c is a NUL-ended name alive for the call; the fd is owned just below.
         let fd = unsafe {
             libc::openat(
                 dirfd,
@@ -551,6 +563,7 @@ impl Server {
         if fd < 0 {
             return Err(errno(&io::Error::last_os_error()));
         }
+        // SAFETY: fd was just returned by openat (>= 0) and is owned by no one else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let a = self.pass_attr(fd.as_raw_fd()).map_err(|e| errno(&e))?;
         let st = crate::sys::fstat(fd.as_raw_fd()).map_err(|e| errno(&e))?;
@@ -617,6 +630,7 @@ impl Server {
                 }
                 let proc = format!("/proc/self/fd/{fd}");
                 let c = std::ffi::CString::new(proc).map_err(|_| libc::EINVAL)?;
+                // SAFETY: c is a NUL-ended path alive for the call; the fd is owned just below.
                 let f = unsafe {
                     libc::open(
                         c.as_ptr(),
@@ -626,6 +640,7 @@ impl Server {
                 if f < 0 {
                     return Err(errno(&io::Error::last_os_error()));
                 }
+                // SAFETY: f was just returned by open (>= 0) and is owned by no one else.
                 Handle::File(unsafe { OwnedFd::from_raw_fd(f) })
             }
         };
@@ -636,8 +651,8 @@ impl Server {
     fn opendir(&mut self, nodeid: u64, pid: u32) -> Result<Vec<u8>, i32> {
         let dots = |ino: u64| {
             vec![
-                (ino, libc::DT_DIR as u32, b".".to_vec()),
-                (ino, libc::DT_DIR as u32, b"..".to_vec()),
+                (ino, u32::from(libc::DT_DIR), b".".to_vec()),
+                (ino, u32::from(libc::DT_DIR), b"..".to_vec()),
             ]
         };
         let h = match self.class(nodeid).ok_or(libc::ENOENT)? {
@@ -657,7 +672,7 @@ impl Server {
                         Ok(t) if t.is_symlink() => libc::DT_LNK,
                         _ => libc::DT_UNKNOWN,
                     };
-                    v.push((e.ino(), typ as u32, e.file_name().as_bytes().to_vec()));
+                    v.push((e.ino(), u32::from(typ), e.file_name().as_bytes().to_vec()));
                 }
                 Handle::Dir(v)
             }
