@@ -878,18 +878,16 @@ fn supervise(
     let mut argv: Vec<OsString> = Vec::new();
     if let Some(c) = &a.spec.cgroup_bin {
         argv.push(os(c));
-        if let Some(m) = &a.spec.memory {
-            argv.extend([os("--memory"), os(m)]);
-        }
-        if let Some(n) = a.spec.pids {
-            argv.extend([os("--pids"), os(n.to_string())]);
-        }
-        if let Some(c) = &a.spec.cpus {
-            argv.extend([os("--cpus"), os(c)]);
-        }
-        if let Some(t) = &a.spec.timeout {
-            argv.extend([os("--timeout"), os(t)]);
-        }
+        argv.extend(
+            sbx_spec::CgroupSpec {
+                memory: a.spec.memory.clone(),
+                pids: a.spec.pids.map(|n| n.to_string()),
+                cpus: a.spec.cpus.clone(),
+                timeout: a.spec.timeout.clone(),
+                ..sbx_spec::CgroupSpec::default()
+            }
+            .args(),
+        );
         argv.push(os("--"));
     }
     argv.push(os(&a.spec.runsc));
