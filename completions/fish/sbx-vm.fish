@@ -30,11 +30,15 @@ complete -c sbx-vm -l vault-addr -d 'Server address (http:// or https://)' -r
 complete -c sbx-vm -l ca-cert -d 'PEM file of the CA(s) to trust for an https:// server (VAULT_SKIP_VERIFY is never honoured)' -r -F
 complete -c sbx-vm -l namespace -d 'Vault Enterprise / OpenBao namespace' -r
 complete -c sbx-vm -l auth -d 'How to authenticate' -r -f -a "token\t'A token from --token-file or VAULT_TOKEN'
-approle\t'AppRole login with --role-id-file and --secret-id-file'"
+approle\t'AppRole login with --role-id-file and --secret-id-file'
+kubernetes\t'Kubernetes login: the service-account token (--kubernetes-token-file) and --kubernetes-role'"
 complete -c sbx-vm -l token-file -d 'File holding the token (--auth token); else VAULT_TOKEN' -r -F
 complete -c sbx-vm -l role-id-file -d 'File holding the AppRole role-id (--auth approle)' -r -F
 complete -c sbx-vm -l secret-id-file -d 'File holding the AppRole secret-id, or a response-wrapping token for it with --secret-id-wrapped (--auth approle)' -r -F
 complete -c sbx-vm -l approle-mount -d 'Mount of the AppRole auth method' -r
+complete -c sbx-vm -l kubernetes-role -d 'Role to log in as (--auth kubernetes)' -r
+complete -c sbx-vm -l kubernetes-token-file -d 'File holding the pod\'s service-account token, a JWT (--auth kubernetes; a projected token with the audience the server\'s role expects, e.g. /var/run/secrets/tokens/vault)' -r -F
+complete -c sbx-vm -l kubernetes-mount -d 'Mount of the Kubernetes (or JWT) auth method (--auth kubernetes)' -r
 complete -c sbx-vm -l secret -d 'ENV=MOUNT/PATH#KEY: a KV secret\'s KEY as ENV (repeatable)' -r
 complete -c sbx-vm -l secret-all -d 'PREFIX=MOUNT/PATH: every key K of the secret as PREFIX_K (repeatable)' -r
 complete -c sbx-vm -l lease -d 'ENV=PATH[?NAME=VALUE&...]#FIELD: a dynamic secret with a lease, renewed during the session, revoked at its end (repeatable)' -r

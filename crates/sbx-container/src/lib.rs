@@ -322,6 +322,8 @@ fn run_cmd(cli: &Cli) -> Result<i32, Failure> {
         run::cleanup(&eng.docker, &mut created).await;
         for (_, v) in spec.secret_env.iter_mut() {
             // Overwrite the copies this process made.
+            // SAFETY: all-zero bytes are valid UTF-8 (NUL characters), so
+            // the String stays valid.
             unsafe { v.as_bytes_mut().fill(0) };
         }
         if let Some(c) = creds {

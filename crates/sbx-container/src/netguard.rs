@@ -45,7 +45,7 @@ pub fn check_possible(engine_url: &str) -> Result<(), NetError> {
                 .into(),
         ));
     }
-    if unsafe { libc::geteuid() } != 0 {
+    if nix::unistd::geteuid().as_raw() != 0 {
         return Err(NetError::Refused(
             "the host behind an internal network is reachable at its gateway; blocking it needs root (host nftables \
              rules): use --net none"

@@ -312,6 +312,8 @@ fn parent_thread() -> mpsc::Receiver<()> {
                 revents: 0,
             };
             loop {
+                // SAFETY: `p` is one live pollfd; its fd is sbx-core's
+                // process-wide parent pidfd, never closed.
                 let n = unsafe { libc::poll(&mut p, 1, -1) };
                 if n > 0 {
                     let _ = tx.blocking_send(());

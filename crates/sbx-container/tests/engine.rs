@@ -260,6 +260,7 @@ fn hardening_caps_nnp_seccomp_user_and_exit_status() {
         "{hc}"
     );
     assert_eq!(ins["Config"]["User"], "65534:65534");
+    // SAFETY: kill(2) takes no pointers; `child` is not reaped yet.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let st = child.wait().unwrap();
     assert_eq!(sbx_core_code(st), 143);
@@ -511,6 +512,7 @@ fn secrets_reach_the_command_but_never_inspect() {
         let (_, body) = c.pod.get(&format!("/exec/{}/json", e.as_str().unwrap()));
         assert!(!body.contains(&secret), "secret in exec inspect: {body}");
     }
+    // SAFETY: kill(2) takes no pointers; `child` is not reaped yet.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
     assert!(
@@ -535,6 +537,7 @@ fn sigint_and_timeout_clean_up() {
         .spawn()
         .unwrap();
     wait_ready(&mut child);
+    // SAFETY: kill(2) takes no pointers; `child` is not reaped yet.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let st = child.wait().unwrap();
     assert_eq!(sbx_core_code(st), 130);
@@ -839,6 +842,7 @@ fn anonymous_volumes_are_removed_with_the_container() {
         .unwrap()
         .to_string();
     assert_eq!(c.pod.get(&format!("/volumes/{vol}")).0, 200);
+    // SAFETY: kill(2) takes no pointers; `child` is not reaped yet.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert_eq!(sbx_core_code(child.wait().unwrap()), 143);
     assert_eq!(
@@ -942,6 +946,7 @@ fn sbx_creds_library_secrets_reach_the_command_only_and_are_revoked() {
     let ins = c.pod.json(&format!("/containers/{cid}/json"));
     assert!(!ins.to_string().contains(&secret), "secret in inspect");
     assert!(!ins.to_string().contains(&b.root), "token in inspect");
+    // SAFETY: kill(2) takes no pointers; `child` is not reaped yet.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     child.wait().unwrap();
     let log = std::fs::read_to_string(c.log()).unwrap();

@@ -1,6 +1,6 @@
 //! How sbx-creds proves who it is. Every method implements [`AuthMethod`];
-//! a new one (JWT/OIDC, Kubernetes) is one more implementation and one more
-//! arm in [`AuthConfig::method`].
+//! a new one (OIDC, ...) is one more implementation and one more arm in
+//! [`AuthConfig::method`].
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +23,8 @@ pub enum AuthError {
     NoToken,
     #[error("--auth approle needs --role-id-file and --secret-id-file")]
     AppRoleIncomplete,
+    #[error("--auth kubernetes needs --kubernetes-role")]
+    KubernetesIncomplete,
     #[error("{0}")]
     Vault(#[from] VaultError),
 }
@@ -62,6 +64,15 @@ pub enum AuthConfig {
         secret_id_file: PathBuf,
         wrapped: bool,
     },
+    /// The pod's service-account token (a JWT) posted with a role to
+    /// `auth/MOUNT/login`: OpenBao/Vault's Kubernetes method, or its JWT
+    /// method (the same request) where the server checks the token against
+    /// the cluster's signing keys.
+    Kubernetes {
+        mount: String,
+        role: String,
+        token_file: PathBuf,
+    },
 }
 
 impl AuthConfig {
@@ -92,6 +103,15 @@ impl AuthConfig {
                 role_id: read_secret_file("--role-id-file", role_id_file)?,
                 secret_id: read_secret_file("--secret-id-file", secret_id_file)?,
                 wrapped: *wrapped,
+            })),
+            AuthConfig::Kubernetes {
+                mount,
+                role,
+                token_file,
+            } => Ok(Box::new(KubernetesAuth {
+                mount: mount.clone(),
+                role: role.clone(),
+                jwt: read_secret_file("--kubernetes-token-file", token_file)?,
             })),
         }
     }
@@ -184,17 +204,58 @@ impl AuthMethod for AppRoleAuth {
         )
         .await
         .map_err(|e| vault.map_err(&format!("approle login (auth/{}/login)", self.mount), e))?;
-        let batch = auth.token_type == "batch";
-        let token = SecretString::from(auth.client_token);
-        vault.set_token(&token);
-        Ok(Login {
-            batch,
-            token,
-            accessor: auth.accessor,
-            ttl: auth.lease_duration,
-            renewable: auth.renewable,
-            created: true,
-            method: "approle",
-        })
+        Ok(created_login(vault, auth, "approle"))
+    }
+}
+
+/// A token a login request created for the session (revoked at its end).
+fn created_login(vault: &mut Vault, auth: vaultrs::api::AuthInfo, method: &'static str) -> Login {
+    let batch = auth.token_type == "batch";
+    let token = SecretString::from(auth.client_token);
+    vault.set_token(&token);
+    Login {
+        batch,
+        token,
+        accessor: auth.accessor,
+        ttl: auth.lease_duration,
+        renewable: auth.renewable,
+        created: true,
+        method,
+    }
+}
+
+/// Kubernetes: the service-account token (read before the command starts,
+/// never passed on) and a role. The server decides what the token proves
+/// (the Kubernetes method asks the cluster's TokenReview API; the JWT
+/// method checks its signature, issuer, audience and subject).
+pub struct KubernetesAuth {
+    mount: String,
+    role: String,
+    jwt: SecretString,
+}
+
+#[async_trait]
+impl AuthMethod for KubernetesAuth {
+    fn name(&self) -> &'static str {
+        "kubernetes"
+    }
+    async fn login(&self, vault: &mut Vault) -> Result<Login, AuthError> {
+        let auth = vaultrs::auth::kubernetes::login(
+            &vault.client,
+            &self.mount,
+            &self.role,
+            self.jwt.expose_secret(),
+        )
+        .await
+        .map_err(|e| {
+            vault.map_err(
+                &format!(
+                    "kubernetes login (auth/{}/login, role {})",
+                    self.mount, self.role
+                ),
+                e,
+            )
+        })?;
+        Ok(created_login(vault, auth, "kubernetes"))
     }
 }

@@ -30,7 +30,7 @@ pub use vault::ServerConfig;
 pub const TOOL: &str = "sbx-creds";
 
 pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
-    about: "sbx-creds logs in to Vault or OpenBao, fetches the secrets named by --secret, --secret-all, --lease and --child-token, and runs CMD with them as environment variables, and nowhere else. It supervises CMD (fork, wait, forward signals), keeps leases renewed while CMD runs, stops CMD when the session TTL (--ttl) is reached, and revokes every token and lease it created for the session before it exits, whether CMD exited, failed or was signalled. The token sbx-creds authenticates with (--token-file, VAULT_TOKEN, or the AppRole login token) never reaches CMD: VAULT_TOKEN and BAO_TOKEN are removed from CMD's environment and wiped from sbx-creds' own /proc/PID/environ, and sbx-creds makes itself non-dumpable so a CMD of the same uid cannot ptrace it or read its memory. It is the outermost layer of a chain: sbx-creds ... -- sbx-fs ... -- CMD.",
+    about: "sbx-creds logs in to Vault or OpenBao, fetches the secrets named by --secret, --secret-all, --lease and --child-token, and runs CMD with them as environment variables, and nowhere else. It supervises CMD (fork, wait, forward signals), keeps leases renewed while CMD runs, stops CMD when the session TTL (--ttl) is reached, and revokes every token and lease it created for the session before it exits, whether CMD exited, failed or was signalled. The token sbx-creds authenticates with (--token-file, VAULT_TOKEN, or the AppRole or Kubernetes login token; the service-account token too) never reaches CMD: VAULT_TOKEN and BAO_TOKEN are removed from CMD's environment and wiped from sbx-creds' own /proc/PID/environ, and sbx-creds makes itself non-dumpable so a CMD of the same uid cannot ptrace it or read its memory. It is the outermost layer of a chain: sbx-creds ... -- sbx-fs ... -- CMD.",
     exit_status: "CMD's exit status, unchanged; 128+N when CMD was killed by signal N (also when sbx-creds stopped it at the TTL: 143 for SIGTERM, 137 for SIGKILL). 125 when sbx-creds itself failed: bad usage, a malformed spec, an unreachable server (within --timeout), a failed login, a missing secret or key, an answer that is not what the API promises; in each case CMD was not started and whatever had been created on the server was revoked first. 126 when CMD is not executable, 127 when it is not found (secrets revoked first). A revocation that fails at the end does not change the status: it is an alert in the audit log and a line on stderr.",
     inherited_state: "CMD inherits sbx-creds' environment minus VAULT_TOKEN and BAO_TOKEN, plus one variable per secret; fds 0, 1 and 2 (and the audit log fd when CMD is an sbx tool); no credentials of sbx-creds: it holds the Vault token, CMD only the values (and the --child-token, when asked for).",
     environment: "- VAULT_ADDR, VAULT_CACERT, VAULT_NAMESPACE: --vault-addr, --ca-cert and --namespace when those are not given.\n- VAULT_TOKEN: the token for --auth token. VAULT_TOKEN and BAO_TOKEN are never passed to the command.",
@@ -64,6 +64,8 @@ pub enum AuthKind {
     Token,
     /// AppRole login with --role-id-file and --secret-id-file.
     Approle,
+    /// Kubernetes login: the service-account token (--kubernetes-token-file) and --kubernetes-role.
+    Kubernetes,
 }
 
 #[derive(Parser, Debug)]
@@ -140,6 +142,22 @@ pub struct Args {
     /// Mount of the AppRole auth method.
     #[arg(long, value_name = "MOUNT", default_value = "approle")]
     pub approle_mount: String,
+
+    /// Role to log in as (--auth kubernetes).
+    #[arg(long, value_name = "ROLE")]
+    pub kubernetes_role: Option<String>,
+
+    /// File holding the pod's service-account token, a JWT (--auth kubernetes; a projected token with the audience the server's role expects, e.g. /var/run/secrets/tokens/vault).
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    )]
+    pub kubernetes_token_file: PathBuf,
+
+    /// Mount of the Kubernetes (or JWT) auth method (--auth kubernetes).
+    #[arg(long, value_name = "MOUNT", default_value = "kubernetes")]
+    pub kubernetes_mount: String,
 
     /// ENV=MOUNT/PATH#KEY: a KV secret's KEY as ENV (repeatable).
     #[arg(long, value_name = "ENV=MOUNT/PATH#KEY")]
@@ -248,7 +266,28 @@ impl Args {
                 "--vault-addr: not given and VAULT_ADDR is not set",
             ));
         }
+        if self.auth != AuthKind::Kubernetes && self.kubernetes_role.is_some() {
+            return Err(Failure::new("--kubernetes-role needs --auth kubernetes"));
+        }
         let auth = match self.auth {
+            AuthKind::Kubernetes => {
+                if self.token_file.is_some()
+                    || self.role_id_file.is_some()
+                    || self.secret_id_file.is_some()
+                {
+                    return Err(Failure::new(
+                        "--token-file/--role-id-file/--secret-id-file do not go with --auth kubernetes",
+                    ));
+                }
+                let Some(role) = self.kubernetes_role.clone().filter(|r| !r.is_empty()) else {
+                    return Err(Failure::new("--auth kubernetes needs --kubernetes-role"));
+                };
+                AuthConfig::Kubernetes {
+                    mount: self.kubernetes_mount.trim_matches('/').to_string(),
+                    role,
+                    token_file: self.kubernetes_token_file.clone(),
+                }
+            }
             AuthKind::Token => {
                 if self.role_id_file.is_some()
                     || self.secret_id_file.is_some()

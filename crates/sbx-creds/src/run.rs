@@ -24,11 +24,12 @@ pub const SCRUBBED: &[&str] = &["VAULT_TOKEN", "BAO_TOKEN"];
 /// non-dumpable, so a command of the same uid can neither ptrace it nor
 /// read its /proc files. Call at start-up, before any thread exists.
 pub fn take_env_token() -> Option<SecretString> {
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    let _ = nix::sys::prctl::set_dumpable(false);
     let token = std::env::var("VAULT_TOKEN").ok().map(SecretString::from);
     for name in SCRUBBED {
         wipe_environ_value(name);
-        // SAFETY: start-up, single-threaded.
+        // SAFETY: called at start-up before any thread exists (see above),
+        // so no other thread reads or writes the environment meanwhile.
         unsafe { std::env::remove_var(name) };
     }
     token
@@ -40,6 +41,11 @@ fn wipe_environ_value(name: &str) {
         static mut environ: *mut *mut libc::c_char;
     }
     let prefix = format!("{name}=");
+    // SAFETY: single-threaded start-up (the caller's contract), so nothing
+    // changes the environment meanwhile; `environ` is libc's NULL-terminated
+    // array of NUL-terminated, writable strings; each slice covers exactly
+    // `strlen` bytes of one of them and only bytes after `NAME=` are
+    // overwritten, never a terminator.
     unsafe {
         let mut p = environ;
         if p.is_null() {
@@ -162,6 +168,9 @@ pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
     };
     // The command starts with an empty signal mask whatever this process
     // inherited or blocked (std does not reset it on every path).
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls sigemptyset and pthread_sigmask on a local set: async-signal-
+    // safe, no allocation, no lock; an all-zero sigset_t is a valid value.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
             let mut set: libc::sigset_t = std::mem::zeroed();

@@ -98,6 +98,27 @@ fn malformed_specs_and_flags() {
             "--role-id-file",
         ),
         (
+            &["--auth", "kubernetes", "--secret", "A=secret/app#db"],
+            "--kubernetes-role",
+        ),
+        (
+            &["--kubernetes-role", "r", "--secret", "A=secret/app#db"],
+            "--kubernetes-role needs --auth kubernetes",
+        ),
+        (
+            &[
+                "--auth",
+                "kubernetes",
+                "--kubernetes-role",
+                "r",
+                "--kubernetes-token-file",
+                "/nonexistent/sa-token",
+                "--secret",
+                "A=secret/app#db",
+            ],
+            "/nonexistent/sa-token",
+        ),
+        (
             &[
                 "--secret",
                 "A=secret/app#db",

@@ -41,6 +41,9 @@ fn start_pg() -> Result<Pg, String> {
     let dir = shared_tempdir();
     let data = dir.path().join("data");
     let drop_priv = move || {
+        // SAFETY: runs only in a forked child before exec (pre_exec below):
+        // setgroups with a count of 0 reads no list (null is allowed),
+        // setgid/setuid take plain ids; all async-signal-safe.
         if unsafe {
             libc::setgroups(0, std::ptr::null()) != 0
                 || libc::setgid(gid) != 0
@@ -50,6 +53,8 @@ fn start_pg() -> Result<Pg, String> {
         }
         Ok(())
     };
+    // SAFETY: the pre_exec closure (drop_priv) only makes async-signal-safe
+    // calls and allocates nothing.
     let out = unsafe {
         Command::new(&initdb)
             .args(["-U", "postgres", "--auth=trust", "-N", "-E", "UTF8", "-D"])
@@ -71,6 +76,9 @@ fn start_pg() -> Result<Pg, String> {
     let (tx, rx) = std::sync::mpsc::channel();
     let (data2, sock) = (data.clone(), dir.path().to_path_buf());
     std::thread::spawn(move || {
+        // SAFETY: the pre_exec closure only makes async-signal-safe calls
+        // (set*id, prctl with plain integers) and allocates nothing; this
+        // thread stays parked, so PDEATHSIG fires only when the test ends.
         let child = unsafe {
             Command::new(&postgres)
                 .arg("-D")

@@ -471,6 +471,8 @@ fn signals_still_revoke() {
                     == 2),
                 "secrets never injected"
             );
+            // SAFETY: kill(2) takes no pointers; `child` is not reaped yet,
+            // so its pid is still ours.
             unsafe { libc::kill(child.id() as i32, sig) };
             let out = child.wait_with_output().unwrap();
             assert_eq!(code(&out), want, "{}", stderr(&out));
@@ -529,11 +531,14 @@ fn sigkill_leaves_tokens_that_expire_at_the_ttl() {
     for k in kids.split_whitespace() {
         let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
         if comm.trim() == "sbx-creds" {
+            // SAFETY: kill(2) takes no pointers; `k` is a child of our
+            // unreaped `child`, read from its /proc children list.
             unsafe { libc::kill(k.parse().unwrap(), libc::SIGKILL) };
             guardians += 1;
         }
     }
     assert_eq!(guardians, 1, "no guardian among {kids}");
+    // SAFETY: kill(2) takes no pointers; `child` is not reaped yet.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     let session = login_accessor(&w);
@@ -835,6 +840,7 @@ fn sigterm_before_the_command_starts() {
     conns
         .recv_timeout(Duration::from_secs(20))
         .expect("no request");
+    // SAFETY: kill(2) takes no pointers; `child` is not reaped yet.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(code(&out), 143, "{}", stderr(&out));
@@ -938,4 +944,159 @@ fn uncappable_login_token_is_reported() {
         e["kind"] == "session_token"
     });
     assert!(stderr(&out).contains("revocation failed"));
+}
+
+/// A service-account token shaped as Kubernetes issues them (RS256; `iss`,
+/// `sub` system:serviceaccount:NS:NAME, `aud`, `kubernetes.io`), signed
+/// with `key` (openssl). Returns the JWT.
+fn service_account_jwt(w: &Work, key: &std::path::Path, sub: &str) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let header = r#"{"alg":"RS256","typ":"JWT","kid":"sbx-test"}"#;
+    let (ns, name) = sub
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|r| r.split_once(':'))
+        .unwrap();
+    let payload = json!({
+        "iss": "https://kubernetes.default.svc.cluster.local",
+        "sub": sub,
+        "aud": ["vault"],
+        "iat": now, "nbf": now, "exp": now + 600,
+        "kubernetes.io": {"namespace": ns, "serviceaccount": {"name": name, "uid": "0b1c2d3e"}},
+    })
+    .to_string();
+    let script = r#"b64() { basenc --base64url -w0 | tr -d '='; }
+h=$(printf '%s' "$H" | b64); p=$(printf '%s' "$P" | b64)
+s=$(printf '%s.%s' "$h" "$p" | openssl dgst -sha256 -sign "$K" -binary | b64)
+printf '%s.%s.%s' "$h" "$p" "$s""#;
+    let out = std::process::Command::new("sh")
+        .args(["-c", script])
+        .env("H", header)
+        .env("P", payload)
+        .env("K", key)
+        .current_dir(w.dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "sign: {}", stderr(&out));
+    stdout(&out)
+}
+
+/// --auth kubernetes: the pod's service-account token and a role posted to
+/// auth/MOUNT/login. Here the mount is OpenBao's JWT method configured
+/// with the test's signing key (the same login request as the Kubernetes
+/// method, whose server side would ask a cluster's TokenReview API): the
+/// session token is capped to --ttl and revoked at the end, the JWT reaches
+/// neither the command nor the audit log; a token of another service
+/// account is refused (125, one line naming the login). As root and as the
+/// unprivileged user.
+#[test]
+fn kubernetes_login_with_the_service_account_token() {
+    let b = bao_or_skip!();
+    let w = Work::new();
+    let key = w.path("sa-key.pem");
+    let pubkey = w.path("sa-pub.pem");
+    for args in [
+        vec![
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+        ],
+        vec!["pkey", "-pubout", "-in"],
+    ] {
+        let mut c = std::process::Command::new("openssl");
+        c.args(&args);
+        if args[0] == "genpkey" {
+            c.arg(&key);
+        } else {
+            c.arg(&key).arg("-out").arg(&pubkey);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "openssl {args:?}: {}", stderr(&o));
+    }
+    let mount = format!("k8s-{}", sbx_testutil::openbao::random_hex(6));
+    b.call(
+        "POST",
+        &format!("sys/auth/{mount}"),
+        Some(json!({"type": "jwt"})),
+    );
+    b.call(
+        "POST",
+        &format!("auth/{mount}/config"),
+        Some(json!({
+            "jwt_validation_pubkeys": [std::fs::read_to_string(&pubkey).unwrap()],
+            "bound_issuer": "https://kubernetes.default.svc.cluster.local",
+        })),
+    );
+    b.call(
+        "POST",
+        &format!("auth/{mount}/role/sbx-agent"),
+        Some(json!({
+            "role_type": "jwt",
+            "user_claim": "sub",
+            "bound_audiences": ["vault"],
+            "bound_subject": "system:serviceaccount:agents:sbx-agent",
+            "token_policies": ["app"],
+            "token_ttl": "1h",
+            "token_max_ttl": "2h",
+        })),
+    );
+    let good = service_account_jwt(&w, &key, "system:serviceaccount:agents:sbx-agent");
+    let other = service_account_jwt(&w, &key, "system:serviceaccount:agents:intruder");
+    for who in identities() {
+        let w = Work::new();
+        let tok = w.cred("token", &good, who);
+        let out = creds(b, &w, who)
+            .args(["--auth", "kubernetes", "--kubernetes-role", "sbx-agent"])
+            .args(["--kubernetes-mount", &mount, "--kubernetes-token-file"])
+            .arg(&tok)
+            .args(["--ttl", "45s", "--secret", "DB=secret/app#db", "--"])
+            .args(["sh", "-c", "echo DB=$DB; env"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let so = stdout(&out);
+        assert!(so.contains(&format!("DB={DB_PASS}\n")), "{so}");
+        assert!(!so.contains(&good), "the JWT reached the command");
+        assert_event(&w.audit(), "login", "info", |e| e["method"] == "kubernetes");
+        let cap = assert_event(&w.audit(), "ttl_capped", "info", |e| {
+            e["kind"] == "session_token"
+        });
+        assert!(cap["ttl"].as_u64().unwrap() <= 45, "{cap}");
+        let acc = login_accessor(&w);
+        assert_eq!(
+            b.accessor_ttl(&acc),
+            None,
+            "session token alive after the end"
+        );
+        assert_event(&w.audit(), "revoked", "info", |e| {
+            e["kind"] == "session_token" && e["id"] == acc.as_str()
+        });
+        let log = std::fs::read_to_string(w.audit()).unwrap();
+        assert!(!log.contains(&good), "the JWT is in the audit log");
+
+        // Another service account's token: refused by the server.
+        let bad = w.cred("other", &other, who);
+        let out = creds(b, &w, who)
+            .args(["--auth", "kubernetes", "--kubernetes-role", "sbx-agent"])
+            .args(["--kubernetes-mount", &mount, "--kubernetes-token-file"])
+            .arg(&bad)
+            .args(["--secret", "DB=secret/app#db", "--", "sh", "-c", "echo RAN"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 125, "{who:?}: {}", stderr(&out));
+        assert!(!stdout(&out).contains("RAN"));
+        let se = stderr(&out);
+        assert_eq!(se.trim_end().lines().count(), 1, "{se}");
+        assert!(
+            se.contains(&format!(
+                "kubernetes login (auth/{mount}/login, role sbx-agent)"
+            )),
+            "{se}"
+        );
+    }
 }

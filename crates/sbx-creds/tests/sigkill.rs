@@ -54,6 +54,7 @@ fn kill_and_check(b: &Bao, w: &Work, wait: impl Fn(&Work)) -> (BTreeSet<String>,
         .spawn()
         .unwrap();
     wait(w);
+    // SAFETY: kill(2) takes no pointers; `child` is not reaped yet.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     let mut alive = BTreeSet::new();
@@ -278,9 +279,12 @@ fn next_run_revokes_what_a_dead_run_and_guardian_left() {
     for k in kids.split_whitespace() {
         let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
         if comm.trim() == "sbx-creds" {
+            // SAFETY: kill(2) takes no pointers; `k` is a child of our
+            // unreaped `child`, read from its /proc children list.
             unsafe { libc::kill(k.parse().unwrap(), libc::SIGKILL) };
         }
     }
+    // SAFETY: kill(2) takes no pointers; `child` (pid) is not reaped yet.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let _ = child.wait();
     assert!(ready, "the command never started");
@@ -386,6 +390,7 @@ fn sigkill_right_after_login_and_of_the_guardian_next_start_revokes() {
                 let Ok(f) = std::fs::File::open(p) else {
                     return true;
                 };
+                // SAFETY: flock(2) on `f`, open for the call; no pointers.
                 unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
             }
         )),

@@ -404,13 +404,17 @@ mod mmsg {
         hdrs: Vec<libc::mmsghdr>,
     }
 
-    // SAFETY: the raw pointers point into the Batch's own buffers.
+    // SAFETY: the raw pointers in `iovs` and `hdrs` point only into the
+    // Batch's own heap buffers (`bufs`, `addrs`, `iovs`), which move with it
+    // and are never shared; nothing in it is tied to a thread.
     unsafe impl Send for Batch {}
 
     impl Batch {
         pub fn new() -> Batch {
             Batch {
                 bufs: vec![0u8; SLOT * BATCH],
+                // SAFETY: sockaddr_storage is plain-old-data; all-zero is a
+                // valid (AF_UNSPEC) value.
                 addrs: vec![unsafe { std::mem::zeroed() }; BATCH],
                 iovs: Vec::with_capacity(BATCH),
                 hdrs: Vec::with_capacity(BATCH),
@@ -422,14 +426,15 @@ mod mmsg {
         pub fn recv(&mut self, sock: &std::net::UdpSocket) -> std::io::Result<usize> {
             self.iovs.clear();
             self.hdrs.clear();
-            let base = self.bufs.as_mut_ptr();
-            for i in 0..BATCH {
+            for slot in self.bufs.chunks_mut(SLOT) {
                 self.iovs.push(libc::iovec {
-                    iov_base: unsafe { base.add(i * SLOT) }.cast(),
+                    iov_base: slot.as_mut_ptr().cast(),
                     iov_len: SLOT,
                 });
             }
             for i in 0..BATCH {
+                // SAFETY: mmsghdr is plain-old-data (null pointers, zero
+                // lengths); every field read by the kernel is set below.
                 let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
                 h.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
                 h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
@@ -437,6 +442,10 @@ mod mmsg {
                 h.msg_hdr.msg_iovlen = 1;
                 self.hdrs.push(h);
             }
+            // SAFETY: `hdrs` holds BATCH headers whose name and iovec point
+            // into `addrs`, `iovs` and `bufs` (each slot SLOT bytes), all
+            // alive and not otherwise borrowed across the call; the socket
+            // is borrowed from `sock`.
             let n = unsafe {
                 libc::recvmmsg(
                     sock.as_raw_fd(),
@@ -464,6 +473,8 @@ mod mmsg {
     fn sockaddr(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
         match i32::from(s.ss_family) {
             libc::AF_INET => {
+                // SAFETY: the family says the storage holds a sockaddr_in;
+                // sockaddr_storage is large and aligned enough for it.
                 let a: &libc::sockaddr_in =
                     unsafe { &*(s as *const libc::sockaddr_storage).cast() };
                 Some(SocketAddr::new(
@@ -472,6 +483,8 @@ mod mmsg {
                 ))
             }
             libc::AF_INET6 => {
+                // SAFETY: the family says the storage holds a sockaddr_in6;
+                // sockaddr_storage is large and aligned enough for it.
                 let a: &libc::sockaddr_in6 =
                     unsafe { &*(s as *const libc::sockaddr_storage).cast() };
                 Some(SocketAddr::V6(std::net::SocketAddrV6::new(
@@ -501,6 +514,8 @@ mod mmsg {
             .collect();
         let mut hdrs: Vec<libc::mmsghdr> = (0..replies.len())
             .map(|i| {
+                // SAFETY: mmsghdr is plain-old-data (null pointers, zero
+                // lengths); the fields the kernel reads are set below.
                 let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
                 h.msg_hdr.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
                 h.msg_hdr.msg_namelen = addrs[i].len();
@@ -509,6 +524,9 @@ mod mmsg {
                 h
             })
             .collect();
+        // SAFETY: each header points at an address in `addrs` and an iovec
+        // in `iovs` over a reply in `replies`, all alive for the call; the
+        // kernel only reads them; the socket is borrowed from `sock`.
         let n =
             unsafe { libc::sendmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), hdrs.len() as u32, 0) };
         let sent = if n < 0 { 0 } else { n as usize };

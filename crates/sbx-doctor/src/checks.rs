@@ -262,6 +262,14 @@ pub fn userns(sys: &Sys, probe: Result<(), String>) -> Finding {
     }
     match probe {
         Ok(()) => Finding::ok("userns", "unprivileged user namespaces work"),
+        Err(e) if e.starts_with(PROC_STEP) => Finding::fail(
+            "userns",
+            format!(
+                "{e}: this /proc has masked paths (a container's default): sbx-fs cannot mount the sandbox's /proc as uid {}",
+                sys.euid
+            ),
+            "run the container with an unmasked /proc: Kubernetes securityContext.procMount: Unmasked (with hostUsers: false), Podman --security-opt unmask=ALL, Docker --security-opt systempaths=unconfined (docs/k8s.md)",
+        ),
         Err(e) => Finding::fail(
             "userns",
             format!(
@@ -386,18 +394,55 @@ const USERNS_STEPS: &[&str] = &[
     "write /proc/self/setgroups",
     "write /proc/self/uid_map",
     "write /proc/self/gid_map",
-    "unshare(CLONE_NEWNS) inside the new user namespace",
+    "unshare(CLONE_NEWNS|CLONE_NEWPID) inside the new user namespace",
+    "fork into the new PID namespace",
+    PROC_STEP,
 ];
+
+/// The step a masked /proc (a container's default) fails: sbx-fs mounts a
+/// new /proc for the sandbox's PID namespace, which the kernel refuses
+/// (EPERM) while any /proc mount of the namespace has paths covered.
+const PROC_STEP: &str = "mount a new /proc for the new PID namespace";
 
 pub fn probe_userns(uid: u32, gid: u32) -> Result<(), String> {
     let (u, g) = maps(uid, gid);
     in_child(USERNS_STEPS, || {
         enter_userns(&u, &g, 0)?;
         // SAFETY: as above, the child only.
-        if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        if unsafe { libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWPID) } != 0 {
             return Err((4, errno()));
         }
-        Ok(())
+        // The new PID namespace is its children's: its first process
+        // mounts the new /proc, as sbx-fs's init does. The mount lives in
+        // this throwaway mount namespace (a less privileged one: nothing
+        // propagates back).
+        // SAFETY: fork in the single-threaded probe child; the grandchild
+        // makes one mount(2) and _exits with its errno.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err((5, errno()));
+        }
+        if pid == 0 {
+            // SAFETY: NUL-terminated constants; _exit ends the grandchild.
+            unsafe {
+                let r = libc::mount(
+                    c"proc".as_ptr(),
+                    c"/proc".as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    std::ptr::null(),
+                );
+                libc::_exit(if r == 0 { 0 } else { errno() & 0xff });
+            }
+        }
+        let mut st = 0;
+        // SAFETY: reaps the grandchild forked above.
+        unsafe { libc::waitpid(pid, &mut st, 0) };
+        match (libc::WIFEXITED(st), libc::WEXITSTATUS(st)) {
+            (true, 0) => Ok(()),
+            (true, e) => Err((6, e)),
+            _ => Err((6, libc::EINTR)),
+        }
     })
 }
 

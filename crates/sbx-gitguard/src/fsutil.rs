@@ -315,7 +315,7 @@ pub fn remove(p: &Path) -> io::Result<()> {
 }
 
 fn chown(p: &Path, uid: u32, gid: u32) {
-    if unsafe { libc::geteuid() } == 0 {
+    if nix::unistd::geteuid().as_raw() == 0 {
         let _ = std::os::unix::fs::lchown(p, Some(uid), Some(gid));
     }
 }

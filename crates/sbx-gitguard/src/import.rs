@@ -176,6 +176,8 @@ fn xattr_get(p: &Path, name: &str) -> Option<Vec<u8>> {
     let cp = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
     let cn = std::ffi::CString::new(name).ok()?;
     let mut buf = [0u8; 16];
+    // SAFETY: both strings are NUL-terminated and live across the call; the
+    // kernel writes at most `buf.len()` bytes into `buf`.
     let n =
         unsafe { libc::lgetxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
     if n < 0 {
@@ -347,7 +349,7 @@ fn copy_nofollow(from: &Path, to: &Path) -> io::Result<()> {
 /// (owned by root) to the owner of the git dir, from `base` down to `p`.
 pub(crate) fn give_back(git_dir: &Path, rel_path: &str, owner: Option<(u32, u32)>) {
     let Some((u, g)) = owner else { return };
-    if unsafe { libc::geteuid() } != 0 || u == 0 {
+    if nix::unistd::geteuid().as_raw() != 0 || u == 0 {
         return;
     }
     let mut p = git_dir.to_path_buf();

@@ -485,7 +485,7 @@ fn write_dir(
 ) -> std::io::Result<()> {
     let chown = |p: &Path| {
         if let Some((u, g)) = owner
-            && unsafe { libc::geteuid() } == 0
+            && nix::unistd::geteuid().as_raw() == 0
         {
             let _ = std::os::unix::fs::lchown(p, Some(u), Some(g));
         }

@@ -109,9 +109,8 @@ impl Keep {
                     if fs::create_dir_all(&parent).is_err() {
                         continue;
                     }
-                    // SAFETY (below): geteuid has no preconditions and cannot fail.
                     if let Some((u, g)) = crate::fsutil::owner(&self.objects)
-                        && unsafe { libc::geteuid() } == 0
+                        && nix::unistd::geteuid().as_raw() == 0
                     {
                         let _ = std::os::unix::fs::chown(&parent, Some(u), Some(g));
                     }
@@ -156,8 +155,7 @@ fn remove_registered(dir: &Path) -> io::Result<()> {
         return Err(io::Error::new(io::ErrorKind::NotFound, "not a keep dir"));
     }
     let m = fs::symlink_metadata(dir)?;
-    // SAFETY: geteuid cannot fail.
-    if !m.is_dir() || m.uid() != unsafe { libc::geteuid() } {
+    if !m.is_dir() || m.uid() != nix::unistd::geteuid().as_raw() {
         return Err(io::Error::other("not a directory of ours"));
     }
     fs::remove_dir_all(dir)
@@ -171,8 +169,7 @@ fn remove_stale(git_dir: &Path) {
     let Ok(rd) = fs::read_dir(git_dir) else {
         return;
     };
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = nix::unistd::geteuid().as_raw();
     for e in rd.filter_map(|e| e.ok()) {
         let n = e.file_name().to_string_lossy().into_owned();
         if !n.starts_with(PREFIX) {

@@ -201,7 +201,8 @@ pub fn main() -> ! {
         sbx_core::cli::init(TOOL, &cli.common)?;
         // We read repositories owned by others (root guarding a user's
         // repository): libgit2's ownership check must not refuse them.
-        // SAFETY: start-up, before any other libgit2 call.
+        // SAFETY: libgit2's owner-check flag is an unsynchronised global:
+        // this is start-up, before any thread exists or any libgit2 call.
         unsafe {
             let _ = git2::opts::set_verify_owner_validation(false);
         }

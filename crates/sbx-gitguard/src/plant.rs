@@ -138,8 +138,7 @@ fn list(d: &Path) -> Result<fs::ReadDir, ScanError> {
                 dir: d.to_path_buf(),
                 err,
             })?;
-            // SAFETY: geteuid has no preconditions.
-            let mine = m.uid() == unsafe { libc::geteuid() };
+            let mine = m.uid() == nix::unistd::geteuid().as_raw();
             if mine && m.is_dir() {
                 use std::os::unix::fs::PermissionsExt;
                 let _ =
@@ -430,8 +429,7 @@ impl Quarantine {
             let made = fs::create_dir_all(base).and_then(|()| {
                 // Ours and not a symlink someone else put there.
                 let m = fs::symlink_metadata(base)?;
-                // SAFETY: geteuid cannot fail.
-                if !m.is_dir() || m.uid() != unsafe { libc::geteuid() } {
+                if !m.is_dir() || m.uid() != nix::unistd::geteuid().as_raw() {
                     return Err(io::Error::other("not a directory of the caller's"));
                 }
                 fs::set_permissions(base, fs::Permissions::from_mode(0o700))?;

@@ -242,9 +242,8 @@ pub fn write_loose(git_dir: &Path, name: &str, value: &Value) -> Result<(), Refs
         let _ = fs::remove_file(&lock);
         return Err(RefsError::Io { path: lock, source });
     }
-    // SAFETY (below): geteuid has no preconditions and cannot fail.
     if let Some((u, g)) = crate::fsutil::owner(git_dir)
-        && unsafe { libc::geteuid() } == 0
+        && nix::unistd::geteuid().as_raw() == 0
     {
         let _ = std::os::unix::fs::chown(&lock, Some(u), Some(g));
     }

@@ -181,10 +181,11 @@ impl Drop for Stage {
 }
 
 fn euid() -> u32 {
-    unsafe { libc::geteuid() }
+    nix::unistd::geteuid().as_raw()
 }
 
 fn try_flock(f: &fs::File) -> bool {
+    // SAFETY: flock(2) on `f`, open for the call (borrowed); no pointers.
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
@@ -414,6 +415,8 @@ fn remove_registered(dir: &Path, git_dir: &Path) -> io::Result<()> {
 fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     let f = std::ffi::CString::new(from.as_os_str().as_bytes())?;
     let t = std::ffi::CString::new(to.as_os_str().as_bytes())?;
+    // SAFETY: `f` and `t` are NUL-terminated CStrings alive across the
+    // call; AT_FDCWD needs no open fd.
     let r = unsafe {
         libc::renameat2(
             libc::AT_FDCWD,

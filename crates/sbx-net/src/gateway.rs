@@ -183,6 +183,9 @@ impl AlertBudget {
 /// SO_ORIGINAL_DST / IP6T_SO_ORIGINAL_DST of a redirected connection.
 pub fn original_dst(s: &TcpStream, v6: bool) -> io::Result<SocketAddr> {
     const SO_ORIGINAL_DST: libc::c_int = 80;
+    // SAFETY: sockaddr_in/sockaddr_in6 are plain-old-data, so all-zero is a
+    // valid value; getsockopt writes at most `len` bytes (the struct's own
+    // size) into it; the socket is borrowed from `s` for the call.
     unsafe {
         if v6 {
             let mut sa: libc::sockaddr_in6 = std::mem::zeroed();

@@ -215,7 +215,9 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         ruleset: nft::ruleset(&layout),
         layout,
         chan: theirs,
+        // SAFETY: getuid(2) takes no arguments and always succeeds.
         uid: unsafe { libc::getuid() },
+        // SAFETY: getgid(2) takes no arguments and always succeeds.
         gid: unsafe { libc::getgid() },
     });
 
@@ -313,15 +315,11 @@ fn run(cli: Cli) -> Result<i32, Failure> {
 }
 
 fn raise_nofile() {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
-            r.rlim_cur = r.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((cur, max)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && cur < max
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, max, max);
     }
 }
 

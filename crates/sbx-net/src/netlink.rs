@@ -98,6 +98,8 @@ pub struct Rtnl {
 
 impl Rtnl {
     pub fn open() -> io::Result<Self> {
+        // SAFETY: socket(2) takes no pointers; the fd is owned by the Rtnl
+        // returned (closed in its Drop).
         let fd = unsafe {
             libc::socket(
                 libc::AF_NETLINK,
@@ -113,12 +115,16 @@ impl Rtnl {
 
     fn request(&mut self, m: &mut Msg) -> io::Result<()> {
         let b = m.finish();
+        // SAFETY: self.fd is the open netlink socket this Rtnl owns; `b`
+        // is valid for `b.len()` bytes during the call.
         let n = unsafe { libc::send(self.fd, b.as_ptr().cast(), b.len(), 0) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
         let mut rb = [0u8; 1024];
         loop {
+            // SAFETY: self.fd is open; recv writes at most `rb.len()` bytes
+            // into `rb`, which lives across the call.
             let n = unsafe { libc::recv(self.fd, rb.as_mut_ptr().cast(), rb.len(), 0) };
             if n < 0 {
                 let e = io::Error::last_os_error();
@@ -203,6 +209,8 @@ impl Rtnl {
 
 impl Drop for Rtnl {
     fn drop(&mut self) {
+        // SAFETY: self.fd came from socket(2) in `open`, is owned only by
+        // this Rtnl and is closed once, here.
         unsafe { libc::close(self.fd) };
     }
 }

@@ -9,6 +9,7 @@ use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
+use nix::sched::CloneFlags;
 use sbx_core::passfd;
 
 use crate::netlink::{LO_INDEX, Rtnl};
@@ -50,12 +51,16 @@ pub fn channel() -> Result<(OwnedFd, OwnedFd), NetnsError> {
 }
 
 fn write_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
+    // SAFETY: `path` is a NUL-terminated CStr that outlives the call.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: fd was just opened and is open; `data` is valid for
+    // `data.len()` bytes for the whole call.
     let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
     let e = io::Error::last_os_error();
+    // SAFETY: fd is ours, open, and closed exactly once here.
     unsafe { libc::close(fd) };
     if n < 0 || n as usize != data.len() {
         return Err(e);
@@ -76,12 +81,17 @@ fn listener(ip: IpAddr, port: u16, tcp: bool) -> io::Result<OwnedFd> {
             libc::SOCK_DGRAM
         },
     );
+    // SAFETY: socket(2) takes no pointers; the fd is owned just below.
     let fd = unsafe { libc::socket(dom, ty | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: fd was just returned by socket(2), is open and nothing else
+    // owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let one: libc::c_int = 1;
+    // SAFETY: `fd` is an open socket borrowed for the call; the option
+    // value points to `one`, a live c_int, with its exact size.
     let setopt = |level, opt| unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
@@ -102,6 +112,8 @@ fn listener(ip: IpAddr, port: u16, tcp: bool) -> io::Result<OwnedFd> {
                 },
                 sin_zero: [0; 8],
             };
+            // SAFETY: `sa` is a fully initialised sockaddr_in on the stack,
+            // passed with its own size; `fd` is an open socket.
             unsafe {
                 libc::bind(
                     fd.as_raw_fd(),
@@ -121,6 +133,8 @@ fn listener(ip: IpAddr, port: u16, tcp: bool) -> io::Result<OwnedFd> {
                 },
                 sin6_scope_id: 0,
             };
+            // SAFETY: `sa` is a fully initialised sockaddr_in6 on the
+            // stack, passed with its own size; `fd` is an open socket.
             unsafe {
                 libc::bind(
                     fd.as_raw_fd(),
@@ -133,6 +147,7 @@ fn listener(ip: IpAddr, port: u16, tcp: bool) -> io::Result<OwnedFd> {
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: listen(2) on the open socket `fd`; no pointers.
     if tcp && unsafe { libc::listen(fd.as_raw_fd(), 1024) } != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -171,13 +186,13 @@ impl Prepared {
     fn setup(&self, why: &mut String) -> io::Result<Handed> {
         // A new network namespace; a user namespace too only when we lack
         // the capability for the first.
-        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        if nix::sched::unshare(CloneFlags::CLONE_NEWNET).is_err() {
             let e = io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EPERM) {
                 why.push_str("unshare(CLONE_NEWNET)");
                 return Err(e);
             }
-            if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) } != 0 {
+            if nix::sched::unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET).is_err() {
                 why.push_str("unshare(CLONE_NEWUSER|CLONE_NEWNET) (are unprivileged user namespaces disabled? run `sbx-doctor --check userns`)");
                 return Err(io::Error::last_os_error());
             }

@@ -28,11 +28,18 @@ pub struct Nft {
     run: RunCmd,
 }
 
+/// # Safety
+/// `h` is a live dlopen handle and `T` is a function-pointer type matching
+/// the C prototype of `name`.
 unsafe fn sym<T: Copy>(h: *mut c_void, name: &CStr) -> Result<T, NftError> {
+    // SAFETY: `h` is a live dlopen handle (caller's promise); `name` is a
+    // NUL-terminated CStr.
     let p = unsafe { libc::dlsym(h, name.as_ptr()) };
     if p.is_null() {
         return Err(NftError::Load(format!("symbol {name:?} missing")));
     }
+    // SAFETY: `p` is a non-null code address and `T` is a function pointer
+    // of the symbol's prototype (caller's promise), pointer-sized like `p`.
     Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
 }
 
@@ -40,20 +47,29 @@ impl Nft {
     pub fn load() -> Result<Self, NftError> {
         let mut h = std::ptr::null_mut();
         for name in [c"libnftables.so.1", c"libnftables.so"] {
+            // SAFETY: `name` is a NUL-terminated CStr; libnftables has no
+            // constructors that need more than a loaded libc.
             h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
             if !h.is_null() {
                 break;
             }
         }
         if h.is_null() {
+            // SAFETY: dlerror(3) takes no arguments; its string is read
+            // just below, before any other dl* call.
             let e = unsafe { libc::dlerror() };
             let msg = if e.is_null() {
                 "not found".to_string()
             } else {
+                // SAFETY: `e` is non-null and dlerror returns a
+                // NUL-terminated string valid until the next dl* call.
                 unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
             };
             return Err(NftError::Load(msg));
         }
+        // SAFETY: `h` is a live handle, never dlclose'd (the pointers stay
+        // valid for the process's life); each type alias above is the
+        // prototype in <nftables/libnftables.h>.
         unsafe {
             Ok(Nft {
                 ctx_new: sym(h, c"nft_ctx_new")?,
@@ -69,6 +85,10 @@ impl Nft {
     /// Runs a ruleset (nft syntax) in the current network namespace. On
     /// failure, nft's own message goes into `err`.
     pub fn run(&self, ruleset: &CStr, err: &mut String) -> io::Result<()> {
+        // SAFETY: the function pointers come from `load` (right prototypes,
+        // library never unloaded); `ctx` is checked non-null, used only
+        // here and freed once at the end; `ruleset` is NUL-terminated; the
+        // error buffer is NUL-terminated and read before ctx_free.
         unsafe {
             let ctx = (self.ctx_new)(0);
             if ctx.is_null() {

@@ -13,17 +13,20 @@ const CHUNK: usize = 1 << 20;
 
 /// A non-blocking pipe for splice.
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
     let (r, w) = sbx_core::fds::pipe()?;
-    for fd in [r.as_raw_fd(), w.as_raw_fd()] {
-        unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
+    for fd in [&r, &w] {
+        let _ = fcntl(fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
     }
     // A bigger pipe means fewer wake-ups per megabyte; the default 64 KiB
     // still works when the limit is lower.
-    unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, CHUNK as libc::c_int) };
+    let _ = fcntl(&w, FcntlArg::F_SETPIPE_SZ(CHUNK as libc::c_int));
     Ok((r, w))
 }
 
 fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
+    // SAFETY: the callers pass fds they hold open for the call; null
+    // offsets (sockets and pipes have none); no buffer is involved.
     let n = unsafe {
         libc::splice(
             from,
@@ -41,6 +44,8 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
 }
 
 fn shutdown(s: &TcpStream, how: libc::c_int) {
+    // SAFETY: shutdown(2) on the socket `s` keeps open across the call; no
+    // pointers.
     unsafe { libc::shutdown(s.as_raw_fd(), how) };
 }
 
@@ -119,6 +124,8 @@ fn pump_blocking(
     let mut n = left;
     loop {
         while left > 0 {
+            // SAFETY: `pr` is our open pipe; `dst` is open while the
+            // caller's Arc holds its socket; null offsets, no buffers.
             let m = unsafe {
                 libc::splice(
                     pr.as_raw_fd(),
@@ -140,6 +147,8 @@ fn pump_blocking(
         }
         count.fetch_add(n as u64, Ordering::Relaxed);
         n = loop {
+            // SAFETY: `src` is open while the caller's Arc holds its socket;
+            // `pw` is our open pipe; null offsets, no buffers.
             let r = unsafe {
                 libc::splice(
                     src,
@@ -159,6 +168,8 @@ fn pump_blocking(
             }
         };
         if n == 0 {
+            // SAFETY: `dst` is open while the caller's Arc holds its socket;
+            // no pointers.
             unsafe { libc::shutdown(dst, libc::SHUT_WR) };
             return Ok(());
         }
@@ -309,10 +320,8 @@ pub async fn relay_hybrid(
             };
             if let Err(e) = pump_blocking(src, dst, count, Some(h)) {
                 tracing::debug!("relay: {e}");
-                unsafe {
-                    libc::shutdown(i2.as_raw_fd(), libc::SHUT_RDWR);
-                    libc::shutdown(o2.as_raw_fd(), libc::SHUT_RDWR);
-                }
+                let _ = i2.shutdown(std::net::Shutdown::Both);
+                let _ = o2.shutdown(std::net::Shutdown::Both);
             }
         }));
     }
@@ -340,20 +349,16 @@ pub async fn relay_threads(
     let a = tokio::task::spawn_blocking(move || {
         if let Err(e) = pump_blocking(i2.as_raw_fd(), o2.as_raw_fd(), &g2.stats.bytes_out, None) {
             tracing::debug!("relay out: {e}");
-            unsafe {
-                libc::shutdown(i2.as_raw_fd(), libc::SHUT_RDWR);
-                libc::shutdown(o2.as_raw_fd(), libc::SHUT_RDWR);
-            }
+            let _ = i2.shutdown(std::net::Shutdown::Both);
+            let _ = o2.shutdown(std::net::Shutdown::Both);
         }
     });
     let (i3, o3, g3) = (i.clone(), o.clone(), out);
     let b = tokio::task::spawn_blocking(move || {
         if let Err(e) = pump_blocking(o3.as_raw_fd(), i3.as_raw_fd(), &g3.stats.bytes_in, None) {
             tracing::debug!("relay in: {e}");
-            unsafe {
-                libc::shutdown(i3.as_raw_fd(), libc::SHUT_RDWR);
-                libc::shutdown(o3.as_raw_fd(), libc::SHUT_RDWR);
-            }
+            let _ = i3.shutdown(std::net::Shutdown::Both);
+            let _ = o3.shutdown(std::net::Shutdown::Both);
         }
     });
     let _ = tokio::join!(a, b);

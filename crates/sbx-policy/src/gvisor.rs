@@ -646,6 +646,10 @@ impl Guardian {
             0 => {
                 drop(tw);
                 drop(dr);
+                // SAFETY: the forked child of a single-threaded process:
+                // setsid and fork take no arguments, chdir a NUL-terminated
+                // literal; the intermediate child leaves by _exit at once,
+                // running none of sbx-policy's destructors or atexit hooks.
                 unsafe {
                     libc::setsid();
                     if libc::fork() != 0 {
@@ -667,6 +671,8 @@ impl Guardian {
                 }
                 teardown(runsc, state, id, dir);
                 drop(dw);
+                // SAFETY: the guardian ends without running sbx-policy's
+                // destructors or atexit hooks (they are the parent's).
                 unsafe { libc::_exit(0) }
             }
             child => {
@@ -1193,8 +1199,10 @@ struct StdioRelay {
 impl StdioRelay {
     fn start(cmd: &mut Command) -> Result<StdioRelay, Failure> {
         let st = |fd: RawFd| {
-            // SAFETY: fstat fills the zeroed struct it is given.
+            // SAFETY: `stat` is plain-old-data; all-zero is a valid value.
             let mut s: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: fstat(2) writes one `stat` into `s`, a live local; a
+            // closed fd number only makes it fail with EBADF.
             (unsafe { libc::fstat(fd, &mut s) } == 0).then_some(s)
         };
         let reg = |s: &Option<libc::stat>| {

@@ -37,6 +37,7 @@ fn stray(a: &sbx_creds::Args) -> bool {
         || a.secret_id_wrapped
         || a.kv1
         || a.no_enforce_ttl
+        || a.kubernetes_role.is_some()
         || a.auth != sbx_creds::AuthKind::Token
 }
 

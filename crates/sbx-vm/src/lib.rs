@@ -102,7 +102,7 @@ on QEMU through fw_cfg (unloaded after reading), on Firecracker through MMDS v2 
 session token, after which the guest's network interface is taken down). The audit log records the names, \
 never the values. --env K=V sets plain settings.\n\n\
 The sbx-creds options (--vault-addr, --ca-cert, --namespace, --auth, --token-file, --role-id-file, --secret-id-file, \
---secret-id-wrapped, --approle-mount, --secret, --secret-all, --kv1, --lease, --child-token, --policy, --child-orphan, \
+--secret-id-wrapped, --approle-mount, --kubernetes-role, --kubernetes-token-file, --kubernetes-mount, --secret, --secret-all, --kv1, --lease, --child-token, --policy, --child-orphan, \
 --child-ttl, --child-num-uses, --ttl, --no-enforce-ttl; sbx-creds' own flag definitions, see sbx-creds(1)) make \
 sbx-vm fetch the secrets itself through the sbx-creds library: VAULT_TOKEN leaves sbx-vm's environment at start-up \
 and sbx-vm becomes non-dumpable; every spec is checked before anything is created; the session logs in and \

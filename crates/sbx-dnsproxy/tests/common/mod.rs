@@ -234,6 +234,8 @@ impl Proxy {
     }
 
     pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) takes no pointers; a Proxy's child is reaped only
+        // in `stop` or Drop, so while `self` lives its pid is not reused.
         unsafe { libc::kill(self.child.id() as i32, sig) };
     }
 
