@@ -39,6 +39,8 @@ fn net_spec(c: sbx_net::Cli) -> sbx_spec::NetSpec {
         dns_rebind_allow: c.dns_rebind_allow,
         dns_nxdomain: c.dns_nxdomain,
         allow_host_address: c.allow_host_address,
+        secret: c.secret,
+        secret_in_body: c.secret_in_body,
         connect_timeout: c.connect_timeout,
     }
 }
@@ -108,6 +110,7 @@ fn compile_fed_to_the_tools_equals_chain() {
             bin_dir: sbx_testutil::bin("sbx-fs").parent().map(Path::to_path_buf),
             cgroup: Some(true),
             container: false,
+            secrets: Vec::new(),
         };
         let plan = chain::plan(&p, &opts, &cmd).unwrap();
         assert_eq!(plan.layers.last().unwrap(), &cmd.to_vec());

@@ -98,6 +98,7 @@ low\t'The Linux namespace chain'
 zero\t'A separate kernel: gVisor or a microVM'"
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l layers -d 'A --config file whose sections are passed to each layer (sbx-creds is included when it has a section)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l bin-dir -d 'Where the sbx binaries are (default: $SBX_BIN, beside sbx-policy, PATH)' -r -F
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l secret -d 'A phantom credential (sbx-net --secret NAME@HOST[,HOST...][=file:PATH|=fd:N], repeatable): inside, NAME holds a placeholder; sbx-net puts the caller\'s value into request headers to HOST only. Namespace chain only' -r
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l no-git-identity -d 'Do not offer the host\'s git user.name/user.email inside (the default offers them, and nothing else of the git config, as ~/.gitconfig in the sandbox\'s HOME; settings: "sbx": {"gitIdentity": false})'

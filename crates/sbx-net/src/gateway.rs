@@ -85,6 +85,9 @@ pub struct Gateway {
     pub host_allow: Vec<IpAddr>,
     /// This host's own addresses, re-read at most every second.
     pub host_addrs: HostAddrs,
+    /// Phantom credentials (`--secret`): interception of their hosts and
+    /// the placeholder checks everywhere else; None without secrets.
+    pub intercept: Option<Arc<crate::http::Intercept>>,
 }
 
 /// This host's own addresses (interfaces in the supervisor's network
@@ -365,6 +368,30 @@ impl Gateway {
                 }
             }
         }
+        // Phantom credentials: a connection to port 443, or to an address
+        // answered for a declared host, shows its ClientHello first; one
+        // naming a declared host is intercepted (whatever the address: the
+        // real server must then prove it is that host).
+        let mut intercept_as = None;
+        if let Some(ic) = &self.intercept
+            && (dst.port() == 443 || names.iter().any(|n| ic.declared(n)))
+        {
+            if head.is_empty() {
+                self.read_head(&mut s, &mut head).await;
+            }
+            if let Sniff::Tls(Some(sni)) = sniff::sniff(&head)
+                && ic.declared(&sni)
+            {
+                intercept_as = Some(sni);
+            }
+        }
+        if intercept_as.is_none()
+            && let Some(ic) = &self.intercept
+            && let Some(sec) = crate::phantom::find(&ic.secrets, &head, false)
+        {
+            self.leak(&sec.name, &names.join(","), dst, "connection");
+            return reset(s);
+        }
         let out = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(dst)).await {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => {
@@ -377,11 +404,16 @@ impl Gateway {
             }
         };
         self.stats.allowed.fetch_add(1, Ordering::Relaxed);
-        audit::emit(
-            "net_allowed",
-            Severity::Info,
-            json!({ "proto": "tcp", "dst": ip.to_string(), "port": dst.port(), "via": via }),
-        );
+        let mut ev =
+            json!({ "proto": "tcp", "dst": ip.to_string(), "port": dst.port(), "via": via });
+        if let Some(h) = &intercept_as {
+            ev["intercepted"] = json!(h);
+        }
+        audit::emit("net_allowed", Severity::Info, ev);
+        if let (Some(host), Some(ic)) = (intercept_as, &self.intercept) {
+            let inside = crate::http::Prefixed::new(head, s);
+            return crate::http::serve(self.clone(), ic.clone(), inside, out, dst, host).await;
+        }
         let _ = out.set_nodelay(true);
         let _ = s.set_nodelay(true);
         let mut out = out;
@@ -392,6 +424,29 @@ impl Gateway {
             self.stats
                 .bytes_out
                 .fetch_add(head.len() as u64, Ordering::Relaxed);
+        }
+        // With secrets declared, what the sandbox sends is looked at (a
+        // placeholder in plain text, or in a TLS ClientHello, is cut).
+        if let Some(ic) = self.intercept.clone() {
+            let keep = crate::phantom::longest(&ic.secrets);
+            let g = self.clone();
+            let names = names.join(",");
+            crate::relay::relay_scanned(
+                s,
+                out,
+                &self.stats.bytes_out,
+                &self.stats.bytes_in,
+                keep,
+                |w| match crate::phantom::find(&ic.secrets, w, false) {
+                    Some(sec) => {
+                        g.leak(&sec.name, &names, dst, "connection");
+                        false
+                    }
+                    None => true,
+                },
+            )
+            .await;
+            return;
         }
         // Threads (two per connection) only while few connections hold
         // them: past THREADED_MAX concurrent relays, readiness-driven
@@ -405,6 +460,85 @@ impl Gateway {
             _ => crate::relay::relay(s, out, &self.stats.bytes_out, &self.stats.bytes_in).await,
         }
         self.threaded.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A placeholder on its way somewhere it does not belong: an alert
+    /// naming the secret and the destination (never the value).
+    pub fn leak(&self, name: &str, host: &str, dst: SocketAddr, place: &str) {
+        self.stats.denied.fetch_add(1, Ordering::Relaxed);
+        if !self.alert_budget.take() {
+            sbx_core::audit::budget_exhausted("secret_leak_blocked", json!({}));
+            self.stats.alerts_suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        audit::emit(
+            "secret_leak_blocked",
+            Severity::Alert,
+            json!({
+                "secret": name,
+                "host": host,
+                "dst": dst.ip().to_string(),
+                "port": dst.port(),
+                "where": place,
+            }),
+        );
+    }
+
+    /// The real server of a declared host did not prove who it is.
+    pub fn upstream_refused(&self, dst: SocketAddr, host: &str, why: &str) {
+        self.stats.failed.fetch_add(1, Ordering::Relaxed);
+        audit::emit(
+            "net_upstream_refused",
+            Severity::Alert,
+            json!({ "proto": "tcp", "dst": dst.ip().to_string(), "port": dst.port(), "host": host, "error": why }),
+        );
+    }
+
+    pub fn upstream_failed(&self, dst: SocketAddr, why: &str) {
+        self.fail(dst, why);
+    }
+
+    /// Reads the first bytes of a connection into `head` until they say
+    /// what they are (or [`Self::sniff_timeout`]).
+    async fn read_head(&self, s: &mut TcpStream, head: &mut Vec<u8>) {
+        let deadline = tokio::time::Instant::now() + self.sniff_timeout;
+        let mut buf = vec![0u8; 4096];
+        loop {
+            match sniff::sniff(head) {
+                Sniff::NeedMore if head.len() < sniff::MAX => {}
+                _ => return,
+            }
+            match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => head.extend_from_slice(&buf[..n]),
+                _ => return,
+            }
+        }
+    }
+
+    /// A DNS query whose name carries a placeholder: alerted, and answered
+    /// REFUSED here (never forwarded).
+    fn dns_leak(&self, q: &[u8], client: SocketAddr) -> Option<Vec<u8>> {
+        let ic = self.intercept.as_ref()?;
+        let name = dns_qname(q);
+        let sec = crate::phantom::find(&ic.secrets, &name, true)?;
+        let shown = String::from_utf8_lossy(&name).to_string();
+        if self.alert_budget.take() {
+            audit::emit(
+                "secret_leak_blocked",
+                Severity::Alert,
+                json!({
+                    "secret": sec.name,
+                    "host": "dns",
+                    "dst": client.ip().to_string(),
+                    "port": 53,
+                    "where": "dns",
+                    "labels": shown.split('.').filter(|l| !l.is_empty()).count(),
+                }),
+            );
+        } else {
+            self.stats.alerts_suppressed.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(refused(q))
     }
 
     fn fail(&self, dst: SocketAddr, why: &str) {
@@ -500,7 +634,11 @@ impl Gateway {
                 return;
             }
             self.stats.dns_queries.fetch_add(1, Ordering::Relaxed);
-            let Some(ans) = dns.handle(&q, peer, false).await else {
+            let ans = match self.dns_leak(&q, peer) {
+                Some(r) => Some(r),
+                None => dns.handle(&q, peer, false).await,
+            };
+            let Some(ans) = ans else {
                 self.stats.dns_unanswered.fetch_add(1, Ordering::Relaxed);
                 return;
             };
@@ -543,6 +681,10 @@ impl Gateway {
                 continue;
             };
             let q = buf[..n].to_vec();
+            if let Some(r) = self.dns_leak(&q, peer) {
+                let _ = sock.send_to(&r, peer).await;
+                continue;
+            }
             let sock = sock.clone();
             let g = self.clone();
             tokio::spawn(async move {
@@ -558,6 +700,48 @@ impl Gateway {
             });
         }
     }
+}
+
+/// The question name of a DNS query, dotted (empty when unreadable).
+fn dns_qname(q: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut i = 12;
+    while let Some(&l) = q.get(i) {
+        let l = l as usize;
+        if l == 0 || l & 0xc0 != 0 {
+            break;
+        }
+        let Some(label) = q.get(i + 1..i + 1 + l) else {
+            break;
+        };
+        out.extend_from_slice(label);
+        out.push(b'.');
+        i += 1 + l;
+    }
+    out
+}
+
+/// A REFUSED answer to `q`: its header and question, nothing else.
+fn refused(q: &[u8]) -> Vec<u8> {
+    let mut end = 12;
+    while let Some(&l) = q.get(end) {
+        if l == 0 || l & 0xc0 != 0 {
+            break;
+        }
+        end += 1 + l as usize;
+    }
+    let end = (end + 5).min(q.len());
+    let mut r = q[..end.max(12.min(q.len()))].to_vec();
+    if r.len() >= 12 {
+        r[2] = 0x80 | (r[2] & 0x79); // QR, opcode and RD kept
+        r[3] = 5; // REFUSED
+        r[6..12].fill(0);
+        if end > 12 {
+            r[4] = 0;
+            r[5] = 1;
+        }
+    }
+    r
 }
 
 #[cfg(test)]

@@ -11,9 +11,12 @@
 pub mod allow;
 pub mod dns;
 pub mod gateway;
+pub mod http;
+pub mod mitm;
 pub mod netlink;
 pub mod netns;
 pub mod nft;
+pub mod phantom;
 pub mod relay;
 pub mod sniff;
 pub mod synq;
@@ -89,6 +92,36 @@ second are counted, not written). net_allowed (info) per allowed connection. net
 connections_allowed, connections_denied, connections_failed, bytes_out, bytes_in and DNS counters.",
         ),
         (
+            "PHANTOM CREDENTIALS",
+            "--secret NAME@HOST[,HOST...] declares a credential and the hosts it may go to. Its value is \
+read at start from sbx-net's own environment variable NAME (which is then overwritten in sbx-net's \
+memory, so /proc/PID/environ no longer shows it), or from a file (NAME@HOST=file:PATH, a regular file) \
+or an inherited file descriptor (NAME@HOST=fd:N, a regular file or a pipe whose writer closes it within \
+10s; the fd is closed and never reaches the command); one trailing newline of a file or fd is dropped. \
+Refused with exit 125: an empty value, more than 16384 bytes, control characters, a FIFO path, a NAME \
+that is not a variable name, a HOST that is not an exact DNS name. Inside, NAME holds a placeholder: \
+sbx-phantom- followed by random letters and digits, as long as the value (at least 36 characters), new \
+for every run. Each HOST is allowed on port 443 (as --allow HOST:443). For connections to those hosts \
+(TLS whose server name is the host, to an address the DNS proxy answered for it) the gateway ends the \
+TLS itself with a certificate of a certificate authority made at start in sbx-net's memory (its key \
+is never written anywhere; name-constrained to the declared hosts), speaks HTTP/1.1 or HTTP/2 (ALPN) \
+to the command and to the real server, whose certificate it verifies against the host's trust store \
+(sbx-net's own SSL_CERT_FILE/SSL_CERT_DIR, else the system's; an unverified server is an alert \
+net_upstream_refused and the connection is closed). In request headers to one of its hosts the \
+placeholder is replaced by the value; in bodies only with --secret-in-body NAME (Content-Length is \
+then dropped). Responses are passed on as they arrive (streams such as SSE are not buffered). The \
+sandbox trusts the CA through a bundle (what sbx-net trusts followed by the CA certificate) bound \
+read-only over the system bundle (/etc/ssl/certs/ca-certificates.crt or the distribution's \
+equivalent) in a mount namespace of the command's own, and SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, \
+REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE and GIT_SSL_CAINFO set to that path; NAME and SBX_PASS_ENV are set \
+so that a later sbx-fs passes NAME. A placeholder seen anywhere else is cut and an alert \
+secret_leak_blocked (secret, host, where) is logged, never the value: in a request to a declared host \
+it does not belong to (url, header or body: HTTP 403), in what the command sends on any other \
+connection (plain text such as HTTP, or a TLS ClientHello: the connection is cut), and in a DNS query \
+name (REFUSED, never forwarded). What travels inside TLS to a host that is not declared is not \
+intercepted (certificate pinning keeps working) and so not checked; the placeholder is useless there.",
+        ),
+        (
             "SECURITY",
             "Nothing leads out of the namespace but the gateway: there is no interface but lo, so even a \
 program that flushes the rules (as root inside) has no route anywhere. No host state is created (no \
@@ -150,6 +183,18 @@ pub struct Cli {
     #[arg(long, value_name = "ADDR", value_parser = parse_host_address)]
     pub allow_host_address: Vec<std::net::IpAddr>,
 
+    /// A phantom credential: the command sees a placeholder in NAME; the
+    /// gateway puts the real value (from sbx-net's own NAME, a file or an
+    /// fd) into request headers to HOST only. See PHANTOM CREDENTIALS.
+    /// Repeat.
+    #[arg(long, value_name = "NAME@HOST[,HOST...][=file:PATH|=fd:N]")]
+    pub secret: Vec<String>,
+
+    /// Replace NAME's placeholder in request bodies to its hosts too (not
+    /// only in headers). Repeat.
+    #[arg(long, value_name = "NAME")]
+    pub secret_in_body: Vec<String>,
+
     /// Give up connecting out after DURATION.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub connect_timeout: String,
@@ -190,8 +235,114 @@ pub fn policy(cli: &Cli) -> Result<Policy, Failure> {
     Ok(p)
 }
 
+/// Phantom credentials: the secrets (values read, sbx-net's own copy in
+/// its environment overwritten), the CA and TLS configurations, and the
+/// sandbox's CA bundle in an open file (unlinked once the command runs).
+struct Phantoms {
+    intercept: Arc<http::Intercept>,
+    bundle_target: &'static str,
+    /// Removed when dropped: after the spawn, or on any error before it.
+    bundle_file: Option<TempFile>,
+}
+
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn phantoms(cli: &Cli, policy: &mut Policy) -> Result<Option<Phantoms>, Failure> {
+    if cli.secret.is_empty() {
+        if let Some(n) = cli.secret_in_body.first() {
+            return Err(Failure::new(format!(
+                "--secret-in-body {n}: no --secret declared"
+            )));
+        }
+        return Ok(None);
+    }
+    let specs = cli
+        .secret
+        .iter()
+        .map(|s| phantom::parse_spec(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Failure::new(e.to_string()))?;
+    let secrets =
+        phantom::load(&specs, &cli.secret_in_body).map_err(|e| Failure::new(e.to_string()))?;
+    for s in &specs {
+        if s.source == phantom::Source::Env {
+            phantom::scrub_env(&s.name);
+        }
+    }
+    let mut hosts: Vec<String> = secrets.iter().flat_map(|s| s.hosts.clone()).collect();
+    hosts.sort();
+    hosts.dedup();
+    for h in &hosts {
+        policy.add(
+            allow::parse_allow("--secret", &format!("{h}:443"))
+                .map_err(|e| Failure::new(e.to_string()))?,
+        );
+    }
+    let ca = Arc::new(mitm::Ca::new(&hosts).map_err(|e| Failure::new(e.to_string()))?);
+    let server = mitm::server_config(ca.clone()).map_err(|e| Failure::new(e.to_string()))?;
+    let (client, client_h1) = mitm::client_configs().map_err(|e| Failure::new(e.to_string()))?;
+    let (bundle, target) = mitm::bundle(&ca).map_err(|e| Failure::new(e.to_string()))?;
+    let path = write_bundle(&bundle)?;
+    Ok(Some(Phantoms {
+        intercept: Arc::new(http::Intercept {
+            secrets: Arc::new(secrets),
+            server,
+            client,
+            client_h1,
+        }),
+        bundle_target: target,
+        bundle_file: Some(TempFile(path)),
+    }))
+}
+
+/// Writes the sandbox's bundle (public certificates only) to a new file in
+/// the temp dir, for the bind; the name goes as soon as the command runs.
+fn write_bundle(b: &[u8]) -> Result<PathBuf, Failure> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::env::temp_dir();
+    let mut last = None;
+    for _ in 0..8 {
+        let tag = phantom::placeholder(0).map_err(Failure::new)?;
+        let p = dir.join(format!(
+            "sbx-net-ca-{}-{}.pem",
+            std::process::id(),
+            &tag[phantom::PREFIX.len()..][..12]
+        ));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&p)
+        {
+            Ok(mut f) => {
+                if let Err(e) = f.write_all(b) {
+                    let _ = std::fs::remove_file(&p);
+                    return Err(Failure::new(format!("writing {}: {e}", p.display())));
+                }
+                return Ok(p);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(Failure::new(format!("creating {}: {e}", p.display()))),
+        }
+    }
+    Err(Failure::new(format!(
+        "creating the CA bundle in {}: {}",
+        dir.display(),
+        last.map(|e| e.to_string()).unwrap_or_default()
+    )))
+}
+
 fn run(cli: Cli) -> Result<i32, Failure> {
-    let policy = policy(&cli)?;
+    let mut policy = policy(&cli)?;
+    let mut phantoms = phantoms(&cli, &mut policy)?;
     let connect_timeout = sbx_core::units::parse_duration(&cli.connect_timeout)
         .map_err(|e| Failure::new(format!("--connect-timeout '{}': {e}", cli.connect_timeout)))?;
     let upstreams = dns::upstreams(&cli.dns_upstream).map_err(|e| Failure::new(e.to_string()))?;
@@ -219,9 +370,41 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         uid: unsafe { libc::getuid() },
         // SAFETY: getgid(2) takes no arguments and always succeeds.
         gid: unsafe { libc::getgid() },
+        trust: match &phantoms {
+            Some(Phantoms {
+                bundle_file: Some(f),
+                bundle_target,
+                ..
+            }) => Some(
+                netns::TrustBind::new(&f.0, bundle_target)
+                    .map_err(|e| Failure::new(format!("CA bundle: {e}")))?,
+            ),
+            _ => None,
+        },
     });
 
     let mut cmd = sbx_core::supervise::command(&cli.cmd, None)?;
+    if let Some(p) = &phantoms {
+        let mut pass: Vec<String> = std::env::var(sbx_core::envpolicy::ENV_PASS)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .into_iter()
+            .collect();
+        for s in p.intercept.secrets.iter() {
+            cmd.env(&s.name, &s.placeholder);
+            pass.push(s.name.clone());
+        }
+        for v in [
+            "SSL_CERT_FILE",
+            "NODE_EXTRA_CA_CERTS",
+            "REQUESTS_CA_BUNDLE",
+            "CURL_CA_BUNDLE",
+            "GIT_SSL_CAINFO",
+        ] {
+            cmd.env(v, p.bundle_target);
+        }
+        cmd.env(sbx_core::envpolicy::ENV_PASS, pass.join(","));
+    }
     let keep: Vec<i32> = audit::get()
         .and_then(|a| a.handoff(&cli.cmd[0], &mut cmd))
         .into_iter()
@@ -239,6 +422,11 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     }
     let spawned = Supervisor::spawn(cmd, &keep);
     drop(prep);
+    // The command's mount namespace holds the bundle now (or it failed):
+    // its name on the host goes.
+    if let Some(p) = &mut phantoms {
+        p.bundle_file = None;
+    }
     let handed = netns::receive(&ours);
     let mut sup = match (spawned, handed) {
         (Ok(s), Ok(Some(h))) => (s, h),
@@ -260,6 +448,10 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             "cidrs": policy.cidrs.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
             "sni_check": cli.sni_check,
             "child": sup.0.pid(),
+            "secrets": phantoms.as_ref().map(|p| p.intercept.secrets.iter().map(|s| json!({
+                "name": s.name, "hosts": s.hosts, "in_body": s.in_body,
+            })).collect::<Vec<_>>()).unwrap_or_default(),
+            "ca_bundle": phantoms.as_ref().map(|p| p.bundle_target),
         }),
     );
 
@@ -276,6 +468,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         dns_tcp_conns: Default::default(),
         host_allow: cli.allow_host_address.clone(),
         host_addrs: Default::default(),
+        intercept: phantoms.as_ref().map(|p| p.intercept.clone()),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

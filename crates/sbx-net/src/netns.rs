@@ -35,6 +35,73 @@ pub struct Prepared {
     pub chan: OwnedFd,
     pub uid: u32,
     pub gid: u32,
+    /// Phantom credentials: the sandbox's CA bundle (a file sbx-net
+    /// wrote, by path: a mount source must be reached from the new mount
+    /// namespace) bound read-only over the system bundle in a mount
+    /// namespace of the command's own.
+    pub trust: Option<TrustBind>,
+}
+
+/// Paths prepared before the fork (no allocation in the child).
+pub struct TrustBind {
+    pub source: std::ffi::CString,
+    pub target: std::ffi::CString,
+}
+
+impl TrustBind {
+    pub fn new(source: &std::path::Path, target: &str) -> io::Result<TrustBind> {
+        use std::os::unix::ffi::OsStrExt;
+        let source =
+            std::ffi::CString::new(source.as_os_str().as_bytes()).map_err(io::Error::other)?;
+        let target = std::ffi::CString::new(target).map_err(io::Error::other)?;
+        Ok(TrustBind { source, target })
+    }
+
+    /// In the child: a mount namespace of its own (no propagation back to
+    /// the host's) with the bundle bound read-only over the system one.
+    fn apply(&self) -> io::Result<()> {
+        // SAFETY: plain syscalls on C strings prepared before the fork.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_SLAVE,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::mount(
+                self.source.as_ptr(),
+                self.target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::mount(
+                std::ptr::null(),
+                self.target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND
+                    | libc::MS_REMOUNT
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The sockets created inside (no IPv6 pair on a kernel without IPv6).
@@ -205,6 +272,11 @@ impl Prepared {
             write_file(c"/proc/self/uid_map", &b[..n])?;
             let n = fmt_map(&mut b, self.gid);
             write_file(c"/proc/self/gid_map", &b[..n])?;
+            why.clear();
+        }
+        if let Some(t) = &self.trust {
+            why.push_str("binding the CA bundle over the system one (mount namespace)");
+            t.apply()?;
             why.clear();
         }
         let l = &self.layout;

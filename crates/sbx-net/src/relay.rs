@@ -363,3 +363,69 @@ pub async fn relay_threads(
     });
     let _ = tokio::join!(a, b);
 }
+
+/// Relays both ways, the sandbox's bytes through `scan` (user space, so
+/// that they can be looked at; the other direction is spliced). `scan`
+/// gets a window of the last bytes seen plus the new chunk and says
+/// whether they may go out; when not, both sides are cut before the chunk
+/// is written.
+pub async fn relay_scanned(
+    inside: TcpStream,
+    outside: TcpStream,
+    out: &AtomicU64,
+    inn: &AtomicU64,
+    keep: usize,
+    scan: impl Fn(&[u8]) -> bool,
+) {
+    let cut = || {
+        shutdown(&inside, libc::SHUT_RDWR);
+        shutdown(&outside, libc::SHUT_RDWR);
+    };
+    let a = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut window: Vec<u8> = Vec::new();
+        loop {
+            let n = loop {
+                inside.readable().await?;
+                match inside.try_read(&mut buf) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            if n == 0 {
+                shutdown(&outside, libc::SHUT_WR);
+                return Ok(());
+            }
+            window.extend_from_slice(&buf[..n]);
+            if !scan(&window) {
+                return Err(io::Error::other("a placeholder on its way out"));
+            }
+            let drop_to = window.len().saturating_sub(keep);
+            window.drain(..drop_to);
+            let mut off = 0;
+            while off < n {
+                outside.writable().await?;
+                match outside.try_write(&buf[off..n]) {
+                    Ok(m) => off += m,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            out.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    };
+    let a = async {
+        if let Err(e) = a.await {
+            tracing::debug!("relay out (scanned): {e}");
+            cut();
+        }
+    };
+    let b = async {
+        if let Err(e) = pump(&outside, &inside, inn).await {
+            tracing::debug!("relay in: {e}");
+            cut();
+        }
+    };
+    tokio::join!(a, b);
+}

@@ -48,6 +48,8 @@ pub struct Options {
     /// Low trust as one container per run (sbx-container) instead of the
     /// namespace chain.
     pub container: bool,
+    /// Phantom credentials for sbx-net (`--secret NAME@HOST...`).
+    pub secrets: Vec<String>,
 }
 
 /// What `chain` decided.
@@ -192,6 +194,11 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
         }
     };
     let mut notes = Vec::new();
+    if !o.secrets.is_empty() && (o.trust != Trust::Low || o.container) {
+        return Err(ChainError::TierUnavailable(
+            "--secret: phantom credentials are applied by sbx-net in the namespace chain only: use --trust low without --container".into(),
+        ));
+    }
     if let Some(x) = &p.exec_allow {
         let low_chain = o.trust == Trust::Low && !o.container;
         // The gVisor tier applies it with noexec mounts (gvisor.rs).
@@ -418,7 +425,11 @@ fn low(
         }
         spec.layers.push(Layer::Cgroup(c));
     }
-    spec.layers.push(Layer::Net(net_spec(p)));
+    spec.layers.push(Layer::Net(NetSpec {
+        // Phantom credentials: the namespace chain only (checked in plan()).
+        secret: o.secrets.clone(),
+        ..net_spec(p)
+    }));
     spec.layers.push(Layer::Fs(fs_spec(p, stage.as_deref())));
     spec.layers.push(Layer::Seccomp(seccomp_spec(p, cmd)));
     Ok(Plan {

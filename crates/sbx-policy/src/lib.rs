@@ -213,6 +213,9 @@ pub struct ChainArgs {
     /// With --trust low: one container per run (sbx-container, Docker/Podman) instead of the namespace chain.
     #[arg(long)]
     pub container: bool,
+    /// A phantom credential (sbx-net --secret NAME@HOST[,HOST...][=file:PATH|=fd:N], repeatable): inside, NAME holds a placeholder; sbx-net puts the caller's value into request headers to HOST only. Namespace chain only.
+    #[arg(long, value_name = "NAME@HOST")]
+    pub secret: Vec<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
@@ -349,6 +352,7 @@ fn run_chain(c: ChainArgs) -> Result<i32, Failure> {
         layers: c.layers.clone(),
         bin_dir: c.bin_dir.clone(),
         container: c.container,
+        secrets: c.secret.clone(),
         cgroup: if c.no_cgroup {
             Some(false)
         } else if c.cgroup {

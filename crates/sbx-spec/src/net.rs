@@ -64,6 +64,20 @@ pub struct NetSpec {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub allow_host_address: Vec<IpAddr>,
 
+    /// A phantom credential: the command sees a placeholder in NAME; the
+    /// gateway puts the real value (from sbx-net's own NAME, a file or an
+    /// fd) into request headers to HOST only. See PHANTOM CREDENTIALS.
+    /// Repeat.
+    #[arg(long, value_name = "NAME@HOST[,HOST...][=file:PATH|=fd:N]")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secret: Vec<String>,
+
+    /// Replace NAME's placeholder in request bodies to its hosts too (not
+    /// only in headers). Repeat.
+    #[arg(long, value_name = "NAME")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secret_in_body: Vec<String>,
+
     /// Give up connecting out after DURATION.
     #[arg(long, value_name = "DURATION", default_value = DEFAULT_CONNECT_TIMEOUT)]
     #[serde(skip_serializing_if = "is_default_timeout")]
@@ -94,6 +108,8 @@ impl Default for NetSpec {
             dns_rebind_allow: Vec::new(),
             dns_nxdomain: false,
             allow_host_address: Vec::new(),
+            secret: Vec::new(),
+            secret_in_body: Vec::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT.into(),
         }
     }
@@ -114,6 +130,8 @@ impl NetSpec {
                 "--allow-host-address",
                 self.allow_host_address.iter().map(|a| a.to_string()),
             )
+            .each("--secret", &self.secret)
+            .each("--secret-in-body", &self.secret_in_body)
             .unless_default(
                 "--connect-timeout",
                 &self.connect_timeout,
@@ -138,6 +156,8 @@ mod tests {
             dns_rebind_allow: vec!["corp".into()],
             dns_nxdomain: true,
             allow_host_address: vec!["10.1.2.3".parse().unwrap(), "::1".parse().unwrap()],
+            secret: vec!["TOKEN@api.example.com=fd:3".into()],
+            secret_in_body: vec!["TOKEN".into()],
             connect_timeout: "3s".into(),
         };
         crate::roundtrip::check(&full, full.args());

@@ -4,6 +4,7 @@
 
 pub mod container;
 pub mod openbao;
+pub mod phantom;
 pub mod testnet;
 
 use std::ffi::OsStr;
