@@ -99,45 +99,9 @@ pub struct Cli {
     #[command(flatten)]
     pub common: CommonArgs,
 
-    /// Hard memory limit (e.g. 512M, 2G); the OOM killer acts inside the group only.
-    #[arg(long, value_name = "SIZE")]
-    pub memory: Option<String>,
-
-    /// Memory + swap total (at least --memory). Default: no swap beyond --memory.
-    #[arg(long, value_name = "SIZE")]
-    pub memory_swap: Option<String>,
-
-    /// CPU quota in CPUs (e.g. 0.5, 2).
-    #[arg(long, value_name = "N.N")]
-    pub cpus: Option<String>,
-
-    /// Relative CPU weight, 1-10000 (default 100).
-    #[arg(long, value_name = "N")]
-    pub cpu_weight: Option<String>,
-
-    /// Maximum number of processes and threads in the group (fork-bomb limit).
-    #[arg(long, value_name = "N")]
-    pub pids: Option<String>,
-
-    /// Relative I/O weight, 1-10000, where the hierarchy has it.
-    #[arg(long, value_name = "N")]
-    pub io_weight: Option<String>,
-
-    /// A resource limit for the command, NAME=SOFT[:HARD] (repeatable), e.g. nofile=1024, fsize=100M, core=0.
-    #[arg(long = "rlimit", value_name = "NAME=SOFT[:HARD]")]
-    pub rlimit: Vec<String>,
-
-    /// Wall-clock limit (30s, 5m, 1h30m); then the whole group is killed (exit 124).
-    #[arg(long, value_name = "DURATION")]
-    pub timeout: Option<String>,
-
-    /// After a forwarded SIGTERM/SIGINT/SIGHUP/SIGQUIT, SIGKILL the command if it still runs this long after (default 10s, or SBX_KILL_AFTER; 0 = at once).
-    #[arg(long, value_name = "DURATION")]
-    pub kill_after: Option<String>,
-
-    /// Parent cgroup: absolute cgroup path, or relative to the caller's own cgroup. Default: the caller's own.
-    #[arg(long, value_name = "PATH")]
-    pub parent: Option<String>,
+    /// The limits (the flags; sbx-spec).
+    #[command(flatten)]
+    pub spec: sbx_spec::CgroupSpec,
 
     /// The command to run.
     #[arg(last = true, required = true, value_name = "CMD")]

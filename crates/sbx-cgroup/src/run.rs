@@ -34,29 +34,29 @@ pub struct Prepared {
 /// 1. Everything that can be checked without touching the host.
 pub fn prepare(cli: &Cli) -> Result<Prepared, Failure> {
     let limits = Limits::parse(&Raw {
-        memory: cli.memory.as_deref(),
-        memory_swap: cli.memory_swap.as_deref(),
-        cpus: cli.cpus.as_deref(),
-        cpu_weight: cli.cpu_weight.as_deref(),
-        pids: cli.pids.as_deref(),
-        io_weight: cli.io_weight.as_deref(),
-        rlimits: &cli.rlimit,
-        timeout: cli.timeout.as_deref(),
+        memory: cli.spec.memory.as_deref(),
+        memory_swap: cli.spec.memory_swap.as_deref(),
+        cpus: cli.spec.cpus.as_deref(),
+        cpu_weight: cli.spec.cpu_weight.as_deref(),
+        pids: cli.spec.pids.as_deref(),
+        io_weight: cli.spec.io_weight.as_deref(),
+        rlimits: &cli.spec.rlimit,
+        timeout: cli.spec.timeout.as_deref(),
     })?;
     rlimit::preflight(&limits.rlimits)?;
-    if let Some(v) = &cli.kill_after {
+    if let Some(v) = &cli.spec.kill_after {
         sbx_core::supervise::parse_kill_after(v)?;
     }
     let host = Host::default();
     let layout = discover::discover(&host)?;
-    let targets = match group::plan(&layout, cli.parent.as_deref(), &limits) {
+    let targets = match group::plan(&layout, cli.spec.parent.as_deref(), &limits) {
         Ok(t) => t,
         // Unprivileged without a delegated cgroup: --timeout, --rlimit and
         // --pids (RLIMIT_NPROC in a user namespace of the command's own)
         // need no cgroup; they run in no-cgroup mode. Limits that do need
         // one (memory, CPU, I/O) keep the error.
         Err(e @ group::GroupError::NotDelegated { .. }) => {
-            if cli.parent.is_some() || !crate::nocg::possible(&limits) {
+            if cli.spec.parent.is_some() || !crate::nocg::possible(&limits) {
                 return Err(e.into());
             }
             Vec::new()
@@ -92,7 +92,7 @@ pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
     let me = Owner::me(&id);
     // v2: a supervisor alone in its delegated group steps into a leaf of it.
     let leaf = match targets.first() {
-        Some(t) => Leaf::enter_if_needed(t, cli.parent.is_none(), &name, &me, true)?,
+        Some(t) => Leaf::enter_if_needed(t, cli.spec.parent.is_none(), &name, &me, true)?,
         None => None,
     };
     let mut group = match SandboxGroup::create(&host, &targets, &name, &limits, &me) {

@@ -107,111 +107,9 @@ pub struct Cli {
     #[command(flatten)]
     pub common: CommonArgs,
 
-    /// Bind SRC read-only at DST (default: the same path).
-    #[arg(long, value_name = "SRC[:DST]")]
-    pub ro: Vec<OsString>,
-
-    /// Bind SRC writable at DST (default: the same path).
-    #[arg(long, value_name = "SRC[:DST]")]
-    pub rw: Vec<OsString>,
-
-    /// A fresh tmpfs at DST, SIZE bytes at most (default --tmp-size).
-    #[arg(long, value_name = "DST[:SIZE]")]
-    pub tmpfs: Vec<String>,
-
-    /// Hide PATH (a host path, ~/path, or a name pattern such as .env.*).
-    #[arg(long, value_name = "PATH")]
-    pub deny: Vec<OsString>,
-
-    /// Working directory of the command inside the sandbox.
-    #[arg(long, value_name = "DIR")]
-    pub chdir: Option<PathBuf>,
-
-    /// Hostname inside the sandbox (new UTS namespace).
-    #[arg(long, value_name = "NAME")]
-    pub hostname: Option<String>,
-
-    /// Set K to V in the command's environment.
-    #[arg(long, value_name = "K=V")]
-    pub setenv: Vec<OsString>,
-
-    /// Remove K from the command's environment.
-    #[arg(long, value_name = "K")]
-    pub unsetenv: Vec<OsString>,
-
-    /// Start the command with an empty environment (before --setenv).
-    #[arg(long)]
-    pub clearenv: bool,
-
-    /// Pass the caller's variable NAME too, or every variable whose name
-    /// starts with PREFIX (a secret-looking name only when named exactly).
-    #[arg(long, value_name = "NAME|PREFIX*")]
-    pub pass_env: Vec<String>,
-
-    /// Pass the caller's whole environment (secrets included), not only
-    /// the allowlist.
-    #[arg(long)]
-    pub keep_env: bool,
-
-    /// User id inside the sandbox (default: the caller's).
-    #[arg(long, value_name = "N")]
-    pub uid: Option<u32>,
-
-    /// Group id inside the sandbox (default: the caller's).
-    #[arg(long, value_name = "N")]
-    pub gid: Option<u32>,
-
-    /// Do not bind /usr, /bin, /sbin, /lib*, /etc.
-    #[arg(long)]
-    pub no_system: bool,
-
-    /// Drop the default deny list (the --deny entries still apply).
-    #[arg(long)]
-    pub no_default_deny: bool,
-
-    /// Show the .git directory named in DIR/gitdir through an overlay whose
-    /// upper layer is DIR/git/upper: git can commit there, the host's .git is
-    /// not written (sbx-gitguard run --stage makes DIR and imports it).
-    #[arg(long, value_name = "DIR")]
-    pub git_stage: Option<PathBuf>,
-
-    /// Offer the invoking user's git user.name and user.email (their
-    /// global git config; SUDO_USER's as root via sudo), and nothing else
-    /// of it, as ~/.gitconfig in the sandbox's own $HOME tmpfs.
-    #[arg(long)]
-    pub git_identity: bool,
-
-    /// How many directory entries the search for protected names (.env,
-    /// credentials*, .git, .claude ...) may read per bind; beyond it sbx-fs
-    /// refuses to start (exit 125) rather than leave part of the tree
-    /// unprotected.
-    #[arg(long, value_name = "N", default_value_t = protect::DEFAULT_SCAN_LIMIT)]
-    pub scan_limit: usize,
-
-    /// Where control files created during the run (a new .claude/, .vscode/,
-    /// .mcp.json ... in a writable bind) are moved at the end (default
-    /// $XDG_STATE_HOME/sbx/quarantine or ~/.local/state/sbx/quarantine).
-    /// It must exist, be the caller's alone and lie outside every writable
-    /// bind, also through a bind mount alias (exit 125 otherwise).
-    #[arg(long, value_name = "DIR")]
-    pub quarantine: Option<PathBuf>,
-
-    /// Size limit of /tmp, /dev/shm and the $HOME tmpfs.
-    #[arg(long, value_name = "SIZE", default_value = spec::DEFAULT_TMP_SIZE)]
-    pub tmp_size: String,
-
-    /// A budget for the writable directory binds together: the bytes a run
-    /// may add (beyond it writes fail with ENOSPC, alert
-    /// write_quota_exceeded). Overlay mode: the binds are seen through an
-    /// overlay over a tmpfs of SIZE, applied to the host when the run ends.
-    #[arg(long, value_name = "SIZE")]
-    pub write_quota: Option<String>,
-
-    /// How many new inodes (files, directories, symlinks, copied-up
-    /// directories, deletions) the budget allows (needs --write-quota;
-    /// default 1000000).
-    #[arg(long, value_name = "N")]
-    pub write_inodes: Option<u64>,
+    /// What is granted, hidden and set up (the flags; sbx-spec).
+    #[command(flatten)]
+    pub spec: sbx_spec::FsSpec,
 
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -227,7 +125,7 @@ pub fn main() -> ! {
 }
 
 /// Checks every flag; nothing on the host is touched.
-pub fn build_spec(cli: &Cli) -> Result<Spec, Failure> {
+pub fn build_spec(cli: &sbx_spec::FsSpec) -> Result<Spec, Failure> {
     let tmp_size = spec::parse_size_flag("--tmp-size", &cli.tmp_size)?;
     let write_quota = spec::parse_budget(cli.write_quota.as_deref(), cli.write_inodes)?;
     let mut binds = Vec::new();
@@ -576,7 +474,7 @@ pub fn host_placeholders(plan: &Plan) -> Result<placeholder::Placeholders, Failu
 }
 
 fn run(cli: Cli) -> Result<i32, Failure> {
-    let spec = build_spec(&cli)?;
+    let spec = build_spec(&cli.spec)?;
     let (env, filtered) = plan::command_env(&spec);
     let userns = !namespaces::have_cap_sys_admin();
     // SAFETY: geteuid/getegid cannot fail.
@@ -605,7 +503,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     }
 
     // Read before any fork: git runs on the host, as the caller.
-    let gitconfig = if cli.git_identity {
+    let gitconfig = if cli.spec.git_identity {
         let id = gitident::read();
         gitident::target(&plan)
             .filter(|_| !id.is_empty())

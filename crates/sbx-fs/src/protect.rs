@@ -31,7 +31,7 @@ use serde_json::json;
 use crate::plan::{Kind, Op, What};
 
 /// Default for `--scan-limit`: entries one bind's walk may read.
-pub const DEFAULT_SCAN_LIMIT: usize = 1_000_000;
+pub const DEFAULT_SCAN_LIMIT: usize = sbx_spec::fs::DEFAULT_SCAN_LIMIT;
 
 /// One protected entry, relative to any directory of a writable bind.
 #[derive(Debug, Clone, Copy)]

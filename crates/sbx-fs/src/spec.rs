@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 /// Default size of the fresh /tmp (and of the empty $HOME).
-pub const DEFAULT_TMP_SIZE: &str = "512M";
+pub const DEFAULT_TMP_SIZE: &str = sbx_spec::fs::DEFAULT_TMP_SIZE;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SpecError {

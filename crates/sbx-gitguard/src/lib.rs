@@ -119,27 +119,16 @@ pub enum Command {
     Plants(plant::PlantsArgs),
 }
 
-#[derive(Args, Debug)]
-pub struct StageLimitArgs {
-    /// Most files and objects an import reads from a stage.
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
-    pub stage_max_objects: u64,
-    /// Most bytes of object files (loose objects and packs) an import reads
-    /// from a stage, and most bytes the new objects inflate to.
-    #[arg(long, value_name = "SIZE", default_value = "2G")]
-    pub stage_max_bytes: String,
-}
+/// The repository and import limits are flags of `run` too (sbx-spec).
+pub use sbx_spec::gitguard::{RepoSpec as RepoArgs, StageLimits as StageLimitArgs};
 
-impl StageLimitArgs {
-    fn limits(&self) -> Result<import::Limits, Failure> {
-        let b = sbx_core::units::parse_size(&self.stage_max_bytes).map_err(|e| {
-            Failure::new(format!("--stage-max-bytes {}: {e}", self.stage_max_bytes))
-        })?;
-        Ok(import::Limits {
-            max_objects: self.stage_max_objects,
-            max_bytes: b,
-        })
-    }
+fn stage_limits(a: &StageLimitArgs) -> Result<import::Limits, Failure> {
+    let b = sbx_core::units::parse_size(&a.stage_max_bytes)
+        .map_err(|e| Failure::new(format!("--stage-max-bytes {}: {e}", a.stage_max_bytes)))?;
+    Ok(import::Limits {
+        max_objects: a.stage_max_objects,
+        max_bytes: b,
+    })
 }
 
 #[derive(Args, Debug)]
@@ -154,32 +143,10 @@ pub struct ImportArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct RepoArgs {
-    /// The repository: the top of a work tree (main or linked) or a bare git dir.
-    #[arg(long, value_name = "DIR")]
-    pub repo: PathBuf,
-    /// How long to wait for a concurrent git process's lock files to go.
-    #[arg(long, value_name = "DURATION", default_value = "2s")]
-    pub lock_wait: String,
-}
-
-#[derive(Args, Debug)]
 pub struct RunArgs {
+    /// The repository, the stage and the checks (the flags; sbx-spec).
     #[command(flatten)]
-    pub repo: RepoArgs,
-    /// Report and alert only; repair nothing.
-    #[arg(long)]
-    pub alert_only: bool,
-    /// Run the full connectivity check before and after the command (not
-    /// only on signs of damage).
-    #[arg(long)]
-    pub full: bool,
-    /// Create a git stage DIR (named sbx-git-stage-*, must not exist) for
-    /// sbx-fs --git-stage; after the command, import it and remove it.
-    #[arg(long, value_name = "DIR")]
-    pub stage: Option<PathBuf>,
-    #[command(flatten)]
-    pub limits: StageLimitArgs,
+    pub spec: sbx_spec::GitguardRunSpec,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
@@ -423,9 +390,10 @@ fn print_report(r: &Report, l: &layout::Layout, json_out: bool, mode: Mode) {
     }
 }
 
-fn run(a: RunArgs) -> Result<i32, Failure> {
+fn run(args: RunArgs) -> Result<i32, Failure> {
+    let a = &args.spec;
     let wait = lock_wait(&a.repo)?;
-    let limits = a.limits.limits()?;
+    let limits = stage_limits(&a.limits)?;
     let l = open_layout(&a.repo)?;
     // An import a killed sbx-gitguard left half done is finished (or
     // undone) before anything else looks at the repository.
@@ -504,9 +472,9 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
             objects::restat_loose(&u.path.join("objects"), &mut u.loose_stats);
         }
     }
-    let mut cmd = sbx_core::supervise::command(&a.cmd, None)?;
+    let mut cmd = sbx_core::supervise::command(&args.cmd, None)?;
     let keep: Vec<i32> = sbx_core::audit::get()
-        .and_then(|au| au.handoff(&a.cmd[0], &mut cmd))
+        .and_then(|au| au.handoff(&args.cmd[0], &mut cmd))
         .into_iter()
         .collect();
     let code = {
@@ -672,7 +640,7 @@ fn expect_imported(snap: &mut snapshot::Snapshot, git_dir: &Path, o: &import::Ou
 
 fn cmd_import(a: ImportArgs) -> Result<i32, Failure> {
     let wait = lock_wait(&a.repo)?;
-    let limits = a.limits.limits()?;
+    let limits = stage_limits(&a.limits)?;
     let l = open_layout(&a.repo)?;
     let git_dir = stage::plain_git_dir(&l)?;
     let st = stage::Stage::open(&a.stage, &git_dir)?;

@@ -855,18 +855,9 @@ fn restore_content(e: &Entry, b: &Entry, q: &mut Quarantine, out: &mut After) ->
 
 #[derive(Args, Debug)]
 pub struct PlantsArgs {
-    /// A writable directory to check (repeatable): every directory the
-    /// command can write, at any depth.
-    #[arg(long = "dir", value_name = "DIR", required = true)]
-    pub dirs: Vec<PathBuf>,
-    /// Where planted repositories are moved (default:
-    /// $XDG_STATE_HOME/sbx/quarantine, else ~/.local/state/sbx/quarantine).
-    #[arg(long, value_name = "DIR")]
-    pub quarantine: Option<PathBuf>,
-    /// Most directory entries walked per scan; over it the run refuses to
-    /// start (before) or fails with an alert (after), never silently.
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
-    pub max_entries: u64,
+    /// The directories and the scan limit (the flags; sbx-spec).
+    #[command(flatten)]
+    pub spec: sbx_spec::PlantsSpec,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
@@ -874,7 +865,8 @@ pub struct PlantsArgs {
 
 /// `sbx-gitguard plants --dir DIR... -- CMD`: snapshot the repositories of
 /// the writable directories, run the command, quarantine what was planted.
-pub fn cmd_plants(a: PlantsArgs) -> Result<i32, Failure> {
+pub fn cmd_plants(args: PlantsArgs) -> Result<i32, Failure> {
+    let a = &args.spec;
     let mut roots = Vec::new();
     for d in &a.dirs {
         let c = fs::canonicalize(d)
@@ -945,9 +937,9 @@ pub fn cmd_plants(a: PlantsArgs) -> Result<i32, Failure> {
     // to end), and the check afterwards is the protection, so a SIGTERM
     // must not skip it (sbx-gitguard lets them in elsewhere: see sig.rs).
     let _hold = crate::sig::Hold::new();
-    let mut cmd = sbx_core::supervise::command(&a.cmd, None)?;
+    let mut cmd = sbx_core::supervise::command(&args.cmd, None)?;
     let keep: Vec<i32> = sbx_core::audit::get()
-        .and_then(|au| au.handoff(&a.cmd[0], &mut cmd))
+        .and_then(|au| au.handoff(&args.cmd[0], &mut cmd))
         .into_iter()
         .collect();
     let code = {

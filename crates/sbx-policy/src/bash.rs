@@ -363,8 +363,10 @@ impl ExecAllowlist {
                 extra.push(d);
             }
         }
-        let mut seen = std::collections::BTreeSet::new();
-        extra.retain(|x| seen.insert(x.clone()));
+        // Sorted: one list whatever the command (compile's and chain's
+        // differ only by the command's own program).
+        extra.sort();
+        extra.dedup();
         extra
     }
 }

@@ -12,6 +12,10 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use sbx_spec::{
+    ChainSpec, FsSpec, GitguardRunSpec, Layer, NetSpec, PlantsSpec, Profile, RepoSpec, SeccompSpec,
+};
+
 use crate::map::Policy;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -242,7 +246,6 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
         }
         Trust::Zero => {
             if let Some(runsc) = find_tool("runsc", None) {
-                let me = need("sbx-policy", "zero trust: gVisor (sbx-policy gvisor)", o)?;
                 // As root the whole gVisor sandbox runs inside sbx-cgroup
                 // (memory, pids, CPU, wall clock); unprivileged, rlimits and
                 // the wall clock only.
@@ -259,8 +262,10 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                 notes.push("gVisor: an OCI bundle from the sbx-fs mount plan (grants, denies, invariants), read-only root; the network is sbx-net's filtered namespace (the same domain allowlist, DNS proxy and alerts as the namespace chain) through gVisor's own TCP/IP (runsc --network=host inside it); uid 0 inside without capabilities is the caller (unprivileged: runsc --rootless shows the caller's files as owned by 0)".into());
                 // The same git stage and checks as the namespace chain.
                 let stage = git_stage(p);
-                let mut layers =
-                    gitguard_layers(p, o, "zero trust: gVisor", stage.as_deref(), &with_layers)?;
+                let mut spec = ChainSpec {
+                    layers: gitguard_layers(p, stage.as_deref()),
+                    cmd: cmd.to_vec(),
+                };
                 let exec = exec_files(p, cmd);
                 if let Some(x) = &exec {
                     notes.push(format!("gVisor tier: the execute allowlist ({} files) is enforced by gVisor's kernel: every mount noexec but those files (and the dynamic loaders); refused execs are exec_denied alerts from runsc's exec trace", x.len()));
@@ -268,18 +273,16 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                 if stage.is_none() && p.git_repo {
                     notes.push("gVisor tier: .git is not writable by the grants: git commits fail inside (read-only)".into());
                 }
-                let net = need("sbx-net", "zero trust: gVisor's network", o)?;
-                layers.push(net_layer(p, &net, &with_layers));
-                let l = crate::gvisor::layer(
+                spec.layers.push(Layer::Net(net_spec(p)));
+                spec.layers.push(Layer::Gvisor(crate::gvisor::spec(
                     p,
-                    &me,
                     &runsc,
                     cgroup.as_deref(),
                     stage.as_deref(),
                     exec.as_deref().unwrap_or_default(),
                     true,
-                );
-                layers.extend([l, cmd.to_vec()]);
+                )));
+                let layers = render(&spec, o, &sections, "zero trust: gVisor")?;
                 return Ok(Plan {
                     tier: "zero trust: gVisor (runsc --platform=ptrace)",
                     layers,
@@ -431,29 +434,18 @@ fn low(
     sections: &[String],
     mut notes: Vec<String>,
 ) -> Result<Plan, ChainError> {
-    let tool = |n: &str| need(n, "low trust: the namespace chain", o);
-    let cfg = |v: &mut Vec<OsString>, t: &str| {
-        if let Some(l) = &o.layers
-            && sections.iter().any(|s| s == t)
-        {
-            v.push(os("--config"));
-            v.push(os(l));
-        }
+    let mut spec = ChainSpec {
+        layers: Vec::new(),
+        cmd: cmd.to_vec(),
     };
-    let mut layers: Vec<Vec<OsString>> = Vec::new();
+    // sbx-creds is given its --layers section only.
     if sections.iter().any(|s| s == "sbx-creds") {
-        let mut l = vec![os(tool("sbx-creds")?)];
-        cfg(&mut l, "sbx-creds");
-        layers.push(l);
+        spec.layers.push(Layer::Tool {
+            tool: "sbx-creds".into(),
+        });
     }
     let stage = git_stage(p);
-    layers.extend(gitguard_layers(
-        p,
-        o,
-        "low trust: the namespace chain",
-        stage.as_deref(),
-        &cfg,
-    )?);
+    spec.layers.extend(gitguard_layers(p, stage.as_deref()));
     // sbx-cgroup is in the chain unless --no-cgroup: without root or a
     // delegated cgroup it still applies the limits that need none (and
     // is given only those; the notes say which do not apply).
@@ -476,130 +468,133 @@ fn low(
                 .collect::<Vec<_>>(),
         }),
     );
-    if let Some(args) = &lp.cgroup_args {
-        if let Some(prefix) = &lp.prefix {
-            layers.push(prefix.iter().map(os).collect());
+    if let Some(c) = lp.cgroup {
+        if let Some(prefix) = lp.prefix {
+            spec.layers.push(Layer::Argv(prefix));
         }
-        let mut l = vec![os(tool("sbx-cgroup")?)];
-        l.extend(args.iter().map(os));
-        cfg(&mut l, "sbx-cgroup");
-        layers.push(l);
+        spec.layers.push(Layer::Cgroup(c));
     }
-    let mut l = net_layer(p, &tool("sbx-net")?, &cfg);
-    // Phantom credentials: the namespace chain only (checked in plan()).
-    for s in &o.secrets {
-        l.push(os("--secret"));
-        l.push(os(s));
-    }
-    layers.push(l);
-    let seccomp = tool("sbx-seccomp")?;
-    let mut l = vec![os(tool("sbx-fs")?)];
-    for r in &p.rw {
-        l.push(os("--rw"));
-        l.push(os(r));
-    }
-    for r in &p.ro {
-        l.push(os("--ro"));
-        l.push(os(r));
-    }
-    for d in &p.deny {
-        l.push(os("--deny"));
-        l.push(os(d));
-    }
-    for e in &p.pass_env {
-        l.push(os("--pass-env"));
-        l.push(os(e));
-    }
-    if p.project_visible() {
-        l.extend([os("--chdir"), os(&p.start)]);
-    }
-    l.extend([os("--tmp-size"), os(&p.limits.tmp_size)]);
-    // The writable binds' budget (docs/policy.md, default limits); "off":
-    // none, the writes reach the host live.
-    if p.limits.write_quota != "off" {
-        l.extend([
-            os("--write-quota"),
-            os(&p.limits.write_quota),
-            os("--write-inodes"),
-            os(&p.limits.write_inodes),
-        ]);
-    }
-    if let Some(s) = &stage {
-        l.extend([os("--git-stage"), os(s)]);
-    }
-    for e in safe_directory_env(p) {
-        l.extend([os("--setenv"), os(e)]);
-    }
-    if p.git_identity {
-        l.push(os("--git-identity"));
-    }
-    let mut sl = vec![os(&seccomp), os("--profile"), os("default")];
-    // Strict mode: sbx-seccomp applies the execute allowlist (Landlock)
-    // and reports refused execs (exec_denied). sbx-fs opens it (an sbx
-    // tool) on the host and executes it by fd: its directory need not be
-    // visible.
-    for x in exec_files(p, cmd).unwrap_or_default() {
-        sl.push(os("--allow-exec"));
-        sl.push(os(x));
-    }
-    cfg(&mut l, "sbx-fs");
-    layers.push(l);
-    cfg(&mut sl, "sbx-seccomp");
-    layers.push(sl);
-    layers.push(cmd.to_vec());
+    spec.layers.push(Layer::Net(NetSpec {
+        // Phantom credentials: the namespace chain only (checked in plan()).
+        secret: o.secrets.clone(),
+        ..net_spec(p)
+    }));
+    spec.layers.push(Layer::Fs(fs_spec(p, stage.as_deref())));
+    spec.layers.push(Layer::Seccomp(seccomp_spec(p, cmd)));
     Ok(Plan {
         tier: "low trust: the namespace chain",
-        layers,
+        layers: render(&spec, o, sections, "low trust: the namespace chain")?,
         env: Vec::new(),
         notes,
+    })
+}
+
+/// Each layer as the argv of its tool (found as [`need`] finds it), with
+/// `--config` where the --layers file has the tool's section; the
+/// command last.
+fn render(
+    spec: &ChainSpec,
+    o: &Options,
+    sections: &[String],
+    tier: &str,
+) -> Result<Vec<Vec<OsString>>, ChainError> {
+    let mut out = Vec::new();
+    for l in &spec.layers {
+        let Some(tool) = l.tool() else {
+            if let Layer::Argv(v) = l {
+                out.push(v.iter().map(os).collect());
+            }
+            continue;
+        };
+        let mut v = vec![os(need(tool, tier, o)?)];
+        v.extend(l.args());
+        if let Some(f) = &o.layers
+            && l.takes_config()
+            && sections.iter().any(|s| s == tool)
+        {
+            v.extend([os("--config"), os(f)]);
+        }
+        out.push(v);
+    }
+    out.push(spec.cmd.clone());
+    Ok(out)
+}
+
+/// sbx-fs's part of the namespace chain; `compile` has it without a git
+/// stage (one is made per run).
+pub fn fs_spec(p: &Policy, stage: Option<&Path>) -> FsSpec {
+    // The writable binds' budget (docs/policy.md, default limits); "off":
+    // none, the writes reach the host live.
+    let budget = p.limits.write_quota != "off";
+    FsSpec {
+        rw: p.rw.iter().map(os).collect(),
+        ro: p.ro.iter().map(os).collect(),
+        deny: p.deny.iter().map(os).collect(),
+        pass_env: p.pass_env.clone(),
+        chdir: p.project_visible().then(|| p.start.clone()),
+        tmp_size: p.limits.tmp_size.clone(),
+        write_quota: budget.then(|| p.limits.write_quota.clone()),
+        write_inodes: budget.then(|| p.limits.write_inodes.parse().ok()).flatten(),
+        git_stage: stage.map(Path::to_path_buf),
+        setenv: safe_directory_env(p).into_iter().map(os).collect(),
+        git_identity: p.git_identity,
+        ..FsSpec::default()
+    }
+}
+
+/// sbx-seccomp's part: the default profile and, in strict mode, the
+/// execute allowlist (sbx-seccomp applies it with Landlock and reports
+/// refused execs, exec_denied). sbx-fs opens sbx-seccomp (an sbx tool) on
+/// the host and executes it by fd: its directory need not be visible.
+pub fn seccomp_spec(p: &Policy, cmd: &[OsString]) -> SeccompSpec {
+    SeccompSpec {
+        profile: Some(Profile::Default),
+        allow_exec: exec_files(p, cmd).unwrap_or_default(),
+        ..SeccompSpec::default()
+    }
+}
+
+/// sbx-net with the policy's allowed domains (the low-trust chain and the
+/// gVisor tier: the same egress policy).
+pub fn net_spec(p: &Policy) -> NetSpec {
+    NetSpec {
+        allow: p.net_allow.clone(),
+        ..NetSpec::default()
+    }
+}
+
+/// `sbx-gitguard run` when the project is a repository (with the git
+/// stage when there is one).
+pub fn gitguard_spec(p: &Policy, stage: Option<&Path>) -> Option<GitguardRunSpec> {
+    p.git_repo.then(|| GitguardRunSpec {
+        repo: RepoSpec {
+            repo: p.cwd.clone(),
+            ..RepoSpec::default()
+        },
+        stage: stage.map(Path::to_path_buf),
+        ..GitguardRunSpec::default()
     })
 }
 
 /// sbx-gitguard's layers, in front of the sandbox: `run` (with the git
 /// stage) when the project is a repository, `plants` for every writable
 /// directory.
-fn gitguard_layers(
-    p: &Policy,
-    o: &Options,
-    tier: &str,
-    stage: Option<&Path>,
-    cfg: &dyn Fn(&mut Vec<OsString>, &str),
-) -> Result<Vec<Vec<OsString>>, ChainError> {
-    let tool = || need("sbx-gitguard", tier, o);
-    let mut layers = Vec::new();
-    if p.git_repo {
-        let mut l = vec![os(tool()?), os("run")];
-        cfg(&mut l, "sbx-gitguard");
-        l.extend([os("--repo"), os(&p.cwd)]);
-        if let Some(s) = stage {
-            l.extend([os("--stage"), os(s)]);
-        }
-        layers.push(l);
-    }
+fn gitguard_layers(p: &Policy, stage: Option<&Path>) -> Vec<Layer> {
+    let mut layers: Vec<Layer> = gitguard_spec(p, stage)
+        .map(Layer::Gitguard)
+        .into_iter()
+        .collect();
     // Repositories planted anywhere the command can write (git runs their
     // fsmonitor and hooks on the host later), git project or not: checked
     // right after the command, before the repository's own check.
-    let writable: Vec<&PathBuf> = p.rw.iter().filter(|r| r.is_dir()).collect();
+    let writable: Vec<PathBuf> = p.rw.iter().filter(|r| r.is_dir()).cloned().collect();
     if !writable.is_empty() {
-        let mut l = vec![os(tool()?), os("plants")];
-        for r in writable {
-            l.extend([os("--dir"), os(r)]);
-        }
-        layers.push(l);
+        layers.push(Layer::Plants(PlantsSpec {
+            dirs: writable,
+            ..PlantsSpec::default()
+        }));
     }
-    Ok(layers)
-}
-
-/// sbx-net with the policy's allowed domains (the low-trust chain and the
-/// gVisor tier: the same egress policy).
-fn net_layer(p: &Policy, sbx_net: &Path, cfg: &dyn Fn(&mut Vec<OsString>, &str)) -> Vec<OsString> {
-    let mut l = vec![os(sbx_net)];
-    for a in &p.net_allow {
-        l.push(os("--allow"));
-        l.push(os(a));
-    }
-    cfg(&mut l, "sbx-net");
-    l
+    layers
 }
 
 /// The kernel execute allowlist's files for a command (None: none, the

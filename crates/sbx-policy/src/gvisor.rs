@@ -53,59 +53,13 @@ use sbx_fs::plan::{Kind, Op, Plan, What};
 use serde_json::{Value, json};
 
 use crate::map::Policy;
+use sbx_spec::GvisorSpec;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The runsc binary.
-    #[arg(long, value_name = "PATH")]
-    pub runsc: PathBuf,
-    /// Run runsc inside sbx-cgroup (this binary) with the limits below.
-    #[arg(long, value_name = "PATH")]
-    pub cgroup_bin: Option<PathBuf>,
-    /// Bind SRC read-only (as sbx-fs --ro).
-    #[arg(long, value_name = "SRC")]
-    pub ro: Vec<OsString>,
-    /// Bind SRC writable (as sbx-fs --rw).
-    #[arg(long, value_name = "SRC")]
-    pub rw: Vec<OsString>,
-    /// Hide PATH (as sbx-fs --deny).
-    #[arg(long, value_name = "PATH")]
-    pub deny: Vec<OsString>,
-    /// Working directory inside.
-    #[arg(long, value_name = "DIR")]
-    pub chdir: Option<PathBuf>,
-    #[arg(long, value_name = "SIZE", default_value = "1G")]
-    pub tmp_size: String,
-    #[arg(long, value_name = "SIZE")]
-    pub memory: Option<String>,
-    #[arg(long, value_name = "N")]
-    pub pids: Option<u64>,
-    #[arg(long, value_name = "N.N")]
-    pub cpus: Option<String>,
-    #[arg(long, value_name = "DURATION")]
-    pub timeout: Option<String>,
-    /// The execute allowlist (as sbx-seccomp --allow-exec): every mount is
-    /// noexec but these files (and the dynamic loaders).
-    #[arg(long, value_name = "PATH")]
-    pub allow_exec: Vec<PathBuf>,
-    /// A git stage made by sbx-gitguard run --stage (as sbx-fs --git-stage).
-    #[arg(long, value_name = "DIR")]
-    pub git_stage: Option<PathBuf>,
-    #[arg(long, value_name = "SIZE")]
-    pub fsize: Option<String>,
-    /// Pass the caller's variable NAME (or PREFIX*) too (as sbx-fs --pass-env).
-    #[arg(long, value_name = "NAME|PREFIX*")]
-    pub pass_env: Vec<String>,
-    /// Pass the caller's whole environment (as sbx-fs --keep-env).
-    #[arg(long)]
-    pub keep_env: bool,
-    /// Give the sandbox the network namespace runsc runs in, through
-    /// gVisor's own network stack over host sockets (runsc --network=host),
-    /// instead of none. The chain runs this step inside sbx-net, so what
-    /// the sandbox reaches is sbx-net's filtered namespace: its allowlist,
-    /// DNS proxy and alerts.
-    #[arg(long)]
-    pub host_network: bool,
+    /// The grants and limits (the flags; sbx-spec).
+    #[command(flatten)]
+    pub spec: GvisorSpec,
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
 }
@@ -117,83 +71,48 @@ fn os<S: AsRef<std::ffi::OsStr>>(s: S) -> OsString {
     s.as_ref().to_os_string()
 }
 
-/// The chain layer `sbx-policy gvisor ...` for a policy (`me` is
-/// sbx-policy, `cgroup` sbx-cgroup when the limits are to be applied,
-/// `stage` the git stage, `exec` the execute allowlist).
-pub fn layer(
+/// The chain layer `sbx-policy gvisor ...` for a policy (`cgroup`:
+/// sbx-cgroup when the limits are to be applied, `stage` the git stage,
+/// `exec` the execute allowlist).
+pub fn spec(
     p: &Policy,
-    me: &Path,
     runsc: &Path,
     cgroup: Option<&Path>,
     stage: Option<&Path>,
     exec: &[PathBuf],
     host_network: bool,
-) -> Vec<OsString> {
-    let mut l = vec![os(me), os("gvisor"), os("--runsc"), os(runsc)];
-    if host_network {
-        l.push(os("--host-network"));
+) -> GvisorSpec {
+    GvisorSpec {
+        runsc: runsc.to_path_buf(),
+        cgroup_bin: cgroup.map(Path::to_path_buf),
+        ro: p.ro.iter().map(os).collect(),
+        rw: p.rw.iter().map(os).collect(),
+        deny: p.deny.iter().map(os).collect(),
+        chdir: p.project_visible().then(|| p.start.clone()),
+        tmp_size: p.limits.tmp_size.clone(),
+        memory: Some(p.limits.memory.clone()),
+        pids: p.limits.pids.parse().ok(),
+        cpus: Some(p.limits.cpus.clone()),
+        timeout: Some(p.limits.timeout.clone()),
+        allow_exec: exec.to_vec(),
+        git_stage: stage.map(Path::to_path_buf),
+        fsize: Some(p.limits.fsize.clone()),
+        pass_env: p.pass_env.clone(),
+        keep_env: false,
+        host_network,
     }
-    if let Some(c) = cgroup {
-        l.extend([os("--cgroup-bin"), os(c)]);
-    }
-    if let Some(s) = stage {
-        l.extend([os("--git-stage"), os(s)]);
-    }
-    for x in exec {
-        l.extend([os("--allow-exec"), os(x)]);
-    }
-    for r in &p.rw {
-        l.extend([os("--rw"), os(r)]);
-    }
-    for r in &p.ro {
-        l.extend([os("--ro"), os(r)]);
-    }
-    for d in &p.deny {
-        l.extend([os("--deny"), os(d)]);
-    }
-    for e in &p.pass_env {
-        l.extend([os("--pass-env"), os(e)]);
-    }
-    if p.project_visible() {
-        l.extend([os("--chdir"), os(&p.start)]);
-    }
-    l.extend([
-        os("--tmp-size"),
-        os(&p.limits.tmp_size),
-        os("--memory"),
-        os(&p.limits.memory),
-        os("--pids"),
-        os(&p.limits.pids),
-        os("--cpus"),
-        os(&p.limits.cpus),
-        os("--timeout"),
-        os(&p.limits.timeout),
-        os("--fsize"),
-        os(&p.limits.fsize),
-    ]);
-    l
 }
 
 /// The sbx-fs plan for the grants (checks every flag; opens every source).
 fn fs_plan(a: &Args) -> Result<Plan, Failure> {
-    use clap::Parser;
-    let mut argv: Vec<OsString> = vec![os("sbx-fs")];
-    for r in &a.ro {
-        argv.extend([os("--ro"), r.clone()]);
-    }
-    for r in &a.rw {
-        argv.extend([os("--rw"), r.clone()]);
-    }
-    for d in &a.deny {
-        argv.extend([os("--deny"), d.clone()]);
-    }
-    if let Some(s) = &a.git_stage {
-        argv.extend([os("--git-stage"), os(s)]);
-    }
-    argv.extend([os("--tmp-size"), os(&a.tmp_size), os("--"), os("true")]);
-    let cli = sbx_fs::Cli::try_parse_from(argv)
-        .map_err(|e| Failure::new(format!("gvisor: {}", e.to_string().trim())))?;
-    let spec = sbx_fs::build_spec(&cli)?;
+    let spec = sbx_fs::build_spec(&sbx_spec::FsSpec {
+        ro: a.spec.ro.clone(),
+        rw: a.spec.rw.clone(),
+        deny: a.spec.deny.clone(),
+        git_stage: a.spec.git_stage.clone(),
+        tmp_size: a.spec.tmp_size.clone(),
+        ..sbx_spec::FsSpec::default()
+    })?;
     let env = sbx_core::chain::current_env();
     sbx_fs::build_plan(&spec, &env)
 }
@@ -521,10 +440,10 @@ pub fn guest_nproc(pids: u64, under_cgroup: bool) -> u64 {
 /// sbx-fs's: sbx_core::envpolicy).
 fn env_policy(a: &Args) -> Result<sbx_core::envpolicy::Policy, Failure> {
     let mut p = sbx_core::envpolicy::Policy {
-        keep_all: a.keep_env,
+        keep_all: a.spec.keep_env,
         pass: Vec::new(),
     };
-    for e in &a.pass_env {
+    for e in &a.spec.pass_env {
         p.pass.push(
             sbx_core::envpolicy::parse_pass("--pass-env", e)
                 .map_err(|e| Failure::new(format!("gvisor: {e}")))?,
@@ -568,22 +487,22 @@ fn config(a: &Args, mounts: Vec<Value>, owner: (u32, u32)) -> Result<Value, Fail
         })
         .collect::<Result<_, _>>()?;
     let mut rl = Vec::new();
-    if let Some(f) = &a.fsize {
+    if let Some(f) = &a.spec.fsize {
         let n = sbx_core::units::parse_size(f)
             .map_err(|e| Failure::new(format!("--fsize {f}: {e}")))?;
         rl.push(rlimit("RLIMIT_FSIZE", n));
     }
-    if let Some(n) = a.pids {
+    if let Some(n) = a.spec.pids {
         rl.push(rlimit(
             "RLIMIT_NPROC",
-            guest_nproc(n, a.cgroup_bin.is_some()),
+            guest_nproc(n, a.spec.cgroup_bin.is_some()),
         ));
     }
     // Without a cgroup (rootless runsc), memory is bounded per process by
     // gVisor's kernel (RLIMIT_DATA, as the namespace chain does without
     // root): no total, but no single process can take more.
-    if a.cgroup_bin.is_none()
-        && let Some(m) = &a.memory
+    if a.spec.cgroup_bin.is_none()
+        && let Some(m) = &a.spec.memory
     {
         let n = sbx_core::units::parse_size(m)
             .map_err(|e| Failure::new(format!("--memory {m}: {e}")))?;
@@ -593,6 +512,7 @@ fn config(a: &Args, mounts: Vec<Value>, owner: (u32, u32)) -> Result<Value, Fail
     rl.push(json!({"type": "RLIMIT_NOFILE", "soft": soft, "hard": hard}));
     rl.push(rlimit("RLIMIT_CORE", 0));
     let cwd = a
+        .spec
         .chdir
         .as_ref()
         .map(|c| c.display().to_string())
@@ -606,7 +526,7 @@ fn config(a: &Args, mounts: Vec<Value>, owner: (u32, u32)) -> Result<Value, Fail
     ];
     // runsc --network=host uses the namespace it runs in only when the spec
     // asks for no new one (with one, the sandbox sees a bare loopback).
-    if !a.host_network {
+    if !a.spec.host_network {
         namespaces.push(json!({"type": "network"}));
     }
     let mut linux = json!({ "namespaces": namespaces });
@@ -616,7 +536,7 @@ fn config(a: &Args, mounts: Vec<Value>, owner: (u32, u32)) -> Result<Value, Fail
     // (This runsc answers EPERM for every SCMP_ACT_ERRNO whatever errnoRet
     // says, and ignores SCMP_ACT_TRACE: a rule cannot turn statx into
     // ENOSYS to make glibc fall back from the statx flag it rejects.)
-    if !a.allow_exec.is_empty() {
+    if !a.spec.allow_exec.is_empty() {
         let arch = if cfg!(target_arch = "aarch64") {
             "SCMP_ARCH_AARCH64"
         } else {
@@ -820,19 +740,19 @@ fn temp_base() -> PathBuf {
 
 /// `sbx-policy gvisor`: builds the bundle, runs it, cleans up.
 pub fn run(a: Args) -> Result<i32, Failure> {
-    let tmp_size = sbx_core::units::parse_size(&a.tmp_size)
-        .map_err(|e| Failure::new(format!("--tmp-size {}: {e}", a.tmp_size)))?;
-    let timeout = match &a.timeout {
+    let tmp_size = sbx_core::units::parse_size(&a.spec.tmp_size)
+        .map_err(|e| Failure::new(format!("--tmp-size {}: {e}", a.spec.tmp_size)))?;
+    let timeout = match &a.spec.timeout {
         Some(t) => Some(
             sbx_core::units::parse_duration(t)
                 .map_err(|e| Failure::new(format!("--timeout {t}: {e}")))?,
         ),
         None => None,
     };
-    if !a.runsc.is_file() {
+    if !a.spec.runsc.is_file() {
         return Err(Failure::new(format!(
             "--runsc {}: no such file",
-            a.runsc.display()
+            a.spec.runsc.display()
         )));
     }
     env_policy(&a)?;
@@ -853,7 +773,7 @@ pub fn run(a: Args) -> Result<i32, Failure> {
             .trim_start_matches("sbx-gvisor-")
     );
     let state = dir.join("state");
-    let mut guardian = match Guardian::start(&a.runsc, &state, &id, &dir) {
+    let mut guardian = match Guardian::start(&a.spec.runsc, &state, &id, &dir) {
         Ok(g) => g,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&dir);
@@ -861,7 +781,7 @@ pub fn run(a: Args) -> Result<i32, Failure> {
         }
     };
     let r = run_in(&a, &plan, &dir, &state, &id, tmp_size, timeout);
-    teardown(&a.runsc, &state, &id, &dir);
+    teardown(&a.spec.runsc, &state, &id, &dir);
     guardian.finish();
     r
 }
@@ -882,8 +802,8 @@ fn run_in(
         rootfs: dir.join("bundle/rootfs"),
         denied_file: dir.join("denied"),
         empty_file: dir.join("empty"),
-        gitview: a.git_stage.as_ref().map(|_| dir.join("gitview")),
-        noexec: !a.allow_exec.is_empty(),
+        gitview: a.spec.git_stage.as_ref().map(|_| dir.join("gitview")),
+        noexec: !a.spec.allow_exec.is_empty(),
         // uid 0 inside, as root and unprivileged: runsc --rootless shows
         // the caller's files as owned by 0 (its gofer runs in a user
         // namespace mapping the caller to 0), so uid 0 is the caller there;
@@ -911,7 +831,7 @@ fn run_in(
         return Err(e.into());
     }
     let r = (|| {
-        let mounts = mounts(plan, &b, tmp_size, &a.allow_exec, a.host_network)?;
+        let mounts = mounts(plan, &b, tmp_size, &a.spec.allow_exec, a.spec.host_network)?;
         let cfg = config(a, mounts, b.owner)?;
         let text = serde_json::to_string_pretty(&cfg).map_err(|e| Failure::new(e.to_string()))?;
         let cfg_path = b.dir.join("config.json");
@@ -962,24 +882,22 @@ fn supervise(
     view: Option<GitView>,
 ) -> Result<i32, Failure> {
     let mut argv: Vec<OsString> = Vec::new();
-    if let Some(c) = &a.cgroup_bin {
+    if let Some(c) = &a.spec.cgroup_bin {
         argv.push(os(c));
-        if let Some(m) = &a.memory {
-            argv.extend([os("--memory"), os(m)]);
-        }
-        if let Some(n) = a.pids {
-            argv.extend([os("--pids"), os(n.to_string())]);
-        }
-        if let Some(c) = &a.cpus {
-            argv.extend([os("--cpus"), os(c)]);
-        }
-        if let Some(t) = &a.timeout {
-            argv.extend([os("--timeout"), os(t)]);
-        }
+        argv.extend(
+            sbx_spec::CgroupSpec {
+                memory: a.spec.memory.clone(),
+                pids: a.spec.pids.map(|n| n.to_string()),
+                cpus: a.spec.cpus.clone(),
+                timeout: a.spec.timeout.clone(),
+                ..sbx_spec::CgroupSpec::default()
+            }
+            .args(),
+        );
         argv.push(os("--"));
     }
-    argv.push(os(&a.runsc));
-    argv.extend(runsc_globals(state, a.host_network));
+    argv.push(os(&a.spec.runsc));
+    argv.extend(runsc_globals(state, a.spec.host_network));
     let execlog = if b.noexec {
         let (log, w) = ExecLog::start(&b.dir.parent().unwrap_or(&b.dir).join("exec.log"))?;
         argv.extend(w);
@@ -1004,13 +922,13 @@ fn supervise(
         "gvisor_start",
         Severity::Info,
         json!({
-            "runsc": a.runsc,
+            "runsc": a.spec.runsc,
             "container": id,
             "dir": b.dir.parent(),
             "rootless": euid() != 0,
             "platform": "ptrace",
-            "network": if a.host_network { "sbx-net (runsc --network=host in its namespace)" } else { "none" },
-            "cgroup": a.cgroup_bin.is_some(),
+            "network": if a.spec.host_network { "sbx-net (runsc --network=host in its namespace)" } else { "none" },
+            "cgroup": a.spec.cgroup_bin.is_some(),
             "mounts": cfg["mounts"].as_array().map(|m| m.len()).unwrap_or(0),
             "binds": cfg["mounts"].as_array().map(|m| m.iter()
                 .filter(|x| x["type"] == "bind" && x["source"] != json!(b.denied_file) && x["source"] != json!(b.empty_file))
@@ -1368,7 +1286,7 @@ fn wait_runsc(
     timeout: Option<Duration>,
 ) -> Result<i32, Failure> {
     // Without sbx-cgroup the wall clock is watched here.
-    let deadline = match (&a.cgroup_bin, timeout) {
+    let deadline = match (&a.spec.cgroup_bin, timeout) {
         (None, Some(t)) => Some(Instant::now() + t),
         _ => None,
     };

@@ -451,7 +451,9 @@ pub fn main() -> ! {
         match cli.command {
             Command::Compile(a) => {
                 let p = policy(&a)?;
-                let v = p.to_config();
+                let v = p
+                    .to_config()
+                    .map_err(|e| Failure::new(format!("compile: {e}")))?;
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&v).map_err(|e| Failure::new(e.to_string()))?

@@ -10,6 +10,8 @@
 
 use sbx_cgroup::applies::{Applicable, SYSTEMD_SCOPE};
 
+use sbx_spec::CgroupSpec;
+
 use crate::map::Limits;
 
 /// One limit and what becomes of it in this run.
@@ -25,8 +27,8 @@ pub struct Row {
 #[derive(Debug, Clone)]
 pub struct LimitPlan {
     pub rows: Vec<Row>,
-    /// sbx-cgroup's limit flags (None: sbx-cgroup is left out).
-    pub cgroup_args: Option<Vec<String>>,
+    /// sbx-cgroup's limits (None: sbx-cgroup is left out).
+    pub cgroup: Option<CgroupSpec>,
     /// The layer to put before sbx-cgroup (a delegated systemd user scope).
     pub prefix: Option<Vec<String>>,
     /// Where the cgroup comes from, for the notes.
@@ -97,7 +99,7 @@ pub fn plan(l: &Limits, app: &Applicable, cgroup: bool) -> LimitPlan {
         )
     };
     let left_out = "sbx-cgroup is left out (--no-cgroup)";
-    let mut args: Vec<String> = Vec::new();
+    let mut args = CgroupSpec::default();
     // memory
     if !cgroup {
         rows.push(Row {
@@ -107,7 +109,7 @@ pub fn plan(l: &Limits, app: &Applicable, cgroup: bool) -> LimitPlan {
             how: left_out.into(),
         });
     } else if mem {
-        args.extend(["--memory".into(), l.memory.clone()]);
+        args.memory = Some(l.memory.clone());
         rows.push(Row {
             limit: "memory",
             value: l.memory.clone(),
@@ -115,7 +117,7 @@ pub fn plan(l: &Limits, app: &Applicable, cgroup: bool) -> LimitPlan {
             how: "cgroup memory limit (the whole sandbox; the OOM killer acts inside it)".into(),
         });
     } else {
-        args.extend(["--rlimit".into(), format!("data={}", l.memory)]);
+        args.rlimit.push(format!("data={}", l.memory));
         rows.push(Row {
             limit: "memory (total)",
             value: l.memory.clone(),
@@ -138,7 +140,7 @@ pub fn plan(l: &Limits, app: &Applicable, cgroup: bool) -> LimitPlan {
             how: left_out.into(),
         });
     } else if pids {
-        args.extend(["--pids".into(), l.pids.clone()]);
+        args.pids = Some(l.pids.clone());
         rows.push(Row {
             limit: "processes+threads",
             value: l.pids.clone(),
@@ -146,7 +148,7 @@ pub fn plan(l: &Limits, app: &Applicable, cgroup: bool) -> LimitPlan {
             how: "cgroup pids limit".into(),
         });
     } else if app.userns && !mem && !cpu {
-        args.extend(["--pids".into(), l.pids.clone()]);
+        args.pids = Some(l.pids.clone());
         rows.push(Row {
             limit: "processes+threads",
             value: l.pids.clone(),
@@ -168,7 +170,7 @@ pub fn plan(l: &Limits, app: &Applicable, cgroup: bool) -> LimitPlan {
     }
     // CPUs
     if cgroup && cpu {
-        args.extend(["--cpus".into(), l.cpus.clone()]);
+        args.cpus = Some(l.cpus.clone());
     }
     rows.push(Row {
         limit: "CPUs",
@@ -183,8 +185,8 @@ pub fn plan(l: &Limits, app: &Applicable, cgroup: bool) -> LimitPlan {
         },
     });
     if cgroup {
-        args.extend(["--timeout".into(), l.timeout.clone()]);
-        args.extend(["--rlimit".into(), format!("fsize={}", l.fsize)]);
+        args.timeout = Some(l.timeout.clone());
+        args.rlimit.push(format!("fsize={}", l.fsize));
     }
     rows.push(Row {
         limit: "wall clock",
@@ -235,10 +237,26 @@ pub fn plan(l: &Limits, app: &Applicable, cgroup: bool) -> LimitPlan {
     });
     LimitPlan {
         rows,
-        cgroup_args: cgroup.then_some(args),
+        cgroup: cgroup.then_some(args),
         prefix: scope.then(|| SYSTEMD_SCOPE.iter().map(|s| s.to_string()).collect()),
         source,
     }
+}
+
+/// sbx-cgroup's limits where every one applies (root, cgroups): what
+/// `compile` prints, whatever this host offers.
+pub fn everywhere(l: &Limits) -> CgroupSpec {
+    let all = Applicable {
+        root: true,
+        mode: None,
+        memory: true,
+        pids: true,
+        cpu: true,
+        why_not: None,
+        userns: true,
+        systemd_user: Ok(()),
+    };
+    plan(l, &all, true).cgroup.unwrap_or_default()
 }
 
 /// What applies for this process on this host.
@@ -306,8 +324,8 @@ mod tests {
             ["systemd-run", "--user", "--scope"]
         );
         assert!(applies(&p, "memory") && applies(&p, "CPUs"));
-        let a = p.cgroup_args.unwrap();
-        assert!(a.contains(&"--memory".to_string()) && a.contains(&"--cpus".to_string()));
+        let a = p.cgroup.unwrap();
+        assert!(a.memory.is_some() && a.cpus.is_some());
     }
 
     /// Without it: no prefix, only what needs no cgroup, and every limit
@@ -316,10 +334,14 @@ mod tests {
     fn only_what_applies_without_delegation() {
         let p = plan(&limits(), &app(false, false, true, false), true);
         assert!(p.prefix.is_none());
-        let a = p.cgroup_args.clone().unwrap().join(" ");
         assert_eq!(
-            a,
-            "--rlimit data=2G --pids 50 --timeout 1h --rlimit fsize=8G"
+            p.cgroup.clone().unwrap(),
+            CgroupSpec {
+                rlimit: vec!["data=2G".into(), "fsize=8G".into()],
+                pids: Some("50".into()),
+                timeout: Some("1h".into()),
+                ..CgroupSpec::default()
+            }
         );
         assert!(!applies(&p, "memory (total)") && !applies(&p, "CPUs"));
         assert!(applies(&p, "processes+threads") && applies(&p, "memory (per process)"));
@@ -328,10 +350,11 @@ mod tests {
         // No user namespaces either: processes are not bounded.
         let p = plan(&limits(), &app(false, false, false, false), true);
         assert!(!applies(&p, "processes+threads"));
-        assert!(!p.cgroup_args.unwrap().contains(&"--pids".to_string()));
+        assert!(p.cgroup.unwrap().pids.is_none());
         let p = plan(&limits(), &app(true, true, true, false), false);
-        assert!(p.cgroup_args.is_none() && !applies(&p, "wall clock"));
+        assert!(p.cgroup.is_none() && !applies(&p, "wall clock"));
         let p = plan(&limits(), &app(true, true, true, false), true);
         assert!(p.rows.iter().all(|r| r.applies) && p.prefix.is_none());
+        assert_eq!(p.cgroup, Some(everywhere(&limits())));
     }
 }

@@ -1005,58 +1005,40 @@ impl Policy {
             .any(|a| self.rw.iter().chain(self.ro.iter()).any(|g| g == a))
     }
 
-    /// The `--config` sections of each tool (keys = long flag names).
-    pub fn to_config(&self) -> Value {
+    /// The `--config` sections of each tool (keys = long flag names): the
+    /// specs `chain` renders (crate::chain), without what is made per run
+    /// (the git stage) and with every limit (`chain` gives sbx-cgroup only
+    /// those that apply on its host). A path that is not UTF-8 cannot be
+    /// written in JSON: an error names it.
+    pub fn to_config(&self) -> Result<Value, serde_json::Error> {
+        use crate::chain;
         let mut top = Map::new();
-        let mut fs = Map::new();
-        fs.insert("rw".into(), strs(&self.rw));
-        fs.insert("ro".into(), strs(&self.ro));
-        fs.insert("deny".into(), json!(self.deny));
-        if self.project_visible() {
-            fs.insert("chdir".into(), json!(self.start.display().to_string()));
-        }
-        fs.insert("tmp-size".into(), json!(self.limits.tmp_size));
-        if self.limits.write_quota != "off" {
-            fs.insert("write-quota".into(), json!(self.limits.write_quota));
-            fs.insert(
-                "write-inodes".into(),
-                json!(self.limits.write_inodes.parse::<u64>().unwrap_or(500_000)),
-            );
-        }
-        if !self.pass_env.is_empty() {
-            fs.insert("pass-env".into(), json!(self.pass_env));
-        }
-        top.insert("sbx-fs".into(), Value::Object(fs));
-        top.insert("sbx-net".into(), json!({ "allow": self.net_allow }));
-        let mut sc = Map::new();
-        sc.insert("profile".into(), json!("default"));
-        if let Some(x) = &self.exec_allow
-            && x.kernel_enforced()
-        {
-            sc.insert("allow-exec".into(), strs(&x.files));
-        }
-        top.insert("sbx-seccomp".into(), Value::Object(sc));
         top.insert(
-            "sbx-cgroup".into(),
-            json!({
-                "memory": self.limits.memory,
-                "pids": self.limits.pids,
-                "cpus": self.limits.cpus,
-                "timeout": self.limits.timeout,
-                "rlimit": [format!("fsize={}", self.limits.fsize)],
-            }),
+            sbx_spec::fs::TOOL.into(),
+            serde_json::to_value(chain::fs_spec(self, None))?,
         );
-        if self.git_repo {
-            top.insert(
-                "sbx-gitguard".into(),
-                json!({ "repo": self.cwd.display().to_string() }),
-            );
+        top.insert(
+            sbx_spec::net::TOOL.into(),
+            serde_json::to_value(chain::net_spec(self))?,
+        );
+        // The strict execute allowlist as for a command that is one of the
+        // allowed programs or shells (chain adds the command's own).
+        top.insert(
+            sbx_spec::seccomp::TOOL.into(),
+            serde_json::to_value(chain::seccomp_spec(self, &[]))?,
+        );
+        top.insert(
+            sbx_spec::cgroup::TOOL.into(),
+            serde_json::to_value(crate::limitplan::everywhere(&self.limits))?,
+        );
+        if let Some(g) = chain::gitguard_spec(self, None) {
+            top.insert(sbx_spec::gitguard::TOOL.into(), serde_json::to_value(g)?);
         }
         top.insert(
             "sbx-path".into(),
             json!({ "allow-read": strs(&self.ro), "allow-write": strs(&self.rw) }),
         );
-        Value::Object(top)
+        Ok(Value::Object(top))
     }
 }
 

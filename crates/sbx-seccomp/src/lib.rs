@@ -7,7 +7,6 @@
 //! (`--print`).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 
 use clap::Parser;
 use sbx_core::cli::CommonArgs;
@@ -180,53 +179,9 @@ pub struct Cli {
     #[command(flatten)]
     pub common: CommonArgs,
 
-    /// Built-in profile (default: `default`, or `none` when --policy is given).
-    #[arg(long, value_enum, value_name = "PROFILE")]
-    pub profile: Option<Profile>,
-
-    /// A policy in seccompiler's JSON format; its filters are installed after
-    /// the profile's (an explicit --profile stays, otherwise none is used).
-    #[arg(long, value_name = "FILE")]
-    pub policy: Option<PathBuf>,
-
-    /// Deny SYSCALL too (EPERM, or per --action). Repeatable.
-    #[arg(long, value_name = "SYSCALL")]
-    pub deny: Vec<String>,
-
-    /// Allow SYSCALL although the profile denies it. Repeatable.
-    #[arg(long, value_name = "SYSCALL")]
-    pub allow: Vec<String>,
-
-    /// What a denied call gets: errno (silent EPERM), kill (SIGSYS) or log
-    /// (allowed, logged: audit mode). Default: the profile's per-call
-    /// choice, its EPERM denials alerted through a notifier when there is
-    /// an audit log.
-    #[arg(long, value_enum, value_name = "ACTION")]
-    pub action: Option<DenyAction>,
-
-    /// Deny socket() for every family but AF_UNIX (AF_INET, AF_INET6,
-    /// AF_PACKET, AF_NETLINK, ...), and io_uring.
-    #[arg(long)]
-    pub no_network: bool,
-
-    /// Make rdtsc/rdtscp raise SIGSEGV (PR_SET_TSC): no precise timer for
-    /// timing side channels. glibc's dynamic loader and the vDSO clock read
-    /// the TSC too: suits static programs only (see LIMITS).
-    #[arg(long)]
-    pub no_tsc: bool,
-
-    /// Allow ptrace, process_vm_readv/writev, pidfd_getfd and
-    /// personality(ADDR_NO_RANDOMIZE), for debuggers.
-    #[arg(long)]
-    pub allow_ptrace: bool,
-
-    /// Only this file may be executed (repeatable; a directory allows
-    /// everything beneath it): a Landlock execute allowlist for CMD and
-    /// everything it starts (EACCES, 126, for any other file). CMD itself,
-    /// its shells and interpreters must be listed; the dynamic loaders are
-    /// added. With an audit log every refused exec is an exec_denied alert.
-    #[arg(long, value_name = "PATH")]
-    pub allow_exec: Vec<PathBuf>,
+    /// The filter and the execute allowlist (the flags; sbx-spec).
+    #[command(flatten)]
+    pub spec: sbx_spec::SeccompSpec,
 
     /// Print the filter as a table and exit 0 (CMD is not needed).
     #[arg(long)]
@@ -240,20 +195,20 @@ pub struct Cli {
 impl Cli {
     pub fn options(&self) -> policy::Options {
         policy::Options {
-            profile: self.profile,
-            policy: self.policy.clone(),
-            deny: self.deny.clone(),
-            allow: self.allow.clone(),
-            action: self.action,
-            no_network: self.no_network,
-            allow_ptrace: self.allow_ptrace,
+            profile: self.spec.profile,
+            policy: self.spec.policy.clone(),
+            deny: self.spec.deny.clone(),
+            allow: self.spec.allow.clone(),
+            action: self.spec.action,
+            no_network: self.spec.no_network,
+            allow_ptrace: self.spec.allow_ptrace,
         }
     }
 }
 
 fn run(cli: Cli) -> Result<i32, Failure> {
     let opts = cli.options();
-    for p in &cli.allow_exec {
+    for p in &cli.spec.allow_exec {
         if !p.is_absolute() {
             return Err(Failure::new(format!(
                 "--allow-exec {}: must be an absolute path",
@@ -261,7 +216,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             )));
         }
     }
-    if !cli.allow_exec.is_empty() && !cli.print {
+    if !cli.spec.allow_exec.is_empty() && !cli.print {
         landlock::abi()
             .map_err(|e| Failure::new(landlock::LandlockError::Unavailable(e).to_string()))?;
     }
@@ -279,8 +234,8 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     // Observable exec refusals (see execwatch.rs): with --allow-exec,
     // unless a filter denies execve itself. Also without an audit log: the
     // notifier refuses memfd execs, which Landlock lets through.
-    let allowed_exec = landlock::allowlist(&cli.allow_exec);
-    let exec_watch = !cli.allow_exec.is_empty() && !execwatch::exec_denied_by(&doc);
+    let allowed_exec = landlock::allowlist(&cli.spec.allow_exec);
+    let exec_watch = !cli.spec.allow_exec.is_empty() && !execwatch::exec_denied_by(&doc);
     let intercept_memfd = exec_watch && !execwatch::memfd_denied_by(&doc);
 
     if cli.print {
@@ -353,7 +308,7 @@ allows executing only: {})",
     // The execute allowlist: after the notifier is forked (it never
     // executes anything), before the filters (whose exec notifications
     // then only observe what Landlock decides).
-    if !cli.allow_exec.is_empty() {
+    if !cli.spec.allow_exec.is_empty() {
         landlock::restrict_exec(&allowed_exec).map_err(|e| Failure::new(e.to_string()))?;
     }
     let mut notifier_pid = None;
@@ -410,7 +365,7 @@ allows executing only: {})",
         _ => install::filters(&progs)?,
     }
 
-    if !cli.allow_exec.is_empty() {
+    if !cli.spec.allow_exec.is_empty() {
         sbx_core::audit::emit(
             "exec_allowlist",
             Severity::Info,
@@ -433,10 +388,10 @@ allows executing only: {})",
             "notify": notifier_pid.is_some(),
             "notifier_pid": notifier_pid,
             "no_network": opts.no_network,
-            "no_tsc": cli.no_tsc,
+            "no_tsc": cli.spec.no_tsc,
             "allow_ptrace": opts.allow_ptrace,
             "filters": progs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
-            "allow_exec": cli.allow_exec,
+            "allow_exec": cli.spec.allow_exec,
             "instructions": progs.iter().map(|(_, p)| p.len()).sum::<usize>(),
             "command": sbx_core::chain::show(&cli.cmd),
         }),
@@ -450,7 +405,7 @@ allows executing only: {})",
     // clock after it (a timestamp through the vDSO executes rdtsc, and an
     // audit line needs one: the in-memory log of a run without
     // --audit-log too).
-    if cli.no_tsc {
+    if cli.spec.no_tsc {
         install::no_tsc()?;
     }
     // Only 0, 1, 2 reach CMD (chain::exec hands the audit fd to a next

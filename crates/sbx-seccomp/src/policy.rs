@@ -26,45 +26,15 @@ pub const PTRACE_FAMILY: &[&str] = &[
 /// `personality(ADDR_NO_RANDOMIZE)`: debuggers turn ASLR off.
 pub const ADDR_NO_RANDOMIZE: u64 = 0x0040000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Profile {
-    /// Allows normal programs, denies the kernel attack surface.
-    Default,
-    /// An allowlist for simple workloads, on top of `default`.
-    Strict,
-    /// No built-in filter.
-    None,
-}
+/// The profiles and actions are values of sbx-seccomp's flags (sbx-spec).
+pub use sbx_spec::seccomp::{DenyAction, Profile};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DenyAction {
-    /// Fail with EPERM.
-    Errno,
-    /// Kill the process (SIGSYS; the kernel logs it).
-    Kill,
-    /// Allow but log (audit mode).
-    Log,
-}
-
-impl Profile {
-    pub fn name(self) -> &'static str {
-        match self {
-            Profile::Default => "default",
-            Profile::Strict => "strict",
-            Profile::None => "none",
-        }
-    }
-}
-
-impl DenyAction {
-    pub fn action(self) -> Action {
-        match self {
-            DenyAction::Errno => Action::Errno(EPERM),
-            DenyAction::Kill => Action::KillProcess,
-            DenyAction::Log => Action::Log,
-        }
+/// The filter action of a `--action` value.
+pub fn deny_action(a: DenyAction) -> Action {
+    match a {
+        DenyAction::Errno => Action::Errno(EPERM),
+        DenyAction::Kill => Action::KillProcess,
+        DenyAction::Log => Action::Log,
     }
 }
 
@@ -228,13 +198,10 @@ pub fn build(o: &Options) -> Result<Document, PolicyError> {
     }
 
     if let Some(a) = o.action {
-        set_action(&mut doc, a.action());
+        set_action(&mut doc, deny_action(a));
     }
 
-    let deny_action = o
-        .action
-        .map(DenyAction::action)
-        .unwrap_or(Action::Errno(EPERM));
+    let deny_action = o.action.map(deny_action).unwrap_or(Action::Errno(EPERM));
     if !o.deny.is_empty() {
         let rules = o
             .deny

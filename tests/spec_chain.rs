@@ -1,0 +1,199 @@
+//! `compile` and `chain` come from one set of specs (sbx-spec): the
+//! configuration `compile` prints, given to each tool with --config, parses
+//! to the same spec as the argv `chain` runs, both read by the tools' own
+//! clap types; and each spec's argv parses back to the spec.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Parser;
+use sbx_policy::chain::{self, Options, Trust};
+
+fn os(s: impl AsRef<std::ffi::OsStr>) -> OsString {
+    s.as_ref().to_os_string()
+}
+
+/// A tool's argv as chain renders it, with the command after `--`.
+fn with_cmd(layer: &[OsString]) -> Vec<OsString> {
+    let mut v = layer.to_vec();
+    v.extend([os("--"), os("true")]);
+    v
+}
+
+/// The tool as `--config FILE -- true` (its section of compile's output).
+fn from_config<C: clap::Parser>(tool: &'static str, sub: Option<&str>, file: &Path) -> C {
+    let mut argv = vec![os(tool)];
+    argv.extend(sub.map(os));
+    argv.extend([os("--config"), os(file), os("--"), os("true")]);
+    sbx_core::cli::parse_from::<C>(tool, argv).unwrap_or_else(|e| panic!("{tool}: {}", e.message))
+}
+
+fn net_spec(c: sbx_net::Cli) -> sbx_spec::NetSpec {
+    sbx_spec::NetSpec {
+        allow: c.allow,
+        allow_cidr: c.allow_cidr,
+        allow_file: c.allow_file,
+        sni_check: c.sni_check,
+        dns_upstream: c.dns_upstream,
+        dns_rebind_allow: c.dns_rebind_allow,
+        dns_nxdomain: c.dns_nxdomain,
+        allow_host_address: c.allow_host_address,
+        secret: c.secret,
+        secret_in_body: c.secret_in_body,
+        connect_timeout: c.connect_timeout,
+    }
+}
+
+fn gitguard_run(c: sbx_gitguard::Cli) -> sbx_spec::GitguardRunSpec {
+    match c.command {
+        sbx_gitguard::Command::Run(a) => a.spec,
+        other => panic!("not run: {other:?}"),
+    }
+}
+
+/// A git project with file, network and Bash rules.
+fn project() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().canonicalize().unwrap().join("proj");
+    let home = d.path().canonicalize().unwrap().join("home");
+    std::fs::create_dir_all(root.join(".claude")).unwrap();
+    std::fs::create_dir_all(root.join("secret")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let ok = Command::new("git")
+        .args(["init", "-q"])
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    std::fs::write(
+        root.join(".claude/settings.json"),
+        r#"{"permissions": {"allow": ["Bash(make:*)", "Bash(sh:*)", "WebFetch(domain:example.com)"],
+                            "deny": ["Read(./secret/**)"]},
+            "sandbox": {"network": {"allowedDomains": ["pypi.org"]}}}"#,
+    )
+    .unwrap();
+    (d, root, home)
+}
+
+#[test]
+fn compile_fed_to_the_tools_equals_chain() {
+    let (d, root, home) = project();
+    for mode in ["invoke", "strict"] {
+        let cli = sbx_policy::Cli::try_parse_from([
+            os("sbx-policy"),
+            os("compile"),
+            os("--chdir"),
+            os(&root),
+            os("--home"),
+            os(&home),
+            os("--exec-allowlist"),
+            os(mode),
+        ])
+        .unwrap();
+        let sbx_policy::Command::Compile(src) = cli.command else {
+            unreachable!()
+        };
+        let p = sbx_policy::policy(&src).unwrap();
+        let cfg = d.path().join(format!("{mode}.json"));
+        std::fs::write(
+            &cfg,
+            serde_json::to_string(&p.to_config().unwrap()).unwrap(),
+        )
+        .unwrap();
+        let cmd = [os("sh"), os("-c"), os("make")];
+        let opts = Options {
+            trust: Trust::Low,
+            latency_sensitive: false,
+            plugin: false,
+            layers: None,
+            bin_dir: sbx_testutil::bin("sbx-fs").parent().map(Path::to_path_buf),
+            cgroup: Some(true),
+            container: false,
+            secrets: Vec::new(),
+        };
+        let plan = chain::plan(&p, &opts, &cmd).unwrap();
+        assert_eq!(plan.layers.last().unwrap(), &cmd.to_vec());
+        let mut seen = Vec::new();
+        for layer in &plan.layers[..plan.layers.len() - 1] {
+            let name = Path::new(&layer[0])
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let argv = with_cmd(layer);
+            match name.as_str() {
+                "sbx-fs" => {
+                    let mut ran = sbx_fs::Cli::try_parse_from(&argv).unwrap().spec;
+                    // The git stage is made per run: compile has none.
+                    assert!(ran.git_stage.take().is_some(), "{argv:?}");
+                    let compiled = from_config::<sbx_fs::Cli>("sbx-fs", None, &cfg).spec;
+                    assert_eq!(ran, compiled, "{mode}");
+                    assert!(!ran.rw.is_empty() && ran.git_identity, "{ran:?}");
+                    let back = sbx_fs::Cli::try_parse_from(with_cmd(
+                        &[vec![os("sbx-fs")], ran.args()].concat(),
+                    ))
+                    .unwrap();
+                    assert_eq!(back.spec, ran);
+                }
+                "sbx-seccomp" => {
+                    let ran = sbx_seccomp::Cli::try_parse_from(&argv).unwrap().spec;
+                    let compiled = from_config::<sbx_seccomp::Cli>("sbx-seccomp", None, &cfg).spec;
+                    assert_eq!(ran, compiled, "{mode}");
+                    // Strict mode: the kernel execute allowlist holds the
+                    // shell and make, in both (they once disagreed).
+                    let names: Vec<String> = ran
+                        .allow_exec
+                        .iter()
+                        .filter_map(|x| x.file_name().map(|n| n.to_string_lossy().into_owned()))
+                        .collect();
+                    if mode == "strict" {
+                        assert!(names.iter().any(|n| n == "sh" || n == "dash"), "{names:?}");
+                    } else {
+                        assert!(names.is_empty(), "{names:?}");
+                    }
+                }
+                "sbx-net" => {
+                    let ran = net_spec(sbx_net::Cli::try_parse_from(&argv).unwrap());
+                    let compiled = net_spec(from_config::<sbx_net::Cli>("sbx-net", None, &cfg));
+                    assert_eq!(ran, compiled, "{mode}");
+                    assert!(ran.allow.iter().any(|a| a == "example.com"), "{ran:?}");
+                    let back = net_spec(
+                        sbx_net::Cli::try_parse_from(with_cmd(
+                            &[vec![os("sbx-net")], ran.args()].concat(),
+                        ))
+                        .unwrap(),
+                    );
+                    assert_eq!(back, ran);
+                }
+                "sbx-cgroup" => {
+                    let ran = sbx_cgroup::Cli::try_parse_from(&argv).unwrap().spec;
+                    // compile holds every limit; chain those that apply
+                    // here: equal where the cgroup limits apply (root).
+                    if ran.memory.is_some() {
+                        let compiled =
+                            from_config::<sbx_cgroup::Cli>("sbx-cgroup", None, &cfg).spec;
+                        assert_eq!(ran, compiled, "{mode}");
+                    }
+                }
+                "sbx-gitguard" if layer[1] == "run" => {
+                    let mut ran = gitguard_run(sbx_gitguard::Cli::try_parse_from(&argv).unwrap());
+                    assert!(ran.stage.take().is_some(), "{argv:?}");
+                    let compiled = gitguard_run(from_config::<sbx_gitguard::Cli>(
+                        "sbx-gitguard",
+                        Some("run"),
+                        &cfg,
+                    ));
+                    assert_eq!(ran, compiled, "{mode}");
+                    assert_eq!(ran.repo.repo, root);
+                }
+                "sbx-gitguard" => assert_eq!(layer[1], "plants"),
+                _ => {}
+            }
+            seen.push(name);
+        }
+        for t in ["sbx-gitguard", "sbx-net", "sbx-fs", "sbx-seccomp"] {
+            assert!(seen.iter().any(|s| s == t), "{t} not in {seen:?}");
+        }
+    }
+}
