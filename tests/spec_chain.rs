@@ -30,19 +30,7 @@ fn from_config<C: clap::Parser>(tool: &'static str, sub: Option<&str>, file: &Pa
 }
 
 fn net_spec(c: sbx_net::Cli) -> sbx_spec::NetSpec {
-    sbx_spec::NetSpec {
-        allow: c.allow,
-        allow_cidr: c.allow_cidr,
-        allow_file: c.allow_file,
-        sni_check: c.sni_check,
-        dns_upstream: c.dns_upstream,
-        dns_rebind_allow: c.dns_rebind_allow,
-        dns_nxdomain: c.dns_nxdomain,
-        allow_host_address: c.allow_host_address,
-        secret: c.secret,
-        secret_in_body: c.secret_in_body,
-        connect_timeout: c.connect_timeout,
-    }
+    c.spec
 }
 
 fn gitguard_run(c: sbx_gitguard::Cli) -> sbx_spec::GitguardRunSpec {

@@ -144,81 +144,23 @@ pub struct Cli {
     #[command(flatten)]
     pub common: CommonArgs,
 
-    /// Allow a DNS name (or *.domain, or an IP/CIDR) on PORTS (default 80,443).
-    #[arg(long, value_name = "NAME[:PORTS]")]
-    pub allow: Vec<String>,
-
-    /// Allow an address range on PORTS (default 80,443).
-    #[arg(long, value_name = "CIDR[:PORTS]")]
-    pub allow_cidr: Vec<String>,
-
-    /// Read allow entries from FILE, one per line (# comments).
-    #[arg(long, value_name = "FILE")]
-    pub allow_file: Vec<PathBuf>,
-
-    /// For connections allowed through a name: the TLS SNI (or HTTP Host)
-    /// must be an allowed name that resolved to the destination address.
-    #[arg(long)]
-    pub sni_check: bool,
-
-    /// DNS server the proxy forwards allowlisted names to (ADDR[:PORT],
-    /// repeat; default: the nameservers of the host's /etc/resolv.conf).
-    #[arg(long, value_name = "ADDR")]
-    pub dns_upstream: Vec<String>,
-
-    /// Let DOMAIN and its subdomains resolve to private, loopback or
-    /// link-local addresses (internal names; rebinding protection stays on
-    /// for every other name). Repeat.
-    #[arg(long, value_name = "DOMAIN")]
-    pub dns_rebind_allow: Vec<String>,
-
-    /// Answer NXDOMAIN instead of REFUSED for names not allowlisted.
-    #[arg(long)]
-    pub dns_nxdomain: bool,
-
-    /// Let the sandbox reach ADDR although it is one of this host's own
-    /// addresses (services bound to it), on the ports an --allow-cidr or
-    /// name entry grants. Without it the host's addresses are never
-    /// reachable, whatever CIDR contains them. Repeat.
-    #[arg(long, value_name = "ADDR", value_parser = parse_host_address)]
-    pub allow_host_address: Vec<std::net::IpAddr>,
-
-    /// A phantom credential: the command sees a placeholder in NAME; the
-    /// gateway puts the real value (from sbx-net's own NAME, a file or an
-    /// fd) into request headers to HOST only. See PHANTOM CREDENTIALS.
-    /// Repeat.
-    #[arg(long, value_name = "NAME@HOST[,HOST...][=file:PATH|=fd:N]")]
-    pub secret: Vec<String>,
-
-    /// Replace NAME's placeholder in request bodies to its hosts too (not
-    /// only in headers). Repeat.
-    #[arg(long, value_name = "NAME")]
-    pub secret_in_body: Vec<String>,
-
-    /// Give up connecting out after DURATION.
-    #[arg(long, value_name = "DURATION", default_value = "10s")]
-    pub connect_timeout: String,
+    /// The egress policy (sbx-spec's NetSpec: one definition for these
+    /// flags, `--config` and sbx-policy's chain).
+    #[command(flatten)]
+    pub spec: sbx_spec::NetSpec,
 
     /// The command to run inside.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
 }
 
-fn parse_host_address(s: &str) -> Result<std::net::IpAddr, String> {
-    s.trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<std::net::IpAddr>()
-        .map(|ip| ip.to_canonical())
-        .map_err(|_| format!("'{s}' is not an IP address"))
-}
-
 /// Builds the allowlist from the flags and files.
 pub fn policy(cli: &Cli) -> Result<Policy, Failure> {
     let mut p = Policy::default();
-    for a in &cli.allow {
+    for a in &cli.spec.allow {
         p.add(allow::parse_allow("--allow", a).map_err(|e| Failure::new(e.to_string()))?);
     }
-    for f in &cli.allow_file {
+    for f in &cli.spec.allow_file {
         for e in allow::read_allow_file(f).map_err(|e| Failure::new(e.to_string()))? {
             p.add(e);
         }
@@ -228,7 +170,7 @@ pub fn policy(cli: &Cli) -> Result<Policy, Failure> {
         sbx_dnsproxy::parse_allow_entry(&n.dns_entry())
             .map_err(|e| Failure::new(format!("--allow '{}': {e}", n.dns_entry())))?;
     }
-    for c in &cli.allow_cidr {
+    for c in &cli.spec.allow_cidr {
         p.cidrs
             .push(allow::parse_allow_cidr(c).map_err(|e| Failure::new(e.to_string()))?);
     }
@@ -254,8 +196,8 @@ impl Drop for TempFile {
 }
 
 fn phantoms(cli: &Cli, policy: &mut Policy) -> Result<Option<Phantoms>, Failure> {
-    if cli.secret.is_empty() {
-        if let Some(n) = cli.secret_in_body.first() {
+    if cli.spec.secret.is_empty() {
+        if let Some(n) = cli.spec.secret_in_body.first() {
             return Err(Failure::new(format!(
                 "--secret-in-body {n}: no --secret declared"
             )));
@@ -263,13 +205,14 @@ fn phantoms(cli: &Cli, policy: &mut Policy) -> Result<Option<Phantoms>, Failure>
         return Ok(None);
     }
     let specs = cli
+        .spec
         .secret
         .iter()
         .map(|s| phantom::parse_spec(s))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| Failure::new(e.to_string()))?;
     let secrets =
-        phantom::load(&specs, &cli.secret_in_body).map_err(|e| Failure::new(e.to_string()))?;
+        phantom::load(&specs, &cli.spec.secret_in_body).map_err(|e| Failure::new(e.to_string()))?;
     for s in &specs {
         if s.source == phantom::Source::Env {
             phantom::scrub_env(&s.name);
@@ -343,14 +286,20 @@ fn write_bundle(b: &[u8]) -> Result<PathBuf, Failure> {
 fn run(cli: Cli) -> Result<i32, Failure> {
     let mut policy = policy(&cli)?;
     let mut phantoms = phantoms(&cli, &mut policy)?;
-    let connect_timeout = sbx_core::units::parse_duration(&cli.connect_timeout)
-        .map_err(|e| Failure::new(format!("--connect-timeout '{}': {e}", cli.connect_timeout)))?;
-    let upstreams = dns::upstreams(&cli.dns_upstream).map_err(|e| Failure::new(e.to_string()))?;
+    let connect_timeout =
+        sbx_core::units::parse_duration(&cli.spec.connect_timeout).map_err(|e| {
+            Failure::new(format!(
+                "--connect-timeout '{}': {e}",
+                cli.spec.connect_timeout
+            ))
+        })?;
+    let upstreams =
+        dns::upstreams(&cli.spec.dns_upstream).map_err(|e| Failure::new(e.to_string()))?;
     let dns = dns::Dns::new(sbx_dnsproxy::ProxyConfig {
         allow: policy.names.iter().map(|n| n.dns_entry()).collect(),
         upstreams,
-        rebind_allow: cli.dns_rebind_allow.clone(),
-        nxdomain_for_refused: cli.dns_nxdomain,
+        rebind_allow: cli.spec.dns_rebind_allow.clone(),
+        nxdomain_for_refused: cli.spec.dns_nxdomain,
         // Every DNS client here is the sandbox: rate limits and tunnelling
         // budgets are the sandbox's, whatever source address it uses.
         client_prefix_v4: 0,
@@ -446,7 +395,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         json!({
             "names": policy.names.iter().map(|n| format!("{}:{}", n.dns_entry(), n.ports)).collect::<Vec<_>>(),
             "cidrs": policy.cidrs.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
-            "sni_check": cli.sni_check,
+            "sni_check": cli.spec.sni_check,
             "child": sup.0.pid(),
             "secrets": phantoms.as_ref().map(|p| p.intercept.secrets.iter().map(|s| json!({
                 "name": s.name, "hosts": s.hosts, "in_body": s.in_body,
@@ -458,7 +407,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let gw = Arc::new(Gateway {
         policy,
         dns: Some(Arc::new(dns)),
-        sni_check: cli.sni_check,
+        sni_check: cli.spec.sni_check,
         connect_timeout,
         sniff_timeout: Duration::from_secs(10),
         stats: Stats::default(),
@@ -466,7 +415,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         relay: gateway::RelayMode::from_env(),
         threaded: Default::default(),
         dns_tcp_conns: Default::default(),
-        host_allow: cli.allow_host_address.clone(),
+        host_allow: cli.spec.allow_host_address.clone(),
         host_addrs: Default::default(),
         intercept: phantoms.as_ref().map(|p| p.intercept.clone()),
     });
