@@ -251,24 +251,17 @@ fn model_net(script: &Value) -> ModelNet {
         ],
     )
     .unwrap();
-    let argv = [
-        "dnsmasq".to_string(),
-        "--keep-in-foreground".into(),
-        "--conf-file=/dev/null".into(),
-        "--no-resolv".into(),
-        "--no-hosts".into(),
-        "--bind-interfaces".into(),
-        format!("--listen-address={}", dns.ip),
-        "--user=root".into(),
-        "--pid-file=".into(),
-        // Authoritative for .test: a name without an AAAA record gets an
-        // empty answer, not REFUSED (which Codex's resolver retries).
-        "--local=/test/".into(),
-        format!("--host-record={MODEL_HOST},{}", model.ip),
-        format!("--host-record=denied.test,{}", other.ip),
-    ];
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    net.spawn(&dns, "dnsmasq", &argv).unwrap();
+    net.spawn_dnsmasq(
+        &dns,
+        &[
+            // Authoritative for .test: a name without an AAAA record gets
+            // an empty answer, not REFUSED (which Codex's resolver retries).
+            "--local=/test/".into(),
+            format!("--host-record={MODEL_HOST},{}", model.ip),
+            format!("--host-record=denied.test,{}", other.ip),
+        ],
+    )
+    .unwrap();
     net.wait_tcp(
         SocketAddr::new(model.ip.into(), 443),
         Duration::from_secs(20),

@@ -198,23 +198,14 @@ fn zero_trust_runs_in_gvisor_with_the_grants() {
     let dns = net.add_host("gv-dns").unwrap();
     let web = net.add_host("gv-web").unwrap();
     let other = net.add_host("gv-other").unwrap();
-    let records = [
-        format!("--listen-address={}", dns.ip),
-        format!("--host-record=allowed.test,{}", web.ip),
-        format!("--host-record=denied.test,{}", other.ip),
-    ];
-    let mut argv = vec![
-        "dnsmasq",
-        "--keep-in-foreground",
-        "--conf-file=/dev/null",
-        "--no-resolv",
-        "--no-hosts",
-        "--bind-interfaces",
-        "--user=root",
-        "--pid-file=",
-    ];
-    argv.extend(records.iter().map(String::as_str));
-    net.spawn(&dns, "dnsmasq", &argv).unwrap();
+    net.spawn_dnsmasq(
+        &dns,
+        &[
+            format!("--host-record=allowed.test,{}", web.ip),
+            format!("--host-record=denied.test,{}", other.ip),
+        ],
+    )
+    .unwrap();
     let srv = tempfile::tempdir().unwrap();
     write(&srv.path().join("index.html"), "hello\n");
     net.spawn(

@@ -98,27 +98,20 @@ impl World {
         write(&keyf, &key.serialize_pem());
 
         let dns_log = d.join("dnsmasq.log");
-        let argv: Vec<String> = vec![
-            "dnsmasq".into(),
-            "--keep-in-foreground".into(),
-            "--conf-file=/dev/null".into(),
-            "--no-resolv".into(),
-            "--no-hosts".into(),
-            "--bind-interfaces".into(),
-            format!("--listen-address={}", dns.ip),
-            "--user=root".into(),
-            "--pid-file=".into(),
-            "--log-queries".into(),
-            format!("--log-facility={}", dns_log.display()),
-            "--cache-size=0".into(),
-            format!("--host-record=api.test,{}", api.ip),
-            format!("--host-record=other-api.test,{}", api.ip),
-            format!("--host-record=pinned.test,{}", api.ip),
-            format!("--host-record=badcert.test,{}", api.ip),
-            format!("--address=/sink.test/{}", sink.ip),
-        ];
-        let argv: Vec<&str> = argv.iter().map(|s| s.as_str()).collect();
-        net.spawn(&dns, "pdns", &argv).unwrap();
+        net.spawn_dnsmasq(
+            &dns,
+            &[
+                "--log-queries".into(),
+                format!("--log-facility={}", dns_log.display()),
+                "--cache-size=0".into(),
+                format!("--host-record=api.test,{}", api.ip),
+                format!("--host-record=other-api.test,{}", api.ip),
+                format!("--host-record=pinned.test,{}", api.ip),
+                format!("--host-record=badcert.test,{}", api.ip),
+                format!("--address=/sink.test/{}", sink.ip),
+            ],
+        )
+        .unwrap();
         let srv = server_bin();
         let api_log = d.join("api.jsonl");
         let sink_log = d.join("sink.jsonl");

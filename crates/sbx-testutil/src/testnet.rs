@@ -253,6 +253,26 @@ impl TestNet {
         c
     }
 
+    /// dnsmasq on `host` as the test network's DNS server: foreground, no
+    /// host files or resolvers, answering on the host's address only;
+    /// `records` are its own flags (`--host-record=NAME,IP`...).
+    pub fn spawn_dnsmasq(&mut self, host: &Host, records: &[String]) -> Result<PathBuf, String> {
+        let listen = format!("--listen-address={}", host.ip);
+        let mut argv = vec![
+            "dnsmasq",
+            "--keep-in-foreground",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            "--bind-interfaces",
+            listen.as_str(),
+            "--user=root",
+            "--pid-file=",
+        ];
+        argv.extend(records.iter().map(String::as_str));
+        self.spawn(host, "dnsmasq", &argv)
+    }
+
     /// Starts a server in `host`; it is killed in Drop. stdout and stderr
     /// go to a log file under [`TestNet::dir`] named after `tag`.
     pub fn spawn(&mut self, host: &Host, tag: &str, argv: &[&str]) -> Result<PathBuf, String> {
