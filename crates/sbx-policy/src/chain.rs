@@ -13,7 +13,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use sbx_spec::{
-    ChainSpec, FsSpec, GitguardRunSpec, Layer, NetSpec, PlantsSpec, Profile, RepoSpec, SeccompSpec,
+    ChainSpec, FsSpec, GitguardRunSpec, GvisorSpec, Layer, NetSpec, PlantsSpec, Profile, RepoSpec,
+    SeccompSpec,
 };
 
 use crate::map::Policy;
@@ -200,7 +201,7 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
     }
     if let Some(x) = &p.exec_allow {
         let low_chain = o.trust == Trust::Low && !o.container;
-        // The gVisor tier applies it with noexec mounts (gvisor.rs).
+        // The gVisor tier applies it with noexec mounts (sbx-gvisor).
         let gvisor =
             o.trust == Trust::Zero && !o.latency_sensitive && find_tool("runsc", None).is_some();
         if x.kernel_enforced() && !low_chain && !gvisor {
@@ -274,13 +275,12 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                     notes.push("gVisor tier: .git is not writable by the grants: git commits fail inside (read-only)".into());
                 }
                 spec.layers.push(Layer::Net(net_spec(p)));
-                spec.layers.push(Layer::Gvisor(crate::gvisor::spec(
+                spec.layers.push(Layer::Gvisor(gvisor_spec(
                     p,
                     &runsc,
                     cgroup.as_deref(),
                     stage.as_deref(),
                     exec.as_deref().unwrap_or_default(),
-                    true,
                 )));
                 let layers = render(&spec, o, &sections, "zero trust: gVisor")?;
                 return Ok(Plan {
@@ -563,6 +563,38 @@ pub fn net_spec(p: &Policy) -> NetSpec {
     }
 }
 
+/// sbx-gvisor's part of the zero-trust tier (`cgroup`: sbx-cgroup when
+/// the limits are to be applied, `stage` the git stage, `exec` the execute
+/// allowlist); it runs inside sbx-net, whose namespace it gives the
+/// sandbox (`host_network`).
+pub fn gvisor_spec(
+    p: &Policy,
+    runsc: &Path,
+    cgroup: Option<&Path>,
+    stage: Option<&Path>,
+    exec: &[PathBuf],
+) -> GvisorSpec {
+    GvisorSpec {
+        runsc: runsc.to_path_buf(),
+        cgroup_bin: cgroup.map(Path::to_path_buf),
+        ro: p.ro.iter().map(os).collect(),
+        rw: p.rw.iter().map(os).collect(),
+        deny: p.deny.iter().map(os).collect(),
+        chdir: p.project_visible().then(|| p.start.clone()),
+        tmp_size: p.limits.tmp_size.clone(),
+        memory: Some(p.limits.memory.clone()),
+        pids: p.limits.pids.parse().ok(),
+        cpus: Some(p.limits.cpus.clone()),
+        timeout: Some(p.limits.timeout.clone()),
+        allow_exec: exec.to_vec(),
+        git_stage: stage.map(Path::to_path_buf),
+        fsize: Some(p.limits.fsize.clone()),
+        pass_env: p.pass_env.clone(),
+        keep_env: false,
+        host_network: true,
+    }
+}
+
 /// `sbx-gitguard run` when the project is a repository (with the git
 /// stage when there is one).
 pub fn gitguard_spec(p: &Policy, stage: Option<&Path>) -> Option<GitguardRunSpec> {
@@ -599,7 +631,7 @@ fn gitguard_layers(p: &Policy, stage: Option<&Path>) -> Vec<Layer> {
 
 /// The kernel execute allowlist's files for a command (None: none, the
 /// invoke mode or no Bash rules): the namespace chain gives them to
-/// sbx-seccomp, the gVisor tier to `sbx-policy gvisor`.
+/// sbx-seccomp, the gVisor tier to sbx-gvisor.
 fn exec_files(p: &Policy, cmd: &[OsString]) -> Option<Vec<PathBuf>> {
     p.exec_allow
         .as_ref()

@@ -1,4 +1,4 @@
-//! `sbx-policy gvisor`'s flags: the gVisor tier's grants and limits.
+//! sbx-gvisor's flags: the gVisor tier's grants and limits.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -7,13 +7,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Argv, is_false, osv};
 
-/// The binary that runs the gVisor tier (its `gvisor` subcommand).
-pub const TOOL: &str = "sbx-policy";
+/// The binary that runs the gVisor tier.
+pub const TOOL: &str = "sbx-gvisor";
 
 /// Default of `--tmp-size`.
 pub const DEFAULT_TMP_SIZE: &str = "1G";
 
-/// `sbx-policy gvisor`: every flag but the command.
+/// sbx-gvisor: every flag but the command.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", default)]
 pub struct GvisorSpec {
@@ -114,10 +114,9 @@ impl Default for GvisorSpec {
 }
 
 impl GvisorSpec {
-    /// `gvisor` and its flags (before `-- CMD`).
+    /// The flags (before `-- CMD`).
     pub fn args(&self) -> Vec<OsString> {
         Argv::default()
-            .word("gvisor")
             .val("--runsc", &self.runsc)
             .switch("--host-network", self.host_network)
             .opt("--cgroup-bin", self.cgroup_bin.as_ref())
@@ -164,8 +163,6 @@ mod tests {
             keep_env: true,
             host_network: true,
         };
-        let args = full.args();
-        assert_eq!(args[0], "gvisor");
-        crate::roundtrip::check(&full, args[1..].to_vec());
+        crate::roundtrip::check(&full, full.args());
     }
 }
