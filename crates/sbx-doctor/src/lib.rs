@@ -28,7 +28,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "SEE ALSO",
-            "sbx-fs(1), sbx-net(1), sbx-cgroup(1), sbx-seccomp(1), sbx-vm(1), sbx-container(1), sbx-creds(1)",
+            "sbx-fs(1), sbx-net(1), sbx-cgroup(1), sbx-seccomp(1), sbx-vm(1), sbx-container(1), sbx-gvisor(1), sbx-creds(1)",
         ),
     ],
 };
