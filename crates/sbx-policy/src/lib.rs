@@ -64,7 +64,7 @@ resolver.",
 - WebFetch(domain:D), sandbox.network.allowedDomains: sbx-net --allow D (D or *.D, ports 80,443; *.D covers subdomains, not D).\n\
 - WebSearch allow: the search domains (--search-domain, default api.anthropic.com).\n\
 - sandbox.network.deniedDomains, WebFetch(domain:D) deny: D removed from the allowlist whatever else says; a wildcard that covers a denied name is dropped whole (sbx-net cannot subtract).\n\
-- env (the top-level object): the names of its variables pass into the sandbox (sbx-fs --pass-env NAME, also in the gVisor step), as do --pass-env NAME|PREFIX*; the rest of the caller's environment is sbx-fs's allowlist (PATH, HOME, TERM, LANG, LC_*, TZ, USER...; secret-looking names are dropped with a warning naming them). sbx-creds' secrets (a --layers section) arrive through SBX_PASS_ENV.\n\
+- env (the top-level object): the names of its variables pass into the sandbox (sbx-fs --pass-env NAME, also sbx-gvisor's), as do --pass-env NAME|PREFIX*; the rest of the caller's environment is sbx-fs's allowlist (PATH, HOME, TERM, LANG, LC_*, TZ, USER...; secret-looking names are dropped with a warning naming them). sbx-creds' secrets (a --layers section) arrive through SBX_PASS_ENV.\n\
 - ask rules, agent-only kinds (Task, TodoWrite, mcp__*...): listed, nothing granted.",
         ),
         (
