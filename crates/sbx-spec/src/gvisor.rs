@@ -40,18 +40,25 @@ pub struct GvisorSpec {
     #[arg(long, value_name = "DIR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chdir: Option<PathBuf>,
+    /// Size of the /tmp, /dev/shm and $HOME tmpfs inside.
     #[arg(long, value_name = "SIZE", default_value = DEFAULT_TMP_SIZE)]
     #[serde(skip_serializing_if = "is_default_tmp_size")]
     pub tmp_size: String,
+    /// Memory limit: of the whole sandbox under --cgroup-bin, else per
+    /// process (RLIMIT_AS, enforced by gVisor's kernel).
     #[arg(long, value_name = "SIZE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,
+    /// Processes and threads: sbx-cgroup's pids limit under --cgroup-bin;
+    /// RLIMIT_NPROC inside ((N - 128) / 16 under --cgroup-bin, at least 8).
     #[arg(long, value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pids: Option<u64>,
+    /// CPU limit in CPUs (under --cgroup-bin).
     #[arg(long, value_name = "N.N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus: Option<String>,
+    /// Wall-clock limit: the run ends with 124 (a timeout alert).
     #[arg(long, value_name = "DURATION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
@@ -64,6 +71,7 @@ pub struct GvisorSpec {
     #[arg(long, value_name = "DIR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub git_stage: Option<PathBuf>,
+    /// Largest file the command may write (RLIMIT_FSIZE).
     #[arg(long, value_name = "SIZE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fsize: Option<String>,
