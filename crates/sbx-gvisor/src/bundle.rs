@@ -333,7 +333,7 @@ fn nofile() -> (u64, u64) {
 /// own threads, its gofer and a ptrace stub thread per task, so the guest
 /// gets less than half of it: a fork bomb then meets EAGAIN inside instead
 /// of taking the whole sandbox down at the host limit.
-pub fn guest_nproc(pids: u64, under_cgroup: bool) -> u64 {
+pub(crate) fn guest_nproc(pids: u64, under_cgroup: bool) -> u64 {
     if under_cgroup {
         (pids.saturating_sub(128) / 16).max(8)
     } else {

@@ -39,11 +39,11 @@ use sbx_core::Failure;
 use sbx_core::cli::CommonArgs;
 use sbx_spec::GvisorSpec;
 
-pub mod bundle;
-pub mod execlog;
-pub mod gitview;
-pub mod runsc;
-pub mod stdio;
+mod bundle;
+mod execlog;
+mod gitview;
+mod runsc;
+mod stdio;
 
 pub const TOOL: &str = sbx_spec::gvisor::TOOL;
 
