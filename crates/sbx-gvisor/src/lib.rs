@@ -5,7 +5,7 @@
 //! hidden), so sbx-gvisor writes an OCI bundle into a private temporary
 //! directory and runs it with `runsc run`:
 //!
-//! - [`bundle`]: the mounts are sbx-fs's own mount plan
+//! - `bundle.rs`: the mounts are sbx-fs's own mount plan
 //!   (`sbx_fs::build_plan`) for the same `--rw`/`--ro`/`--deny` flags:
 //!   system directories read-only, the grants, the default deny list, name
 //!   patterns, the write-protected `.git`/`.claude` invariants; hidden files
@@ -16,7 +16,7 @@
 //!   and $HOME tmpfs, gVisor's own /proc and /dev; uid 0 inside with no
 //!   capability at all and no_new_privs; rlimits (file size, processes,
 //!   open files);
-//! - [`runsc`]: `--platform=ptrace`; the network: with `--host-network` the
+//! - `runsc.rs`: `--platform=ptrace`; the network: with `--host-network` the
 //!   namespace runsc runs in (sbx-policy's chain puts sbx-gvisor inside
 //!   sbx-net, so the sandbox gets sbx-net's filtered namespace, its
 //!   allowlist, DNS proxy and alerts, through gVisor's own TCP/IP over host
@@ -24,12 +24,12 @@
 //!   sandbox (the gVisor kernel, its gofer and every stub process) runs
 //!   inside `sbx-cgroup` with the tier's limits; the clean-up, also by a
 //!   guardian (`sbx_core::guardian`) when this process is killed;
-//! - [`gitview`]: the git stage (`--git-stage`), mounted by the host's
+//! - `gitview.rs`: the git stage (`--git-stage`), mounted by the host's
 //!   kernel in runsc's own mount namespace, `.git` bound from it;
-//! - [`execlog`]: the execute allowlist (`--allow-exec`): every mount
+//! - `execlog.rs`: the execute allowlist (`--allow-exec`): every mount
 //!   noexec but the listed files; refused execs are read from runsc's exec
 //!   trace;
-//! - [`stdio`]: a stdout or stderr that is a regular file is relayed.
+//! - `stdio.rs`: a stdout or stderr that is a regular file is relayed.
 
 use std::ffi::OsString;
 use std::time::Duration;
