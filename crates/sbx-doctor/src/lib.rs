@@ -2,7 +2,7 @@
 //! namespaces, cgroups, Landlock, seccomp, nftables, the VMMs, a container
 //! engine, Vault/OpenBao) and prints a one-line fix for every gap.
 
-pub mod checks;
+mod checks;
 
 use clap::{Parser, ValueEnum};
 use sbx_core::cli::CommonArgs;

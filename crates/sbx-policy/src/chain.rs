@@ -427,13 +427,18 @@ fn vm_flags(p: &Policy) -> Vec<OsString> {
     ]
 }
 
-fn low(
+/// The low-trust chain's layers for a policy (no side effect: `explain`
+/// reads the same spec `chain` renders). `run_id` names the per-run git
+/// stage (None: this run's sandbox id); `sections`: the tools that have a
+/// `--layers` section; the limit plan says which limits apply and how.
+pub fn low_spec(
     p: &Policy,
-    o: &Options,
-    cmd: &[OsString],
+    run_id: Option<&str>,
+    cgroup: bool,
+    secrets: &[String],
     sections: &[String],
-    mut notes: Vec<String>,
-) -> Result<Plan, ChainError> {
+    cmd: &[OsString],
+) -> (ChainSpec, crate::limitplan::LimitPlan) {
     let mut spec = ChainSpec {
         layers: Vec::new(),
         cmd: cmd.to_vec(),
@@ -444,16 +449,39 @@ fn low(
             tool: "sbx-creds".into(),
         });
     }
-    let stage = git_stage(p);
+    let stage = match run_id {
+        Some(id) => git_stage_named(p, id),
+        None => git_stage(p),
+    };
     spec.layers.extend(gitguard_layers(p, stage.as_deref()));
     // sbx-cgroup is in the chain unless --no-cgroup: without root or a
     // delegated cgroup it still applies the limits that need none (and
     // is given only those; the notes say which do not apply).
-    let lp = crate::limitplan::plan(
-        &p.limits,
-        &crate::limitplan::detect(),
-        o.cgroup.unwrap_or(true),
-    );
+    let lp = crate::limitplan::plan(&p.limits, &crate::limitplan::detect(), cgroup);
+    if let Some(c) = &lp.cgroup {
+        if let Some(prefix) = &lp.prefix {
+            spec.layers.push(Layer::Argv(prefix.clone()));
+        }
+        spec.layers.push(Layer::Cgroup(c.clone()));
+    }
+    spec.layers.push(Layer::Net(NetSpec {
+        // Phantom credentials: the namespace chain only (checked in plan()).
+        secret: secrets.to_vec(),
+        ..net_spec(p)
+    }));
+    spec.layers.push(Layer::Fs(fs_spec(p, stage.as_deref())));
+    spec.layers.push(Layer::Seccomp(seccomp_spec(p, cmd)));
+    (spec, lp)
+}
+
+fn low(
+    p: &Policy,
+    o: &Options,
+    cmd: &[OsString],
+    sections: &[String],
+    mut notes: Vec<String>,
+) -> Result<Plan, ChainError> {
+    let (spec, lp) = low_spec(p, None, o.cgroup.unwrap_or(true), &o.secrets, sections, cmd);
     notes.extend(lp.notes());
     sbx_core::audit::emit(
         "limits",
@@ -468,19 +496,6 @@ fn low(
                 .collect::<Vec<_>>(),
         }),
     );
-    if let Some(c) = lp.cgroup {
-        if let Some(prefix) = lp.prefix {
-            spec.layers.push(Layer::Argv(prefix));
-        }
-        spec.layers.push(Layer::Cgroup(c));
-    }
-    spec.layers.push(Layer::Net(NetSpec {
-        // Phantom credentials: the namespace chain only (checked in plan()).
-        secret: o.secrets.clone(),
-        ..net_spec(p)
-    }));
-    spec.layers.push(Layer::Fs(fs_spec(p, stage.as_deref())));
-    spec.layers.push(Layer::Seccomp(seccomp_spec(p, cmd)));
     Ok(Plan {
         tier: "low trust: the namespace chain",
         layers: render(&spec, o, sections, "low trust: the namespace chain")?,
@@ -645,12 +660,16 @@ fn exec_files(p: &Policy, cmd: &[OsString]) -> Option<Vec<PathBuf>> {
 /// it verifies after the command (the host's .git/HEAD, objects and refs
 /// stay invariants). Named after the sandbox id: one stage per turn.
 fn git_stage(p: &Policy) -> Option<PathBuf> {
+    let id = sbx_core::id::get().map_or_else(|| std::process::id().to_string(), str::to_string);
+    git_stage_named(p, &id)
+}
+
+fn git_stage_named(p: &Policy, id: &str) -> Option<PathBuf> {
     let git = p.cwd.join(".git");
     let writable = p.rw.iter().any(|r| git.starts_with(r));
     if !p.git_repo || !writable || !git.is_dir() {
         return None;
     }
-    let id = sbx_core::id::get().map_or_else(|| std::process::id().to_string(), str::to_string);
     Some(std::env::temp_dir().join(format!("sbx-git-stage-{id}")))
 }
 
