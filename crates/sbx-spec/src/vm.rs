@@ -235,7 +235,7 @@ fn is_one(n: &u32) -> bool {
     *n == 1
 }
 
-fn is_default_jail_base(p: &PathBuf) -> bool {
+fn is_default_jail_base(p: &std::path::Path) -> bool {
     p.as_os_str() == DEFAULT_JAIL_BASE
 }
 
