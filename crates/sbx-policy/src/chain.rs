@@ -13,8 +13,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use sbx_spec::{
-    ChainSpec, FsSpec, GitguardRunSpec, GvisorSpec, Layer, NetSpec, PlantsSpec, Profile, RepoSpec,
-    SeccompSpec,
+    ChainSpec, ContainerSpec, FsSpec, GitguardRunSpec, GvisorSpec, Layer, NetSpec, PlantsSpec,
+    Profile, RepoSpec, SeccompSpec, VmSpec, container, vm,
 };
 
 use crate::map::Policy;
@@ -185,14 +185,6 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
         Some(l) => layer_sections(l)?,
         None => Vec::new(),
     };
-    let with_layers = |v: &mut Vec<OsString>, tool: &str| {
-        if let Some(l) = &o.layers
-            && sections.iter().any(|s| s == tool)
-        {
-            v.push(os("--config"));
-            v.push(os(l));
-        }
-    };
     let mut notes = Vec::new();
     if !o.secrets.is_empty() && (o.trust != Trust::Low || o.container) {
         return Err(ChainError::TierUnavailable(
@@ -230,17 +222,21 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
             })
         }
         Trust::Zero if o.latency_sensitive => {
-            let vm = need(
-                "sbx-vm",
-                "zero trust, latency-sensitive: the Firecracker microVM tier (sbx-vm)",
-                o,
-            )?;
-            let mut l = vec![os(vm), os("--backend"), os("firecracker")];
-            l.extend(vm_flags(p));
-            with_layers(&mut l, "sbx-vm");
+            let spec = ChainSpec {
+                layers: vec![Layer::Vm(VmSpec {
+                    backend: vm::Backend::Firecracker,
+                    ..vm_spec(p)
+                })],
+                cmd: cmd.to_vec(),
+            };
             Ok(Plan {
                 tier: "zero trust, latency-sensitive: sbx-vm with Firecracker",
-                layers: vec![l, cmd.to_vec()],
+                layers: render(
+                    &spec,
+                    o,
+                    &sections,
+                    "zero trust, latency-sensitive: the Firecracker microVM tier (sbx-vm)",
+                )?,
                 env: Vec::new(),
                 notes,
             })
@@ -290,53 +286,27 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                     notes,
                 });
             }
-            let vm = need(
-                "sbx-vm",
-                "zero trust: gVisor (runsc) is not installed and the microVM tier (sbx-vm)",
-                o,
-            )?;
-            let mut l = vec![os(vm)];
-            l.extend(vm_flags(p));
-            with_layers(&mut l, "sbx-vm");
+            let spec = ChainSpec {
+                layers: vec![Layer::Vm(vm_spec(p))],
+                cmd: cmd.to_vec(),
+            };
             Ok(Plan {
                 tier: "zero trust: sbx-vm (gVisor not installed)",
-                layers: vec![l, cmd.to_vec()],
+                layers: render(
+                    &spec,
+                    o,
+                    &sections,
+                    "zero trust: gVisor (runsc) is not installed and the microVM tier (sbx-vm)",
+                )?,
                 env: Vec::new(),
                 notes,
             })
         }
         Trust::Low if o.container => {
-            let bin = need(
-                "sbx-container",
-                "low trust, container: the container tier (sbx-container)",
-                o,
-            )?;
-            let mut l = vec![os(bin)];
-            for r in &p.rw {
-                l.push(os("--rw"));
-                l.push(os(format!("{0}:{0}", r.display())));
-            }
-            for r in &p.ro {
-                l.push(os("--ro"));
-                l.push(os(format!("{0}:{0}", r.display())));
-            }
-            l.extend([
-                os("--memory"),
-                os(&p.limits.memory),
-                os("--cpus"),
-                os(&p.limits.cpus),
-                os("--pids"),
-                os(&p.limits.pids),
-                os("--tmp-size"),
-                os(&p.limits.tmp_size),
-                os("--timeout"),
-                os(&p.limits.timeout),
-                os("--net"),
-                os("none"),
-                os("--chdir"),
-                os(&p.start),
-            ]);
-            with_layers(&mut l, "sbx-container");
+            let spec = ChainSpec {
+                layers: vec![Layer::Container(container_spec(p))],
+                cmd: cmd.to_vec(),
+            };
             if !p.deny.is_empty() {
                 notes.push(format!(
                     "container tier: the rules' own denies ({}) are not applied inside the binds (sbx-container applies the sbx-fs default deny list and invariants)",
@@ -348,7 +318,12 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
             }
             Ok(Plan {
                 tier: "low trust: one container per run (sbx-container)",
-                layers: vec![l, cmd.to_vec()],
+                layers: render(
+                    &spec,
+                    o,
+                    &sections,
+                    "low trust, container: the container tier (sbx-container)",
+                )?,
                 env: Vec::new(),
                 notes,
             })
@@ -414,17 +389,35 @@ fn plugin(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainError>
     })
 }
 
-fn vm_flags(p: &Policy) -> Vec<OsString> {
-    vec![
-        os("--memory"),
-        os(&p.limits.memory),
-        os("--timeout"),
-        os(&p.limits.timeout),
-        os("--tmpfs"),
-        os(&p.limits.tmp_size),
-        os("--copy-in"),
-        os(&p.cwd),
-    ]
+/// sbx-vm's part of the zero-trust tiers without gVisor: the limits, the
+/// tmpfs layer the size of /tmp, the project copied in (the VM shares no
+/// host filesystem).
+pub fn vm_spec(p: &Policy) -> VmSpec {
+    VmSpec {
+        memory: p.limits.memory.clone(),
+        timeout: Some(p.limits.timeout.clone()),
+        tmpfs: Some(p.limits.tmp_size.clone()),
+        copy_in: Some(p.cwd.clone()),
+        ..VmSpec::default()
+    }
+}
+
+/// sbx-container's part of the low-trust container tier: the grants as
+/// binds at their own paths, the limits, no network.
+pub fn container_spec(p: &Policy) -> ContainerSpec {
+    let same = |r: &PathBuf| os(format!("{0}:{0}", r.display()));
+    ContainerSpec {
+        rw: p.rw.iter().map(same).collect(),
+        ro: p.ro.iter().map(same).collect(),
+        memory: Some(p.limits.memory.clone()),
+        cpus: Some(p.limits.cpus.clone()),
+        pids: Some(p.limits.pids.clone()),
+        tmp_size: Some(p.limits.tmp_size.clone()),
+        timeout: Some(p.limits.timeout.clone()),
+        net: Some(container::Net::None),
+        chdir: Some(p.start.clone()),
+        ..ContainerSpec::default()
+    }
 }
 
 /// The low-trust chain's layers for a policy (no side effect: `explain`
@@ -527,7 +520,7 @@ fn render(
             && l.takes_config()
             && sections.iter().any(|s| s == tool)
         {
-            v.extend([os("--config"), os(f)]);
+            v.extend(sbx_core::cli::config_args(f));
         }
         out.push(v);
     }
