@@ -212,11 +212,19 @@ pub fn jailed_pids(id: &str) -> Vec<i32> {
     out
 }
 
+/// Kills the jailed Firecracker of jail `id` and waits until it is gone
+/// (its fds closed: a tap it holds cannot be deleted before). Bounded: a
+/// process stuck in uninterruptible sleep leaves its tap to the next
+/// start's reaping.
 fn kill_jailed(id: &str) {
     for pid in jailed_pids(id) {
         // SAFETY: kill with integer arguments; the pids are this jail's own processes (read
         // from its cgroup/proc).
         unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !jailed_pids(id).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -250,7 +258,7 @@ pub fn reap_stale_jails(base: &Path) {
 }
 
 /// One step of a jailed run's clean-up. sbx-vm undoes its steps itself
-/// (the last taken first, [`Undos`]); each is also sent to the jail
+/// ([`Undos`]); each is also sent to the jail
 /// reaper as it is taken, which undoes the same steps when sbx-vm died
 /// without doing so.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -302,6 +310,22 @@ impl Undo {
         })
     }
 
+    /// Undoes steps in the order that works: the jailed VMM killed first
+    /// (a tap it holds cannot be deleted, a cgroup with it not removed),
+    /// then the tap, the cgroup, the run directory.
+    fn undo_all<'a>(steps: impl IntoIterator<Item = &'a Undo>) {
+        let mut steps: Vec<&Undo> = steps.into_iter().collect();
+        steps.sort_by_key(|u| match u {
+            Undo::Jail { .. } => 0,
+            Undo::Tap(_) => 1,
+            Undo::JailCgroup { .. } => 2,
+            Undo::RunDir(_) => 3,
+        });
+        for u in steps {
+            u.undo();
+        }
+    }
+
     fn undo(&self) {
         match self {
             Undo::Jail { id, dir } => {
@@ -310,7 +334,15 @@ impl Undo {
             }
             Undo::JailCgroup { parent, id } => crate::jailcg::remove(parent, id),
             Undo::Tap(name) => {
-                let _ = tap(name, false, 0, 0);
+                // Busy while the killed VMM's last threads still exit (its
+                // fds go with the last one): retried, bounded.
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while let Err(FcError::Tap { source, .. }) = tap(name, false, 0, 0)
+                    && source.raw_os_error() == Some(libc::EBUSY)
+                    && Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
             }
             Undo::RunDir(dir) => {
                 let _ = std::fs::remove_dir_all(dir);
@@ -319,8 +351,8 @@ impl Undo {
     }
 }
 
-/// The steps taken so far, undone (the last first) when dropped, on a
-/// failure in [`start`] and at the end of the run; then the reaper is
+/// The steps taken so far, undone ([`Undo::undo_all`]) when dropped, on
+/// a failure in [`start`] and at the end of the run; then the reaper is
 /// released.
 pub struct Undos {
     steps: Vec<Undo>,
@@ -347,9 +379,7 @@ impl Undos {
 
 impl Drop for Undos {
     fn drop(&mut self) {
-        for u in self.steps.iter().rev() {
-            u.undo();
-        }
+        Undo::undo_all(&self.steps);
         // Done: the reaper may go.
         if let Some(g) = self.reaper.take() {
             g.release();
@@ -359,7 +389,7 @@ impl Drop for Undos {
 
 /// The jail reaper: forked by run::run before any thread exists (the
 /// sbx-creds renewal runtime starts later), when Firecracker will run
-/// under the jailer. It undoes the steps it was sent, the last first,
+/// under the jailer. It undoes the steps it was sent ([`Undo::undo_all`])
 /// when sbx-vm dies without releasing it. The forwarded signals stay
 /// blocked in it (as in sbx-vm), so a Ctrl-C to the group does not take it
 /// before it is needed.
@@ -377,9 +407,8 @@ pub fn reaper(plan: &Plan) -> Result<Option<Guardian>, Failure> {
     let g = unsafe {
         Guardian::spawn(|w| {
             if let Ending::OwnerGone(msgs) = w.wait() {
-                for u in msgs.iter().rev().filter_map(|m| Undo::decode(m)) {
-                    u.undo();
-                }
+                let steps: Vec<Undo> = msgs.iter().filter_map(|m| Undo::decode(m)).collect();
+                Undo::undo_all(&steps);
             }
             0
         })
@@ -436,8 +465,6 @@ pub fn start(
         // sbx-vm's run directory, should sbx-vm die (its Drop never runs).
         cleanup.reaper_only(&Undo::RunDir(rd.path.clone()))?;
         if let Some(cg) = &plan.jail_cgroups {
-            // Undone after the jail's processes are killed (the last
-            // step taken is undone first).
             cleanup.push(Undo::JailCgroup {
                 parent: cg.parent.clone(),
                 id: id.clone(),
