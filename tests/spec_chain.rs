@@ -186,6 +186,77 @@ fn compile_fed_to_the_tools_equals_chain() {
     }
 }
 
+/// The zero-trust chain's last layer is sbx-gvisor, read by its own clap
+/// type: the same grants as the namespace chain's sbx-fs, the execute
+/// allowlist of its sbx-seccomp, sbx-net's namespace (`--host-network`),
+/// and argv that parses back to the spec.
+#[test]
+fn zero_trust_renders_what_sbx_gvisor_parses() {
+    if chain::find_tool("runsc", None).is_none() {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    }
+    let (_d, root, home) = project();
+    let cli = sbx_policy::Cli::try_parse_from([
+        os("sbx-policy"),
+        os("compile"),
+        os("--chdir"),
+        os(&root),
+        os("--home"),
+        os(&home),
+        os("--exec-allowlist"),
+        os("strict"),
+    ])
+    .unwrap();
+    let sbx_policy::Command::Compile(src) = cli.command else {
+        unreachable!()
+    };
+    let p = sbx_policy::policy(&src).unwrap();
+    let cmd = [os("sh"), os("-c"), os("make")];
+    let opts = |trust| Options {
+        trust,
+        latency_sensitive: false,
+        plugin: false,
+        layers: None,
+        bin_dir: sbx_testutil::bin("sbx-fs").parent().map(Path::to_path_buf),
+        cgroup: Some(true),
+        container: false,
+        secrets: Vec::new(),
+    };
+    let zero = chain::plan(&p, &opts(Trust::Zero), &cmd).unwrap();
+    let low = chain::plan(&p, &opts(Trust::Low), &cmd).unwrap();
+    let layer = |plan: &chain::Plan, tool: &str| {
+        plan.layers
+            .iter()
+            .find(|l| Path::new(&l[0]).file_name().is_some_and(|n| n == tool))
+            .unwrap_or_else(|| panic!("no {tool} layer"))
+            .clone()
+    };
+    let gv = layer(&zero, "sbx-gvisor");
+    assert!(
+        !zero.layers.iter().any(|l| l.iter().any(|w| w == "gvisor")),
+        "no sbx-policy gvisor step any more"
+    );
+    let ran = sbx_gvisor::Cli::try_parse_from(with_cmd(&gv)).unwrap().spec;
+    let fs = sbx_fs::Cli::try_parse_from(with_cmd(&layer(&low, "sbx-fs")))
+        .unwrap()
+        .spec;
+    let seccomp = sbx_seccomp::Cli::try_parse_from(with_cmd(&layer(&low, "sbx-seccomp")))
+        .unwrap()
+        .spec;
+    assert_eq!(
+        (&ran.rw, &ran.ro, &ran.deny, &ran.pass_env, &ran.chdir),
+        (&fs.rw, &fs.ro, &fs.deny, &fs.pass_env, &fs.chdir)
+    );
+    assert_eq!(ran.tmp_size, fs.tmp_size);
+    assert_eq!(ran.allow_exec, seccomp.allow_exec);
+    assert!(!ran.allow_exec.is_empty());
+    assert!(ran.host_network && ran.runsc.is_file(), "{ran:?}");
+    let back =
+        sbx_gvisor::Cli::try_parse_from(with_cmd(&[vec![os("sbx-gvisor")], ran.args()].concat()))
+            .unwrap();
+    assert_eq!(back.spec, ran);
+}
+
 /// The tiers of one tool (sbx-vm, sbx-container): `chain` renders the
 /// spec sbx-policy fills, the tool's own Cli parses it back to that spec,
 /// and a --layers section reaches the tool as --config. (`compile` holds

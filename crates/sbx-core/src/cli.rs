@@ -27,6 +27,7 @@ pub const TOOLS: &[&str] = &[
     "sbx-fs",
     "sbx-seccomp",
     "sbx-container",
+    "sbx-gvisor",
     "sbx-vm",
     "sbx-path",
     "sbx-policy",

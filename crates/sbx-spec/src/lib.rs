@@ -45,7 +45,7 @@ pub enum Layer {
     Net(NetSpec),
     Fs(FsSpec),
     Seccomp(SeccompSpec),
-    /// `sbx-policy gvisor`.
+    /// sbx-gvisor.
     Gvisor(GvisorSpec),
     /// The microVM tier.
     Vm(VmSpec),
@@ -95,10 +95,9 @@ impl Layer {
     }
 
     /// Whether the layer's tool reads its section of a `--config` file
-    /// (`plants` and `gvisor` take none: their sections belong to `run`
-    /// and to sbx-policy itself).
+    /// (`plants` takes none: its section belongs to `run`).
     pub fn takes_config(&self) -> bool {
-        !matches!(self, Layer::Plants(_) | Layer::Gvisor(_) | Layer::Argv(_))
+        !matches!(self, Layer::Plants(_) | Layer::Argv(_))
     }
 }
 
