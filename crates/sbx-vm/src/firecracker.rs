@@ -334,17 +334,14 @@ impl Undo {
             }
             Undo::JailCgroup { parent, id } => crate::jailcg::remove(parent, id),
             Undo::Tap(name) => {
-                // A VMM that was just killed may still hold the tap (its
-                // memory is released before its files, so it no longer
-                // looks like Firecracker in /proc): EBUSY until its fds
-                // are closed. Bounded retries; what is left is reaped by
-                // the next start.
+                // Busy while the killed VMM's last threads still exit (its
+                // fds go with the last one): retried, bounded.
                 let deadline = Instant::now() + Duration::from_secs(5);
-                while tap(name, false, 0, 0).is_err()
-                    && Path::new("/sys/class/net").join(name).exists()
+                while let Err(FcError::Tap { source, .. }) = tap(name, false, 0, 0)
+                    && source.raw_os_error() == Some(libc::EBUSY)
                     && Instant::now() < deadline
                 {
-                    std::thread::sleep(Duration::from_millis(20));
+                    std::thread::sleep(Duration::from_millis(10));
                 }
             }
             Undo::RunDir(dir) => {
