@@ -8,6 +8,7 @@
 //! repositories alike. `snapshot`, `check` and `repair` are the same steps
 //! one at a time.
 
+pub mod dirlist;
 pub mod fsck;
 pub mod fsutil;
 pub mod gitconfig;
@@ -293,14 +294,21 @@ fn take_snapshot(
             }
         )));
     }
+    let mut stats = stats;
     for u in &mut snap.units {
-        if let Some(s) = stats.get(&u.path) {
-            u.packs = s.packs.clone();
-            u.loose = s.loose.clone();
-            u.loose_stats = s.loose_stats.clone();
-        }
+        let Some(s) = stats.remove(&u.path) else {
+            continue;
+        };
+        u.packs = s.packs;
+        u.loose = s.loose;
+        u.loose_stats = s.loose_stats;
         if staged == Some(u.path.as_path()) {
-            loosecache::save(&u.path, &u.loose_stats);
+            loosecache::save(&u.path, &u.loose_stats, cache.get(&u.path));
+        }
+        // The git dirs the stage's overlay covers (the main one and its
+        // modules/): the command writes the overlay, never these files.
+        if staged.is_some_and(|g| u.path.starts_with(g)) {
+            u.same_dirs = Some(s.loose_dirs);
         }
     }
     Ok(snap)
