@@ -282,18 +282,21 @@ pub fn specials(dir: &Path, skip_prefix: &str) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![(dir.to_path_buf(), 0usize)];
     while let Some((d, depth)) = stack.pop() {
-        let Ok(rd) = fs::read_dir(&d) else { continue };
-        for e in rd.filter_map(|e| e.ok()) {
-            if e.file_name().to_string_lossy().starts_with(skip_prefix) {
+        // Listed once per process while unchanged (the object store's 256
+        // fan-out directories are walked before and after the command).
+        let Ok(l) = crate::dirlist::list(&d) else {
+            continue;
+        };
+        for (name, t) in l.entries.iter() {
+            if name.to_string_lossy().starts_with(skip_prefix) {
                 continue;
             }
-            let Ok(t) = e.file_type() else { continue };
             if t.is_dir() {
                 if depth < 64 {
-                    stack.push((e.path(), depth + 1));
+                    stack.push((d.join(name), depth + 1));
                 }
             } else if !t.is_file() && !t.is_symlink() {
-                out.push(e.path());
+                out.push(d.join(name));
                 if out.len() >= 1000 {
                     return out;
                 }

@@ -8,6 +8,7 @@
 //! repositories alike. `snapshot`, `check` and `repair` are the same steps
 //! one at a time.
 
+pub mod dirlist;
 pub mod fsck;
 pub mod fsutil;
 pub mod gitconfig;
@@ -71,7 +72,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "OBJECTS",
-            "The structural check, every time: each pack index (magic, version, size against its object count) and pack (header, object count, trailer against the checksum its index records); packs and indexes whose inode, size, mtime or ctime changed since the snapshot are checksummed in full (all of them with --full); every loose object verified in full (inflated to its end, size as its header says, nothing after the stream, hash equal to its name) at snapshot time and, afterwards, every new or changed one (by inode, size and ctime), a damaged one never read by libgit2 nor restored to; FIFOs, sockets and devices in a git dir removed before anything is read (a snapshot refuses them); loose objects of the snapshot that are gone and not packed; changed and new ref tips and HEAD resolve (a branch and HEAD to a commit). The full check reads every object reachable from every ref, HEAD and every ref of the snapshot, verifying its hash, and names each missing or damaged object with what needed it. Before the command, `run` keeps hard links to every pack file and loose object (in .sbx-gitguard-keep.PID inside the git dir, removed when the run ends): object files the command deletes or replaces are linked back and the full check must then pass. Files modified in place, and objects lost without kept links (repair between turns), make the repair fail (exit 125).",
+            "The structural check, every time: each pack index (magic, version, size against its object count) and pack (header, object count, trailer against the checksum its index records); packs and indexes whose inode, size, mtime or ctime changed since the snapshot are checksummed in full (all of them with --full); every loose object verified in full (inflated to its end, size as its header says, nothing after the stream, hash equal to its name) at snapshot time and, afterwards, every new or changed one (by inode, size and ctime; with --stage, whose overlay keeps the command from writing object files, only in the fan-out directories whose own stat changed), a damaged one never read by libgit2 nor restored to; FIFOs, sockets and devices in a git dir removed before anything is read (a snapshot refuses them); loose objects of the snapshot that are gone and not packed; changed and new ref tips and HEAD resolve (a branch and HEAD to a commit). The full check reads every object reachable from every ref, HEAD and every ref of the snapshot, verifying its hash, and names each missing or damaged object with what needed it. Before the command, `run` keeps hard links to every pack file and loose object (in .sbx-gitguard-keep.PID inside the git dir, removed when the run ends): object files the command deletes or replaces are linked back and the full check must then pass. Files modified in place, and objects lost without kept links (repair between turns), make the repair fail (exit 125).",
         ),
         (
             "LOCKS",
@@ -293,14 +294,21 @@ fn take_snapshot(
             }
         )));
     }
+    let mut stats = stats;
     for u in &mut snap.units {
-        if let Some(s) = stats.get(&u.path) {
-            u.packs = s.packs.clone();
-            u.loose = s.loose.clone();
-            u.loose_stats = s.loose_stats.clone();
-        }
+        let Some(s) = stats.remove(&u.path) else {
+            continue;
+        };
+        u.packs = s.packs;
+        u.loose = s.loose;
+        u.loose_stats = s.loose_stats;
         if staged == Some(u.path.as_path()) {
-            loosecache::save(&u.path, &u.loose_stats);
+            loosecache::save(&u.path, &u.loose_stats, cache.get(&u.path));
+        }
+        // The git dirs the stage's overlay covers (the main one and its
+        // modules/): the command writes the overlay, never these files.
+        if staged.is_some_and(|g| u.path.starts_with(g)) {
+            u.same_dirs = Some(s.loose_dirs);
         }
     }
     Ok(snap)

@@ -38,8 +38,16 @@ pub fn load(git_dir: &Path) -> BTreeMap<String, LooseStat> {
 }
 
 /// Replaces the cache of `git_dir` (atomically; a failure only costs the
-/// next run a full read).
-pub fn save(git_dir: &Path, stats: &BTreeMap<String, LooseStat>) {
+/// next run a full read), unless it holds `stats` already (`loaded`: what
+/// [`load`] gave this run).
+pub fn save(
+    git_dir: &Path,
+    stats: &BTreeMap<String, LooseStat>,
+    loaded: Option<&BTreeMap<String, LooseStat>>,
+) {
+    if loaded == Some(stats) {
+        return;
+    }
     let Some(p) = file(git_dir) else {
         return;
     };

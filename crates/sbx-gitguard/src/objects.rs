@@ -276,6 +276,19 @@ pub struct Loose {
     /// Damaged ones: libgit2 must never read them (a truncated zlib stream
     /// sends libgit2 1.9 into an endless loop, libgit2 issue 7342).
     pub damaged: BTreeSet<String>,
+    /// Per fan-out directory ("ab") whose loose objects were all verified:
+    /// its stat when it was listed (see [`check_loose`]'s `same_dirs`).
+    pub dirs: BTreeMap<String, crate::dirlist::DirStat>,
+}
+
+fn loose_stat_at(dir: &std::os::fd::OwnedFd, name: &std::ffi::OsStr) -> io::Result<LooseStat> {
+    let st = nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map_err(io::Error::from)?;
+    Ok(LooseStat {
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
+    })
 }
 
 /// Checks every loose object. A file whose (inode, size, ctime) equals the
@@ -285,46 +298,75 @@ pub struct Loose {
 /// no trailing bytes, and its hash equal to its name. So a snapshot reads
 /// every loose object once, and the check after a command only what
 /// changed.
-pub fn check_loose(objects: &Path, verified: &BTreeMap<String, LooseStat>, sha256: bool) -> Loose {
+///
+/// `same_dirs` (only for a git dir the command could not write: a staged
+/// one, whose writes went to the stage's overlay): the stats of the fan-out
+/// directories when `verified` was made. A directory whose stat is still
+/// that one holds the same files (no entry added, removed or renamed, see
+/// [`crate::dirlist`]), and nothing could write them in place, so its
+/// objects in `verified` are taken as they are, without a stat each.
+pub fn check_loose(
+    objects: &Path,
+    verified: &BTreeMap<String, LooseStat>,
+    sha256: bool,
+    same_dirs: Option<&BTreeMap<String, crate::dirlist::DirStat>>,
+) -> Loose {
     let mut out = Loose::default();
-    let Ok(rd) = fs::read_dir(objects) else {
+    let Ok(top) = crate::dirlist::list(objects) else {
         return out;
     };
-    for d in rd.filter_map(|e| e.ok()) {
-        let dn = d.file_name();
+    for (dn, _) in top.entries.iter() {
         let dn = dn.to_string_lossy();
         if dn.len() != 2 || !dn.bytes().all(|b| b.is_ascii_hexdigit()) {
             continue;
         }
-        let Ok(rd2) = fs::read_dir(d.path()) else {
+        let dir = objects.join(&*dn);
+        let Ok(sub) = crate::dirlist::list(&dir) else {
             continue;
         };
-        for f in rd2.filter_map(|e| e.ok()) {
-            let n = f.file_name();
-            let n = n.to_string_lossy();
-            if !n.bytes().all(|b| b.is_ascii_hexdigit()) || !(n.len() == 38 || n.len() == 62) {
+        let same = same_dirs
+            .and_then(|s| s.get(&*dn))
+            .is_some_and(|before| before.unchanged(&sub.stat));
+        let mut all_good = true;
+        for (n, _) in sub.entries.iter() {
+            let name = n.as_encoded_bytes();
+            if !name.iter().all(|b| b.is_ascii_hexdigit())
+                || !(name.len() == 38 || name.len() == 62)
+            {
                 continue;
             }
-            let p = f.path();
-            let id = format!("{dn}{n}").to_ascii_lowercase();
+            let mut id = String::with_capacity(2 + name.len());
+            id.push_str(&dn);
+            // ASCII hex digits only (checked above).
+            id.extend(name.iter().map(|&b| char::from(b)));
+            id.make_ascii_lowercase();
             out.ids.insert(id.clone());
-            let st = fs::symlink_metadata(&p).map(|m| loose_stat(&m));
+            if same && let Some(v) = verified.get(&id) {
+                out.verified.insert(id, v.clone());
+                continue;
+            }
+            let st = loose_stat_at(&sub.fd, n);
             if let Ok(st) = &st
                 && verified.get(&id) == Some(st)
             {
                 out.verified.insert(id, st.clone());
                 continue;
             }
+            let p = dir.join(n);
             match verify_loose(&p, &id, sha256) {
                 Ok(st) => {
                     out.verified.insert(id, st);
                 }
                 Err(what) => {
+                    all_good = false;
                     out.problems
                         .push(problem(Some(&p), format!("loose object {id}: {what}")));
                     out.damaged.insert(id);
                 }
             }
+        }
+        if all_good && sub.stat.trusted {
+            out.dirs.insert(dn.into_owned(), sub.stat);
         }
     }
     out

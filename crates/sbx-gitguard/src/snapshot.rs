@@ -99,6 +99,13 @@ pub struct UnitSnap {
     #[serde(default)]
     pub odd: BTreeSet<String>,
     pub sha256: bool,
+    /// The fan-out directories' stats when `loose_stats` was made, for a git
+    /// dir the command cannot write (a staged one, set by `run --stage`):
+    /// after the command an unchanged directory's objects are not stat'ed
+    /// again ([`crate::objects::check_loose`]). Never read from a snapshot
+    /// file (`check`/`repair` always stat every object).
+    #[serde(skip)]
+    pub same_dirs: Option<BTreeMap<String, crate::dirlist::DirStat>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -247,17 +254,13 @@ fn pack_name(n: &str) -> bool {
         )
 }
 
-fn list(d: &Path) -> Vec<(String, fs::FileType)> {
-    let Ok(rd) = fs::read_dir(d) else {
+fn list(d: &Path) -> Vec<(String, crate::dirlist::Kind)> {
+    let Ok(l) = crate::dirlist::list(d) else {
         return Vec::new();
     };
-    rd.filter_map(|e| e.ok())
-        .filter_map(|e| {
-            Some((
-                e.file_name().to_string_lossy().into_owned(),
-                e.file_type().ok()?,
-            ))
-        })
+    l.entries
+        .iter()
+        .map(|(n, k)| (n.to_string_lossy().into_owned(), *k))
         .collect()
 }
 
@@ -273,9 +276,17 @@ pub fn odd_entries(git_dir: &Path, has_objects: bool) -> BTreeSet<String> {
         for (n, t) in list(&objs) {
             let rel = format!("objects/{n}");
             if t.is_dir() && hex_name(&n, &[2]) {
-                for (m, t2) in list(&objs.join(&n)) {
-                    if !(t2.is_file() && (hex_name(&m, &[38, 62]) || m.starts_with("tmp_obj_"))) {
-                        out.insert(format!("{rel}/{m}"));
+                // Up to thousands of entries each: names checked as bytes,
+                // a string made only for an odd one.
+                let Ok(l) = crate::dirlist::list(&objs.join(&n)) else {
+                    continue;
+                };
+                for (m, t2) in l.entries.iter() {
+                    let b = m.as_encoded_bytes();
+                    let object =
+                        (b.len() == 38 || b.len() == 62) && b.iter().all(|c| c.is_ascii_hexdigit());
+                    if !(t2.is_file() && (object || b.starts_with(b"tmp_obj_"))) {
+                        out.insert(format!("{rel}/{}", m.to_string_lossy()));
                     }
                 }
             } else if t.is_dir() && n == "pack" {
@@ -370,6 +381,7 @@ pub fn capture_unit(u: &Unit) -> Result<UnitSnap, SnapshotError> {
         loose_stats: BTreeMap::new(),
         odd: odd_entries(&u.path, u.kind.has_objects()),
         sha256: is_sha256(&u.path),
+        same_dirs: None,
     })
 }
 

@@ -214,13 +214,14 @@ pub fn open(p: &Path) -> Result<git2::Repository, git2::Error> {
 /// Whether objects the snapshot had are gone: a loose object that is no
 /// longer anywhere, or a pack gone while a ref tip of the snapshot is
 /// missing.
-fn objects_gone(us: &UnitSnap, repo: &git2::Repository) -> bool {
+/// `loose_now`: the loose object names there now (a scan, not a stat each).
+fn objects_gone(us: &UnitSnap, repo: &git2::Repository, loose_now: &BTreeSet<String>) -> bool {
     let Ok(odb) = repo.odb() else { return false };
     let objs = us.path.join("objects");
-    let loose_gone = us.loose.iter().any(|id| {
-        let (a, b) = id.split_at(2);
-        !objs.join(a).join(b).exists() && git2::Oid::from_str(id).is_ok_and(|o| !odb.exists(o))
-    });
+    let loose_gone = us
+        .loose
+        .difference(loose_now)
+        .any(|id| git2::Oid::from_str(id).is_ok_and(|o| !odb.exists(o)));
     if loose_gone {
         return true;
     }
@@ -242,6 +243,8 @@ pub struct Verified {
     pub packs: BTreeMap<String, objects::Stat>,
     pub loose: BTreeSet<String>,
     pub loose_stats: BTreeMap<String, objects::LooseStat>,
+    /// The fan-out directories whose objects all verified, by stat.
+    pub loose_dirs: BTreeMap<String, crate::dirlist::DirStat>,
 }
 
 /// Structural check of one git dir's object store and refs, plus the full
@@ -277,6 +280,7 @@ pub fn check_objects(
             packs: BTreeMap::new(),
             loose: BTreeSet::new(),
             loose_stats: BTreeMap::new(),
+            loose_dirs: BTreeMap::new(),
         };
     }
     // A snapshot (no snapshot refs yet) does not rehash packs unless --full;
@@ -292,6 +296,7 @@ pub fn check_objects(
     let damaged = objects::damaged_set(&lc.damaged);
     problems.extend(lc.problems);
     let loose = lc.ids;
+    let loose_dirs = lc.dirs;
     // Loose objects of the snapshot that are gone and not packed either.
     if let Ok(odb) = repo.odb() {
         for id in loose_before.difference(&loose) {
@@ -398,6 +403,7 @@ pub fn check_objects(
         packs: verified,
         loose,
         loose_stats: lc.verified,
+        loose_dirs,
     }
 }
 
@@ -526,6 +532,7 @@ pub fn assess(
                 &u.path.join("objects"),
                 loose_cache.get(&u.path).unwrap_or(&BTreeMap::new()),
                 sha256,
+                None,
             ),
             sha256,
             full,
@@ -1641,13 +1648,14 @@ pub fn verify(
         // never read a damaged one (it loops forever on a truncated zlib
         // stream), and a damaged snapshot tip is never restored to.
         let objs = us.path.join("objects");
-        let mut pre = objects::check_loose(&objs, &us.loose_stats, us.sha256);
+        let mut pre =
+            objects::check_loose(&objs, &us.loose_stats, us.sha256, us.same_dirs.as_ref());
         let repo = match keeps.get(&us.path) {
             Some(k)
                 if ctx.mode == Mode::Repair
                     && (!pre.damaged.is_empty()
                         || !fsutil::is_real_dir(&objs)
-                        || objects_gone(us, &repo)) =>
+                        || objects_gone(us, &repo, &pre.ids)) =>
             {
                 let restored = k.restore();
                 let mut found = String::from("object files deleted or replaced by the command");
@@ -1673,7 +1681,7 @@ pub fn verify(
                     dangerous_keys: Vec::new(),
                     unrecoverable: false,
                 });
-                pre = objects::check_loose(&objs, &pre.verified, us.sha256);
+                pre = objects::check_loose(&objs, &pre.verified, us.sha256, None);
                 // A fresh handle: libgit2 caches the pack list.
                 open(&us.path).unwrap_or(repo)
             }
@@ -1709,7 +1717,13 @@ pub fn verify(
         };
         let mut sub = Ctx::new(ctx.mode);
         // The loose objects as `pre` saw them (nothing changed them since).
-        let verified = pre.verified.clone();
+        // (Copied only where it can be needed: a re-check after restoring
+        // from the kept links.)
+        let verified = if keeps.contains_key(&us.path) {
+            pre.verified.clone()
+        } else {
+            BTreeMap::new()
+        };
         run_check(&mut sub, &repo, full, pre);
         let damaged = sub
             .report
@@ -1728,7 +1742,7 @@ pub fn verify(
                 match open(&us.path) {
                     Ok(r2) => {
                         // Restored files are new inodes: read again.
-                        let lc = objects::check_loose(&objs, &verified, us.sha256);
+                        let lc = objects::check_loose(&objs, &verified, us.sha256, None);
                         run_check(&mut again, &r2, true, lc);
                     }
                     Err(e) => again.note(

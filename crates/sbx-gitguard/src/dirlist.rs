@@ -1,0 +1,188 @@
+//! Directory listings read once per process and kept while the directory's
+//! own stat says nothing was added, removed or renamed in it (issue 19: the
+//! snapshot, the FIFO scan and the planted-file scan each listed every
+//! fan-out directory of the object store, before and after the command).
+//!
+//! Why the stat is enough: creating, removing or renaming an entry (and
+//! replacing one by a rename) updates the directory's mtime and ctime, and
+//! nobody can set a ctime back (`utimensat` sets mtime and itself moves the
+//! ctime). Coarse timestamps are the one gap: a change within the same
+//! clock tick as the stat (up to 2 s on some file systems) can leave the
+//! ctime equal, so a listing is kept, and a stat is [`DirStat::trusted`],
+//! only when the directory's ctime is older than [`RACY`] before the stat
+//! (git's "racy git" rule for its index).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A directory changed less than this before its stat is listed again
+/// every time (coarse timestamps: a tick, 1-2 s on some file systems).
+pub const RACY: Duration = Duration::from_secs(2);
+
+/// What says a directory's entries are the same as when it was listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirStat {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    nlink: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    /// Its ctime was older than [`RACY`] when it was taken: a later change
+    /// cannot have left the same stat.
+    pub trusted: bool,
+}
+
+impl DirStat {
+    fn of(m: &fs::Metadata, before: SystemTime) -> DirStat {
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        let ctime_ns = ns(m.ctime(), m.ctime_nsec());
+        let limit = before
+            .checked_sub(RACY)
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos() as i128)
+            .unwrap_or(0);
+        DirStat {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            nlink: m.nlink(),
+            mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+            ctime_ns,
+            trusted: ctime_ns < limit,
+        }
+    }
+
+    /// Whether `now` shows the directory as it was when `self` was taken
+    /// (only ever for a trusted `self`).
+    pub fn unchanged(&self, now: &DirStat) -> bool {
+        self.trusted
+            && (
+                self.dev,
+                self.ino,
+                self.size,
+                self.nlink,
+                self.mtime_ns,
+                self.ctime_ns,
+            ) == (
+                now.dev,
+                now.ino,
+                now.size,
+                now.nlink,
+                now.mtime_ns,
+                now.ctime_ns,
+            )
+    }
+}
+
+/// The kind of an entry, as `readdir` gives it (an `lstat` where the file
+/// system does not say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+impl Kind {
+    pub fn is_file(self) -> bool {
+        self == Kind::File
+    }
+    pub fn is_dir(self) -> bool {
+        self == Kind::Dir
+    }
+    pub fn is_symlink(self) -> bool {
+        self == Kind::Symlink
+    }
+}
+
+pub type Entries = Arc<Vec<(OsString, Kind)>>;
+
+/// An open directory, its stat and its entries.
+pub struct Listed {
+    /// For `fstatat` of the entries (one path component each, not the
+    /// whole path walked again per file).
+    pub fd: OwnedFd,
+    pub stat: DirStat,
+    pub entries: Entries,
+}
+
+type Memo = HashMap<PathBuf, (DirStat, Entries)>;
+
+fn memo() -> &'static Mutex<Memo> {
+    static M: std::sync::OnceLock<Mutex<Memo>> = std::sync::OnceLock::new();
+    M.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Lists `dir` (following a symlink to a directory, as `read_dir` does),
+/// from memory when its stat is trusted and the same as at the last
+/// listing of this process.
+pub fn list(dir: &Path) -> io::Result<Listed> {
+    let before = SystemTime::now();
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(dir)?;
+    let stat = DirStat::of(&f.metadata()?, before);
+    let fd: OwnedFd = f.into();
+    if let Some((st, e)) = memo().lock().ok().and_then(|m| m.get(dir).cloned())
+        && st.unchanged(&stat)
+    {
+        return Ok(Listed {
+            fd,
+            stat,
+            entries: e,
+        });
+    }
+    let entries: Entries = Arc::new(read(&fd)?);
+    if stat.trusted
+        && let Ok(mut m) = memo().lock()
+    {
+        m.insert(dir.to_path_buf(), (stat, entries.clone()));
+    }
+    Ok(Listed { fd, stat, entries })
+}
+
+/// The entries of an open directory, without `.` and `..`.
+fn read(fd: &OwnedFd) -> io::Result<Vec<(OsString, Kind)>> {
+    use nix::dir::{Dir, Type};
+    use nix::fcntl::AtFlags;
+    use nix::sys::stat::{SFlag, fstatat};
+    let dup = fd.try_clone()?;
+    let mut d = Dir::from_fd(dup).map_err(io::Error::from)?;
+    let mut out = Vec::new();
+    for e in d.iter() {
+        let e = e.map_err(io::Error::from)?;
+        let name = e.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let kind = match e.file_type() {
+            Some(Type::File) => Kind::File,
+            Some(Type::Directory) => Kind::Dir,
+            Some(Type::Symlink) => Kind::Symlink,
+            Some(_) => Kind::Other,
+            None => match fstatat(fd.as_fd(), e.file_name(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+                    SFlag::S_IFREG => Kind::File,
+                    SFlag::S_IFDIR => Kind::Dir,
+                    SFlag::S_IFLNK => Kind::Symlink,
+                    _ => Kind::Other,
+                },
+                // Gone since readdir: as `read_dir` callers skip it.
+                Err(_) => continue,
+            },
+        };
+        out.push((std::ffi::OsStr::from_bytes(name).to_os_string(), kind));
+    }
+    Ok(out)
+}
