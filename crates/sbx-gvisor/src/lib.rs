@@ -24,8 +24,10 @@
 //!   sandbox (the gVisor kernel, its gofer and every stub process) runs
 //!   inside `sbx-cgroup` with the tier's limits; the clean-up, also by a
 //!   guardian (`sbx_core::guardian`) when this process is killed;
-//! - `gitview.rs`: the git stage (`--git-stage`), mounted by the host's
-//!   kernel in runsc's own mount namespace, `.git` bound from it;
+//! - `mountns.rs`: runsc's own mount namespace, in which every bind source
+//!   is re-opened without symlinks, checked to be the inode sbx-fs checked
+//!   on the host, and cloned onto a private entry the bundle names; the git
+//!   stage (`--git-stage`), mounted there by the host's kernel;
 //! - `execlog.rs`: the execute allowlist (`--allow-exec`): every mount
 //!   noexec but the listed files; refused execs are read from runsc's exec
 //!   trace;
@@ -41,7 +43,7 @@ use sbx_spec::GvisorSpec;
 
 mod bundle;
 mod execlog;
-mod gitview;
+mod mountns;
 mod runsc;
 mod stdio;
 
