@@ -473,35 +473,163 @@ pub fn host_placeholders(plan: &Plan) -> Result<placeholder::Placeholders, Failu
     Ok(ph)
 }
 
+/// Step 1: what the sandbox is made of, from the flags (nothing exists
+/// yet when this fails).
+struct Prepared {
+    spec: Spec,
+    env: Vec<(OsString, OsString)>,
+    filtered: Option<sbx_core::envpolicy::Filtered>,
+    userns: bool,
+    /// The caller's ids, and the identity inside.
+    outer: (u32, u32),
+    inner: (u32, u32),
+    /// The next program when it is a real sbx tool (by file identity, not
+    /// name): opened now, on the host, and executed from that fd; anything
+    /// else is looked up inside the sandbox.
+    exec_fd: Option<OwnedFd>,
+    plan: Plan,
+    checks: EndChecks,
+    fallback_dirs: Vec<PathBuf>,
+    gitconfig: Option<(PathBuf, Vec<u8>)>,
+}
+
+/// Step 2: what exists on the host for this run, undone by the reaper if
+/// sbx-fs dies.
+struct HostSetup {
+    ph: placeholder::Placeholders,
+    /// The write budget's layers, and the journal of the apply's
+    /// temporary names (the reaper has its copy).
+    layers: Vec<quota::Layer>,
+    budget: Option<quota::Budget>,
+    journal: Option<quota::Journal>,
+}
+
+impl HostSetup {
+    /// A failed step after the host setup: the placeholders go first.
+    fn or_cleanup<T>(&mut self, r: Result<T, Failure>) -> Result<T, Failure> {
+        if r.is_err() {
+            self.ph.cleanup();
+        }
+        r
+    }
+}
+
+/// The steps, in order:
+/// 1. check the flags and compute the plan (`prepare`);
+/// 2. on the host: the mount points the plan needs, the write budget's
+///    journal, and the reaper that undoes them if sbx-fs dies
+///    (`host_setup`);
+/// 3. the `start` event;
+/// 4. clone init into the new namespaces: it builds the root from the plan
+///    and runs the command (`init::run`);
+/// 5. serve the guard file system and watch the protected lock files
+///    (`serve_guards`);
+/// 6. supervise: forward signals, watch /tmp and the budget, until init
+///    ends;
+/// 7. finish: apply the write budget, sweep the control files created,
+///    remove the placeholders, the `end` event (`finish`).
 fn run(cli: Cli) -> Result<i32, Failure> {
+    let p = prepare(&cli)?;
+    let mut host = host_setup(&p)?;
+    let mut guards = guard::select(&p.plan);
+    let flags = namespaces::flags(p.userns);
+    // Said once the sandbox is set up: a refused setup stays one line.
+    if let Some(f) = &p.filtered {
+        sbx_core::envpolicy::report(TOOL, f);
+    }
+    emit_start(&cli, &p, &host, &guards, flags);
+
+    let owner = sys::pidfd_open(std::process::id() as i32)
+        .map_err(|e| Failure::new(format!("pidfd_open self: {e}")));
+    let owner = host.or_cleanup(owner)?;
+    let sigfd = SignalFd::with_flags(
+        &sbx_core::signals::forwarded_set(),
+        SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
+    )
+    .map_err(|e| Failure::new(format!("signalfd: {e}")));
+    let sigfd = host.or_cleanup(sigfd)?;
+    // Init -> sbx-fs: the guard fs's /dev/fuse fd, the /tmp fd. Made after
+    // the reaper was forked, so only sbx-fs and init hold it.
+    let pair = fuse::handoff::pair().map_err(|e| Failure::new(format!("socketpair: {e}")));
+    let (chan, init_chan) = host.or_cleanup(pair)?;
+    let pid = namespaces::clone_into(flags).map_err(Failure::from);
+    let pid = host.or_cleanup(pid)?;
+    if pid == 0 {
+        drop(sigfd);
+        drop(chan);
+        for fd in host.ph.fds() {
+            // SAFETY: in init (the clone's child), these are its copies of sbx-fs's fds, closed
+            // once; ph is forgotten so they are not closed again.
+            unsafe { libc::close(fd) };
+        }
+        std::mem::forget(host.ph);
+        init::run(init::InitArgs {
+            plan: p.plan,
+            userns: p.userns,
+            uid: p.inner.0,
+            gid: p.inner.1,
+            outer_uid: p.outer.0,
+            outer_gid: p.outer.1,
+            hostname: p.spec.hostname.clone(),
+            chdir: p.spec.chdir.clone(),
+            fallback_dirs: p.fallback_dirs,
+            argv: cli.cmd.clone(),
+            env: p.env,
+            exec_fd: p.exec_fd,
+            owner,
+            guards,
+            chan: Some(init_chan),
+            gitconfig: p.gitconfig,
+        });
+    }
+    drop(init_chan);
+    host.ph.tell_sandbox(pid);
+    drop(p.plan);
+    drop(p.exec_fd);
+    drop(owner);
+
+    let ids = fuse::server::Ids {
+        userns: p.userns,
+        outer_uid: p.outer.0,
+        outer_gid: p.outer.1,
+        inner_uid: p.inner.0,
+        inner_gid: p.inner.1,
+    };
+    let (alerts, locks, served) = serve_guards(&chan, &mut guards, ids);
+    let mut watch = Watch {
+        chan: Some(chan),
+        tmp: None,
+        tmp_size: p.spec.tmp_size,
+        quota: None,
+        budget: host.budget.map(|b| (b, std::mem::take(&mut host.layers))),
+        locks,
+        alerts,
+    };
+    let code = supervise(pid, &sigfd, &mut watch);
+    finish(code, watch, served, &mut host, &p.checks);
+    Ok(code)
+}
+
+fn prepare(cli: &Cli) -> Result<Prepared, Failure> {
     let spec = build_spec(&cli.spec)?;
     let (env, filtered) = plan::command_env(&spec);
     let userns = !namespaces::have_cap_sys_admin();
     // SAFETY: geteuid/getegid cannot fail.
-    let (outer_uid, outer_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let uid = spec.uid.unwrap_or(outer_uid);
-    let gid = spec.gid.unwrap_or(outer_gid);
-
-    // The next program: a real sbx tool (by file identity, not name) is
-    // opened now, on the host, and executed from that fd; anything else is
-    // looked up inside the sandbox.
-    let prog = cli.cmd[0].clone();
-    let exec_fd = chain::open_tool(&prog, env_get(&env, "PATH").map(|p| p.as_os_str()));
-
+    let outer = unsafe { (libc::geteuid(), libc::getegid()) };
+    let inner = (spec.uid.unwrap_or(outer.0), spec.gid.unwrap_or(outer.1));
+    let exec_fd = chain::open_tool(&cli.cmd[0], env_get(&env, "PATH").map(|p| p.as_os_str()));
     // --quarantine first: a bad one is refused before any walk.
     quarantine::check_flag(&spec)?;
     let plan = build_plan(&spec, &env)?;
     auditlog::refuse_log_in_writable_bind(&plan)?;
-    let (sweeps, mcp, quarantine) = start_sweeps(&spec, &plan)?;
-    let cwd = std::env::current_dir().ok();
+    let checks = start_sweeps(&spec, &plan)?;
     let mut fallback_dirs = Vec::new();
-    if let Some(c) = cwd {
+    if let Ok(c) = std::env::current_dir() {
         fallback_dirs.push(c);
     }
     if let Some(h) = env_get(&env, "HOME") {
         fallback_dirs.push(PathBuf::from(h));
     }
-
     // Read before any fork: git runs on the host, as the caller.
     let gitconfig = if cli.spec.git_identity {
         let id = gitident::read();
@@ -511,31 +639,43 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     } else {
         None
     };
-    let mut ph = host_placeholders(&plan)?;
-    let created: Vec<String> = ph
-        .list
-        .iter()
-        .map(|p| p.shown.display().to_string())
-        .collect();
-    // The write budget: its layers, and the journal of the apply's
-    // temporary names (shared with the reaper).
-    let layers = quota_layers(&plan);
-    let budget = plan.quota.as_ref().map(|q| q.budget);
-    let (journal, reaper_journal) = match budget {
-        Some(_) => match quota::Journal::new() {
-            Ok((a, b)) => (Some(a), Some(b)),
-            Err(e) => {
-                ph.cleanup();
-                return Err(Failure::new(format!("memfd for the apply journal: {e}")));
-            }
-        },
-        None => (None, None),
+    Ok(Prepared {
+        spec,
+        env,
+        filtered,
+        userns,
+        outer,
+        inner,
+        exec_fd,
+        plan,
+        checks,
+        fallback_dirs,
+        gitconfig,
+    })
+}
+
+fn host_setup(p: &Prepared) -> Result<HostSetup, Failure> {
+    let ph = host_placeholders(&p.plan)?;
+    let mut host = HostSetup {
+        ph,
+        layers: quota_layers(&p.plan),
+        budget: p.plan.quota.as_ref().map(|q| q.budget),
+        journal: None,
     };
-    if let Some(j) = &reaper_journal {
-        ph.reaper_fds.push(j.raw_fd());
-    }
+    let reaper_journal = match host.budget {
+        Some(_) => {
+            let pair = quota::Journal::new()
+                .map_err(|e| Failure::new(format!("memfd for the apply journal: {e}")));
+            let (a, b) = host.or_cleanup(pair)?;
+            host.journal = Some(a);
+            host.ph.reaper_fds.push(b.raw_fd());
+            Some(b)
+        }
+        None => None,
+    };
     // The reaper also runs the end sweep if sbx-fs is killed (after taking
     // out what a killed apply left half-made).
+    let (sweeps, mcp, quarantine) = &p.checks;
     let after: Option<Box<dyn FnOnce()>> = if sweeps.is_empty()
         && mcp.is_none()
         && reaper_journal.is_none()
@@ -557,130 +697,69 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             end_checks(&sw, m.as_ref(), &q)
         }))
     };
-    if let Err(e) = ph.start_reaper_with(after) {
-        ph.cleanup();
-        return Err(e.into());
-    }
+    let started = host.ph.start_reaper_with(after).map_err(Failure::from);
+    host.or_cleanup(started)?;
+    Ok(host)
+}
 
-    // Which denied/protected paths become nodes of the guard file system.
-    let mut guards = guard::select(&plan);
-    let flags = namespaces::flags(userns);
-    // Said once the sandbox is set up: a refused setup stays one line.
-    if let Some(f) = &filtered {
-        sbx_core::envpolicy::report(TOOL, f);
-    }
+fn emit_start(
+    cli: &Cli,
+    p: &Prepared,
+    host: &HostSetup,
+    guards: &guard::Guards,
+    flags: libc::c_int,
+) {
+    let plan = &p.plan;
     audit::emit(
         "start",
         Severity::Info,
         serde_json::json!({
             "namespaces": namespaces::describe(flags),
-            "uid": uid,
-            "gid": gid,
+            "uid": p.inner.0,
+            "gid": p.inner.1,
             "binds": plan.ops.iter().filter_map(|o| match o.what {
                 What::Bind { src, ro } if o.why == "bind" => Some(format!("{}{}:{}", if ro { "ro " } else { "rw " }, plan.sources[src].path.display(), o.dst.display())),
                 _ => None,
             }).collect::<Vec<_>>(),
             "mounts": plan.ops.len(),
             "denied": plan.ops.iter().filter(|o| o.what == What::Deny && o.why != "proc mask").count(),
-            "placeholders": created,
+            "placeholders": host.ph.list.iter().map(|p| p.shown.display().to_string()).collect::<Vec<_>>(),
             "guarded": guards.nodes.len(),
-            "write_quota": budget.map(|b| serde_json::json!({
+            "write_quota": host.budget.map(|b| serde_json::json!({
                 "mode": "overlay",
                 "bytes": b.bytes,
                 "inodes": b.inodes,
-                "binds": layers.iter().map(|l| l.host.display().to_string()).collect::<Vec<_>>(),
-                "prjquota": layers.first().map(|l| quota::prjquota(&l.host).err().unwrap_or_default()),
+                "binds": host.layers.iter().map(|l| l.host.display().to_string()).collect::<Vec<_>>(),
+                "prjquota": host.layers.first().map(|l| quota::prjquota(&l.host).err().unwrap_or_default()),
             })),
             "command": chain::show(&cli.cmd),
         }),
     );
+}
 
-    let owner = sys::pidfd_open(std::process::id() as i32)
-        .map_err(|e| Failure::new(format!("pidfd_open self: {e}")));
-    let owner = match owner {
-        Ok(o) => o,
-        Err(f) => {
-            ph.cleanup();
-            return Err(f);
-        }
-    };
-    let sigfd = match SignalFd::with_flags(
-        &sbx_core::signals::forwarded_set(),
-        SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
-    ) {
-        Ok(s) => s,
-        Err(e) => {
-            ph.cleanup();
-            return Err(Failure::new(format!("signalfd: {e}")));
-        }
-    };
-    // Init -> sbx-fs: the guard fs's /dev/fuse fd, the /tmp fd. Made after
-    // the reaper was forked, so only sbx-fs and init hold it.
-    let (chan, init_chan) = match fuse::handoff::pair() {
-        Ok(p) => p,
-        Err(e) => {
-            ph.cleanup();
-            return Err(Failure::new(format!("socketpair: {e}")));
-        }
-    };
-    let pid = match namespaces::clone_into(flags) {
-        Ok(p) => p,
-        Err(e) => {
-            ph.cleanup();
-            return Err(e.into());
-        }
-    };
-    if pid == 0 {
-        drop(sigfd);
-        drop(chan);
-        for fd in ph.fds() {
-            // SAFETY: in init (the clone's child), these are its copies of sbx-fs's fds, closed
-            // once; ph is forgotten so they are not closed again.
-            unsafe { libc::close(fd) };
-        }
-        std::mem::forget(ph);
-        init::run(init::InitArgs {
-            plan,
-            userns,
-            uid,
-            gid,
-            outer_uid,
-            outer_gid,
-            hostname: spec.hostname.clone(),
-            chdir: spec.chdir.clone(),
-            fallback_dirs,
-            argv: cli.cmd.clone(),
-            env,
-            exec_fd,
-            owner,
-            guards,
-            chan: Some(init_chan),
-            gitconfig,
-        });
-    }
-    drop(init_chan);
-    ph.tell_sandbox(pid);
-    drop(plan);
-    drop(exec_fd);
-    drop(owner);
+/// Step 5: the guard file system served on a thread when init sent its
+/// /dev/fuse fd, and the lock files of protected .git entries watched
+/// (only with the guard served: the fallback logs no file refusal at all;
+/// the watch forks, so it starts before the server's thread). Returns the
+/// alerts, the lock watch and whether the guard is served.
+fn serve_guards(
+    chan: &OwnedFd,
+    guards: &mut guard::Guards,
+    ids: fuse::server::Ids,
+) -> (
+    Arc<Mutex<guard::Alerts>>,
+    Option<lockwatch::LockWatch>,
+    bool,
+) {
     let alerts = Arc::new(Mutex::new(guard::Alerts::for_nodes(
         guards.nodes.iter().map(|n| n.path.clone()),
     )));
     let git_dirs = std::mem::take(&mut guards.git_dirs);
-    let ids = fuse::server::Ids {
-        userns,
-        outer_uid,
-        outer_gid,
-        inner_uid: uid,
-        inner_gid: gid,
-    };
     let dev = if guards.is_empty() {
         None
     } else {
-        guard_fd(&chan)
+        guard_fd(chan)
     };
-    // Lock files of protected .git entries: only with the guard served
-    // (the fallback logs no file refusal at all). Forks: before any thread.
     let locks = match dev {
         Some(_) => {
             let guarded = guards.nodes.iter().map(|n| n.path.clone()).collect();
@@ -700,7 +779,8 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     drop(git_dirs);
     let served = match dev {
         Some(dev) => {
-            let server = fuse::server::Server::new(dev, guards.nodes, ids, alerts.clone());
+            let nodes = std::mem::take(&mut guards.nodes);
+            let server = fuse::server::Server::new(dev, nodes, ids, alerts.clone());
             std::thread::Builder::new()
                 .name("guard-fs".into())
                 .spawn(move || server.run())
@@ -708,28 +788,23 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         }
         None => false,
     };
-    let mut watch = Watch {
-        chan: Some(chan),
-        tmp: None,
-        tmp_size: spec.tmp_size,
-        quota: None,
-        budget: budget.map(|b| (b, layers)),
-        locks,
-        alerts: alerts.clone(),
-    };
-    let code = supervise(pid, &sigfd, &mut watch);
+    (alerts, locks, served)
+}
+
+/// Step 7, once init has ended.
+fn finish(code: i32, mut watch: Watch, served: bool, host: &mut HostSetup, checks: &EndChecks) {
     // Messages init sent that the loop did not read (a short command).
     while watch.chan.is_some() {
         watch.on_chan();
     }
     if let Some(l) = &mut watch.locks {
-        l.finish(&alerts);
+        l.finish(&watch.alerts);
     }
     // A last look at /tmp (the fd keeps the tmpfs alive).
     if let Some(t) = &mut watch.tmp {
         t.check();
     }
-    if served && let Ok(a) = alerts.lock() {
+    if served && let Ok(a) = watch.alerts.lock() {
         audit::emit(
             "fs_guard",
             Severity::Info,
@@ -743,7 +818,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     // The write budget's layers land on the host first: the end sweep then
     // judges the tree as it will stay.
     if let Some(q) = &mut watch.quota {
-        q.apply_all(journal.as_ref());
+        q.apply_all(host.journal.as_ref());
     } else if watch.budget.is_some() && code != sbx_core::exit::TOOL_FAILED {
         // (A refused setup has said why already; nothing ran.)
         audit::emit(
@@ -753,8 +828,9 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         );
     }
     drop(watch.quota.take());
-    end_checks(&sweeps, mcp.as_ref(), &quarantine);
-    let left = ph.cleanup();
+    let (sweeps, mcp, quarantine) = checks;
+    end_checks(sweeps, mcp.as_ref(), quarantine);
+    let left = host.ph.cleanup();
     if !left.is_empty() {
         audit::emit(
             "cleanup_incomplete",
@@ -763,7 +839,6 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         );
     }
     audit::emit("end", Severity::Info, serde_json::json!({ "status": code }));
-    Ok(code)
 }
 
 /// Records the control entries of every writable bind (for the end sweep)
