@@ -72,6 +72,9 @@ pub(crate) struct Bundle {
     /// Where the git stage's overlay is mounted (runsc's own mount
     /// namespace), when there is a stage.
     pub(crate) gitview: Option<PathBuf>,
+    /// The private directory of the bind sources' entries (runsc's mount
+    /// namespace mounts each checked source on its entry; see `RunscNs`).
+    pub(crate) binds: PathBuf,
     /// Every mount noexec but the allowlist's files.
     pub(crate) noexec: bool,
     /// The caller's uid and gid: the owner of the tmpfs it owns.
@@ -131,7 +134,7 @@ pub(crate) fn mounts(
         }
         let enclosing = sbx_fs::plan::enclosing(&plan.ops, i);
         // The host object at the destination, when it lies in a bind.
-        let host = enclosing.and_then(|j| host_path(plan, b, j, &op.dst));
+        let host = enclosing.and_then(|j| host_path(plan, b, j, &op.dst, false));
         // A hidden or protected object the caller itself cannot open is
         // hidden already (runsc's gofer opens files as the caller; rootless,
         // a mount over it would fail): /etc/gshadow for a user.
@@ -144,7 +147,7 @@ pub(crate) fn mounts(
         }
         match &op.what {
             What::Bind { src, ro } => {
-                out.push(bind(&op.dst, &plan.sources[*src].path, *ro));
+                out.push(bind(&op.dst, &crate::mountns::entry(&b.binds, *src), *ro));
             }
             What::Tmpfs { size, mode, owned } => {
                 out.push(tmpfs(&op.dst, *size, *mode, false, *owned))
@@ -173,7 +176,7 @@ pub(crate) fn mounts(
                 Kind::File => out.push(bind(&op.dst, &b.empty_file, true)),
             },
             What::ReadOnly => {
-                let Some(h) = host else {
+                let Some(h) = enclosing.and_then(|j| host_path(plan, b, j, &op.dst, true)) else {
                     tracing::debug!(dst = %op.dst.display(), "read-only op outside a bind: nothing to protect");
                     continue;
                 };
@@ -207,11 +210,14 @@ pub(crate) fn mounts(
 }
 
 /// The host object shown at `dst` by op `j` (a bind, or the git stage's
-/// overlay), when `dst` lies in it.
-fn host_path(plan: &Plan, b: &Bundle, j: usize, dst: &Path) -> Option<PathBuf> {
+/// overlay), when `dst` lies in it: by its host path (to look at it here),
+/// or, `private`, through the bind source's private entry (a mount
+/// source: what runsc sees in its own mount namespace).
+fn host_path(plan: &Plan, b: &Bundle, j: usize, dst: &Path, private: bool) -> Option<PathBuf> {
     let o = &plan.ops[j];
     let rel = dst.strip_prefix(&o.dst).ok()?;
     match o.what {
+        What::Bind { src, .. } if private => Some(crate::mountns::entry(&b.binds, src).join(rel)),
         What::Bind { src, .. } => Some(plan.sources[src].path.join(rel)),
         What::Overlay { .. } => b.gitview.as_ref().map(|v| v.join(rel)),
         _ => None,
@@ -241,8 +247,9 @@ fn exec_binds(plan: &Plan, b: &Bundle, exec: &[PathBuf]) -> Vec<Value> {
             tracing::warn!(path = %x.display(), "allow-exec directory with hidden or protected entries: not executable");
             continue;
         }
-        if let Some(h) = host_path(plan, b, j, &x)
+        if let Some(h) = host_path(plan, b, j, &x, false)
             && h.exists()
+            && let Some(h) = host_path(plan, b, j, &x, true)
         {
             out.push(json!({"destination": x, "type": "bind", "source": h,
                             "options": ["rbind", if ro { "ro" } else { "rw" }]}));
@@ -510,6 +517,7 @@ mod tests {
             denied_file: d.path().join("denied"),
             empty_file: d.path().join("empty"),
             gitview: None,
+            binds: d.path().join("binds"),
             noexec: false,
             owner: (1001, 1002),
         };

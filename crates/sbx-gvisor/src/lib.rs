@@ -24,8 +24,10 @@
 //!   sandbox (the gVisor kernel, its gofer and every stub process) runs
 //!   inside `sbx-cgroup` with the tier's limits; the clean-up, also by a
 //!   guardian (`sbx_core::guardian`) when this process is killed;
-//! - `gitview.rs`: the git stage (`--git-stage`), mounted by the host's
-//!   kernel in runsc's own mount namespace, `.git` bound from it;
+//! - `mountns.rs`: runsc's own mount namespace, in which every bind source
+//!   is re-opened without symlinks, checked to be the inode sbx-fs checked
+//!   on the host, and cloned onto a private entry the bundle names; the git
+//!   stage (`--git-stage`), mounted there by the host's kernel;
 //! - `execlog.rs`: the execute allowlist (`--allow-exec`): every mount
 //!   noexec but the listed files; refused execs are read from runsc's exec
 //!   trace;
@@ -41,7 +43,7 @@ use sbx_spec::GvisorSpec;
 
 mod bundle;
 mod execlog;
-mod gitview;
+mod mountns;
 mod runsc;
 mod stdio;
 
@@ -56,8 +58,10 @@ covered by an empty mode-000 file and hidden directories by an empty mode-000 re
 $HOME tmpfs of --tmp-size, gVisor's own /proc and /dev, uid 0 inside with no capability and no_new_privs, rlimits) and \
 runs it with runsc run. sbx-policy chain --trust zero runs it inside sbx-net with --host-network (the sandbox's \
 network is sbx-net's filtered namespace through gVisor's own TCP/IP); alone, without --host-network, the sandbox has \
-only gVisor's loopback and names fail at once (hosts: files, a resolv.conf on loopback). With --git-stage the stage's \
-overlay is mounted by the host's kernel in runsc's own mount namespace and .git bound from it; with --allow-exec every \
+only gVisor's loopback and names fail at once (hosts: files, a resolv.conf on loopback). runsc runs in a mount \
+namespace of its own in which every bind source is opened again without symlinks, must be the inode sbx-fs checked \
+(else a bind_source_changed alert and 125) and is cloned onto a private entry the bundle names. With --git-stage the \
+stage's overlay is mounted by the host's kernel in that namespace and .git bound from it; with --allow-exec every \
 mount is noexec but the listed files (memfd_create refused), and refused execs are exec_denied alerts read from \
 runsc's exec trace. As root with --cgroup-bin, runsc (gVisor's kernel, its gofer, every stub) runs inside sbx-cgroup \
 with --memory, --pids, --cpus and --timeout; unprivileged, runsc --rootless, memory per process through RLIMIT_AS \
@@ -65,7 +69,7 @@ with --memory, --pids, --cpus and --timeout; unprivileged, runsc --rootless, mem
 guardian process when sbx-gvisor is killed.",
     exit_status: "The command's exit status, unchanged; 128+N when it was killed by signal N. 124 when --timeout \
 fired (a timeout alert; sbx-cgroup's own 124 as root). 125 when sbx-gvisor itself failed: bad usage, a limit or size \
-that does not parse, --runsc that is not a file, a grant that does not exist, a command word that is not UTF-8, a set-up \
+that does not parse, --runsc that is not a file, a grant that does not exist or was changed after the check, a command word that is not UTF-8, a set-up \
 step refused (one line on stderr naming it; nothing is left on the host). 126 when CMD is found but not executable, 127 \
 when it is not found (looked up before anything starts, in the PATH directories a bind makes visible).",
     inherited_state: "The command runs on gVisor's kernel, not the host's, in the OCI bundle's world: its mounts, \
@@ -91,7 +95,8 @@ are forwarded to runsc (and by it to the command).",
             "AUDIT",
             "gvisor_start (info: runsc, container, dir, rootless, platform, network, cgroup, mounts, binds, command); \
 exec_denied (alert: path, program, syscall, enforced_by \"gvisor noexec mounts\"; beyond 20 one event with suppressed); \
-timeout (alert) when the wall clock fired without sbx-cgroup; env_secret_dropped (warn); supervisor_died (warn) from \
+timeout (alert) when the wall clock fired without sbx-cgroup; bind_source_changed (alert: path) when a bind source is \
+not the inode checked on the host; env_secret_dropped (warn); supervisor_died (warn) from \
 the guardian; sbx-cgroup's events as root.",
         ),
         (

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::bundle::{Bundle, config, mounts};
 use crate::execlog::ExecLog;
-use crate::gitview::GitView;
+use crate::mountns::RunscNs;
 use crate::stdio::StdioRelay;
 use crate::{Cli, euid, os};
 
@@ -141,6 +141,7 @@ pub(crate) fn run_in(
         denied_file: dir.join("denied"),
         empty_file: dir.join("empty"),
         gitview: a.spec.git_stage.as_ref().map(|_| dir.join("gitview")),
+        binds: dir.join("binds"),
         noexec: !a.spec.allow_exec.is_empty(),
         // uid 0 inside, as root and unprivileged: runsc --rootless shows
         // the caller's files as owned by 0 (its gofer runs in a user
@@ -189,14 +190,8 @@ pub(crate) fn run_in(
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode))
                 .map_err(|e| io(d, e))?;
         }
-        let view = match &b.gitview {
-            Some(at) => {
-                std::fs::create_dir(at).map_err(|e| io(at, e))?;
-                Some(GitView::new(plan, at)?)
-            }
-            None => None,
-        };
-        supervise(a, &b, state, id, &cfg, timeout, &ph, view)
+        let ns = RunscNs::new(plan, &b.binds, b.gitview.as_deref())?;
+        supervise(a, &b, state, id, &cfg, timeout, &ph, ns)
     })();
     let left = ph.cleanup();
     if !left.is_empty() {
@@ -217,7 +212,7 @@ fn supervise(
     cfg: &Value,
     timeout: Option<Duration>,
     ph: &sbx_fs::placeholder::Placeholders,
-    view: Option<GitView>,
+    ns: RunscNs,
 ) -> Result<i32, Failure> {
     let mut argv: Vec<OsString> = Vec::new();
     if let Some(c) = &a.spec.cgroup_bin {
@@ -245,9 +240,7 @@ fn supervise(
     };
     argv.extend([os("run"), os("--bundle"), os(&b.dir), os(id)]);
     let mut cmd = sbx_core::supervise::command(&argv, None)?;
-    if let Some(v) = view {
-        v.install(&mut cmd);
-    }
+    let report = ns.install(&mut cmd)?;
     cmd.env_remove("SBX_AUDIT_FD");
     cmd.env("TMPDIR", b.dir.parent().unwrap_or(&b.dir).join("chroot"));
     let mut keep: Vec<RawFd> = ph.fds();
@@ -276,7 +269,16 @@ fn supervise(
         }),
     );
     let relay = StdioRelay::start(&mut cmd)?;
-    let mut child = Supervisor::spawn(cmd, &keep)?;
+    // Tests only: the window between the plan and runsc's start, held open
+    // until the test closes the FIFO (a source swapped in it is refused).
+    if let Some(f) = std::env::var_os("SBX_TEST_GVISOR_PAUSE_FIFO") {
+        let _ = std::fs::read(f);
+    }
+    let mut child = match Supervisor::spawn(cmd, &keep) {
+        Ok(c) => c,
+        Err(f) => return Err(report.failure(f)),
+    };
+    drop(report);
     let status = wait_runsc(&mut child, a, id, timeout);
     relay.finish();
     if let Some(l) = execlog {

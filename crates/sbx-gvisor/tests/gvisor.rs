@@ -400,3 +400,110 @@ fn sigkill_of_sbx_gvisor_leaves_nothing_behind() {
         });
     }
 }
+
+/// Runs sbx-gvisor paused after its plan (SBX_TEST_GVISOR_PAUSE_FIFO: it
+/// reads the FIFO to its end before starting runsc), does `swap` in that
+/// window, lets it go on and returns its output (all bounded).
+fn run_with_window(mut c: Command, fifo: &Path, swap: impl FnOnce()) -> std::process::Output {
+    c.env("SBX_TEST_GVISOR_PAUSE_FIFO", fifo)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let pid = child.id() as i32;
+    // The FIFO opens for writing once sbx-gvisor opened it to read: after
+    // the plan.
+    let c_fifo = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let fd = loop {
+        // SAFETY: a valid C string; a non-blocking open.
+        let fd = unsafe { libc::open(c_fifo.as_ptr(), libc::O_WRONLY | libc::O_NONBLOCK) };
+        if fd >= 0 {
+            break fd;
+        }
+        if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("sbx-gvisor never paused: {}", stderr(&out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    swap();
+    // SAFETY: our fd, closed once: sbx-gvisor reads its end and goes on.
+    unsafe { libc::close(fd) };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            // SAFETY: kills the child we started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("sbx-gvisor did not end");
+        }
+    }
+}
+
+/// A grant swapped for a symlink to a secret directory between sbx-fs's
+/// plan (which opened and checked it) and runsc's start is refused: runsc's
+/// mount namespace re-opens each source without symlinks and compares it
+/// with the checked one (bind_source_changed, 125); the secret is never
+/// shown. The same window without a swap runs.
+#[test]
+fn a_bind_source_swapped_after_the_plan_is_refused() {
+    let Some(runsc) = runsc() else {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    };
+    for who in identities() {
+        let p = project(who);
+        let base = p.root.parent().unwrap().to_path_buf();
+        let grant = base.join("grant");
+        write(&grant.join("s.txt"), "grant-ok-gv20\n");
+        write(&base.join("secretdir/s.txt"), "swapped-secret-gv20\n");
+        let fifo = base.join("pause.fifo");
+        let st = Command::new("mkfifo")
+            .args(["-m", "0666"])
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        if who == As::User {
+            chown_r(&base);
+        }
+        let g = grant.to_str().unwrap().to_string();
+        let argv = ["cat", &format!("{g}/s.txt")];
+        let extra = ["--ro", g.as_str()];
+
+        // The window, nothing swapped: the grant is shown.
+        let out = run_with_window(gvisor(&p, &runsc, &extra, &argv, who), &fifo, || {});
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "grant-ok-gv20\n");
+        assert_nothing_left(&p, Duration::from_secs(5));
+
+        // Swapped for a symlink to the secret directory: refused.
+        std::fs::remove_file(&p.log).unwrap();
+        let out = run_with_window(gvisor(&p, &runsc, &extra, &argv, who), &fifo, || {
+            std::fs::rename(&grant, base.join("grant.old")).unwrap();
+            std::os::unix::fs::symlink(base.join("secretdir"), &grant).unwrap();
+        });
+        let ctx = format!(
+            "{who:?}\nstdout:\n{}\nstderr:\n{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        assert_eq!(code(&out), 125, "{ctx}");
+        assert!(!stdout(&out).contains("swapped-secret-gv20"), "{ctx}");
+        assert!(!stderr(&out).contains("swapped-secret-gv20"), "{ctx}");
+        assert!(
+            stderr(&out).contains(&format!("bind source {g} changed")),
+            "{ctx}"
+        );
+        assert_event(&p.log, "bind_source_changed", "alert", |e| {
+            e["tool"] == "sbx-gvisor" && e["path"] == g.as_str()
+        });
+        assert_nothing_left(&p, Duration::from_secs(5));
+        std::fs::remove_file(&grant).unwrap();
+        std::fs::rename(base.join("grant.old"), &grant).unwrap();
+    }
+}
