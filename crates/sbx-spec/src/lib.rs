@@ -21,6 +21,7 @@ pub mod gitguard;
 pub mod gvisor;
 pub mod net;
 pub mod seccomp;
+pub mod wasm;
 
 pub use cgroup::CgroupSpec;
 pub use fs::FsSpec;
@@ -28,6 +29,7 @@ pub use gitguard::{GitguardRunSpec, PlantsSpec, RepoSpec, StageLimits};
 pub use gvisor::GvisorSpec;
 pub use net::NetSpec;
 pub use seccomp::{DenyAction, Profile, SeccompSpec};
+pub use wasm::WasmSpec;
 
 /// One layer of a chain: a tool and its spec.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
