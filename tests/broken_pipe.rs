@@ -33,11 +33,6 @@ const SILENT: &[(&str, &str, &str)] = &[
         "a supervisor like run: findings go to stderr; CMD's stdout is CMD's",
     ),
     (
-        "sbx-policy",
-        "gvisor",
-        "CMD's stdout is CMD's (runsc gets the caller's fds)",
-    ),
-    (
         "sbx-container",
         "build",
         "needs a container engine: prints through println! like the others (the hook in run_main)",

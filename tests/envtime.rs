@@ -704,7 +704,7 @@ fn env_allowlist_in_the_gvisor_tier() {
         }
         assert!(!so.contains("not-passed-envtime"), "{ctx}");
         let ev = assert_event(&log, "env_secret_dropped", "warn", |e| {
-            e["tool"] == "sbx-policy"
+            e["tool"] == "sbx-gvisor"
         });
         for (k, _) in &secrets {
             assert!(

@@ -315,3 +315,71 @@ fn listed_unix_sockets_are_bound_and_local_binding_works_inside() {
         }
     }
 }
+
+/// `explain` reads the ChainSpec `chain` renders (issue 18): its chain
+/// section is `chain --print`'s layers, tool for tool and flag for flag
+/// (the tools named without their directory, the per-run git stage named
+/// ID), and `--json` carries the same spec.
+#[test]
+fn explain_shows_the_chain_that_chain_runs() {
+    let stage = |s: &str| {
+        s.split(' ')
+            .map(|w| match w.find("sbx-git-stage-") {
+                Some(i) => format!("{}sbx-git-stage-ID", &w[..i]),
+                None => w.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for who in identities() {
+        let c = case(
+            who,
+            r#"{"permissions": {"allow": ["WebFetch(domain:example.com)", "Read(DATA/**)"],
+                                "deny": ["Read(./secret)"]}}"#,
+            None,
+        );
+        std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&c.t.proj)
+            .status()
+            .unwrap();
+        c.t.own(who);
+        let text = stdout(&policy(&c, who, &["explain"]));
+        let shown: Vec<String> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("The low trust chain"))
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .map(|l| stage(l.trim()))
+            .collect();
+        let print = policy(&c, who, &["chain", "--print", "--", "true"]);
+        assert_eq!(print.status.code(), Some(0), "{}", stderr(&print));
+        let printed: Vec<String> = stdout(&print)
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .map(|l| {
+                let l = l.trim().trim_end_matches('\\').trim_end();
+                let l = l.strip_suffix(" --").unwrap_or(l);
+                let (prog, rest) = l.split_once(' ').unwrap_or((l, ""));
+                let name = prog.rsplit('/').next().unwrap();
+                stage(format!("{name} {rest}").trim_end())
+            })
+            .collect();
+        assert!(shown.len() >= 4, "{who:?}: no chain section:\n{text}");
+        assert_eq!(
+            shown,
+            printed[..printed.len() - 1],
+            "{who:?}: explain and chain --print disagree"
+        );
+        assert!(
+            shown.iter().any(|l| l.contains("--allow example.com")),
+            "{shown:?}"
+        );
+        assert!(
+            shown.iter().any(|l| l.starts_with("sbx-gitguard run")),
+            "{shown:?}"
+        );
+        let j = explain_json(&c, who);
+        assert_eq!(j["chain"]["layers"].as_array().unwrap().len(), shown.len());
+    }
+}

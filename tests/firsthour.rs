@@ -21,6 +21,7 @@ const TOOLS: &[&str] = &[
     "sbx-doctor",
     "sbx-fs",
     "sbx-gitguard",
+    "sbx-gvisor",
     "sbx-net",
     "sbx-path",
     "sbx-policy",

@@ -135,7 +135,7 @@ fn procs_with(needle: &str) -> Vec<String> {
     v
 }
 
-/// The private directory sbx-policy gvisor made (from its audit event).
+/// The private directory sbx-gvisor made (from its audit event).
 fn private_dir(p: &Project) -> PathBuf {
     let evs = audit_events(&p.log);
     let e = evs
@@ -377,7 +377,7 @@ fn zero_trust_print_shows_the_gvisor_step() {
         let so = stdout(&out);
         assert_eq!(code(&out), 0, "{so}{}", stderr(&out));
         assert!(so.contains("# tier: zero trust: gVisor"), "{so}");
-        assert!(so.contains(" gvisor --runsc "), "{so}");
+        assert!(so.contains("/sbx-gvisor --runsc "), "{so}");
         assert!(so.contains("--rw ") && so.contains("--deny "), "{so}");
         assert_eq!(
             so.contains("--cgroup-bin"),
@@ -405,8 +405,8 @@ fn zero_trust_killed_leaves_nothing_behind() {
         // private directory in their command line).
         let dir = private_dir(&p);
         assert!(!procs_with(&dir.display().to_string()).is_empty());
-        // SIGKILL the step that built the sandbox (sbx-policy exec'd itself
-        // into `sbx-policy gvisor`): no cleanup code of it runs.
+        // SIGKILL the chain's outermost layer (sbx-policy exec'd it): the
+        // layers below, sbx-gvisor too, die without their cleanup code.
         child.kill().unwrap();
         child.wait().unwrap();
         assert_nothing_left(&p, Duration::from_secs(30));

@@ -185,3 +185,153 @@ fn compile_fed_to_the_tools_equals_chain() {
         }
     }
 }
+
+/// The zero-trust chain's last layer is sbx-gvisor, read by its own clap
+/// type: the same grants as the namespace chain's sbx-fs, the execute
+/// allowlist of its sbx-seccomp, sbx-net's namespace (`--host-network`),
+/// and argv that parses back to the spec.
+#[test]
+fn zero_trust_renders_what_sbx_gvisor_parses() {
+    if chain::find_tool("runsc", None).is_none() {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    }
+    let (_d, root, home) = project();
+    let cli = sbx_policy::Cli::try_parse_from([
+        os("sbx-policy"),
+        os("compile"),
+        os("--chdir"),
+        os(&root),
+        os("--home"),
+        os(&home),
+        os("--exec-allowlist"),
+        os("strict"),
+    ])
+    .unwrap();
+    let sbx_policy::Command::Compile(src) = cli.command else {
+        unreachable!()
+    };
+    let p = sbx_policy::policy(&src).unwrap();
+    let cmd = [os("sh"), os("-c"), os("make")];
+    let opts = |trust| Options {
+        trust,
+        latency_sensitive: false,
+        plugin: false,
+        layers: None,
+        bin_dir: sbx_testutil::bin("sbx-fs").parent().map(Path::to_path_buf),
+        cgroup: Some(true),
+        container: false,
+        secrets: Vec::new(),
+    };
+    let zero = chain::plan(&p, &opts(Trust::Zero), &cmd).unwrap();
+    let low = chain::plan(&p, &opts(Trust::Low), &cmd).unwrap();
+    let layer = |plan: &chain::Plan, tool: &str| {
+        plan.layers
+            .iter()
+            .find(|l| Path::new(&l[0]).file_name().is_some_and(|n| n == tool))
+            .unwrap_or_else(|| panic!("no {tool} layer"))
+            .clone()
+    };
+    let gv = layer(&zero, "sbx-gvisor");
+    assert!(
+        !zero.layers.iter().any(|l| l.iter().any(|w| w == "gvisor")),
+        "no sbx-policy gvisor step any more"
+    );
+    let ran = sbx_gvisor::Cli::try_parse_from(with_cmd(&gv)).unwrap().spec;
+    let fs = sbx_fs::Cli::try_parse_from(with_cmd(&layer(&low, "sbx-fs")))
+        .unwrap()
+        .spec;
+    let seccomp = sbx_seccomp::Cli::try_parse_from(with_cmd(&layer(&low, "sbx-seccomp")))
+        .unwrap()
+        .spec;
+    assert_eq!(
+        (&ran.rw, &ran.ro, &ran.deny, &ran.pass_env, &ran.chdir),
+        (&fs.rw, &fs.ro, &fs.deny, &fs.pass_env, &fs.chdir)
+    );
+    assert_eq!(ran.tmp_size, fs.tmp_size);
+    assert_eq!(ran.allow_exec, seccomp.allow_exec);
+    assert!(!ran.allow_exec.is_empty());
+    assert!(ran.host_network && ran.runsc.is_file(), "{ran:?}");
+    let back =
+        sbx_gvisor::Cli::try_parse_from(with_cmd(&[vec![os("sbx-gvisor")], ran.args()].concat()))
+            .unwrap();
+    assert_eq!(back.spec, ran);
+}
+
+/// The tiers of one tool (sbx-vm, sbx-container): `chain` renders the
+/// spec sbx-policy fills, the tool's own Cli parses it back to that spec,
+/// and a --layers section reaches the tool as --config. (`compile` holds
+/// the namespace chain's sections only: none for these tiers.)
+#[test]
+fn vm_and_container_tiers_render_their_specs() {
+    let (d, root, home) = project();
+    let cli = sbx_policy::Cli::try_parse_from([
+        os("sbx-policy"),
+        os("compile"),
+        os("--chdir"),
+        os(&root),
+        os("--home"),
+        os(&home),
+    ])
+    .unwrap();
+    let sbx_policy::Command::Compile(src) = cli.command else {
+        unreachable!()
+    };
+    let p = sbx_policy::policy(&src).unwrap();
+    let layers = d.path().join("layers.json");
+    std::fs::write(
+        &layers,
+        r#"{"sbx-vm": {"vcpus": 2}, "sbx-container": {"init": true}}"#,
+    )
+    .unwrap();
+    let cmd = [os("true")];
+    let opts = |trust, latency_sensitive, container| Options {
+        trust,
+        latency_sensitive,
+        plugin: false,
+        layers: Some(layers.clone()),
+        bin_dir: sbx_testutil::bin("sbx-vm").parent().map(Path::to_path_buf),
+        cgroup: None,
+        container,
+        secrets: Vec::new(),
+    };
+
+    let plan = chain::plan(&p, &opts(Trust::Zero, true, false), &cmd).unwrap();
+    assert_eq!(plan.layers.len(), 2, "{:?}", plan.layers);
+    let layer = &plan.layers[0];
+    assert!(Path::new(&layer[0]).ends_with("sbx-vm"), "{layer:?}");
+    let want = sbx_spec::VmSpec {
+        backend: sbx_spec::vm::Backend::Firecracker,
+        ..chain::vm_spec(&p)
+    };
+    assert_eq!(want.copy_in.as_deref(), Some(root.as_path()));
+    // Without the --config section: exactly what chain built.
+    let ran = sbx_vm::Cli::try_parse_from(with_cmd(&layer[..layer.len() - 2]))
+        .unwrap()
+        .spec;
+    assert_eq!(ran, want);
+    // With it (the last two words): the section's settings on top.
+    assert_eq!(
+        layer[layer.len() - 2..],
+        sbx_core::cli::config_args(&layers)
+    );
+    let merged = sbx_core::cli::parse_from::<sbx_vm::Cli>("sbx-vm", with_cmd(layer))
+        .unwrap_or_else(|e| panic!("{}", e.message))
+        .spec;
+    assert_eq!(merged, sbx_spec::VmSpec { vcpus: 2, ..want });
+
+    let plan = chain::plan(&p, &opts(Trust::Low, false, true), &cmd).unwrap();
+    assert_eq!(plan.layers.len(), 2, "{:?}", plan.layers);
+    let layer = &plan.layers[0];
+    assert!(Path::new(&layer[0]).ends_with("sbx-container"), "{layer:?}");
+    let want = chain::container_spec(&p);
+    assert_eq!(want.net, Some(sbx_spec::container::Net::None));
+    assert!(!want.rw.is_empty() && want.memory.is_some(), "{want:?}");
+    let ran = sbx_container::Cli::try_parse_from(with_cmd(&layer[..layer.len() - 2]))
+        .unwrap()
+        .spec;
+    assert_eq!(ran, want);
+    let merged = sbx_core::cli::parse_from::<sbx_container::Cli>("sbx-container", with_cmd(layer))
+        .unwrap_or_else(|e| panic!("{}", e.message))
+        .spec;
+    assert_eq!(merged, sbx_spec::ContainerSpec { init: true, ..want });
+}

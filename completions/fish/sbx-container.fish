@@ -34,10 +34,13 @@ complete -c sbx-container -n "__fish_sbx_container_needs_command" -l memory -d '
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l cpus -d 'CPU limit in CPUs (default 1)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l pids -d 'Maximum number of processes and threads (default 512)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l tmp-size -d 'Size of the tmpfs on /tmp (default 64M)' -r
-complete -c sbx-container -n "__fish_sbx_container_needs_command" -l net -d 'Network: none (default), internal (own network; the host blocked) or sbx (join sbx-net\'s namespace: run under sbx-net, Podman only)' -r
-complete -c sbx-container -n "__fish_sbx_container_needs_command" -l seccomp -d 'Seccomp profile: engine (the engine\'s default, the default) or sbx (sbx-seccomp\'s default profile, translated)' -r
+complete -c sbx-container -n "__fish_sbx_container_needs_command" -l net -d 'Network: none (default), internal (own network; the host blocked) or sbx (join sbx-net\'s namespace: run under sbx-net, Podman only)' -r -f -a "none\t'No network interface but loopback'
+internal\t'A network of its own, the host blocked'
+sbx\t'sbx-net\'s namespace, the one sbx-container runs in'"
+complete -c sbx-container -n "__fish_sbx_container_needs_command" -l seccomp -d 'Seccomp profile: engine (the engine\'s default, the default) or sbx (sbx-seccomp\'s default profile, translated)' -r -f -a "engine\t'The engine\'s default profile'
+sbx\t'sbx-seccomp\'s default profile, translated'"
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l user -d 'UID[:GID] inside the container (default 65534:65534; never 0)' -r
-complete -c sbx-container -n "__fish_sbx_container_needs_command" -l chdir -d 'Working directory inside the container (default /). Old spelling: --workdir' -r
+complete -c sbx-container -n "__fish_sbx_container_needs_command" -l chdir -d 'Working directory inside the container (default /). Old spelling: --workdir' -r -F
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l setenv -d 'Environment for the command: NAME=VALUE, or NAME to pass sbx-container\'s own (repeatable; visible in inspect). Old spelling: --env' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l secret-env -d 'Pass this variable of sbx-container\'s environment as a secret: exec-time only, never in inspect (repeatable)' -r
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l creds-config -d 'Fetch secrets with the sbx-creds library: FILE holds an "sbx-creds" section (sbx-creds\' flags as keys); they reach the command at exec time only and are revoked at the end. VAULT_TOKEN is taken from the environment' -r -F
@@ -47,7 +50,7 @@ complete -c sbx-container -n "__fish_sbx_container_needs_command" -l kill-grace 
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l no-default-deny -d 'Do not apply sbx-fs\'s default deny list to the binds (the invariants still apply)'
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -l init -d 'Run the engine\'s init (docker-init, catatonit) as PID 1, so that forwarded signals reach a command that does not handle them'
-complete -c sbx-container -n "__fish_sbx_container_needs_command" -s h -l help -d 'Print help'
+complete -c sbx-container -n "__fish_sbx_container_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -s V -l version -d 'Print version'
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -a "build" -d 'Build the sandbox image (FROM scratch) on the engine and print its tag and size'
 complete -c sbx-container -n "__fish_sbx_container_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -32,7 +32,6 @@ complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -s V -l version -d '
 complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "compile" -d 'Print the sandbox configuration as JSON: one section per tool, keys = long flag names (a --config file)'
 complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "explain" -d 'Print what the sandbox allows and denies, and which rules are not enforced, as tables (--json: one object)'
 complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "chain" -d 'Exec (or --print) the chain for a trust level around CMD'
-complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "gvisor" -d 'Run CMD in gVisor (an OCI bundle from the grants; a step of the chain)'
 complete -c sbx-policy -n "__fish_sbx_policy_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l settings -d 'Read FILE instead of the user, project and local settings (repeatable; later ones take precedence)' -r -F
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand compile" -l managed -d 'The managed settings file (read when it exists; always highest)' -r -F
@@ -111,29 +110,7 @@ complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l no-cgrou
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -l container -d 'With --trust low: one container per run (sbx-container, Docker/Podman) instead of the namespace chain'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand chain" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l runsc -d 'The runsc binary' -r -F
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l cgroup-bin -d 'Run runsc inside sbx-cgroup (this binary) with the limits below' -r -F
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l ro -d 'Bind SRC read-only (as sbx-fs --ro)' -r
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l rw -d 'Bind SRC writable (as sbx-fs --rw)' -r
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l deny -d 'Hide PATH (as sbx-fs --deny)' -r
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l chdir -d 'Working directory inside' -r -F
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l tmp-size -r
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l memory -r
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l pids -r
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l cpus -r
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l timeout -r
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l allow-exec -d 'The execute allowlist (as sbx-seccomp --allow-exec): every mount is noexec but these files (and the dynamic loaders)' -r -F
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l git-stage -d 'A git stage made by sbx-gitguard run --stage (as sbx-fs --git-stage)' -r -F
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l fsize -r
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l pass-env -d 'Pass the caller\'s variable NAME (or PREFIX*) too (as sbx-fs --pass-env)' -r
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l keep-env -d 'Pass the caller\'s whole environment (as sbx-fs --keep-env)'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -l host-network -d 'Give the sandbox the network namespace runsc runs in, through gVisor\'s own network stack over host sockets (runsc --network=host), instead of none. The chain runs this step inside sbx-net, so what the sandbox reaches is sbx-net\'s filtered namespace: its allowlist, DNS proxy and alerts'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand gvisor" -s h -l help -d 'Print help'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain gvisor help" -f -a "compile" -d 'Print the sandbox configuration as JSON: one section per tool, keys = long flag names (a --config file)'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain gvisor help" -f -a "explain" -d 'Print what the sandbox allows and denies, and which rules are not enforced, as tables (--json: one object)'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain gvisor help" -f -a "chain" -d 'Exec (or --print) the chain for a trust level around CMD'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain gvisor help" -f -a "gvisor" -d 'Run CMD in gVisor (an OCI bundle from the grants; a step of the chain)'
-complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain gvisor help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain help" -f -a "compile" -d 'Print the sandbox configuration as JSON: one section per tool, keys = long flag names (a --config file)'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain help" -f -a "explain" -d 'Print what the sandbox allows and denies, and which rules are not enforced, as tables (--json: one object)'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain help" -f -a "chain" -d 'Exec (or --print) the chain for a trust level around CMD'
+complete -c sbx-policy -n "__fish_sbx_policy_using_subcommand help; and not __fish_seen_subcommand_from compile explain chain help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

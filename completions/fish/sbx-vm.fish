@@ -26,6 +26,9 @@ sbx-net\t''"
 complete -c sbx-vm -l setenv -d 'Set K=V in CMD\'s environment (repeatable). Old spelling: --env' -r
 complete -c sbx-vm -l secrets-from -d 'JSON document {"env": {"NAME": "value"}} of secrets for CMD\'s environment (fw_cfg / MMDS)' -r -F
 complete -c sbx-vm -l secret-env -d 'Deliver the value of NAME in sbx-vm\'s own environment as a secret (repeatable): `sbx-creds ... -- sbx-vm --secret-env DB_PASSWORD -- CMD`' -r
+complete -c sbx-vm -l vault-timeout -d 'Bound on each request to the Vault/OpenBao server (sbx-creds\' --timeout; --timeout here bounds CMD)' -r
+complete -c sbx-vm -l copy-in -d 'Copy DIR into the guest\'s /work before CMD starts' -r -F
+complete -c sbx-vm -l copy-out -d 'Copy the guest\'s /work into DIR (empty or new) after CMD exits' -r -F
 complete -c sbx-vm -l vault-addr -d 'Server address (http:// or https://)' -r
 complete -c sbx-vm -l ca-cert -d 'PEM file of the CA(s) to trust for an https:// server (VAULT_SKIP_VERIFY is never honoured)' -r -F
 complete -c sbx-vm -l namespace -d 'Vault Enterprise / OpenBao namespace' -r
@@ -47,9 +50,6 @@ complete -c sbx-vm -l policy -d 'A policy of the child token (repeatable)' -r
 complete -c sbx-vm -l child-ttl -d 'TTL of the child token (never more than --ttl)' -r
 complete -c sbx-vm -l child-num-uses -d 'Number of uses of the child token (0: unlimited)' -r
 complete -c sbx-vm -l ttl -d 'The session bound: every token and lease expires no later; the command is stopped when it outlives it' -r
-complete -c sbx-vm -l vault-timeout -d 'Bound on each request to the Vault/OpenBao server (sbx-creds\' --timeout; --timeout here bounds CMD)' -r
-complete -c sbx-vm -l copy-in -d 'Copy DIR into the guest\'s /work before CMD starts' -r -F
-complete -c sbx-vm -l copy-out -d 'Copy the guest\'s /work into DIR (empty or new) after CMD exits' -r -F
 complete -c sbx-vm -s v -l verbose -d 'More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG takes a tracing filter and wins'
 complete -c sbx-vm -l no-kvm-check -d 'Start Firecracker even when KVM cannot boot a guest here (tests the API path; the guest never reports back)'
 complete -c sbx-vm -l secret-id-wrapped -d 'The secret-id file holds a response-wrapping token to unwrap'

@@ -19,11 +19,11 @@ pub mod discover;
 pub mod group;
 pub mod leaf;
 pub mod limits;
-pub mod nocg;
+mod nocg;
 pub mod owner;
-pub mod rlimit;
-pub mod run;
-pub mod watch;
+mod rlimit;
+mod run;
+mod watch;
 
 pub const TOOL: &str = "sbx-cgroup";
 

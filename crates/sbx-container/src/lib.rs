@@ -160,85 +160,10 @@ pub struct Cli {
     #[command(subcommand)]
     pub sub: Option<Sub>,
 
-    /// Engine address: unix:///PATH or tcp://HOST:PORT (default: DOCKER_HOST, else unix:///var/run/docker.sock).
-    #[arg(long, value_name = "URL")]
-    pub engine: Option<String>,
-
-    /// Image to run (default sbx-sandbox:latest, made by `sbx-container build`); never pulled.
-    #[arg(long, value_name = "IMAGE")]
-    pub image: Option<String>,
-
-    /// Bind SRC read-only at DST (default: the same path; repeatable).
-    #[arg(long, value_name = "SRC[:DST]")]
-    pub ro: Vec<OsString>,
-
-    /// Bind SRC writable at DST (default: the same path), except deny-listed and write-protected entries (repeatable).
-    #[arg(long, value_name = "SRC[:DST]")]
-    pub rw: Vec<OsString>,
-
-    /// Do not apply sbx-fs's default deny list to the binds (the invariants still apply).
-    #[arg(long)]
-    pub no_default_deny: bool,
-
-    /// Memory limit (default 512M); no swap beyond it.
-    #[arg(long, value_name = "SIZE")]
-    pub memory: Option<String>,
-
-    /// CPU limit in CPUs (default 1).
-    #[arg(long, value_name = "N.N")]
-    pub cpus: Option<String>,
-
-    /// Maximum number of processes and threads (default 512).
-    #[arg(long, value_name = "N")]
-    pub pids: Option<String>,
-
-    /// Size of the tmpfs on /tmp (default 64M).
-    #[arg(long, value_name = "SIZE")]
-    pub tmp_size: Option<String>,
-
-    /// Network: none (default), internal (own network; the host blocked) or sbx (join sbx-net's namespace: run under sbx-net, Podman only).
-    #[arg(long, value_name = "MODE")]
-    pub net: Option<String>,
-
-    /// Seccomp profile: engine (the engine's default, the default) or sbx (sbx-seccomp's default profile, translated).
-    #[arg(long, value_name = "PROFILE")]
-    pub seccomp: Option<String>,
-
-    /// UID[:GID] inside the container (default 65534:65534; never 0).
-    #[arg(long, value_name = "UID[:GID]")]
-    pub user: Option<String>,
-
-    /// Working directory inside the container (default /). Old spelling: --workdir.
-    #[arg(long = "chdir", alias = "workdir", value_name = "DIR")]
-    pub workdir: Option<String>,
-
-    /// Environment for the command: NAME=VALUE, or NAME to pass sbx-container's own (repeatable; visible in inspect). Old spelling: --env.
-    #[arg(long = "setenv", alias = "env", value_name = "NAME[=VALUE]")]
-    pub env: Vec<String>,
-
-    /// Pass this variable of sbx-container's environment as a secret: exec-time only, never in inspect (repeatable).
-    #[arg(long, value_name = "NAME")]
-    pub secret_env: Vec<String>,
-
-    /// Fetch secrets with the sbx-creds library: FILE holds an "sbx-creds" section (sbx-creds' flags as keys); they reach the command at exec time only and are revoked at the end. VAULT_TOKEN is taken from the environment.
-    #[arg(long, value_name = "FILE")]
-    pub creds_config: Option<PathBuf>,
-
-    /// A resource limit NAME=SOFT[:HARD] (repeatable), e.g. nofile=1024. Old spelling: --ulimit.
-    #[arg(long = "rlimit", alias = "ulimit", value_name = "NAME=SOFT[:HARD]")]
-    pub ulimit: Vec<String>,
-
-    /// Wall-clock limit (30s, 5m); then the container is killed (exit 124).
-    #[arg(long, value_name = "DURATION")]
-    pub timeout: Option<String>,
-
-    /// After a forwarded SIGINT/SIGTERM, SIGKILL the container when it is still running this long after (default 5s).
-    #[arg(long, value_name = "DURATION")]
-    pub kill_grace: Option<String>,
-
-    /// Run the engine's init (docker-init, catatonit) as PID 1, so that forwarded signals reach a command that does not handle them.
-    #[arg(long)]
-    pub init: bool,
+    /// The container (sbx-spec's ContainerSpec: one definition for these
+    /// flags, `--config` and sbx-policy's chain).
+    #[command(flatten)]
+    pub spec: sbx_spec::ContainerSpec,
 
     /// The command to run.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -277,7 +202,7 @@ fn build(b: &BuildArgs) -> Result<i32, Failure> {
 }
 
 fn run_cmd(cli: &Cli) -> Result<i32, Failure> {
-    let url = engine::address(cli.engine.as_deref());
+    let url = engine::address(cli.spec.engine.as_deref());
     engine::check_address(&url)?;
     let mut spec = spec::from_cli(cli, &cli.cmd)?;
     if spec.net == spec::Net::Internal {
@@ -288,7 +213,7 @@ fn run_cmd(cli: &Cli) -> Result<i32, Failure> {
     } else {
         None
     };
-    let creds_req = match &cli.creds_config {
+    let creds_req = match &cli.spec.creds_config {
         Some(p) => Some(creds::request(p)?),
         None => None,
     };

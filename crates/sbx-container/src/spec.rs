@@ -13,23 +13,7 @@ pub const DEFAULT_TMP: u64 = 64 * 1024 * 1024;
 pub const DEFAULT_USER: &str = "65534:65534";
 pub const BASE_PATH: &str = "/sbx/bin:/bin:/usr/local/bin:/usr/bin:/usr/sbin:/sbin";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Net {
-    None,
-    Internal,
-    /// sbx-net's namespace, the one sbx-container runs in.
-    Sbx,
-}
-
-impl Net {
-    pub fn name(self) -> &'static str {
-        match self {
-            Net::None => "none",
-            Net::Internal => "internal",
-            Net::Sbx => "sbx",
-        }
-    }
-}
+pub use sbx_spec::container::{Net, Seccomp};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
@@ -111,11 +95,11 @@ pub const ULIMITS: &[&str] = &[
 ];
 
 pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
-    let memory = match &cli.memory {
+    let memory = match &cli.spec.memory {
         Some(m) => size("memory", m, 6 * 1024 * 1024)?,
         None => DEFAULT_MEMORY,
     };
-    let cpus = match &cli.cpus {
+    let cpus = match &cli.spec.cpus {
         Some(c) => {
             let v: f64 = c
                 .parse()
@@ -127,7 +111,7 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
         }
         None => 1.0,
     };
-    let pids = match &cli.pids {
+    let pids = match &cli.spec.pids {
         Some(p) => {
             let v: u64 = p
                 .parse()
@@ -139,29 +123,28 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
         }
         None => DEFAULT_PIDS,
     };
-    let tmp_size = match &cli.tmp_size {
+    let tmp_size = match &cli.spec.tmp_size {
         Some(t) => size("tmp-size", t, 4096)?,
         None => DEFAULT_TMP,
     };
-    let net = match cli.net.as_deref() {
-        None | Some("none") => Net::None,
-        Some("internal") => Net::Internal,
-        Some("sbx") => Net::Sbx,
-        Some(o) => return Err(bad("net", o, "expected none, internal or sbx")),
-    };
-    let timeout = match &cli.timeout {
+    let net = cli.spec.net.unwrap_or(Net::None);
+    let timeout = match &cli.spec.timeout {
         Some(t) => {
             Some(sbx_core::units::parse_duration(t).map_err(|e| bad("timeout", t, e.to_string()))?)
         }
         None => None,
     };
-    let kill_grace = match &cli.kill_grace {
+    let kill_grace = match &cli.spec.kill_grace {
         Some(t) => {
             sbx_core::units::parse_duration(t).map_err(|e| bad("kill-grace", t, e.to_string()))?
         }
         None => Duration::from_secs(5),
     };
-    let user = cli.user.clone().unwrap_or_else(|| DEFAULT_USER.to_string());
+    let user = cli
+        .spec
+        .user
+        .clone()
+        .unwrap_or_else(|| DEFAULT_USER.to_string());
     let uid = user.split(':').next().unwrap_or("");
     if uid.is_empty()
         || !user
@@ -174,7 +157,19 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
     if uid == "0" {
         return Err(bad("user", &user, "the sandbox never runs as root"));
     }
-    let workdir = cli.workdir.clone().unwrap_or_else(|| "/".to_string());
+    let workdir = match &cli.spec.chdir {
+        Some(d) => d
+            .to_str()
+            .ok_or_else(|| {
+                bad(
+                    "chdir",
+                    &d.to_string_lossy(),
+                    "not UTF-8 (the Engine API carries JSON strings)",
+                )
+            })?
+            .to_string(),
+        None => "/".to_string(),
+    };
     if !workdir.starts_with('/') {
         return Err(bad("chdir", &workdir, "must be absolute"));
     }
@@ -183,7 +178,7 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
         "HOME=/tmp".to_string(),
         format!("SBX_ID={}", sbx_core::id::get().unwrap_or("-")),
     ];
-    for e in &cli.env {
+    for e in &cli.spec.setenv {
         match e.split_once('=') {
             Some((k, _)) if env_name_ok(k) => env.push(e.clone()),
             None if env_name_ok(e) => {
@@ -195,7 +190,7 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
         }
     }
     let mut secret_env = Vec::new();
-    for n in &cli.secret_env {
+    for n in &cli.spec.secret_env {
         if !env_name_ok(n) {
             return Err(bad("secret-env", n, "expected a variable NAME"));
         }
@@ -203,7 +198,7 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
         secret_env.push((n.clone(), v));
     }
     let mut ulimits = Vec::new();
-    for u in &cli.ulimit {
+    for u in &cli.spec.rlimit {
         let (n, v) = u
             .split_once('=')
             .ok_or_else(|| bad("rlimit", u, "expected NAME=SOFT[:HARD]"))?;
@@ -229,17 +224,17 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
     for a in cmd {
         cmd_s.push(a.to_str().ok_or(SpecError::NotUtf8)?.to_string());
     }
-    let seccomp_profile = match cli.seccomp.as_deref() {
-        None | Some("engine") => None,
-        Some("sbx") => Some(
+    let seccomp_profile = match cli.spec.seccomp {
+        None | Some(Seccomp::Engine) => None,
+        Some(Seccomp::Sbx) => Some(
             crate::seccomp::sbx_default_profile()
                 .map_err(|e| bad("seccomp", "sbx", e.to_string()))?,
         ),
-        Some(o) => return Err(bad("seccomp", o, "expected engine or sbx")),
     };
-    let mounts = mounts::plan(&cli.ro, &cli.rw, !cli.no_default_deny)?;
+    let mounts = mounts::plan(&cli.spec.ro, &cli.spec.rw, !cli.spec.no_default_deny)?;
     Ok(RunSpec {
         image: cli
+            .spec
             .image
             .clone()
             .unwrap_or_else(|| crate::image::LATEST.to_string()),
@@ -255,7 +250,7 @@ pub fn from_cli(cli: &Cli, cmd: &[OsString]) -> Result<RunSpec, SpecError> {
         workdir,
         timeout,
         kill_grace,
-        init: cli.init,
+        init: cli.spec.init,
         ulimits,
         mounts,
         seccomp_profile,

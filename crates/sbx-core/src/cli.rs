@@ -27,6 +27,7 @@ pub const TOOLS: &[&str] = &[
     "sbx-fs",
     "sbx-seccomp",
     "sbx-container",
+    "sbx-gvisor",
     "sbx-vm",
     "sbx-path",
     "sbx-policy",
@@ -34,6 +35,15 @@ pub const TOOLS: &[&str] = &[
     "sbx-doctor",
     "sbx-wasm",
 ];
+
+/// The long name of `--config` (one definition: the flag, its search in
+/// argv and [`config_args`]).
+const CONFIG_LONG: &str = "config";
+
+/// `--config FILE`, as a chain passes a tool its section.
+pub fn config_args(file: &Path) -> [OsString; 2] {
+    [format!("--{CONFIG_LONG}").into(), file.into()]
+}
 
 /// Flags every tool takes.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -44,7 +54,7 @@ pub struct CommonArgs {
 
     /// Read settings from FILE (JSON; the section named after the tool, keys
     /// are the long flag names).
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(long = CONFIG_LONG, value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
 
     /// More diagnostics on stderr (-v info, -vv debug, -vvv trace); SBX_LOG
@@ -269,18 +279,22 @@ fn subcommand_at<'a>(
 
 /// Finds `--config FILE` / `--config=FILE` before the first `--`.
 fn find_config_flag(argv: &[OsString]) -> Result<Option<PathBuf>, Failure> {
+    let flag = format!("--{CONFIG_LONG}");
     let mut it = argv.iter().skip(1);
     while let Some(a) = it.next() {
         if a == "--" {
             break;
         }
-        if a == "--config" {
+        if *a == *flag {
             return match it.next() {
                 Some(v) if v != "--" => Ok(Some(PathBuf::from(v))),
                 _ => Err(Failure::new("--config needs a FILE")),
             };
         }
-        if let Some(v) = a.to_str().and_then(|s| s.strip_prefix("--config=")) {
+        if let Some(v) = a
+            .to_str()
+            .and_then(|s| s.strip_prefix(flag.as_str())?.strip_prefix('='))
+        {
             return Ok(Some(PathBuf::from(v)));
         }
     }
@@ -334,7 +348,7 @@ fn section_to_flags(
     let mut out = Vec::new();
     for (key, val) in section {
         let long = key.replace('_', "-");
-        if long == "config" {
+        if long == CONFIG_LONG {
             return Err(bad(key, "a config file cannot name another"));
         }
         let Some(arg) = cmd

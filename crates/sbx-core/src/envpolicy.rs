@@ -1,7 +1,7 @@
 //! Which of the caller's environment variables reach the sandboxed command.
 //!
 //! The one place this is decided: sbx-fs (the layer that builds the
-//! sandbox's world) and the gVisor step call [`filter`]; sbx-vm and
+//! sandbox's world) and sbx-gvisor call [`filter`]; sbx-vm and
 //! sbx-container build their command's environment from scratch already.
 //!
 //! - By default only an allowlist passes ([`DEFAULT_NAMES`], `LC_*`).

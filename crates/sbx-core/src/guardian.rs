@@ -1,7 +1,7 @@
 //! The guardian: a forked helper that cleans up after its owner when the
 //! owner dies without doing it (SIGKILL, crash). One place for the pattern
 //! (sbx-fs's placeholder reaper, sbx-cgroup's watcher, sbx-vm's jail
-//! reaper).
+//! reaper, sbx-creds' revoking guardian, sbx-seccomp's notifier watch).
 //!
 //! The owner keeps [`Guardian`]: the write end of a close-on-exec pipe. The
 //! child keeps [`Watch`]: the read end and a pidfd of the owner. The owner
@@ -18,6 +18,12 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 const MESSAGE: u8 = b'm';
 const RELEASE: u8 = b'r';
+
+/// Whether this process has one thread, what [`Guardian::spawn`] needs
+/// (false when /proc cannot tell).
+pub fn single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1)
+}
 
 /// The owner's side.
 #[derive(Debug)]
@@ -36,9 +42,11 @@ pub enum Ending {
     OwnerGone(Vec<Vec<u8>>),
 }
 
-/// The guardian's side.
+/// The guardian's side. What it read is zeroed when it is dropped.
 pub struct Watch {
     rx: File,
+    /// What was read so far (messages, perhaps the release).
+    got: Vec<u8>,
     /// None: the owner was gone before the watch began.
     owner: Option<OwnedFd>,
 }
@@ -117,6 +125,14 @@ impl Guardian {
     }
 }
 
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.got.fill(0);
+        // The zeroes are written, not elided as stores to freed memory.
+        std::hint::black_box(&self.got);
+    }
+}
+
 impl Watch {
     fn new(owner: libc::pid_t, rx: OwnedFd) -> Watch {
         // The pidfd is taken in the child: the owner is its parent, unless
@@ -128,6 +144,7 @@ impl Watch {
         unsafe { libc::fcntl(rx.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
         Watch {
             rx: File::from(rx),
+            got: Vec::new(),
             owner: pidfd.filter(|_| alive),
         }
     }
@@ -141,24 +158,54 @@ impl Watch {
 
     /// Blocks until the owner releases the guardian or is gone.
     pub fn wait(mut self) -> Ending {
-        let mut got = Vec::new();
+        loop {
+            if let Some(e) = self.check() {
+                return e;
+            }
+            self.block(&mut []);
+        }
+    }
+
+    /// Blocks until the watch may have ended (then [`Self::check`]) or
+    /// one of `more` is ready (their `revents` set): for a guardian that
+    /// watches other fds too.
+    pub fn block(&self, more: &mut [libc::pollfd]) {
+        let mut p: Vec<libc::pollfd> = self
+            .fds()
+            .into_iter()
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        p.extend_from_slice(more);
+        let n = p.len() as libc::nfds_t;
+        // SAFETY: a live array of n pollfds; no timeout.
+        unsafe { libc::poll(p.as_mut_ptr(), n, -1) };
+        let ours = p.len() - more.len();
+        for (m, r) in more.iter_mut().zip(&p[ours..]) {
+            m.revents = r.revents;
+        }
+    }
+
+    /// How the watch ended, if it has (never blocks): the owner released
+    /// it, or is gone (exited, or closed the pipe without releasing it).
+    pub fn check(&mut self) -> Option<Ending> {
         loop {
             // Everything pending first: a message may precede the end.
-            let eof = self.drain(&mut got);
-            let mut msgs = Vec::new();
-            let mut rest = &got[..];
-            while let Some((&kind, tail)) = rest.split_first() {
-                if kind == RELEASE {
-                    return Ending::Released;
-                }
-                let Some(len) = tail.get(..4) else { break };
-                let len = u32::from_ne_bytes([len[0], len[1], len[2], len[3]]) as usize;
-                let Some(m) = tail.get(4..4 + len) else { break };
-                msgs.push(m.to_vec());
-                rest = &tail[4 + len..];
+            let eof = self.drain();
+            let (released, msgs) = self.frames();
+            if released {
+                return Some(Ending::Released);
             }
+            let gone = |got: &[u8]| {
+                Some(Ending::OwnerGone(
+                    msgs.iter().map(|r| got[r.clone()].to_vec()).collect(),
+                ))
+            };
             let Some(owner) = &self.owner else {
-                return Ending::OwnerGone(msgs);
+                return gone(&self.got);
             };
             if eof || crate::pidfd::exited(std::os::fd::AsFd::as_fd(owner)) {
                 // A last drain: what the owner wrote before it went.
@@ -166,32 +213,43 @@ impl Watch {
                     self.owner = None;
                     continue;
                 }
-                return Ending::OwnerGone(msgs);
+                return gone(&self.got);
             }
-            let mut p = [
-                libc::pollfd {
-                    fd: self.rx.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: owner.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            // SAFETY: two valid pollfds in a live array; no timeout.
-            unsafe { libc::poll(p.as_mut_ptr(), 2, -1) };
+            return None;
         }
     }
 
+    /// Whether the release was read, and where the complete messages are
+    /// in what was read (copied out only when the owner is gone: they may
+    /// hold secrets, such as sbx-creds' tokens).
+    fn frames(&self) -> (bool, Vec<std::ops::Range<usize>>) {
+        let mut msgs = Vec::new();
+        let mut at = 0;
+        while let Some(&kind) = self.got.get(at) {
+            if kind == RELEASE {
+                return (true, msgs);
+            }
+            let Some(len) = self.got.get(at + 1..at + 5) else {
+                break;
+            };
+            let len = u32::from_ne_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            let body = at + 5..at + 5 + len;
+            if body.end > self.got.len() {
+                break;
+            }
+            msgs.push(body.clone());
+            at = body.end;
+        }
+        (false, msgs)
+    }
+
     /// Reads what is pending (non-blocking). True at EOF.
-    fn drain(&mut self, got: &mut Vec<u8>) -> bool {
+    fn drain(&mut self) -> bool {
         let mut b = [0u8; 4096];
         loop {
             match self.rx.read(&mut b) {
                 Ok(0) => return true,
-                Ok(n) => got.extend_from_slice(&b[..n]),
+                Ok(n) => self.got.extend_from_slice(&b[..n]),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(_) => return true,

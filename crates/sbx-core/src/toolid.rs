@@ -37,6 +37,7 @@ pub const TOOLS: &[&str] = &[
     "sbx-dnsproxy",
     "sbx-fs",
     "sbx-gitguard",
+    "sbx-gvisor",
     "sbx-net",
     "sbx-path",
     "sbx-policy",

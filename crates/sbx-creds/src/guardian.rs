@@ -1,35 +1,35 @@
 //! A guardian that outlives a SIGKILLed sbx-creds and revokes what it
 //! created.
 //!
-//! Forked before any thread exists, it holds the read end of a pipe whose
-//! write end only sbx-creds holds (close-on-exec: the command never has it).
-//! sbx-creds writes, right after each creation and before the command
-//! starts, what the guardian needs to revoke it: the tokens themselves (in
-//! the pipe and the guardian's memory only, never in a file) and the lease
-//! ids. After its own revocation sbx-creds writes `D`. EOF without `D`
-//! means sbx-creds died without revoking: the guardian revokes (leases with
-//! the session's token, each created token with revoke-self, which also
-//! revokes its non-orphan children and its leases) and says so in an
-//! `alert` audit event.
+//! An `sbx_core::guardian`, forked before any thread exists: sbx-creds
+//! sends it, right after each creation and before the command starts,
+//! what it needs to revoke it: the tokens themselves (in the pipe and the
+//! guardian's memory only, never in a file; its pipe is close-on-exec: the
+//! command never has it) and the lease ids. After its own revocation
+//! sbx-creds releases it. Gone without releasing it means sbx-creds died
+//! without revoking: the guardian revokes (leases with the session's
+//! token, each created token with revoke-self, which also revokes its
+//! non-orphan children and its leases) and says so in an `alert` audit
+//! event.
 //!
 //! Limit: a token the server created while sbx-creds was killed in the
 //! middle of its creation request never reached sbx-creds and so cannot be
 //! revoked by anyone but its TTL (the role's for the login token, --ttl for
 //! the orphan session token that replaces it).
 
-use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::io::Write;
 use std::sync::Mutex;
 
 use sbx_core::Severity;
 use sbx_core::audit::emit;
+use sbx_core::guardian::{Ending, Guardian, Watch};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::json;
 use zeroize::Zeroizing;
 
 use crate::vault::{ServerConfig, Vault};
 
-static PIPE: Mutex<Option<std::fs::File>> = Mutex::new(None);
+static GUARDIAN: Mutex<Option<Guardian>> = Mutex::new(None);
 
 /// The cross-run record: a registry entry (its flock held by sbx-creds and,
 /// inherited over the fork, by the guardian) naming a file with the server
@@ -130,11 +130,12 @@ fn record(field: &str, id: &str) {
     }
 }
 
-fn send(line: &str) {
-    let mut g = PIPE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(f) = g.as_mut() {
+/// One message: a kind letter and its fields, space-separated.
+fn send(msg: &str) {
+    let mut g = GUARDIAN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(guardian) = g.as_ref() {
         // A dead guardian (EPIPE) leaves the normal revocation in charge.
-        if f.write_all(line.as_bytes()).is_err() {
+        if guardian.send(msg.as_bytes()).is_err() {
             *g = None;
         }
     }
@@ -142,7 +143,7 @@ fn send(line: &str) {
 
 /// Records the auth token leases are created with (given or created).
 pub fn auth_token(token: &SecretString) {
-    send(&format!("A {}\n", token.expose_secret()));
+    send(&format!("A {}", token.expose_secret()));
 }
 
 /// Records a token created for the session: revoked (revoke-self) if
@@ -150,33 +151,28 @@ pub fn auth_token(token: &SecretString) {
 pub fn created_token(accessor: &str, token: &SecretString) {
     // The guardian first (one write to a pipe), then the file (several
     // system calls).
-    send(&format!("T {accessor} {}\n", token.expose_secret()));
+    send(&format!("T {accessor} {}", token.expose_secret()));
     record("accessors", accessor);
 }
 
 /// Records a lease.
 pub fn lease(id: &str) {
-    send(&format!("L {id}\n"));
+    send(&format!("L {id}"));
     record("leases", id);
 }
 
 /// sbx-creds revoked everything itself: the guardian leaves.
 pub fn done() {
-    send("D\n");
-    *PIPE.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    if let Some(g) = GUARDIAN.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        g.release();
+    }
     forget_record();
-}
-
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .map(|d| d.count())
-        .unwrap_or(usize::MAX)
 }
 
 /// Forks the guardian. Must run before any thread exists; if one does, or
 /// the fork fails, there is no guardian (a warning says so).
 pub fn spawn(server: &ServerConfig) {
-    if threads() != 1 {
+    if !sbx_core::guardian::single_threaded() {
         emit(
             "guardian_missing",
             Severity::Warn,
@@ -184,42 +180,20 @@ pub fn spawn(server: &ServerConfig) {
         );
         return;
     }
-    let mut fds = [0i32; 2];
-    // SAFETY: fds is a valid array of two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        emit(
-            "guardian_missing",
-            Severity::Warn,
-            json!({"why": format!("pipe2: {}", std::io::Error::last_os_error())}),
-        );
-        return;
-    }
-    // SAFETY: both fds were just created and are owned here only.
-    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     // SAFETY: single-threaded (checked above), so the child may run any code.
-    match unsafe { libc::fork() } {
-        -1 => emit(
+    match unsafe { Guardian::spawn(|w| guard(w, server)) } {
+        Ok(g) => *GUARDIAN.lock().unwrap_or_else(|e| e.into_inner()) = Some(g),
+        Err(e) => emit(
             "guardian_missing",
             Severity::Warn,
-            json!({"why": format!("fork: {}", std::io::Error::last_os_error())}),
+            json!({"why": format!("fork: {e}")}),
         ),
-        0 => {
-            drop(wr);
-            let code = guard(rd, server);
-            // SAFETY: leaving the forked child without running the parent's
-            // atexit handlers or destructors.
-            unsafe { libc::_exit(code) }
-        }
-        _ => {
-            drop(rd);
-            *PIPE.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::fs::File::from(wr));
-        }
     }
 }
 
-fn guard(rd: OwnedFd, server: &ServerConfig) -> i32 {
-    // SAFETY: plain signal dispositions; the guardian waits for EOF only
-    // (a terminal's ^C to the group must not end it before sbx-creds).
+fn guard(w: Watch, server: &ServerConfig) -> i32 {
+    // SAFETY: plain signal dispositions; the guardian waits for sbx-creds
+    // only (a terminal's ^C to the group must not end it before sbx-creds).
     unsafe {
         for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
             libc::signal(s, libc::SIG_IGN);
@@ -232,20 +206,26 @@ fn guard(rd: OwnedFd, server: &ServerConfig) -> i32 {
             libc::close(null);
         }
     }
-    let mut buf = Zeroizing::new(Vec::new());
-    let _ = std::fs::File::from(rd).read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf);
-    let text = Zeroizing::new(text.into_owned());
+    let Ending::OwnerGone(msgs) = w.wait() else {
+        // sbx-creds revoked and removes the record itself.
+        return 0;
+    };
+    let msgs: Vec<Zeroizing<String>> = msgs
+        .into_iter()
+        .map(|m| {
+            Zeroizing::new(
+                String::from_utf8(m)
+                    .map_err(|e| Zeroizing::new(e.into_bytes()))
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
     let mut auth: Option<SecretString> = None;
     let mut tokens: Vec<(String, SecretString)> = Vec::new();
     let mut leases: Vec<String> = Vec::new();
-    for line in text.lines() {
-        let mut it = line.splitn(3, ' ');
+    for m in &msgs {
+        let mut it = m.splitn(3, ' ');
         match (it.next(), it.next(), it.next()) {
-            (Some("D"), _, _) => {
-                // sbx-creds revoked and removes the record itself.
-                return 0;
-            }
             (Some("A"), Some(t), _) => auth = Some(SecretString::from(t.to_string())),
             (Some("T"), Some(a), Some(t)) => {
                 tokens.push((a.to_string(), SecretString::from(t.to_string())))

@@ -151,7 +151,7 @@ pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
         sbx_core::chain::set_env(&mut env, k.as_str(), v.expose_secret());
         names.push(k.to_string());
     }
-    // sbx-fs (and the gVisor step) pass only an allowlist of the caller's
+    // sbx-fs (and sbx-gvisor) pass only an allowlist of the caller's
     // variables: these are named for them, so the secrets reach the command.
     names.retain(|n| !n.is_empty());
     if !names.is_empty() {

@@ -330,7 +330,9 @@ impl SubdomainTracker {
     }
 
     /// Notes that `client` asked `name` under `suffix`; returns a suspicion
-    /// when this is a new name beyond the limit.
+    /// when this is a new name beyond the limit (the tests' shorthand of
+    /// [`SubdomainTracker::note`]).
+    #[cfg(test)]
     pub fn check(
         &self,
         limits: &TunnelLimits,

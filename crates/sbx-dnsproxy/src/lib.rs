@@ -6,17 +6,17 @@
 //! and TCP on its own and can publish answers to nftables sets.
 
 pub mod allow;
-pub mod answers;
-pub mod cache;
-pub mod config;
-pub mod guard;
-pub mod nftset;
-pub mod proxy;
+mod answers;
+mod cache;
+mod config;
+mod guard;
+mod nftset;
+mod proxy;
 pub mod rebind;
-pub mod server;
-pub mod stats;
-pub mod upstream;
-pub mod wire;
+mod server;
+mod stats;
+mod upstream;
+mod wire;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;

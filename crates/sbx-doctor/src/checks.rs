@@ -151,7 +151,7 @@ pub fn run_one(sys: &Sys, id: CheckId) -> Finding {
         CheckId::Runsc => program(
             "runsc",
             &["runsc"],
-            "gVisor (sbx-policy gvisor) cannot run",
+            "gVisor (sbx-gvisor) cannot run",
             "sudo apt install runsc",
         ),
         CheckId::Qemu => {

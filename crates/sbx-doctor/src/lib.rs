@@ -2,7 +2,7 @@
 //! namespaces, cgroups, Landlock, seccomp, nftables, the VMMs, a container
 //! engine, Vault/OpenBao) and prints a one-line fix for every gap.
 
-pub mod checks;
+mod checks;
 
 use clap::{Parser, ValueEnum};
 use sbx_core::cli::CommonArgs;
@@ -28,7 +28,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "SEE ALSO",
-            "sbx-fs(1), sbx-net(1), sbx-cgroup(1), sbx-seccomp(1), sbx-vm(1), sbx-container(1), sbx-creds(1)",
+            "sbx-fs(1), sbx-net(1), sbx-cgroup(1), sbx-seccomp(1), sbx-vm(1), sbx-container(1), sbx-gvisor(1), sbx-creds(1)",
         ),
     ],
 };

@@ -3,16 +3,12 @@
 //! no_new_privs. Runs in the forked command process, after fork and before
 //! exec: only async-signal-safe calls.
 //!
-//! When is something kept for the next program? Only when it is an sbx tool
-//! listed in [`NEEDS_CAPS`]. sbx-fs is the innermost namespace layer of the
-//! chain; the only tool after it, sbx-seccomp, needs no capability (it sets
-//! no_new_privs itself and installs its filter unprivileged), so the list
-//! is empty and every command starts with none.
+//! Nothing is kept for the next program, sbx tool or not: sbx-fs is the
+//! innermost namespace layer of the chain, and the only tool after it,
+//! sbx-seccomp, needs no capability (it sets no_new_privs itself and
+//! installs its filter unprivileged), so every command starts with none.
 
 use std::io;
-
-/// sbx tools that would need capabilities after sbx-fs (none does).
-pub const NEEDS_CAPS: &[&str] = &[];
 
 fn last_cap() -> u32 {
     // CAP_LAST_CAP of this kernel (bounded, so a bad read cannot loop long).

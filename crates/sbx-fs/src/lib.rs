@@ -10,27 +10,27 @@
 //! sbx-fs forwards signals, waits, removes the placeholders and exits with
 //! the command's status.
 
-pub mod auditlog;
-pub mod caps;
+mod auditlog;
+mod caps;
 pub mod deny;
-pub mod dev;
+mod dev;
 pub mod fuse;
-pub mod gitident;
-pub mod gitstage;
+mod gitident;
+mod gitstage;
 pub mod guard;
-pub mod init;
+mod init;
 pub mod lockwatch;
-pub mod mounts;
+mod mounts;
 pub mod namespaces;
 pub mod placeholder;
 pub mod plan;
-pub mod proc;
+mod proc;
 pub mod protect;
-pub mod quarantine;
-pub mod quota;
+mod quarantine;
+mod quota;
 pub mod spec;
-pub mod sys;
-pub mod tmpwatch;
+mod sys;
+mod tmpwatch;
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};

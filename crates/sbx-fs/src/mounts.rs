@@ -541,10 +541,6 @@ impl Root {
         Ok(())
     }
 
-    pub fn has_guard(&self) -> bool {
-        self.guard.is_some()
-    }
-
     /// Mounts guard node `g` over `op.dst` instead of running `op`: the
     /// node of the mount point's kind (file or directory). Not read-only
     /// at the mount level: the server refuses writes, and sees them.

@@ -206,6 +206,51 @@ fn writing_protected_paths_is_refused_and_logged_reading_works() {
     }
 }
 
+/// Protected entries whose group or owner the sandbox's user namespace
+/// cannot map (a project of group root; a settings file root made in the
+/// user's project): a write is refused by the guard with its alert, not by
+/// the kernel with a bare EACCES (it refuses writes to inodes with unmapped
+/// ids before asking the file system). Reading still works.
+#[test]
+fn writes_to_protected_entries_with_unmapped_ids_are_alerts() {
+    for who in identities() {
+        need_fuse!(who);
+        let s = Scratch::new(who);
+        project(&s);
+        let proj = s.proj();
+        let st = Command::new("chown")
+            .args(["-R", ":0"])
+            .arg(&proj)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        std::os::unix::fs::chown(proj.join(".claude/settings.json"), Some(0), Some(0)).unwrap();
+        let before = s.snapshot();
+        let script = "if echo x > .claude/settings.json; then echo ESCAPED-settings; fi; \
+             if echo y > .claude/new.json; then echo ESCAPED-new; fi; \
+             if echo z > .git/hooks/pre-commit; then echo ESCAPED-hook; fi; \
+             echo settings: $(cat .claude/settings.json)";
+        let (out, log) = s.run_rw(&[], script);
+        let so = ok(&out);
+        assert!(so.contains("settings: {\"permissions\""), "{so}");
+        assert!(
+            stderr(&out).contains("Read-only file system"),
+            "{who:?}: refused by the kernel, not by the guard:\n{}",
+            stderr(&out)
+        );
+        for (path, op) in [
+            ("/.claude/settings.json", "open-write"),
+            ("/.claude/new.json", "create"),
+            ("/.git/hooks/pre-commit", "create"),
+        ] {
+            assert_event(&log, "fs_write_denied", "alert", |e| {
+                ends(e, path) && e["op"] == op && has_caller(e)
+            });
+        }
+        s.assert_clean(&before);
+    }
+}
+
 #[test]
 fn a_flood_of_denied_opens_is_one_line() {
     if !sbx_testutil::have("python3") {

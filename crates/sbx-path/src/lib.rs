@@ -43,11 +43,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod error;
+mod error;
 pub mod normalise;
-pub mod resolver;
-pub mod rules;
-pub mod sys;
+mod resolver;
+mod rules;
+mod sys;
 
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -13,7 +13,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use sbx_spec::{
-    ChainSpec, FsSpec, GitguardRunSpec, Layer, NetSpec, PlantsSpec, Profile, RepoSpec, SeccompSpec,
+    ChainSpec, ContainerSpec, FsSpec, GitguardRunSpec, GvisorSpec, Layer, NetSpec, PlantsSpec,
+    Profile, RepoSpec, SeccompSpec, VmSpec, container, vm,
 };
 
 use crate::map::Policy;
@@ -184,14 +185,6 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
         Some(l) => layer_sections(l)?,
         None => Vec::new(),
     };
-    let with_layers = |v: &mut Vec<OsString>, tool: &str| {
-        if let Some(l) = &o.layers
-            && sections.iter().any(|s| s == tool)
-        {
-            v.push(os("--config"));
-            v.push(os(l));
-        }
-    };
     let mut notes = Vec::new();
     if !o.secrets.is_empty() && (o.trust != Trust::Low || o.container) {
         return Err(ChainError::TierUnavailable(
@@ -200,7 +193,7 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
     }
     if let Some(x) = &p.exec_allow {
         let low_chain = o.trust == Trust::Low && !o.container;
-        // The gVisor tier applies it with noexec mounts (gvisor.rs).
+        // The gVisor tier applies it with noexec mounts (sbx-gvisor).
         let gvisor =
             o.trust == Trust::Zero && !o.latency_sensitive && find_tool("runsc", None).is_some();
         if x.kernel_enforced() && !low_chain && !gvisor {
@@ -229,17 +222,21 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
             })
         }
         Trust::Zero if o.latency_sensitive => {
-            let vm = need(
-                "sbx-vm",
-                "zero trust, latency-sensitive: the Firecracker microVM tier (sbx-vm)",
-                o,
-            )?;
-            let mut l = vec![os(vm), os("--backend"), os("firecracker")];
-            l.extend(vm_flags(p));
-            with_layers(&mut l, "sbx-vm");
+            let spec = ChainSpec {
+                layers: vec![Layer::Vm(VmSpec {
+                    backend: vm::Backend::Firecracker,
+                    ..vm_spec(p)
+                })],
+                cmd: cmd.to_vec(),
+            };
             Ok(Plan {
                 tier: "zero trust, latency-sensitive: sbx-vm with Firecracker",
-                layers: vec![l, cmd.to_vec()],
+                layers: render(
+                    &spec,
+                    o,
+                    &sections,
+                    "zero trust, latency-sensitive: the Firecracker microVM tier (sbx-vm)",
+                )?,
                 env: Vec::new(),
                 notes,
             })
@@ -274,13 +271,12 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                     notes.push("gVisor tier: .git is not writable by the grants: git commits fail inside (read-only)".into());
                 }
                 spec.layers.push(Layer::Net(net_spec(p)));
-                spec.layers.push(Layer::Gvisor(crate::gvisor::spec(
+                spec.layers.push(Layer::Gvisor(gvisor_spec(
                     p,
                     &runsc,
                     cgroup.as_deref(),
                     stage.as_deref(),
                     exec.as_deref().unwrap_or_default(),
-                    true,
                 )));
                 let layers = render(&spec, o, &sections, "zero trust: gVisor")?;
                 return Ok(Plan {
@@ -290,53 +286,27 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
                     notes,
                 });
             }
-            let vm = need(
-                "sbx-vm",
-                "zero trust: gVisor (runsc) is not installed and the microVM tier (sbx-vm)",
-                o,
-            )?;
-            let mut l = vec![os(vm)];
-            l.extend(vm_flags(p));
-            with_layers(&mut l, "sbx-vm");
+            let spec = ChainSpec {
+                layers: vec![Layer::Vm(vm_spec(p))],
+                cmd: cmd.to_vec(),
+            };
             Ok(Plan {
                 tier: "zero trust: sbx-vm (gVisor not installed)",
-                layers: vec![l, cmd.to_vec()],
+                layers: render(
+                    &spec,
+                    o,
+                    &sections,
+                    "zero trust: gVisor (runsc) is not installed and the microVM tier (sbx-vm)",
+                )?,
                 env: Vec::new(),
                 notes,
             })
         }
         Trust::Low if o.container => {
-            let bin = need(
-                "sbx-container",
-                "low trust, container: the container tier (sbx-container)",
-                o,
-            )?;
-            let mut l = vec![os(bin)];
-            for r in &p.rw {
-                l.push(os("--rw"));
-                l.push(os(format!("{0}:{0}", r.display())));
-            }
-            for r in &p.ro {
-                l.push(os("--ro"));
-                l.push(os(format!("{0}:{0}", r.display())));
-            }
-            l.extend([
-                os("--memory"),
-                os(&p.limits.memory),
-                os("--cpus"),
-                os(&p.limits.cpus),
-                os("--pids"),
-                os(&p.limits.pids),
-                os("--tmp-size"),
-                os(&p.limits.tmp_size),
-                os("--timeout"),
-                os(&p.limits.timeout),
-                os("--net"),
-                os("none"),
-                os("--chdir"),
-                os(&p.start),
-            ]);
-            with_layers(&mut l, "sbx-container");
+            let spec = ChainSpec {
+                layers: vec![Layer::Container(container_spec(p))],
+                cmd: cmd.to_vec(),
+            };
             if !p.deny.is_empty() {
                 notes.push(format!(
                     "container tier: the rules' own denies ({}) are not applied inside the binds (sbx-container applies the sbx-fs default deny list and invariants)",
@@ -348,7 +318,12 @@ pub fn plan(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainErro
             }
             Ok(Plan {
                 tier: "low trust: one container per run (sbx-container)",
-                layers: vec![l, cmd.to_vec()],
+                layers: render(
+                    &spec,
+                    o,
+                    &sections,
+                    "low trust, container: the container tier (sbx-container)",
+                )?,
                 env: Vec::new(),
                 notes,
             })
@@ -404,26 +379,49 @@ fn plugin(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainError>
     })
 }
 
-fn vm_flags(p: &Policy) -> Vec<OsString> {
-    vec![
-        os("--memory"),
-        os(&p.limits.memory),
-        os("--timeout"),
-        os(&p.limits.timeout),
-        os("--tmpfs"),
-        os(&p.limits.tmp_size),
-        os("--copy-in"),
-        os(&p.cwd),
-    ]
+/// sbx-vm's part of the zero-trust tiers without gVisor: the limits, the
+/// tmpfs layer the size of /tmp, the project copied in (the VM shares no
+/// host filesystem).
+pub fn vm_spec(p: &Policy) -> VmSpec {
+    VmSpec {
+        memory: p.limits.memory.clone(),
+        timeout: Some(p.limits.timeout.clone()),
+        tmpfs: Some(p.limits.tmp_size.clone()),
+        copy_in: Some(p.cwd.clone()),
+        ..VmSpec::default()
+    }
 }
 
-fn low(
+/// sbx-container's part of the low-trust container tier: the grants as
+/// binds at their own paths, the limits, no network.
+pub fn container_spec(p: &Policy) -> ContainerSpec {
+    let same = |r: &PathBuf| os(format!("{0}:{0}", r.display()));
+    ContainerSpec {
+        rw: p.rw.iter().map(same).collect(),
+        ro: p.ro.iter().map(same).collect(),
+        memory: Some(p.limits.memory.clone()),
+        cpus: Some(p.limits.cpus.clone()),
+        pids: Some(p.limits.pids.clone()),
+        tmp_size: Some(p.limits.tmp_size.clone()),
+        timeout: Some(p.limits.timeout.clone()),
+        net: Some(container::Net::None),
+        chdir: Some(p.start.clone()),
+        ..ContainerSpec::default()
+    }
+}
+
+/// The low-trust chain's layers for a policy (no side effect: `explain`
+/// reads the same spec `chain` renders). `run_id` names the per-run git
+/// stage (None: this run's sandbox id); `sections`: the tools that have a
+/// `--layers` section; the limit plan says which limits apply and how.
+pub fn low_spec(
     p: &Policy,
-    o: &Options,
-    cmd: &[OsString],
+    run_id: Option<&str>,
+    cgroup: bool,
+    secrets: &[String],
     sections: &[String],
-    mut notes: Vec<String>,
-) -> Result<Plan, ChainError> {
+    cmd: &[OsString],
+) -> (ChainSpec, crate::limitplan::LimitPlan) {
     let mut spec = ChainSpec {
         layers: Vec::new(),
         cmd: cmd.to_vec(),
@@ -434,16 +432,39 @@ fn low(
             tool: "sbx-creds".into(),
         });
     }
-    let stage = git_stage(p);
+    let stage = match run_id {
+        Some(id) => git_stage_named(p, id),
+        None => git_stage(p),
+    };
     spec.layers.extend(gitguard_layers(p, stage.as_deref()));
     // sbx-cgroup is in the chain unless --no-cgroup: without root or a
     // delegated cgroup it still applies the limits that need none (and
     // is given only those; the notes say which do not apply).
-    let lp = crate::limitplan::plan(
-        &p.limits,
-        &crate::limitplan::detect(),
-        o.cgroup.unwrap_or(true),
-    );
+    let lp = crate::limitplan::plan(&p.limits, &crate::limitplan::detect(), cgroup);
+    if let Some(c) = &lp.cgroup {
+        if let Some(prefix) = &lp.prefix {
+            spec.layers.push(Layer::Argv(prefix.clone()));
+        }
+        spec.layers.push(Layer::Cgroup(c.clone()));
+    }
+    spec.layers.push(Layer::Net(NetSpec {
+        // Phantom credentials: the namespace chain only (checked in plan()).
+        secret: secrets.to_vec(),
+        ..net_spec(p)
+    }));
+    spec.layers.push(Layer::Fs(fs_spec(p, stage.as_deref())));
+    spec.layers.push(Layer::Seccomp(seccomp_spec(p, cmd)));
+    (spec, lp)
+}
+
+fn low(
+    p: &Policy,
+    o: &Options,
+    cmd: &[OsString],
+    sections: &[String],
+    mut notes: Vec<String>,
+) -> Result<Plan, ChainError> {
+    let (spec, lp) = low_spec(p, None, o.cgroup.unwrap_or(true), &o.secrets, sections, cmd);
     notes.extend(lp.notes());
     sbx_core::audit::emit(
         "limits",
@@ -458,19 +479,6 @@ fn low(
                 .collect::<Vec<_>>(),
         }),
     );
-    if let Some(c) = lp.cgroup {
-        if let Some(prefix) = lp.prefix {
-            spec.layers.push(Layer::Argv(prefix));
-        }
-        spec.layers.push(Layer::Cgroup(c));
-    }
-    spec.layers.push(Layer::Net(NetSpec {
-        // Phantom credentials: the namespace chain only (checked in plan()).
-        secret: o.secrets.clone(),
-        ..net_spec(p)
-    }));
-    spec.layers.push(Layer::Fs(fs_spec(p, stage.as_deref())));
-    spec.layers.push(Layer::Seccomp(seccomp_spec(p, cmd)));
     Ok(Plan {
         tier: "low trust: the namespace chain",
         layers: render(&spec, o, sections, "low trust: the namespace chain")?,
@@ -502,7 +510,7 @@ fn render(
             && l.takes_config()
             && sections.iter().any(|s| s == tool)
         {
-            v.extend([os("--config"), os(f)]);
+            v.extend(sbx_core::cli::config_args(f));
         }
         out.push(v);
     }
@@ -578,6 +586,38 @@ pub fn net_spec(p: &Policy) -> NetSpec {
     }
 }
 
+/// sbx-gvisor's part of the zero-trust tier (`cgroup`: sbx-cgroup when
+/// the limits are to be applied, `stage` the git stage, `exec` the execute
+/// allowlist); it runs inside sbx-net, whose namespace it gives the
+/// sandbox (`host_network`).
+pub fn gvisor_spec(
+    p: &Policy,
+    runsc: &Path,
+    cgroup: Option<&Path>,
+    stage: Option<&Path>,
+    exec: &[PathBuf],
+) -> GvisorSpec {
+    GvisorSpec {
+        runsc: runsc.to_path_buf(),
+        cgroup_bin: cgroup.map(Path::to_path_buf),
+        ro: p.ro.iter().map(os).collect(),
+        rw: p.rw.iter().map(os).collect(),
+        deny: p.deny.iter().map(os).collect(),
+        chdir: p.project_visible().then(|| p.start.clone()),
+        tmp_size: p.limits.tmp_size.clone(),
+        memory: Some(p.limits.memory.clone()),
+        pids: p.limits.pids.parse().ok(),
+        cpus: Some(p.limits.cpus.clone()),
+        timeout: Some(p.limits.timeout.clone()),
+        allow_exec: exec.to_vec(),
+        git_stage: stage.map(Path::to_path_buf),
+        fsize: Some(p.limits.fsize.clone()),
+        pass_env: p.pass_env.clone(),
+        keep_env: false,
+        host_network: true,
+    }
+}
+
 /// `sbx-gitguard run` when the project is a repository (with the git
 /// stage when there is one).
 pub fn gitguard_spec(p: &Policy, stage: Option<&Path>) -> Option<GitguardRunSpec> {
@@ -614,7 +654,7 @@ fn gitguard_layers(p: &Policy, stage: Option<&Path>) -> Vec<Layer> {
 
 /// The kernel execute allowlist's files for a command (None: none, the
 /// invoke mode or no Bash rules): the namespace chain gives them to
-/// sbx-seccomp, the gVisor tier to `sbx-policy gvisor`.
+/// sbx-seccomp, the gVisor tier to sbx-gvisor.
 fn exec_files(p: &Policy, cmd: &[OsString]) -> Option<Vec<PathBuf>> {
     p.exec_allow
         .as_ref()
@@ -628,12 +668,16 @@ fn exec_files(p: &Policy, cmd: &[OsString]) -> Option<Vec<PathBuf>> {
 /// it verifies after the command (the host's .git/HEAD, objects and refs
 /// stay invariants). Named after the sandbox id: one stage per turn.
 fn git_stage(p: &Policy) -> Option<PathBuf> {
+    let id = sbx_core::id::get().map_or_else(|| std::process::id().to_string(), str::to_string);
+    git_stage_named(p, &id)
+}
+
+fn git_stage_named(p: &Policy, id: &str) -> Option<PathBuf> {
     let git = p.cwd.join(".git");
     let writable = p.rw.iter().any(|r| git.starts_with(r));
     if !p.git_repo || !writable || !git.is_dir() {
         return None;
     }
-    let id = sbx_core::id::get().map_or_else(|| std::process::id().to_string(), str::to_string);
     Some(std::env::temp_dir().join(format!("sbx-git-stage-{id}")))
 }
 

@@ -3,7 +3,61 @@
 
 use std::fmt::Write;
 
+use sbx_spec::{ChainSpec, FsSpec, Layer, NetSpec};
+
 use crate::map::{Policy, Status};
+
+/// The low-trust chain `chain` would run for this policy (the same
+/// ChainSpec it renders; the command is a placeholder), its sbx-fs and
+/// sbx-net specs: what the tables below read.
+struct Chain {
+    spec: ChainSpec,
+    fs: FsSpec,
+    net: NetSpec,
+}
+
+impl Chain {
+    fn of(p: &Policy) -> Chain {
+        let (spec, _) = crate::chain::low_spec(p, Some("ID"), true, &[], &[], &["CMD".into()]);
+        let fs = spec
+            .find(|l| match l {
+                Layer::Fs(f) => Some(f),
+                _ => None,
+            })
+            .cloned()
+            .unwrap_or_default();
+        let net = spec
+            .find(|l| match l {
+                Layer::Net(n) => Some(n),
+                _ => None,
+            })
+            .cloned()
+            .unwrap_or_default();
+        Chain { spec, fs, net }
+    }
+
+    /// One line per layer, outermost first: the tool and its arguments.
+    fn layer_lines(&self) -> Vec<String> {
+        self.spec
+            .layers
+            .iter()
+            .map(|l| {
+                let prog = match l {
+                    Layer::Argv(v) => v.first().cloned().unwrap_or_default(),
+                    _ => l.tool().unwrap_or_default().to_string(),
+                };
+                std::iter::once(prog)
+                    .chain(
+                        l.args()
+                            .iter()
+                            .map(|a| crate::chain::quote(&a.to_string_lossy())),
+                    )
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    }
+}
 
 /// The sbx-fs invariants, present whatever the rules say.
 pub const INVARIANTS: &[&str] = &[
@@ -54,13 +108,13 @@ fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
 }
 
 /// (ACCESS, WHAT) rows: what the low-trust chain allows.
-fn allows(p: &Policy) -> Vec<Vec<String>> {
+fn allows(p: &Policy, c: &Chain) -> Vec<Vec<String>> {
     let mut rows: Vec<Vec<String>> = Vec::new();
-    for d in &p.rw {
-        rows.push(vec!["write".into(), d.display().to_string()]);
+    for d in &c.fs.rw {
+        rows.push(vec!["write".into(), d.to_string_lossy().into_owned()]);
     }
-    for d in &p.ro {
-        rows.push(vec!["read".into(), d.display().to_string()]);
+    for d in &c.fs.ro {
+        rows.push(vec!["read".into(), d.to_string_lossy().into_owned()]);
     }
     rows.push(vec![
         "read".into(),
@@ -68,13 +122,13 @@ fn allows(p: &Policy) -> Vec<Vec<String>> {
     ]);
     rows.push(vec![
         "git identity".into(),
-        if p.git_identity {
+        if c.fs.git_identity {
             "the host's user.name/user.email (only) as ~/.gitconfig in the sandbox's HOME (off: --no-git-identity, settings \"sbx\": {\"gitIdentity\": false})".into()
         } else {
             "none offered (--no-git-identity or sbx.gitIdentity false): git commit needs git -c user.email=... or GIT_AUTHOR_*/GIT_COMMITTER_*".into()
         },
     ]);
-    for d in &p.net_allow {
+    for d in &c.net.allow {
         rows.push(vec![
             "connect".into(),
             format!("{d} ports 80,443 (and its DNS lookups)"),
@@ -112,10 +166,10 @@ fn allows(p: &Policy) -> Vec<Vec<String>> {
 }
 
 /// (DENY, WHAT) rows: what it denies, the invariants last.
-fn denies(p: &Policy) -> Vec<Vec<String>> {
+fn denies(p: &Policy, c: &Chain) -> Vec<Vec<String>> {
     let mut rows: Vec<Vec<String>> = Vec::new();
-    for d in &p.deny {
-        rows.push(vec!["hidden".into(), d.clone()]);
+    for d in &c.fs.deny {
+        rows.push(vec!["hidden".into(), d.to_string_lossy().into_owned()]);
     }
     rows.push(vec![
         "hidden".into(),
@@ -166,14 +220,16 @@ pub fn json(p: &Policy) -> serde_json::Value {
             .collect()
     };
     let lp = crate::limitplan::plan(&p.limits, &crate::limitplan::detect(), true);
+    let c = Chain::of(p);
     json!({
         "project": p.cwd,
         "project_why": p.project_why,
         "start": p.start,
         "settings": p.files,
         "sandbox_enabled": p.sandbox_enabled,
-        "allows": pairs(allows(p), "access"),
-        "denies": pairs(denies(p), "deny"),
+        "allows": pairs(allows(p, &c), "access"),
+        "denies": pairs(denies(p, &c), "deny"),
+        "chain": serde_json::to_value(&c.spec).unwrap_or_default(),
         "limits_source": lp.source,
         "limits": lp.rows.iter().map(|r| json!({
             "limit": r.limit, "value": r.value, "applies": r.applies, "how": r.how,
@@ -216,13 +272,22 @@ pub fn render(p: &Policy) -> String {
         );
     }
     o.push('\n');
+    let c = Chain::of(p);
     let _ = writeln!(o, "What the sandbox (low trust chain) allows:");
-    let rows = allows(p);
+    let rows = allows(p, &c);
     table(&mut o, &["ACCESS", "WHAT"], &rows);
     o.push('\n');
     let _ = writeln!(o, "What it denies:");
-    let rows = denies(p);
+    let rows = denies(p, &c);
     table(&mut o, &["DENY", "WHAT"], &rows);
+    o.push('\n');
+    let _ = writeln!(
+        o,
+        "The low trust chain (outermost first; `chain --print` shows it with this run's paths, `compile` writes the same specs):"
+    );
+    for l in c.layer_lines() {
+        let _ = writeln!(o, "  {l}");
+    }
     o.push('\n');
     if let Some(x) = &p.exec_allow {
         let _ = writeln!(

@@ -14,7 +14,6 @@ use serde_json::json;
 pub mod bash;
 pub mod chain;
 pub mod explain;
-pub mod gvisor;
 pub mod limitplan;
 pub mod map;
 pub mod project;
@@ -53,7 +52,7 @@ environment, with SBX_ID set (if it was not) and the audit log handed down as SB
 given; each layer then passes on what its own page says. In the full-trust tier the command itself is executed, \
 with SBX_PATH_ALLOW_READ and SBX_PATH_ALLOW_WRITE (colon-separated paths) for the agent's in-process sbx-path \
 resolver.",
-    environment: "- HOME, CLAUDE_CONFIG_DIR: where the user settings are (~/.claude/settings.json) when --home is not given.\n- SBX_BIN: a directory searched for the sbx tools after --bin-dir and the directory of sbx-policy itself.\n- SBX_GVISOR_DEBUG_LOG: a file for runsc's debug log in the zero-trust tier.",
+    environment: "- HOME, CLAUDE_CONFIG_DIR: where the user settings are (~/.claude/settings.json) when --home is not given.\n- SBX_BIN: a directory searched for the sbx tools after --bin-dir and the directory of sbx-policy itself.",
     extra: &[
         (
             "MAPPING",
@@ -65,7 +64,7 @@ resolver.",
 - WebFetch(domain:D), sandbox.network.allowedDomains: sbx-net --allow D (D or *.D, ports 80,443; *.D covers subdomains, not D).\n\
 - WebSearch allow: the search domains (--search-domain, default api.anthropic.com).\n\
 - sandbox.network.deniedDomains, WebFetch(domain:D) deny: D removed from the allowlist whatever else says; a wildcard that covers a denied name is dropped whole (sbx-net cannot subtract).\n\
-- env (the top-level object): the names of its variables pass into the sandbox (sbx-fs --pass-env NAME, also in the gVisor step), as do --pass-env NAME|PREFIX*; the rest of the caller's environment is sbx-fs's allowlist (PATH, HOME, TERM, LANG, LC_*, TZ, USER...; secret-looking names are dropped with a warning naming them). sbx-creds' secrets (a --layers section) arrive through SBX_PASS_ENV.\n\
+- env (the top-level object): the names of its variables pass into the sandbox (sbx-fs --pass-env NAME, also sbx-gvisor's), as do --pass-env NAME|PREFIX*; the rest of the caller's environment is sbx-fs's allowlist (PATH, HOME, TERM, LANG, LC_*, TZ, USER...; secret-looking names are dropped with a warning naming them). sbx-creds' secrets (a --layers section) arrive through SBX_PASS_ENV.\n\
 - ask rules, agent-only kinds (Task, TodoWrite, mcp__*...): listed, nothing granted.",
         ),
         (
@@ -75,7 +74,7 @@ resolver.",
         (
             "DECISION MATRIX",
             "--trust plugin (or --plugin): CMD is a WebAssembly module (WASI preview 1) or component (preview 2) run by sbx-wasm: the directory grants are its preopens (inside sbx-fs, so the deny list and the invariants hold), no sockets, a component's outgoing HTTP (wasi:http) to the allowed domains only (sbx-wasm --allow), --memory and --timeout as below, traps and exhausted budgets are alerts (exit 134, 124). --trust full: no kernel isolation, the path allowlist for sbx-path. --trust low (default): sbx-creds (when --layers has an sbx-creds section), sbx-gitguard run (when the project is a git repository; with --stage, and sbx-fs --git-stage, when the grants make its .git writable: git commits inside land in the stage and are imported after verification), sbx-cgroup (with the limits that apply in this run: as root or with a delegated cgroup memory, pids and CPU; unprivileged without one RLIMIT_DATA, RLIMIT_NPROC in its own user namespace, the wall clock; through systemd-run --user --scope -p Delegate=yes when a systemd user manager on cgroup v2 offers one), sbx-net, sbx-fs, sbx-seccomp --profile default (with --allow-exec in strict mode when Bash rules name programs). --trust low --container: one \
-container per run (sbx-container; the rules' own denies and the domain allowlist are not carried: no network; git commits fail: .git is read-only and there is no git stage). --trust zero --latency-sensitive: sbx-vm --backend firecracker (the project is copied in and nothing comes back: commits stay in the VM). --trust zero: gVisor when runsc is installed (behind the same sbx-gitguard run --stage and plants as the namespace chain: commits inside land on the host verified), else sbx-vm. The gVisor step (sbx-policy gvisor) writes an OCI bundle in a private temporary directory from sbx-fs's mount plan for the same grants (read-only empty root, the system directories read-only, the grants, every deny and invariant, no capability, no_new_privs, rlimits) and runs runsc --platform=ptrace --network=host run inside sbx-net (the chain's sbx-net layer: the same domain allowlist, DNS proxy and alerts as the namespace chain, through gVisor's own TCP/IP over sbx-net's filtered namespace; uid 0 inside is the caller: unprivileged, runsc --rootless shows the caller's files as owned by 0); the git stage's overlay is mounted by the host's kernel in runsc's own mount namespace and .git bound from it; strict mode's allowlist makes every mount noexec but the listed files (memfd_create refused; refused execs are exec_denied alerts from runsc's exec trace); as root inside sbx-cgroup with the limits below, unprivileged with runsc --rootless (memory per process through RLIMIT_AS, enforced by gVisor's kernel; no total memory or CPU limit; the wall clock is enforced, exit 124). The container and the directory are removed at the end, and by a guardian process when the step is killed. SBX_GVISOR_DEBUG_LOG=DIR keeps runsc's debug logs in DIR. A tier whose binary is not installed is one line naming it, exit 125.",
+container per run (sbx-container; the rules' own denies and the domain allowlist are not carried: no network; git commits fail: .git is read-only and there is no git stage). --trust zero --latency-sensitive: sbx-vm --backend firecracker (the project is copied in and nothing comes back: commits stay in the VM). --trust zero: gVisor when runsc is installed (behind the same sbx-gitguard run --stage and plants as the namespace chain: commits inside land on the host verified), else sbx-vm. The gVisor layer is sbx-gvisor (sbx-gvisor(1)): an OCI bundle from sbx-fs's mount plan for the same grants (read-only empty root, the system directories read-only, the grants, every deny and invariant, no capability, no_new_privs, rlimits), run by runsc --platform=ptrace --network=host inside sbx-net (the chain's sbx-net layer: the same domain allowlist, DNS proxy and alerts as the namespace chain; uid 0 inside is the caller: unprivileged, runsc --rootless shows the caller's files as owned by 0), with the git stage and, in strict mode, every mount noexec but the allowlist's files (refused execs are exec_denied alerts); as root inside sbx-cgroup with the limits below, unprivileged with runsc --rootless (memory per process through RLIMIT_AS; the wall clock is enforced, exit 124); always cleaned up, by a guardian process when killed. A tier whose binary is not installed is one line naming it, exit 125.",
         ),
         (
             "DEFAULT LIMITS",
@@ -113,9 +112,6 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Exec (or --print) the chain for a trust level around CMD.
     Chain(ChainArgs),
-    /// Run CMD in gVisor (an OCI bundle from the grants; a step of the chain).
-    #[command(hide = true)]
-    Gvisor(gvisor::Args),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -470,7 +466,6 @@ pub fn main() -> ! {
                 Ok(0)
             }
             Command::Chain(c) => run_chain(c),
-            Command::Gvisor(a) => gvisor::run(a),
         }
     })
 }

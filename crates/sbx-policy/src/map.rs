@@ -7,7 +7,7 @@
 //! sbx-fs invariants are never removed (no `--no-default-deny` is ever
 //! emitted, and a writable grant inside a protected path is dropped).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
@@ -315,14 +315,91 @@ fn is_socket(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket())
 }
 
+/// A rule or list entry, parsed, with the path it names (for the kinds that
+/// name one).
+type ParsedRule<'m> = (List, &'m Entry, rules::Rule, Option<Shape>);
+/// A filesystem list entry of the sandbox settings, with its key.
+type FsEntry<'m> = (&'static str, &'m Entry, Shape);
+/// (path, writable, the rule that granted it)
+type Grant = (PathBuf, bool, String);
+/// A deny of reading or writing: the path, its label, its entry.
+type Deny<'m> = (Shape, String, &'m Entry);
+type KindRule<'m> = (List, &'m Entry, rules::Rule);
+
+/// The rules sorted by the layer that enforces them.
+struct Sorted<'m> {
+    grants: Vec<Grant>,
+    read_denies: Vec<Deny<'m>>,
+    write_denies: Vec<Deny<'m>>,
+    bash_rules: Vec<KindRule<'m>>,
+    web_rules: Vec<KindRule<'m>>,
+}
+
+/// sbx-fs's grants: the binds and the deny list.
+struct Files {
+    rw: Vec<PathBuf>,
+    ro: Vec<PathBuf>,
+    deny: Vec<String>,
+}
+
+/// The mapping, as named steps: parse everything (a bad rule stops it
+/// before anything runs), sort the rules by layer, then one mapper per
+/// concern (files, network, programs) and the rows of what no layer maps.
 pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     let m = inp.merged;
     let ctx = &inp.ctx;
-    let home = ctx.home.as_deref();
     let mut rows = Vec::new();
     let mut warnings: Vec<String> = Vec::new();
 
-    // Parse everything first: any bad rule stops here, nothing runs.
+    let (parsed, fs_lists) = parse_all(m, ctx)?;
+    let sorted = sort_rules(&parsed, &fs_lists, ctx, &mut rows, &mut warnings);
+    let mut files = map_files(
+        sorted.grants,
+        &sorted.read_denies,
+        &sorted.write_denies,
+        ctx,
+        &mut rows,
+    );
+    fill_origins(&mut rows, &parsed, &fs_lists);
+    let net_allow = map_network(&sorted.web_rules, m, &inp.search_domains, &mut rows);
+    let exec_allow = bash_rules_map(
+        &sorted.bash_rules,
+        inp.exec_mode,
+        ctx,
+        &mut rows,
+        &mut files.deny,
+    );
+    settings_rows(m, &mut rows);
+    let git_identity = m.git_identity.as_ref().is_none_or(|(b, _)| *b);
+    Ok(Policy {
+        cwd: ctx.cwd.clone(),
+        start: ctx.cwd.clone(),
+        project_why: String::new(),
+        rw: files.rw,
+        ro: files.ro,
+        deny: files.deny,
+        net_allow,
+        exec_allow,
+        limits: inp.limits,
+        git_repo: ctx.cwd.join(".git").exists(),
+        rows,
+        files: m
+            .files
+            .iter()
+            .map(|(s, p)| format!("{} ({})", p.display(), s.name()))
+            .collect(),
+        sandbox_enabled: m.sandbox_enabled,
+        pass_env: pass_env_of(m),
+        warnings,
+        git_identity,
+    })
+}
+
+/// Every rule, path list and domain parsed and checked.
+fn parse_all<'m>(
+    m: &'m Merged,
+    ctx: &Ctx,
+) -> Result<(Vec<ParsedRule<'m>>, Vec<FsEntry<'m>>), SettingsError> {
     let mut parsed = Vec::new();
     for (list, e) in &m.rules {
         let r =
@@ -360,63 +437,55 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             rules::check_domain(&e.text).map_err(|w| e.origin.err(format!("{key}: {w}")))?;
         }
     }
+    Ok((parsed, fs_lists))
+}
 
-    // --- Filesystem -------------------------------------------------------
-    // (path, writable, description, source entry)
-    let mut grants: Vec<(PathBuf, bool, String)> = vec![(
-        ctx.cwd.clone(),
-        true,
-        "the project (working directory)".into(),
-    )];
-    let mut read_denies: Vec<(Shape, String, &Entry)> = Vec::new();
-    let mut write_denies: Vec<(Shape, String, &Entry)> = Vec::new();
-
-    let mut bash_rules = Vec::new();
-    let mut web_rules = Vec::new();
-    for (list, e, r, shape) in &parsed {
+/// Sorts the rules by the layer that enforces them; a rule no layer sees
+/// gets its row here.
+fn sort_rules<'m>(
+    parsed: &[ParsedRule<'m>],
+    fs_lists: &[FsEntry<'m>],
+    ctx: &Ctx,
+    rows: &mut Vec<Row>,
+    warnings: &mut Vec<String>,
+) -> Sorted<'m> {
+    let mut s = Sorted {
+        grants: vec![(
+            ctx.cwd.clone(),
+            true,
+            "the project (working directory)".into(),
+        )],
+        read_denies: Vec::new(),
+        write_denies: Vec::new(),
+        bash_rules: Vec::new(),
+        web_rules: Vec::new(),
+    };
+    for (list, e, r, shape) in parsed {
+        let e: &'m Entry = e;
         let k = r.kind.as_str();
         let is_read = rules::READ_KINDS.contains(&k);
         let is_edit = rules::EDIT_KINDS.contains(&k);
         if is_read || is_edit {
             let Some(shape) = shape else {
-                match list {
-                    List::Allow => row(
-                        &mut rows,
-                        &e.text,
-                        e,
-                        Status::NotEnforced,
-                        format!(
-                            "{k} of anything: sbx grants no path without one named; the project stays {}",
-                            if is_edit { "writable" } else { "readable" }
-                        ),
+                let effect = match list {
+                    List::Allow => format!(
+                        "{k} of anything: sbx grants no path without one named; the project stays {}",
+                        if is_edit { "writable" } else { "readable" }
                     ),
-                    List::Deny => row(
-                        &mut rows,
-                        &e.text,
-                        e,
-                        Status::NotEnforced,
-                        format!(
-                            "{k} denied everywhere: a command needs files to run; not enforced by the sandbox (the agent's own check)"
-                        ),
+                    List::Deny => format!(
+                        "{k} denied everywhere: a command needs files to run; not enforced by the sandbox (the agent's own check)"
                     ),
-                    List::Ask => row(
-                        &mut rows,
-                        &e.text,
-                        e,
-                        Status::NotEnforced,
-                        "ask: the sandbox cannot prompt; grants nothing",
-                    ),
-                }
+                    List::Ask => "ask: the sandbox cannot prompt; grants nothing".into(),
+                };
+                row(rows, &e.text, e, Status::NotEnforced, effect);
                 continue;
             };
             match (list, is_edit) {
-                (List::Allow, w) => {
-                    grant_shape(&mut rows, &mut grants, shape, w, e.text.clone(), e)
-                }
-                (List::Deny, false) => read_denies.push((shape.clone(), e.text.clone(), e)),
-                (List::Deny, true) => write_denies.push((shape.clone(), e.text.clone(), e)),
+                (List::Allow, w) => grant_shape(rows, &mut s.grants, shape, w, e.text.clone(), e),
+                (List::Deny, false) => s.read_denies.push((shape.clone(), e.text.clone(), e)),
+                (List::Deny, true) => s.write_denies.push((shape.clone(), e.text.clone(), e)),
                 (List::Ask, _) => row(
-                    &mut rows,
+                    rows,
                     &e.text,
                     e,
                     Status::NotEnforced,
@@ -424,9 +493,9 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
                 ),
             }
         } else if k == "Bash" {
-            bash_rules.push((*list, *e, r.clone()));
+            s.bash_rules.push((*list, e, r.clone()));
         } else if k == "WebFetch" || k == "WebSearch" {
-            web_rules.push((*list, *e, r.clone()));
+            s.web_rules.push((*list, e, r.clone()));
         } else if !rules::is_known(k) {
             warnings.push(format!(
                 "{}: rule '{}': unknown tool '{k}': NOT ENFORCED",
@@ -434,7 +503,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
                 e.text
             ));
             row(
-                &mut rows,
+                rows,
                 &e.text,
                 e,
                 Status::NotEnforced,
@@ -445,7 +514,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             );
         } else {
             row(
-                &mut rows,
+                rows,
                 &e.text,
                 e,
                 Status::NotEnforced,
@@ -456,59 +525,104 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             );
         }
     }
-    for (key, e, shape) in &fs_lists {
+    for (key, e, shape) in fs_lists {
+        let e: &'m Entry = e;
         let label = format!("{key}: {}", e.text);
         match *key {
             "sandbox.filesystem.allowWrite" => {
-                grant_shape(&mut rows, &mut grants, shape, true, label, e)
+                grant_shape(rows, &mut s.grants, shape, true, label, e)
             }
             "permissions.additionalDirectories" => {
-                grant_shape(&mut rows, &mut grants, shape, false, label, e)
+                grant_shape(rows, &mut s.grants, shape, false, label, e)
             }
             "sandbox.network.allowUnixSockets" => match shape {
                 Shape::Exact(p) if is_socket(p) => {
-                    grant_shape(&mut rows, &mut grants, shape, false, label, e)
+                    grant_shape(rows, &mut s.grants, shape, false, label, e)
                 }
                 _ => row(
-                    &mut rows,
+                    rows,
                     label,
                     e,
                     Status::NotEnforced,
                     "not an existing Unix socket (an absolute path, no glob): nothing bound",
                 ),
             },
-            "sandbox.filesystem.denyRead" => read_denies.push((shape.clone(), label, e)),
-            _ => write_denies.push((shape.clone(), label, e)),
+            "sandbox.filesystem.denyRead" => s.read_denies.push((shape.clone(), label, e)),
+            _ => s.write_denies.push((shape.clone(), label, e)),
         }
     }
+    s
+}
 
-    let mut deny: Vec<String> = Vec::new();
-    let mut removed: std::collections::HashMap<usize, String> = Default::default();
-    // Grants sorted by path (component order keeps a subtree contiguous):
-    // "every grant at or beneath P" is a range, not a scan per rule.
-    let mut by_path: Vec<(PathBuf, usize)> = grants
-        .iter()
-        .enumerate()
-        .map(|(i, g)| (g.0.clone(), i))
-        .collect();
-    by_path.sort();
-    let beneath = |p: &Path| -> Vec<usize> {
-        let start = by_path.partition_point(|(q, _)| q.as_path() < p);
-        by_path[start..]
+/// Grants sorted by path (component order keeps a subtree contiguous), so
+/// "every grant at or beneath P" is a range, not a scan per rule.
+struct ByPath(Vec<(PathBuf, usize)>);
+
+impl ByPath {
+    fn new(grants: &[Grant]) -> ByPath {
+        let mut v: Vec<(PathBuf, usize)> = grants
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (g.0.clone(), i))
+            .collect();
+        v.sort();
+        ByPath(v)
+    }
+
+    fn beneath(&self, p: &Path) -> Vec<usize> {
+        let start = self.0.partition_point(|(q, _)| q.as_path() < p);
+        self.0[start..]
             .iter()
             .take_while(|(q, _)| q.starts_with(p))
             .map(|(_, i)| *i)
             .collect()
-    };
-    for (shape, label, e) in &read_denies {
+    }
+}
+
+/// sbx-fs's binds and deny list from the grants and the denies: a read
+/// deny removes every grant at or beneath it, a write deny makes them
+/// read-only (or lays a read-only bind over a writable grant above it),
+/// the invariants win, and redundant binds are dropped.
+fn map_files(
+    mut grants: Vec<Grant>,
+    read_denies: &[Deny<'_>],
+    write_denies: &[Deny<'_>],
+    ctx: &Ctx,
+    rows: &mut Vec<Row>,
+) -> Files {
+    let mut deny: Vec<String> = Vec::new();
+    let by_path = ByPath::new(&grants);
+    let removed = apply_read_denies(read_denies, &by_path, ctx, rows, &mut deny);
+    let ro_over = apply_write_denies(write_denies, &mut grants, &by_path, rows, &mut deny);
+    let (mut rw, mut ro) = bind_lists(&grants, &removed, ctx.home.as_deref(), rows);
+    ro.extend(ro_over);
+    dedup(&mut rw);
+    dedup(&mut ro);
+    minimise(&mut rw, &mut ro, write_denies);
+    let mut seen = BTreeSet::new();
+    deny.retain(|d| seen.insert(d.clone()));
+    Files { rw, ro, deny }
+}
+
+/// The read denies: hidden paths and names; returns the grants they
+/// remove (index: the deny's label).
+fn apply_read_denies(
+    read_denies: &[Deny<'_>],
+    by_path: &ByPath,
+    ctx: &Ctx,
+    rows: &mut Vec<Row>,
+    deny: &mut Vec<String>,
+) -> HashMap<usize, String> {
+    let mut removed: HashMap<usize, String> = HashMap::new();
+    for (shape, label, e) in read_denies {
         match shape {
             Shape::Exact(p) | Shape::Tree(p) => {
                 deny.push(p.display().to_string());
-                for i in beneath(p) {
+                for i in by_path.beneath(p) {
                     removed.entry(i).or_insert_with(|| label.clone());
                 }
                 row(
-                    &mut rows,
+                    rows,
                     label,
                     e,
                     Status::Enforced,
@@ -518,7 +632,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             Shape::DirGlob(d, pat) => {
                 deny.push(format!("{}/{pat}", d.display()));
                 row(
-                    &mut rows,
+                    rows,
                     label,
                     e,
                     Status::Enforced,
@@ -533,7 +647,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
                     Status::Approximated
                 };
                 row(
-                    &mut rows,
+                    rows,
                     label,
                     e,
                     st,
@@ -547,7 +661,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
                 if !last.is_empty() && last != "*" && last != "**" {
                     deny.push(last.to_string());
                     row(
-                        &mut rows,
+                        rows,
                         label,
                         e,
                         Status::Approximated,
@@ -556,7 +670,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
                 } else {
                     deny.push(d.display().to_string());
                     row(
-                        &mut rows,
+                        rows,
                         label,
                         e,
                         Status::Approximated,
@@ -566,15 +680,26 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             }
         }
     }
-    // Write denies.
+    removed
+}
+
+/// The write denies: grants at or beneath them become read-only; a path
+/// inside a writable grant gets a read-only bind over it (returned), or a
+/// deny when it does not exist yet (it cannot be created).
+fn apply_write_denies(
+    write_denies: &[Deny<'_>],
+    grants: &mut [Grant],
+    by_path: &ByPath,
+    rows: &mut Vec<Row>,
+    deny: &mut Vec<String>,
+) -> Vec<PathBuf> {
     let mut ro_over: Vec<PathBuf> = Vec::new();
-    let mut rw_now: std::collections::HashSet<PathBuf> =
-        grants.iter().filter(|g| g.1).map(|g| g.0.clone()).collect();
-    for (shape, label, e) in &write_denies {
+    let mut rw_now: HashSet<PathBuf> = grants.iter().filter(|g| g.1).map(|g| g.0.clone()).collect();
+    for (shape, label, e) in write_denies {
         match shape {
             Shape::Exact(p) | Shape::Tree(p) => {
                 let inside = p.ancestors().skip(1).any(|a| rw_now.contains(a));
-                for i in beneath(p) {
+                for i in by_path.beneath(p) {
                     if grants[i].1 {
                         grants[i].1 = false;
                         rw_now.remove(&grants[i].0);
@@ -582,7 +707,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
                 }
                 if !inside {
                     row(
-                        &mut rows,
+                        rows,
                         label,
                         e,
                         Status::Enforced,
@@ -594,7 +719,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
                 } else if p.exists() {
                     ro_over.push(p.clone());
                     row(
-                        &mut rows,
+                        rows,
                         label,
                         e,
                         Status::Enforced,
@@ -606,7 +731,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
                 } else {
                     deny.push(p.display().to_string());
                     row(
-                        &mut rows,
+                        rows,
                         label,
                         e,
                         Status::Enforced,
@@ -616,10 +741,10 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             }
             Shape::DirGlob(d, pat) | Shape::Name(d, pat) | Shape::Deep(d, pat) => {
                 let inside = d.ancestors().any(|a| rw_now.contains(a))
-                    || beneath(d).iter().any(|&i| grants[i].1);
+                    || by_path.beneath(d).iter().any(|&i| grants[i].1);
                 if inside {
                     row(
-                        &mut rows,
+                        rows,
                         label,
                         e,
                         Status::NotEnforced,
@@ -630,7 +755,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
                     );
                 } else {
                     row(
-                        &mut rows,
+                        rows,
                         label,
                         e,
                         Status::Enforced,
@@ -643,11 +768,20 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             }
         }
     }
+    ro_over
+}
 
+/// The grants that survive the denies and the invariants, as writable and
+/// read-only lists, each with its row.
+fn bind_lists(
+    grants: &[Grant],
+    removed: &HashMap<usize, String>,
+    home: Option<&Path>,
+    rows: &mut Vec<Row>,
+) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let mut rw = Vec::new();
     let mut ro = Vec::new();
-    let mut has_row: std::collections::HashSet<String> =
-        rows.iter().map(|r| r.rule.clone()).collect();
+    let mut has_row: HashSet<String> = rows.iter().map(|r| r.rule.clone()).collect();
     for (i, (p, w, label)) in grants.iter().enumerate() {
         let kind = if *w { "--rw" } else { "--ro" };
         if let Some(by) = removed.get(&i) {
@@ -684,32 +818,16 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             });
         }
     }
-    // Fill in the "from" of grant rows written without one.
-    let mut from_of: std::collections::HashMap<String, String> = Default::default();
-    for (_, e, _, _) in parsed.iter().rev() {
-        from_of.insert(
-            e.text.clone(),
-            format!("{} ({})", e.origin.at(), e.origin.scope.name()),
-        );
-    }
-    for (k, e, _) in &fs_lists {
-        from_of
-            .entry(format!("{k}: {}", e.text))
-            .or_insert_with(|| format!("{} ({})", e.origin.at(), e.origin.scope.name()));
-    }
-    for r in rows.iter_mut().filter(|r| r.from.is_empty()) {
-        if let Some(f) = from_of.get(&r.rule) {
-            r.from = f.clone();
-        }
-    }
-    ro.extend(ro_over);
-    dedup(&mut rw);
-    dedup(&mut ro);
-    // A path both read-only and writable: read-only wins only when a deny
-    // made it so (the ro list then holds it); a plain Read grant under a
-    // writable one is redundant.
-    let rw_set: std::collections::HashSet<PathBuf> = rw.iter().cloned().collect();
-    let denied_w: std::collections::HashSet<&PathBuf> = write_denies
+    (rw, ro)
+}
+
+/// Fewer, consistent binds. A path both read-only and writable: read-only
+/// wins only when a deny made it so (the ro list then holds it); a plain
+/// Read grant under a writable one is redundant. A grant beneath a writable
+/// one adds nothing unless a read-only bind lies between them.
+fn minimise(rw: &mut Vec<PathBuf>, ro: &mut Vec<PathBuf>, write_denies: &[Deny<'_>]) {
+    let rw_set: HashSet<PathBuf> = rw.iter().cloned().collect();
+    let denied_w: HashSet<&PathBuf> = write_denies
         .iter()
         .filter_map(|(s, _, _)| match s {
             Shape::Exact(x) | Shape::Tree(x) => Some(x),
@@ -717,11 +835,9 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
         })
         .collect();
     ro.retain(|p| !rw_set.contains(p) || denied_w.contains(p));
-    let ro_set: std::collections::HashSet<PathBuf> = ro.iter().cloned().collect();
+    let ro_set: HashSet<PathBuf> = ro.iter().cloned().collect();
     rw.retain(|p| !ro_set.contains(p));
-    // Fewer mounts: a grant beneath a writable one adds nothing unless a
-    // read-only bind lies between them.
-    let rw_set: std::collections::HashSet<PathBuf> = rw.iter().cloned().collect();
+    let rw_set: HashSet<PathBuf> = rw.iter().cloned().collect();
     let covered = |p: &PathBuf| {
         for a in p.ancestors().skip(1) {
             if ro_set.contains(a) {
@@ -735,14 +851,42 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     };
     rw.retain(|p| !covered(p));
     ro.retain(|p| denied_w.contains(p) || !covered(p));
-    let mut seen = BTreeSet::new();
-    deny.retain(|d| seen.insert(d.clone()));
+}
 
-    // --- Network ----------------------------------------------------------
+/// Fills in the "from" of the grant rows written without one.
+fn fill_origins(rows: &mut [Row], parsed: &[ParsedRule<'_>], fs_lists: &[FsEntry<'_>]) {
+    let mut from_of: HashMap<String, String> = HashMap::new();
+    for (_, e, _, _) in parsed.iter().rev() {
+        from_of.insert(
+            e.text.clone(),
+            format!("{} ({})", e.origin.at(), e.origin.scope.name()),
+        );
+    }
+    for (k, e, _) in fs_lists {
+        from_of
+            .entry(format!("{k}: {}", e.text))
+            .or_insert_with(|| format!("{} ({})", e.origin.at(), e.origin.scope.name()));
+    }
+    for r in rows.iter_mut().filter(|r| r.from.is_empty()) {
+        if let Some(f) = from_of.get(&r.rule) {
+            r.from = f.clone();
+        }
+    }
+}
+
+/// sbx-net's allowlist: the WebFetch/WebSearch rules and the sandbox's
+/// domain lists; deny beats allow, and a wildcard that covers a denied
+/// name is dropped whole (sbx-net cannot subtract a name from it).
+fn map_network(
+    web_rules: &[KindRule<'_>],
+    m: &Merged,
+    search_domains: &[String],
+    rows: &mut Vec<Row>,
+) -> Vec<String> {
     let mut allow: Vec<(String, String, &Entry)> = Vec::new();
     let mut denied: Vec<(String, String, &Entry)> = Vec::new();
     let mut all_web_denied: Option<&Entry> = None;
-    for (list, e, r) in &web_rules {
+    for (list, e, r) in web_rules {
         let d = r
             .spec
             .as_deref()
@@ -752,7 +896,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             (List::Allow, "WebFetch", Some(d)) => allow.push((d, e.text.clone(), e)),
             (List::Deny, "WebFetch", Some(d)) => denied.push((d, e.text.clone(), e)),
             (List::Allow, "WebFetch", None) => row(
-                &mut rows,
+                rows,
                 &e.text,
                 e,
                 Status::NotEnforced,
@@ -761,7 +905,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             (List::Deny, "WebFetch", None) => {
                 all_web_denied = Some(e);
                 row(
-                    &mut rows,
+                    rows,
                     &e.text,
                     e,
                     Status::Enforced,
@@ -769,26 +913,26 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
                 );
             }
             (List::Allow, _, _) => {
-                for sd in &inp.search_domains {
+                for sd in search_domains {
                     allow.push((sd.clone(), e.text.clone(), e));
                 }
                 row(
-                    &mut rows,
+                    rows,
                     &e.text,
                     e,
                     Status::Enforced,
-                    format!("search domains allowed: {}", inp.search_domains.join(", ")),
+                    format!("search domains allowed: {}", search_domains.join(", ")),
                 );
             }
             (List::Deny, _, _) => row(
-                &mut rows,
+                rows,
                 &e.text,
                 e,
                 Status::Enforced,
                 "search domains not added",
             ),
             (List::Ask, _, _) => row(
-                &mut rows,
+                rows,
                 &e.text,
                 e,
                 Status::NotEnforced,
@@ -803,7 +947,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
                 return true;
             }
             row(
-                &mut rows,
+                rows,
                 label,
                 e,
                 Status::Revoked,
@@ -834,7 +978,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     for (d, label, e) in &allow {
         if let Some((dd, dl, _)) = denied.iter().find(|(dd, _, _)| rules::domain_covers(dd, d)) {
             row(
-                &mut rows,
+                rows,
                 label,
                 e,
                 Status::Revoked,
@@ -844,7 +988,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
         }
         if let Some((dd, dl, _)) = denied.iter().find(|(dd, _, _)| rules::domain_covers(d, dd)) {
             row(
-                &mut rows,
+                rows,
                 label,
                 e,
                 Status::Revoked,
@@ -860,7 +1004,7 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
         }
         if !label.starts_with("WebSearch") {
             row(
-                &mut rows,
+                rows,
                 label,
                 e,
                 Status::Enforced,
@@ -870,20 +1014,23 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
     }
     for (d, label, e) in &denied {
         row(
-            &mut rows,
+            rows,
             label,
             e,
             Status::Enforced,
             format!("{d} never allowed (egress is allowlist-only)"),
         );
     }
+    net_allow
+}
 
-    // --- Executables ------------------------------------------------------
-    let exec_allow = bash_rules_map(&bash_rules, inp.exec_mode, ctx, &mut rows, &mut deny);
-
+/// The rows of the settings that no layer maps: managed-only switches,
+/// ignored entries, keys sbx reads but does not map (never dropped
+/// silently), and the git identity choice.
+fn settings_rows(m: &Merged, rows: &mut Vec<Row>) {
     for e in &m.managed_only {
         row(
-            &mut rows,
+            rows,
             &e.text,
             e,
             Status::Enforced,
@@ -891,9 +1038,8 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
         );
     }
     for (e, why) in &m.ignored {
-        row(&mut rows, &e.text, e, Status::Ignored, *why);
+        row(rows, &e.text, e, Status::Ignored, *why);
     }
-    // Keys of the settings sbx reads but does not map: never dropped silently.
     for e in &m.unmapped_keys {
         // Binding the loopback is what every sandbox already may do.
         let status = if e.text.ends_with(".allowLocalBinding") {
@@ -901,10 +1047,8 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
         } else {
             Status::NotEnforced
         };
-        row(&mut rows, &e.text, e, status, unmapped_effect(&e.text));
+        row(rows, &e.text, e, status, unmapped_effect(&e.text));
     }
-    let git_repo = ctx.cwd.join(".git").exists();
-    let git_identity = m.git_identity.as_ref().is_none_or(|(b, _)| *b);
     if let Some((b, o)) = &m.git_identity {
         rows.push(Row {
             rule: format!("sbx.gitIdentity: {b}"),
@@ -917,28 +1061,6 @@ pub fn build(inp: Inputs<'_>) -> Result<Policy, SettingsError> {
             },
         });
     }
-    Ok(Policy {
-        cwd: ctx.cwd.clone(),
-        start: ctx.cwd.clone(),
-        project_why: String::new(),
-        rw,
-        ro,
-        deny,
-        net_allow,
-        exec_allow,
-        limits: inp.limits,
-        git_repo,
-        rows,
-        files: m
-            .files
-            .iter()
-            .map(|(s, p)| format!("{} ({})", p.display(), s.name()))
-            .collect(),
-        sandbox_enabled: m.sandbox_enabled,
-        pass_env: pass_env_of(m),
-        warnings,
-        git_identity,
-    })
 }
 
 /// What a settings key sbx does not map means for the sandbox.

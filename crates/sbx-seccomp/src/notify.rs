@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{BorrowedFd, IntoRawFd, RawFd};
 
+use sbx_core::guardian::{Ending, Guardian, Watch};
 use seccompiler::BpfProgram;
 
 /// SECCOMP_RET_USER_NOTIF.
@@ -517,32 +518,23 @@ fn notifier_main(
     // SAFETY: plain syscall with integer arguments; the new fd is ours.
     let kill_cmd = unsafe { libc::syscall(libc::SYS_pidfd_open, cmd_pid, 0) } as RawFd;
     KILL_CMD.store(kill_cmd, std::sync::atomic::Ordering::Relaxed);
-    let mut pipe = [-1; 2];
-    // SAFETY: pipe is a live array of two ints.
-    let watcher = if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
-        // SAFETY: the notifier is one thread (a fork of a forked child); the watcher never
-        // returns.
-        let w = unsafe { libc::fork() };
-        if w == 0 {
-            // SAFETY: both fds are the watcher's copies, not used by it after this.
-            unsafe {
-                libc::close(pipe[1]);
-                libc::close(sock);
-            }
-            watcher_main(me, pipe[0]);
-        }
-        // SAFETY: the watcher's end, not used in the notifier.
-        unsafe { libc::close(pipe[0]) };
-        w
-    } else {
-        -1
+    // SAFETY: the notifier is one thread (a fork of a forked child); in
+    // the watcher, `sock` is its own copy, closed once and not used after.
+    let watcher = unsafe {
+        Guardian::spawn(|w| {
+            // The notifier's socket is not the watcher's.
+            libc::close(sock);
+            watcher_main(me, w)
+        })
     };
-    if watcher <= 0 {
+    let Ok(watcher) = watcher else {
         // No watcher, no run: sbx-seccomp reads a short message and fails.
         // SAFETY: ends the notifier without running destructors of the forked state.
         unsafe { libc::_exit(1) }
-    }
-    WATCH_PIPE.store(pipe[1], std::sync::atomic::Ordering::Relaxed);
+    };
+    let watcher_pid = watcher.pid();
+    *WATCHER_GUARD.lock().unwrap_or_else(|e| e.into_inner()) = Some(watcher);
+    let watcher = watcher_pid;
     WATCHER.store(watcher, std::sync::atomic::Ordering::Relaxed);
     // SAFETY: plain syscall with integer arguments; the new fd is ours.
     let wfd = unsafe { libc::syscall(libc::SYS_pidfd_open, watcher, 0) } as RawFd;
@@ -566,24 +558,26 @@ fn notifier_main(
     clean_exit()
 }
 
-/// The write end of the pipe to the watcher.
-static WATCH_PIPE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+/// The notifier's side of its watcher (a guardian), released at a clean
+/// exit.
+static WATCHER_GUARD: std::sync::Mutex<Option<Guardian>> = std::sync::Mutex::new(None);
 /// The watcher's pid and a pidfd of it.
 static WATCHER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 static WATCHER_PIDFD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 /// A pidfd of CMD, to kill it when the notifier or its watcher is killed.
 static KILL_CMD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
-/// The notifier ends normally: tells the watcher so, then exits.
+/// The notifier ends normally: releases the watcher, then exits.
 fn clean_exit() -> ! {
-    let w = WATCH_PIPE.load(std::sync::atomic::Ordering::Relaxed);
-    // SAFETY: one byte to our own pipe, then exit.
-    unsafe {
-        if w >= 0 {
-            libc::write(w, b"k".as_ptr().cast(), 1);
-        }
-        libc::_exit(0)
+    if let Some(g) = WATCHER_GUARD
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        g.release();
     }
+    // SAFETY: ends the notifier without running destructors of the forked state.
+    unsafe { libc::_exit(0) }
 }
 
 /// Kills CMD (fail closed) and says why; `what` died.
@@ -614,32 +608,26 @@ fn fail_closed(what: &str, pid: i32) {
     }
 }
 
-/// The watcher: waits for the notifier's last word; when the pipe ends
-/// without it (the notifier was killed), alerts and kills CMD.
-fn watcher_main(notifier: i32, rd: RawFd) -> ! {
+/// The watcher (a guardian of the notifier): when the notifier is gone
+/// without releasing it (killed), alerts and kills CMD. Meanwhile, once
+/// CMD exits, it lets go of CMD's stderr.
+fn watcher_main(notifier: i32, mut w: Watch) -> i32 {
     // SAFETY: prctl on ourselves.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"sbx-seccomp-wd".as_ptr(), 0, 0, 0) };
     loop {
-        let mut fds = [
-            libc::pollfd {
-                fd: rd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: CMD_PIDFD.load(std::sync::atomic::Ordering::Relaxed),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: poll over a live array (a negative fd is ignored).
-        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
-            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            break;
+        match w.check() {
+            Some(Ending::Released) => return 0,
+            Some(Ending::OwnerGone(_)) => break,
+            None => {}
         }
-        if fds[1].revents != 0 {
+        let mut cmd = [libc::pollfd {
+            fd: CMD_PIDFD.load(std::sync::atomic::Ordering::Relaxed),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // A negative fd is ignored by poll.
+        w.block(&mut cmd);
+        if cmd[0].revents != 0 {
             // CMD exited: its stderr is not held open by us either.
             let err = STDERR.swap(-1, std::sync::atomic::Ordering::Relaxed);
             let pfd = CMD_PIDFD.swap(-1, std::sync::atomic::Ordering::Relaxed);
@@ -650,25 +638,9 @@ fn watcher_main(notifier: i32, rd: RawFd) -> ! {
                 libc::close(pfd);
             }
         }
-        if fds[0].revents == 0 {
-            continue;
-        }
-        let mut b = [0u8; 1];
-        // SAFETY: a read into a live buffer.
-        let n = unsafe { libc::read(rd, b.as_mut_ptr().cast(), 1) };
-        if n == 1 && b[0] == b'k' {
-            // SAFETY: released by sbx-seccomp: leave without running destructors of the forked
-            // state.
-            unsafe { libc::_exit(0) }
-        }
-        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        break;
     }
     fail_closed("notifier", notifier);
-    // SAFETY: ends the watcher without running destructors of the forked state.
-    unsafe { libc::_exit(0) }
+    0
 }
 
 /// The caller's stderr, kept by the notifier when there is no audit log.

@@ -1,4 +1,4 @@
-//! `sbx-policy gvisor`'s flags: the gVisor tier's grants and limits.
+//! sbx-gvisor's flags: the gVisor tier's grants and limits.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -7,13 +7,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Argv, is_false, osv};
 
-/// The binary that runs the gVisor tier (its `gvisor` subcommand).
-pub const TOOL: &str = "sbx-policy";
+/// The binary that runs the gVisor tier.
+pub const TOOL: &str = "sbx-gvisor";
 
 /// Default of `--tmp-size`.
 pub const DEFAULT_TMP_SIZE: &str = "1G";
 
-/// `sbx-policy gvisor`: every flag but the command.
+/// sbx-gvisor: every flag but the command.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", default)]
 pub struct GvisorSpec {
@@ -40,18 +40,25 @@ pub struct GvisorSpec {
     #[arg(long, value_name = "DIR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chdir: Option<PathBuf>,
+    /// Size of the /tmp, /dev/shm and $HOME tmpfs inside.
     #[arg(long, value_name = "SIZE", default_value = DEFAULT_TMP_SIZE)]
     #[serde(skip_serializing_if = "is_default_tmp_size")]
     pub tmp_size: String,
+    /// Memory limit: of the whole sandbox under --cgroup-bin, else per
+    /// process (RLIMIT_AS, enforced by gVisor's kernel).
     #[arg(long, value_name = "SIZE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,
+    /// Processes and threads: sbx-cgroup's pids limit under --cgroup-bin;
+    /// RLIMIT_NPROC inside ((N - 128) / 16 under --cgroup-bin, at least 8).
     #[arg(long, value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pids: Option<u64>,
+    /// CPU limit in CPUs (under --cgroup-bin).
     #[arg(long, value_name = "N.N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus: Option<String>,
+    /// Wall-clock limit: the run ends with 124 (a timeout alert).
     #[arg(long, value_name = "DURATION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
@@ -64,6 +71,7 @@ pub struct GvisorSpec {
     #[arg(long, value_name = "DIR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub git_stage: Option<PathBuf>,
+    /// Largest file the command may write (RLIMIT_FSIZE).
     #[arg(long, value_name = "SIZE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fsize: Option<String>,
@@ -114,10 +122,9 @@ impl Default for GvisorSpec {
 }
 
 impl GvisorSpec {
-    /// `gvisor` and its flags (before `-- CMD`).
+    /// The flags (before `-- CMD`).
     pub fn args(&self) -> Vec<OsString> {
         Argv::default()
-            .word("gvisor")
             .val("--runsc", &self.runsc)
             .switch("--host-network", self.host_network)
             .opt("--cgroup-bin", self.cgroup_bin.as_ref())
@@ -164,8 +171,6 @@ mod tests {
             keep_env: true,
             host_network: true,
         };
-        let args = full.args();
-        assert_eq!(args[0], "gvisor");
-        crate::roundtrip::check(&full, args[1..].to_vec());
+        crate::roundtrip::check(&full, full.args());
     }
 }

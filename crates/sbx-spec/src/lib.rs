@@ -16,19 +16,23 @@ use std::ffi::{OsStr, OsString};
 use serde::{Deserialize, Serialize};
 
 pub mod cgroup;
+pub mod container;
 pub mod fs;
 pub mod gitguard;
 pub mod gvisor;
 pub mod net;
 pub mod seccomp;
+pub mod vm;
 pub mod wasm;
 
 pub use cgroup::CgroupSpec;
+pub use container::ContainerSpec;
 pub use fs::FsSpec;
 pub use gitguard::{GitguardRunSpec, PlantsSpec, RepoSpec, StageLimits};
 pub use gvisor::GvisorSpec;
 pub use net::NetSpec;
 pub use seccomp::{DenyAction, Profile, SeccompSpec};
+pub use vm::VmSpec;
 pub use wasm::WasmSpec;
 
 /// One layer of a chain: a tool and its spec.
@@ -43,8 +47,12 @@ pub enum Layer {
     Net(NetSpec),
     Fs(FsSpec),
     Seccomp(SeccompSpec),
-    /// `sbx-policy gvisor`.
+    /// sbx-gvisor.
     Gvisor(GvisorSpec),
+    /// The microVM tier.
+    Vm(VmSpec),
+    /// The container tier.
+    Container(ContainerSpec),
     /// An sbx tool given only its `--config` section (sbx-creds).
     Tool {
         tool: String,
@@ -63,6 +71,8 @@ impl Layer {
             Layer::Fs(_) => fs::TOOL,
             Layer::Seccomp(_) => seccomp::TOOL,
             Layer::Gvisor(_) => gvisor::TOOL,
+            Layer::Vm(_) => vm::TOOL,
+            Layer::Container(_) => container::TOOL,
             Layer::Tool { tool } => tool,
             Layer::Argv(_) => return None,
         })
@@ -79,16 +89,17 @@ impl Layer {
             Layer::Fs(s) => s.args(),
             Layer::Seccomp(s) => s.args(),
             Layer::Gvisor(s) => s.args(),
+            Layer::Vm(s) => s.args(),
+            Layer::Container(s) => s.args(),
             Layer::Tool { .. } => Vec::new(),
             Layer::Argv(v) => v.iter().skip(1).map(OsString::from).collect(),
         }
     }
 
     /// Whether the layer's tool reads its section of a `--config` file
-    /// (`plants` and `gvisor` take none: their sections belong to `run`
-    /// and to sbx-policy itself).
+    /// (`plants` takes none: its section belongs to `run`).
     pub fn takes_config(&self) -> bool {
-        !matches!(self, Layer::Plants(_) | Layer::Gvisor(_) | Layer::Argv(_))
+        !matches!(self, Layer::Plants(_) | Layer::Argv(_))
     }
 }
 

@@ -249,6 +249,145 @@ pub fn reap_stale_jails(base: &Path) {
     }
 }
 
+/// One step of a jailed run's clean-up. sbx-vm undoes its steps itself
+/// (the last taken first, [`Undos`]); each is also sent to the jail
+/// reaper as it is taken, which undoes the same steps when sbx-vm died
+/// without doing so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Undo {
+    /// The jailed Firecracker killed, the jail directory removed.
+    Jail { id: String, dir: PathBuf },
+    /// The jail's cgroup (under `parent`) removed.
+    JailCgroup { parent: String, id: String },
+    /// The tap device deleted.
+    Tap(String),
+    /// sbx-vm's run directory removed (the reaper's only).
+    RunDir(PathBuf),
+}
+
+impl Undo {
+    /// A message for the reaper: a kind byte, then the fields, NUL-separated.
+    fn encode(&self) -> Vec<u8> {
+        use std::os::unix::ffi::OsStrExt;
+        let (kind, fields): (u8, Vec<&[u8]>) = match self {
+            Undo::Jail { id, dir } => (b'j', vec![id.as_bytes(), dir.as_os_str().as_bytes()]),
+            Undo::JailCgroup { parent, id } => (b'c', vec![parent.as_bytes(), id.as_bytes()]),
+            Undo::Tap(name) => (b't', vec![name.as_bytes()]),
+            Undo::RunDir(dir) => (b'r', vec![dir.as_os_str().as_bytes()]),
+        };
+        let mut m = vec![kind];
+        m.extend(fields.join(&0u8));
+        m
+    }
+
+    fn decode(m: &[u8]) -> Option<Undo> {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let (&kind, rest) = m.split_first()?;
+        let f: Vec<&[u8]> = rest.split(|b| *b == 0).collect();
+        let text = |b: &[u8]| String::from_utf8(b.to_vec()).ok();
+        let path = |b: &[u8]| PathBuf::from(OsStr::from_bytes(b));
+        Some(match (kind, f.as_slice()) {
+            (b'j', [id, dir]) => Undo::Jail {
+                id: text(id)?,
+                dir: path(dir),
+            },
+            (b'c', [parent, id]) => Undo::JailCgroup {
+                parent: text(parent)?,
+                id: text(id)?,
+            },
+            (b't', [name]) => Undo::Tap(text(name)?),
+            (b'r', [dir]) => Undo::RunDir(path(dir)),
+            _ => return None,
+        })
+    }
+
+    fn undo(&self) {
+        match self {
+            Undo::Jail { id, dir } => {
+                kill_jailed(id);
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            Undo::JailCgroup { parent, id } => crate::jailcg::remove(parent, id),
+            Undo::Tap(name) => {
+                let _ = tap(name, false, 0, 0);
+            }
+            Undo::RunDir(dir) => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
+/// The steps taken so far, undone (the last first) when dropped, on a
+/// failure in [`start`] and at the end of the run; then the reaper is
+/// released.
+pub struct Undos {
+    steps: Vec<Undo>,
+    reaper: Option<Guardian>,
+}
+
+impl Undos {
+    /// Tells the reaper about a step (before it is taken).
+    fn reaper_only(&mut self, u: &Undo) -> Result<(), Failure> {
+        let Some(r) = &self.reaper else {
+            return Ok(());
+        };
+        r.send(&u.encode())
+            .map_err(|e| Failure::new(format!("jail reaper: {e}")))
+    }
+
+    /// A step about to be taken: undone by sbx-vm, and by the reaper.
+    fn push(&mut self, u: Undo) -> Result<(), Failure> {
+        self.reaper_only(&u)?;
+        self.steps.push(u);
+        Ok(())
+    }
+}
+
+impl Drop for Undos {
+    fn drop(&mut self) {
+        for u in self.steps.iter().rev() {
+            u.undo();
+        }
+        // Done: the reaper may go.
+        if let Some(g) = self.reaper.take() {
+            g.release();
+        }
+    }
+}
+
+/// The jail reaper: forked by run::run before any thread exists (the
+/// sbx-creds renewal runtime starts later), when Firecracker will run
+/// under the jailer. It undoes the steps it was sent, the last first,
+/// when sbx-vm dies without releasing it. The forwarded signals stay
+/// blocked in it (as in sbx-vm), so a Ctrl-C to the group does not take it
+/// before it is needed.
+pub fn reaper(plan: &Plan) -> Result<Option<Guardian>, Failure> {
+    if plan.jailer.is_none() {
+        return Ok(None);
+    }
+    if !sbx_core::guardian::single_threaded() {
+        return Err(Failure::new(
+            "jail reaper: sbx-vm already runs more than one thread (it must fork before any)",
+        ));
+    }
+    // SAFETY: one thread, checked just above (nothing in sbx-vm starts one
+    // before run::run calls this).
+    let g = unsafe {
+        Guardian::spawn(|w| {
+            if let Ending::OwnerGone(msgs) = w.wait() {
+                for u in msgs.iter().rev().filter_map(|m| Undo::decode(m)) {
+                    u.undo();
+                }
+            }
+            0
+        })
+    };
+    g.map(Some)
+        .map_err(|e| Failure::new(format!("start the jail reaper: {e}")))
+}
+
 /// Puts `src` into the jail as `name` (hard link, else copy), readable by the jail user.
 fn place(src: &Path, root: &Path, name: &str) -> Result<(), FcError> {
     let dst = root.join(name);
@@ -279,28 +418,40 @@ pub fn start(
     rd: &RunDir,
     console: &Path,
     log: &Path,
+    reaper: Option<Guardian>,
 ) -> Result<(UnixListener, Running), Failure> {
     // SAFETY: geteuid cannot fail.
     let root_user = unsafe { libc::geteuid() } == 0;
     let port = sbx_vm_init::proto::VSOCK_PORT;
     // Where things are, seen from the host and from Firecracker.
     let (root, api_sock, mut cmd, names): (PathBuf, PathBuf, Command, [String; 4]);
-    let mut cleanup: Vec<Box<dyn FnOnce()>> = Vec::new();
+    let mut cleanup = Undos {
+        steps: Vec::new(),
+        reaper,
+    };
     if let Some(jailer) = &plan.jailer {
         reap_stale_jails(&plan.jail_base);
         let id = jail_id();
         let jail = plan.jail_base.join("firecracker").join(&id);
+        // sbx-vm's run directory, should sbx-vm die (its Drop never runs).
+        cleanup.reaper_only(&Undo::RunDir(rd.path.clone()))?;
+        if let Some(cg) = &plan.jail_cgroups {
+            // Undone after the jail's processes are killed (the last
+            // step taken is undone first).
+            cleanup.push(Undo::JailCgroup {
+                parent: cg.parent.clone(),
+                id: id.clone(),
+            })?;
+        }
+        cleanup.push(Undo::Jail {
+            id: id.clone(),
+            dir: jail.clone(),
+        })?;
         root = jail.join("root");
         std::fs::create_dir_all(&root).map_err(|source| FcError::Jail {
             path: root.clone(),
             source,
         })?;
-        let j2 = jail.clone();
-        let id2 = id.clone();
-        cleanup.push(Box::new(move || {
-            kill_jailed(&id2);
-            let _ = std::fs::remove_dir_all(&j2);
-        }));
         place(&plan.files.kernel, &root, "vmlinux")?;
         place(&plan.files.initrd, &root, "initrd.img")?;
         place(&plan.files.rootfs, &root, "rootfs.squashfs")?;
@@ -330,9 +481,6 @@ pub fn start(
             for s in &cg.settings {
                 cmd.arg("--cgroup").arg(s);
             }
-            let (p2, id3) = (cg.parent.clone(), id.clone());
-            // Runs after the jail's processes are killed (cleanups run in reverse).
-            cleanup.insert(0, Box::new(move || crate::jailcg::remove(&p2, &id3)));
         }
         cmd.args([
             "--resource-limit",
@@ -368,11 +516,8 @@ pub fn start(
             ));
         }
         let name = tap_name(std::process::id() as i32);
+        cleanup.push(Undo::Tap(name.clone()))?;
         tap(&name, true, plan.jail_uid, plan.jail_gid)?;
-        let n2 = name.clone();
-        cleanup.push(Box::new(move || {
-            let _ = tap(&n2, false, 0, 0);
-        }));
         Some(name)
     } else {
         None
@@ -386,57 +531,11 @@ pub fn start(
         .stderr(Stdio::from(
             std::fs::File::create(log).map_err(|e| Failure::new(format!("VMM log: {e}")))?,
         ));
-    let run_all = |cleanup: Vec<Box<dyn FnOnce()>>| {
-        for c in cleanup.into_iter().rev() {
-            c();
-        }
-    };
-    let mut sup = match Supervisor::spawn(cmd, &[]) {
-        Ok(s) => s,
-        Err(e) => {
-            run_all(cleanup);
-            return Err(e);
-        }
-    };
-    // The jailer's uid drop clears the VMM's parent-death signal: a reaper
-    // (a guardian) does the clean-up if sbx-vm dies without doing it
-    // (SIGKILL). The forwarded signals stay blocked in it (as in sbx-vm),
-    // so a Ctrl-C to the group does not take it before it is needed.
-    let reaper = if plan.jailer.is_some() {
-        // SAFETY: sbx-vm's own work runs on this one thread (Supervisor::
-        // spawn starts a process, no thread). With --creds the renewal
-        // runtime's worker thread exists too: the reaper only waits, then
-        // kills and removes; glibc's malloc is fork-safe and the one lock
-        // it shares with that worker, the audit log's, is held for one
-        // write at a time.
-        let g = unsafe {
-            Guardian::spawn(|w| {
-                if let Ending::OwnerGone(_) = w.wait() {
-                    run_all(std::mem::take(&mut cleanup));
-                    // sbx-vm's run directory too (its Drop never ran).
-                    let _ = std::fs::remove_dir_all(&rd.path);
-                }
-                0
-            })
-        };
-        match g {
-            Ok(g) => Some(g),
-            Err(e) => {
-                let _ = sup.kill();
-                run_all(cleanup);
-                return Err(Failure::new(format!("start the VMM reaper: {e}")));
-            }
-        }
-    } else {
-        None
-    };
-    let run_cleanup = move || {
-        run_all(cleanup);
-        // Done: the reaper may go.
-        if let Some(g) = reaper {
-            g.release();
-        }
-    };
+    let mut sup = Supervisor::spawn(cmd, &[])?;
+    // The jailer's uid drop clears the VMM's parent-death signal: the jail
+    // reaper (forked by run::run before any thread) has every step above
+    // and takes them should sbx-vm die without doing so (SIGKILL).
+    let run_cleanup = move || drop(cleanup);
     let configured = (|| -> Result<Value, FcError> {
         wait_socket(&api_sock, Duration::from_secs(10))?;
         let boot_args = crate::qemu::kernel_cmdline(&format!(
@@ -508,5 +607,33 @@ pub fn start(
             run_cleanup();
             Err(Failure::new(sbx_core::exit::error_chain(&e)))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn undo_messages_round_trip() {
+        use std::os::unix::ffi::OsStrExt;
+        let odd = PathBuf::from(std::ffi::OsStr::from_bytes(b"/srv/j\xff/x"));
+        for u in [
+            Undo::Jail {
+                id: "sbx-1-2".into(),
+                dir: odd.clone(),
+            },
+            Undo::JailCgroup {
+                parent: "/sys/fs/cgroup/a".into(),
+                id: "sbx-1-2".into(),
+            },
+            Undo::Tap("sbxfc1".into()),
+            Undo::RunDir(odd),
+        ] {
+            assert_eq!(Undo::decode(&u.encode()), Some(u));
+        }
+        assert_eq!(Undo::decode(b""), None);
+        assert_eq!(Undo::decode(b"t"), Some(Undo::Tap(String::new())));
+        assert_eq!(Undo::decode(b"jonly-one-field"), None);
     }
 }

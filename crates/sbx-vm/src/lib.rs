@@ -9,9 +9,8 @@
 //! them together.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use sbx_core::cli::CommonArgs;
 
 pub mod creds;
@@ -124,25 +123,7 @@ scripts/build-guest puts them. The root filesystem must be a squashfs image (che
     ],
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    Auto,
-    Qemu,
-    Firecracker,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Accel {
-    Auto,
-    Kvm,
-    Tcg,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Net {
-    None,
-    SbxNet,
-}
+pub use sbx_spec::vm::{Accel, Backend, Net};
 
 /// sbx-vm's flags.
 #[derive(Parser, Debug)]
@@ -155,99 +136,10 @@ pub struct Cli {
     #[command(flatten)]
     pub common: CommonArgs,
 
-    /// Which VMM: auto (Firecracker when KVM can boot a guest, else QEMU), qemu, firecracker.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub backend: Backend,
-
-    /// QEMU accelerator: auto (KVM when it can boot a guest, else TCG), kvm, tcg.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub accel: Accel,
-
-    /// Guest kernel (bzImage for QEMU, vmlinux for Firecracker).
-    #[arg(long, value_name = "PATH")]
-    pub kernel: Option<PathBuf>,
-
-    /// Guest initramfs (holds the guest init and the virtio modules).
-    #[arg(long, value_name = "PATH")]
-    pub initrd: Option<PathBuf>,
-
-    /// Guest root filesystem (a squashfs image, attached read-only).
-    #[arg(long, value_name = "PATH")]
-    pub rootfs: Option<PathBuf>,
-
-    /// The QEMU binary (default: qemu-system-x86_64 on PATH).
-    #[arg(long, value_name = "PATH")]
-    pub qemu: Option<PathBuf>,
-
-    /// The Firecracker binary (default: firecracker on PATH, else /opt/sbx-firecracker/bin/firecracker).
-    #[arg(long, value_name = "PATH")]
-    pub firecracker: Option<PathBuf>,
-
-    /// The jailer binary, used when root (default: beside the Firecracker binary).
-    #[arg(long, value_name = "PATH")]
-    pub jailer: Option<PathBuf>,
-
-    /// Chroot base directory of the jailer.
-    #[arg(long, value_name = "DIR", default_value = "/srv/jailer")]
-    pub jail_base: PathBuf,
-
-    /// uid the jailer drops to.
-    #[arg(long, value_name = "UID", default_value_t = 65534)]
-    pub jail_uid: u32,
-
-    /// gid the jailer drops to.
-    #[arg(long, value_name = "GID", default_value_t = 65534)]
-    pub jail_gid: u32,
-
-    /// A cgroup setting for the jailed Firecracker, FILE=VALUE (repeatable, e.g. pids.max=256); the group is created under sbx-vm's own cgroup.
-    #[arg(long, value_name = "FILE=VALUE")]
-    pub jail_cgroup: Vec<String>,
-
-    /// Start Firecracker even when KVM cannot boot a guest here (tests the API path; the guest never reports back).
-    #[arg(long)]
-    pub no_kvm_check: bool,
-
-    /// Guest memory (e.g. 512M, 1G); at least 128M. Old spelling: --mem.
-    #[arg(
-        long = "memory",
-        alias = "mem",
-        value_name = "SIZE",
-        default_value = "512M"
-    )]
-    pub mem: String,
-
-    /// Number of virtual CPUs (1-32).
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub vcpus: u32,
-
-    /// Size of the tmpfs writable layer (default: half of --memory).
-    #[arg(long, value_name = "SIZE")]
-    pub tmpfs: Option<String>,
-
-    /// Wall-clock limit for CMD (30s, 5m); then CMD and the VM are killed (exit 124).
-    #[arg(long, value_name = "DURATION")]
-    pub timeout: Option<String>,
-
-    /// How long the guest may take to boot and report to the host.
-    #[arg(long, value_name = "DURATION", default_value = "60s")]
-    pub boot_timeout: String,
-
-    /// Network of the VM: none (no network device), or sbx-net (QEMU user-mode networking; sbx-vm must run under sbx-net).
-    #[arg(long, value_enum, default_value = "none")]
-    pub net: Net,
-
-    /// Set K=V in CMD's environment (repeatable). Old spelling: --env.
-    #[arg(long = "setenv", alias = "env", value_name = "K=V")]
-    pub env: Vec<String>,
-
-    /// JSON document {"env": {"NAME": "value"}} of secrets for CMD's environment (fw_cfg / MMDS).
-    #[arg(long, value_name = "FILE")]
-    pub secrets_from: Option<PathBuf>,
-
-    /// Deliver the value of NAME in sbx-vm's own environment as a secret
-    /// (repeatable): `sbx-creds ... -- sbx-vm --secret-env DB_PASSWORD -- CMD`.
-    #[arg(long, value_name = "NAME")]
-    pub secret_env: Vec<String>,
+    /// The microVM (sbx-spec's VmSpec: one definition for these flags,
+    /// `--config` and sbx-policy's chain).
+    #[command(flatten)]
+    pub spec: sbx_spec::VmSpec,
 
     /// The sbx-creds options (--vault-addr, --token-file, --secret,
     /// --secret-all, --lease, --child-token, --ttl, ...): sbx-vm fetches
@@ -255,19 +147,6 @@ pub struct Cli {
     /// revokes them all when it ends.
     #[command(flatten)]
     pub creds: sbx_creds::Args,
-
-    /// Bound on each request to the Vault/OpenBao server (sbx-creds'
-    /// --timeout; --timeout here bounds CMD).
-    #[arg(long, value_name = "DURATION", default_value = "10s")]
-    pub vault_timeout: String,
-
-    /// Copy DIR into the guest's /work before CMD starts.
-    #[arg(long, value_name = "DIR")]
-    pub copy_in: Option<PathBuf>,
-
-    /// Copy the guest's /work into DIR (empty or new) after CMD exits.
-    #[arg(long, value_name = "DIR")]
-    pub copy_out: Option<PathBuf>,
 
     /// The command to run in the guest.
     #[arg(last = true, required = true, value_name = "CMD")]

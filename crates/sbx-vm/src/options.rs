@@ -100,21 +100,21 @@ fn find_firecracker(flag: Option<&Path>) -> Result<Option<PathBuf>, Failure> {
 }
 
 pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure> {
-    let mem = size("memory", &cli.mem)?;
+    let mem = size("memory", &cli.spec.memory)?;
     if mem < MIN_MEM {
         return Err(Failure::new(format!(
             "--memory {}: below what the guest needs ({} MiB at least)",
-            cli.mem,
+            cli.spec.memory,
             MIN_MEM >> 20
         )));
     }
-    if cli.vcpus == 0 || cli.vcpus > MAX_VCPUS {
+    if cli.spec.vcpus == 0 || cli.spec.vcpus > MAX_VCPUS {
         return Err(Failure::new(format!(
             "--vcpus {}: must be 1-{MAX_VCPUS}",
-            cli.vcpus
+            cli.spec.vcpus
         )));
     }
-    let tmpfs = match &cli.tmpfs {
+    let tmpfs = match &cli.spec.tmpfs {
         Some(s) => {
             let t = size("tmpfs", s)?;
             if t < (1 << 20) || t >= mem {
@@ -127,12 +127,13 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
         None => mem / 2,
     };
     let timeout = cli
+        .spec
         .timeout
         .as_deref()
         .map(|s| duration("timeout", s))
         .transpose()?;
-    let boot_timeout = duration("boot-timeout", &cli.boot_timeout)?;
-    if cli.net == Net::SbxNet && !sbx_core::sbxnet::in_sbx_net_namespace() {
+    let boot_timeout = duration("boot-timeout", &cli.spec.boot_timeout)?;
+    if cli.spec.net == Net::SbxNet && !sbx_core::sbxnet::in_sbx_net_namespace() {
         return Err(Failure::new(
             "--net sbx-net: not inside sbx-net's network namespace (run sbx-net ... -- sbx-vm --net sbx-net ...)",
         ));
@@ -147,7 +148,7 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
     if let Ok(t) = std::env::var("TERM") {
         env.push(("TERM".into(), t));
     }
-    for kv in &cli.env {
+    for kv in &cli.spec.setenv {
         let Some((k, v)) = kv.split_once('=') else {
             return Err(Failure::new(format!("--setenv {kv}: expected K=V")));
         };
@@ -161,6 +162,7 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
     }
     if crate::creds::wanted(&cli.creds)
         && let Some(n) = cli
+            .spec
             .secret_env
             .iter()
             .find(|n| crate::creds::TOKEN_VARS.contains(&n.as_str()))
@@ -170,8 +172,13 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
         )));
     }
     let (secrets, secret_names) = collect_secrets(cli)?;
-    let creds = crate::creds::plan(&cli.creds, &cli.vault_timeout, &secret_names, env_token)?;
-    if let Some(d) = &cli.copy_in
+    let creds = crate::creds::plan(
+        &cli.creds,
+        &cli.spec.vault_timeout,
+        &secret_names,
+        env_token,
+    )?;
+    if let Some(d) = &cli.spec.copy_in
         && !d.is_dir()
     {
         return Err(Failure::new(format!(
@@ -179,7 +186,7 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
             d.display()
         )));
     }
-    if let Some(d) = &cli.copy_out {
+    if let Some(d) = &cli.spec.copy_out {
         match std::fs::read_dir(d) {
             Ok(mut rd) => {
                 if rd.next().is_some() {
@@ -218,15 +225,15 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
 
     // The backend.
     let kvm = kvm::probe();
-    let fc = find_firecracker(cli.firecracker.as_deref())?;
-    let (vmm, reason) = match cli.backend {
+    let fc = find_firecracker(cli.spec.firecracker.as_deref())?;
+    let (vmm, reason) = match cli.spec.backend {
         Backend::Firecracker => {
             if fc.is_none() {
                 return Err(Failure::new(format!(
                     "--backend firecracker: no Firecracker binary (give --firecracker PATH, put firecracker on PATH or install it in {FIRECRACKER_DIR})"
                 )));
             }
-            if !kvm.usable && !cli.no_kvm_check {
+            if !kvm.usable && !cli.spec.no_kvm_check {
                 return Err(Failure::new(format!(
                     "--backend firecracker: KVM cannot boot a guest here ({}); use --backend qemu",
                     kvm.reason
@@ -258,7 +265,7 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
     };
     let (vmm, vmm_bin, jailer) = match vmm {
         Vmm::Qemu { .. } => {
-            let use_kvm = match cli.accel {
+            let use_kvm = match cli.spec.accel {
                 Accel::Kvm => {
                     if !kvm.usable {
                         return Err(Failure::new(format!(
@@ -271,7 +278,7 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
                 Accel::Tcg => false,
                 Accel::Auto => kvm.usable,
             };
-            let bin = match &cli.qemu {
+            let bin = match &cli.spec.qemu {
                 Some(p) if is_executable(p) => p.clone(),
                 Some(p) => return Err(Failure::new(format!("--qemu {}: not an executable file", p.display()))),
                 None => on_path("qemu-system-x86_64").ok_or_else(|| {
@@ -284,7 +291,7 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
             let bin = fc.expect("checked");
             // SAFETY: geteuid cannot fail.
             let jailer = if unsafe { libc::geteuid() } == 0 {
-                let j = match &cli.jailer {
+                let j = match &cli.spec.jailer {
                     Some(p) => p.clone(),
                     None => bin.with_file_name("jailer"),
                 };
@@ -298,7 +305,7 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
             } else {
                 None
             };
-            if cli.net == Net::SbxNet {
+            if cli.spec.net == Net::SbxNet {
                 return Err(Failure::new(
                     "--net sbx-net: only with --backend qemu (the Firecracker tap path is not implemented)",
                 ));
@@ -314,9 +321,9 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
     };
     let files = guestfiles::locate(
         matches!(vmm, Vmm::Firecracker),
-        cli.kernel.as_deref(),
-        cli.initrd.as_deref(),
-        cli.rootfs.as_deref(),
+        cli.spec.kernel.as_deref(),
+        cli.spec.initrd.as_deref(),
+        cli.spec.rootfs.as_deref(),
     )?;
     Ok(Plan {
         vmm,
@@ -326,21 +333,21 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
         kvm,
         files,
         mem,
-        vcpus: cli.vcpus,
+        vcpus: cli.spec.vcpus,
         tmpfs,
         timeout,
         boot_timeout,
         env,
         secrets,
         secret_names,
-        copy_in: cli.copy_in.clone(),
-        copy_out: cli.copy_out.clone(),
+        copy_in: cli.spec.copy_in.clone(),
+        copy_out: cli.spec.copy_out.clone(),
         argv,
-        jail_base: cli.jail_base.clone(),
-        jail_uid: cli.jail_uid,
-        jail_gid: cli.jail_gid,
-        jail_cgroups: crate::jailcg::plan(&cli.jail_cgroup)?,
-        net: cli.net == Net::SbxNet,
+        jail_base: cli.spec.jail_base.clone(),
+        jail_uid: cli.spec.jail_uid,
+        jail_gid: cli.spec.jail_gid,
+        jail_cgroups: crate::jailcg::plan(&cli.spec.jail_cgroup)?,
+        net: cli.spec.net == Net::SbxNet,
         creds,
     })
 }
@@ -383,14 +390,14 @@ pub fn read_secrets(p: &Path) -> Result<(String, Vec<String>), Failure> {
 /// The secrets document from --secrets-from and --secret-env (later wins).
 fn collect_secrets(cli: &Cli) -> Result<(Option<Zeroizing<String>>, Vec<String>), Failure> {
     let mut env = serde_json::Map::new();
-    if let Some(p) = &cli.secrets_from {
+    if let Some(p) = &cli.spec.secrets_from {
         let (doc, _) = read_secrets(p)?;
         let v: serde_json::Value = serde_json::from_str(&doc).unwrap_or_default();
         if let Some(m) = v.get("env").and_then(|e| e.as_object()) {
             env.extend(m.clone());
         }
     }
-    for name in &cli.secret_env {
+    for name in &cli.spec.secret_env {
         if name.is_empty() || name.contains('=') {
             return Err(Failure::new(format!(
                 "--secret-env {name}: not a variable name"
@@ -407,7 +414,7 @@ fn collect_secrets(cli: &Cli) -> Result<(Option<Zeroizing<String>>, Vec<String>)
             }
         }
     }
-    if env.is_empty() && cli.secrets_from.is_none() {
+    if env.is_empty() && cli.spec.secrets_from.is_none() {
         return Ok((None, Vec::new()));
     }
     let names = env.keys().cloned().collect();

@@ -54,8 +54,10 @@ pub struct Running {
 /// document fw_cfg / MMDS deliver, its leases and tokens are renewed while
 /// the VM runs and all revoked when the run ends, however it ends.
 pub fn run(mut plan: Plan) -> Result<i32, Failure> {
+    // Before the sbx-creds runtime's thread: the fork is safe only then.
+    let reaper = crate::firecracker::reaper(&plan)?;
     let Some(cp) = plan.creds.take() else {
-        return run_vm(plan, None);
+        return run_vm(plan, None, reaper);
     };
     let creds = crate::creds::open(cp)?;
     if let Some(sig) = sbx_core::signals::pending_termination() {
@@ -73,7 +75,7 @@ pub fn run(mut plan: Plan) -> Result<i32, Failure> {
         Ok((doc, names)) => {
             plan.secrets = Some(doc);
             plan.secret_names = names;
-            run_vm(plan, Some(&creds))
+            run_vm(plan, Some(&creds), reaper)
         }
         Err(f) => Err(f),
     };
@@ -81,7 +83,13 @@ pub fn run(mut plan: Plan) -> Result<i32, Failure> {
     r
 }
 
-fn run_vm(plan: Plan, creds: Option<&crate::creds::Creds>) -> Result<i32, Failure> {
+/// The VM's run; `reaper` is the jail reaper for Firecracker under the
+/// jailer (released once the jail is cleaned up).
+fn run_vm(
+    plan: Plan,
+    creds: Option<&crate::creds::Creds>,
+    reaper: Option<sbx_core::guardian::Guardian>,
+) -> Result<i32, Failure> {
     let (backend, accel) = match plan.vmm {
         Vmm::Qemu { kvm } => ("qemu", if kvm { "kvm" } else { "tcg" }),
         Vmm::Firecracker => ("firecracker", "kvm"),
@@ -121,7 +129,7 @@ fn run_vm(plan: Plan, creds: Option<&crate::creds::Creds>) -> Result<i32, Failur
             };
             (listener, r)
         }
-        Vmm::Firecracker => crate::firecracker::start(&plan, &rd, &console, &vmm_log)?,
+        Vmm::Firecracker => crate::firecracker::start(&plan, &rd, &console, &vmm_log, reaper)?,
     };
     audit::emit(
         "vm_started",

@@ -521,3 +521,91 @@ fn creds_into_firecracker_mmds() {
     assert!(left.is_empty(), "jail left: {left:?}");
     vm.assert_clean();
 }
+
+/// SIGKILL of sbx-vm while the session's renewal runtime runs (a thread of
+/// its own) and Firecracker runs under the jailer: the jail reaper, forked
+/// before that thread existed, kills the jailed VMM and removes the jail,
+/// the MMDS tap device and the run directory.
+#[test]
+fn sigkill_with_creds_and_the_jailer_the_reaper_cleans_up() {
+    let guest = need_guest!();
+    let fc = Path::new("/opt/sbx-firecracker/bin/firecracker");
+    if !fc.exists() {
+        skip!("Firecracker not installed (scripts/setup)");
+    }
+    if !is_root() {
+        skip!("the jailer needs root");
+    }
+    let b = match bao() {
+        Ok(b) => b,
+        Err(e) => skip!("{e}"),
+    };
+    let token = b.session_token();
+    let vm = Vm::new();
+    let jail_base = vm.tmp.path().join("jail");
+    let mut child = vm_with_creds(&vm, &guest, b, &token)
+        .args([
+            "--backend",
+            "firecracker",
+            "--no-kvm-check",
+            "--firecracker",
+        ])
+        .arg(fc)
+        .arg("--jail-base")
+        .arg(&jail_base)
+        .args(["--secret", "S=secret/x#k", "--ttl", "5m"])
+        .args(["--boot-timeout", "120s", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let guard = KillOnDrop(pid);
+    let ev = wait_event(&vm.audit, Duration::from_secs(60), |e| {
+        e["event"] == "vm_firecracker_started"
+    })
+    .expect("firecracker configured");
+    let root = PathBuf::from(ev["jail_root"].as_str().unwrap());
+    let id = root
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    let tap = ev["tap"].as_str().expect("the MMDS tap").to_string();
+    assert!(Path::new("/sys/class/net").join(&tap).exists());
+    assert_eq!(sbx_vm::firecracker::jailed_pids(&id).len(), 1);
+    // The case at hand: the renewal runtime's thread runs beside sbx-vm's.
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count();
+    assert!(threads >= 2, "sbx-vm has {threads} thread(s)");
+    std::mem::forget(guard);
+    // SAFETY: kill with integer arguments; the child is ours and not yet reaped.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let _ = child.wait();
+    let run_dirs = || {
+        vm.bases()
+            .iter()
+            .flat_map(|b| std::fs::read_dir(b).into_iter().flatten().flatten())
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !sbx_vm::firecracker::jailed_pids(&id).is_empty()
+        || root.parent().unwrap().exists()
+        || Path::new("/sys/class/net").join(&tap).exists()
+        || run_dirs() > 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left after SIGKILL: pids {:?}, jail {}, tap {}, run directories {}",
+            sbx_vm::firecracker::jailed_pids(&id),
+            root.parent().unwrap().exists(),
+            Path::new("/sys/class/net").join(&tap).exists(),
+            run_dirs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    vm.assert_clean();
+}

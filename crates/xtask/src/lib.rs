@@ -21,6 +21,7 @@ pub fn tools() -> Vec<(clap::Command, &'static ManInfo)> {
         (sbx_gitguard::Cli::command(), &sbx_gitguard::MAN),
         (sbx_vm::Cli::command(), &sbx_vm::MAN),
         (sbx_container::Cli::command(), &sbx_container::MAN),
+        (sbx_gvisor::Cli::command(), &sbx_gvisor::MAN),
         (sbx_policy::Cli::command(), &sbx_policy::MAN),
         (sbx_audit::Cli::command(), &sbx_audit::MAN),
         (sbx_doctor::Cli::command(), &sbx_doctor::MAN),

@@ -60,6 +60,25 @@ impl Ids {
     fn owner(&self) -> (u32, u32) {
         (self.uid(self.outer_uid), self.gid(self.outer_gid))
     }
+
+    /// The attributes as sent to the kernel. An id the mount's user
+    /// namespace cannot map makes the kernel refuse every write to the
+    /// node with EACCES before asking the server (the VFS will not write
+    /// back an owner it cannot represent): a write to a protected file of a
+    /// root-group project would fail with no alert. Such ids are shown as
+    /// the sandbox's own; the server still refuses the write, and sees it.
+    /// Permission checks (`Server::may`) keep the unmapped view.
+    fn shown(&self, mut a: Attr) -> Attr {
+        if self.userns {
+            if a.uid == OVERFLOW_ID {
+                a.uid = self.inner_uid;
+            }
+            if a.gid == OVERFLOW_ID {
+                a.gid = self.inner_gid;
+            }
+        }
+        a
+    }
 }
 
 /// What a node id stands for.
@@ -319,7 +338,7 @@ impl Server {
             }
             op::GETATTR => {
                 let (a, valid) = self.attr(r.nodeid)?;
-                Ok(Some(proto::attr_out(valid, &a)))
+                Ok(Some(proto::attr_out(valid, &self.ids.shown(a))))
             }
             op::READLINK => match self.class(r.nodeid).ok_or(libc::ENOENT)? {
                 Class::Pass(_, fd) => {
@@ -542,7 +561,7 @@ impl Server {
                 let id = top_id(g, dir);
                 self.nodes.insert(id, Node::Top { g, dir });
                 let (a, valid) = self.attr(id)?;
-                return Ok(proto::entry_out(id, valid, &a));
+                return Ok(proto::entry_out(id, valid, &self.ids.shown(a)));
             }
             Class::Deny(p) => {
                 self.deny(&p.join(OsStr::from_bytes(name)), "lookup", pid);
@@ -591,7 +610,7 @@ impl Server {
                 id
             }
         };
-        Ok(proto::entry_out(id, VALID_PASS, &a))
+        Ok(proto::entry_out(id, VALID_PASS, &self.ids.shown(a)))
     }
 
     fn new_handle(&mut self, h: Handle) -> u64 {

@@ -1,0 +1,3 @@
+fn main() {
+    sbx_gvisor::main()
+}
