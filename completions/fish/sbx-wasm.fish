@@ -4,6 +4,8 @@ complete -c sbx-wasm -l ro -d 'Preopen DIR read-only as GUEST (default: DIR\'s c
 complete -c sbx-wasm -l rw -d 'Preopen DIR writable as GUEST (default: DIR\'s canonical path)' -r
 complete -c sbx-wasm -l setenv -d 'Set K to V in the module\'s environment' -r
 complete -c sbx-wasm -l pass-env -d 'Pass the caller\'s variable NAME too, or every variable whose name starts with PREFIX (a secret-looking name only when named exactly)' -r
+complete -c sbx-wasm -l allow -d 'Let a component\'s outgoing HTTP (wasi:http) reach a DNS name (or *.domain, or an IP literal) on PORTS (default 80,443): sbx-net\'s --allow syntax and matcher. Without any, no request leaves. Repeat' -r
+complete -c sbx-wasm -l allow-file -d 'Read --allow entries from FILE, one per line (# comments)' -r -F
 complete -c sbx-wasm -l memory -d 'Largest size of each linear memory' -r
 complete -c sbx-wasm -l timeout -d 'End the run after DURATION (exit 124)' -r
 complete -c sbx-wasm -l fuel -d 'Give the module N units of fuel, about one per instruction (exit 124 when it runs out)' -r

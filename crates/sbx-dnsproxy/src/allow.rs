@@ -165,22 +165,8 @@ pub fn normalize_name(s: &str) -> Result<String, String> {
     Ok(ascii)
 }
 
-/// Whether `label` (one wire-format label) holds only bytes a hostname
-/// label may hold: ASCII letters, digits, '-' and '_', 1 to 63 of them.
-pub fn is_hostname_label(label: &[u8]) -> bool {
-    (1..=63).contains(&label.len())
-        && label
-            .iter()
-            .all(|&c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
-}
-
-/// Whether `name` (dotted, no trailing dot) is made of hostname labels
-/// only, so that splitting it on '.' gives exactly its wire labels.
-pub fn is_hostname(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|l| is_hostname_label(l.as_bytes()))
-}
+// The hostname rules are sbx-allow's (the allowlist matcher uses them too).
+pub use sbx_allow::{is_hostname, is_hostname_label};
 
 /// The lower-case dotted form of a parsed name, built from its wire
 /// labels; `None` when a label holds a byte that is not a hostname

@@ -8,7 +8,8 @@
 //! connection from its original destination, connects out itself and
 //! splices. See docs/net.md.
 
-pub mod allow;
+/// The allowlist is the sbx-allow crate (sbx-wasm matches with it too).
+pub use sbx_allow as allow;
 pub mod dns;
 pub mod gateway;
 pub mod http;

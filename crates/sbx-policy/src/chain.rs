@@ -341,31 +341,13 @@ pub const WRITE_QUOTA: &str = "2G";
 pub const WRITE_INODES: &str = "500000";
 
 /// The plugin tier: sbx-wasm with the directory grants as preopens (at
-/// their own paths), the memory limit and the wall clock.
+/// their own paths), the policy's domains as its wasi:http allowlist, the
+/// memory limit and the wall clock.
 fn plugin(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainError> {
     let bin = need("sbx-wasm", "the plugin tier (sbx-wasm)", o)?;
+    let (spec, skipped) = wasm_spec(p);
     let mut l = vec![os(bin)];
-    let mut skipped = Vec::new();
-    for (flag, list) in [("--rw", &p.rw), ("--ro", &p.ro)] {
-        for r in list {
-            if r.is_dir() {
-                l.push(os(flag));
-                l.push(os(format!("{0}:{0}", r.display())));
-            } else {
-                skipped.push(r.display().to_string());
-            }
-        }
-    }
-    for k in &p.pass_env {
-        l.push(os("--pass-env"));
-        l.push(os(k));
-    }
-    l.extend([
-        os("--memory"),
-        os(&p.limits.memory),
-        os("--timeout"),
-        os(&p.limits.timeout),
-    ]);
+    l.extend(spec.args());
     if let Some(x) = &o.layers
         && layer_sections(x)?.iter().any(|s| s == "sbx-wasm")
     {
@@ -373,7 +355,15 @@ fn plugin(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainError>
         l.push(os(x));
     }
     let mut notes = vec![
-        "CMD is a WebAssembly module (WASI preview 1): directory grants are its preopens, inside sbx-fs (deny list and invariants hold); no network; no processes, so the Bash rules have nothing to run".into(),
+        "CMD is a WebAssembly module (WASI preview 1) or component (preview 2): directory grants are its preopens, inside sbx-fs (deny list and invariants hold); no processes, so the Bash rules have nothing to run".into(),
+        if p.net_allow.is_empty() {
+            "no network: no domain is allowed".into()
+        } else {
+            format!(
+                "network: a component's outgoing HTTP (wasi:http) to the allowed domains only ({}), checked with sbx-net's allowlist; no sockets",
+                p.net_allow.join(", ")
+            )
+        },
     ];
     if !skipped.is_empty() {
         notes.push(format!(
@@ -560,6 +550,31 @@ pub fn seccomp_spec(p: &Policy, cmd: &[OsString]) -> SeccompSpec {
         allow_exec: exec_files(p, cmd).unwrap_or_default(),
         ..SeccompSpec::default()
     }
+}
+
+/// sbx-wasm for the plugin tier: the directory grants as preopens at
+/// their own paths (grants that are not directories are returned apart:
+/// WASI preopens directories), the environment names, the policy's
+/// domains as the wasi:http allowlist, memory and the wall clock.
+pub fn wasm_spec(p: &Policy) -> (sbx_spec::WasmSpec, Vec<String>) {
+    let mut spec = sbx_spec::WasmSpec {
+        pass_env: p.pass_env.clone(),
+        allow: p.net_allow.clone(),
+        memory: p.limits.memory.clone(),
+        timeout: Some(p.limits.timeout.clone()),
+        ..sbx_spec::WasmSpec::default()
+    };
+    let mut skipped = Vec::new();
+    for (list, to) in [(&p.rw, &mut spec.rw), (&p.ro, &mut spec.ro)] {
+        for r in list {
+            if r.is_dir() {
+                to.push(os(format!("{0}:{0}", r.display())));
+            } else {
+                skipped.push(r.display().to_string());
+            }
+        }
+    }
+    (spec, skipped)
 }
 
 /// sbx-net with the policy's allowed domains (the low-trust chain and the

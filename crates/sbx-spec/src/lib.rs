@@ -23,6 +23,7 @@ pub mod gvisor;
 pub mod net;
 pub mod seccomp;
 pub mod vm;
+pub mod wasm;
 
 pub use cgroup::CgroupSpec;
 pub use container::ContainerSpec;
@@ -32,6 +33,7 @@ pub use gvisor::GvisorSpec;
 pub use net::NetSpec;
 pub use seccomp::{DenyAction, Profile, SeccompSpec};
 pub use vm::VmSpec;
+pub use wasm::WasmSpec;
 
 /// One layer of a chain: a tool and its spec.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

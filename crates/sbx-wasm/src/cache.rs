@@ -1,4 +1,4 @@
-//! Compiled modules, cached in sbx's per-user registry directory so a
+//! Compiled modules and components, cached in sbx's per-user registry directory so a
 //! second run skips compilation.
 //!
 //! Key: the SHA-256 of the module's bytes and the engine's compatibility
@@ -12,7 +12,9 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use wasmtime::{Engine, Module};
+use wasmtime::Engine;
+
+use crate::engine::Program;
 
 /// Largest artifact read back (a module bigger than this is compiled).
 const ARTIFACT_CAP: u64 = 1 << 30;
@@ -59,7 +61,7 @@ pub fn hex(b: &[u8]) -> String {
 /// (not a symlink) of ours that nobody else can write, whose trailing
 /// SHA-256 matches its content. `Ok(None)` when absent or not valid (it
 /// is then compiled and written again).
-pub fn load(engine: &Engine, path: &Path) -> io::Result<Option<Module>> {
+pub fn load(engine: &Engine, path: &Path) -> io::Result<Option<Program>> {
     let mut f = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -89,7 +91,7 @@ pub fn load(engine: &Engine, path: &Path) -> io::Result<Option<Module>> {
     // its content matches the SHA-256 stored with it, so it is what we
     // wrote and not half-written or damaged. Someone able to write it
     // already runs code as the caller.
-    match unsafe { Module::deserialize(engine, art) } {
+    match unsafe { Program::deserialize(engine, art) } {
         Ok(m) => Ok(Some(m)),
         Err(_) => Ok(None),
     }

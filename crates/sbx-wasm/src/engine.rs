@@ -4,14 +4,20 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
-use wasmtime::{Config, Engine, Linker, Module, ResourceLimiter, Store, Trap};
+use wasmtime::component::{self, Component, ResourceTable};
+use wasmtime::{Config, Engine, Linker, Module, Precompiled, ResourceLimiter, Store, Trap};
 use wasmtime_wasi::p1::{self, WasiP1Ctx};
-use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
+use wasmtime_wasi::p2::bindings::sync::Command;
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+use sbx_allow::Policy;
 use sbx_core::{Severity, audit};
+
+use crate::egress::Egress;
 
 /// A trap (unreachable, out-of-bounds access, stack overflow, ...) or a
 /// module that cannot be instantiated within the limits: what an aborting
@@ -74,13 +80,43 @@ struct Hits {
     table: bool,
 }
 
-struct State {
-    wasi: WasiP1Ctx,
+/// A store's data: the WASI state of the guest's kind (preview 1 for a
+/// core module, [`P2`] for a component) and the limits.
+struct State<W> {
+    wasi: W,
     limits: Limits,
     hits: Hits,
 }
 
-impl ResourceLimiter for State {
+/// A component's WASI state: preview 2 and wasi:http, whose every outgoing
+/// request goes through [`Egress`].
+struct P2 {
+    ctx: WasiCtx,
+    table: ResourceTable,
+    http: WasiHttpCtx,
+    egress: Egress,
+}
+
+impl WasiView for State<P2> {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi.ctx,
+            table: &mut self.wasi.table,
+        }
+    }
+}
+
+impl WasiHttpView for State<P2> {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.wasi.http,
+            table: &mut self.wasi.table,
+            hooks: &mut self.wasi.egress,
+        }
+    }
+}
+
+impl<W: Send> ResourceLimiter for State<W> {
     fn memory_growing(
         &mut self,
         current: usize,
@@ -210,17 +246,83 @@ fn werr(op: &'static str) -> impl Fn(wasmtime::Error) -> EngineError {
     }
 }
 
-/// Runs `module`'s `_start` with the guest's view and the limits.
+/// What runs: a core module (a WASI preview-1 command) or a component (a
+/// WASI preview-2 command, which may use wasi:http).
+pub enum Program {
+    Module(Module),
+    Component(Component),
+}
+
+/// Whether `bytes` (a binary that starts with `\0asm`) is a component:
+/// its version field's layer is 1 (a core module's is 0).
+pub fn is_component(bytes: &[u8]) -> bool {
+    bytes.get(6..8) == Some(&[1, 0])
+}
+
+impl Program {
+    pub fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
+        Ok(if is_component(bytes) {
+            Program::Component(Component::new(engine, bytes)?)
+        } else {
+            Program::Module(Module::new(engine, bytes)?)
+        })
+    }
+
+    pub fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
+        match self {
+            Program::Module(m) => m.serialize(),
+            Program::Component(c) => c.serialize(),
+        }
+    }
+
+    /// Loads a precompiled artifact of either kind.
+    ///
+    /// # Safety
+    /// As `Module::deserialize`: `art` must be an artifact this wasmtime
+    /// produced (it checks the version and settings, not the code).
+    pub unsafe fn deserialize(engine: &Engine, art: &[u8]) -> wasmtime::Result<Self> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe {
+            Ok(match Engine::detect_precompiled(art) {
+                Some(Precompiled::Component) => {
+                    Program::Component(Component::deserialize(engine, art)?)
+                }
+                _ => Program::Module(Module::deserialize(engine, art)?),
+            })
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Program::Module(_) => "module",
+            Program::Component(_) => "component",
+        }
+    }
+}
+
+/// A host call that blocks (a sleep, a wait on a socket) sees no epoch:
+/// when the run has not ended this long after --timeout, the process ends.
+const TIMEOUT_GRACE: Duration = Duration::from_secs(2);
+
+/// Runs `program` (a module's `_start`, a component's `wasi:cli/run`)
+/// with the guest's view, the limits and, for a component's wasi:http,
+/// the egress allowlist.
 pub fn run(
     engine: &Engine,
-    module: &Module,
+    program: &Program,
     guest: &Guest,
     limits: &Limits,
+    allow: &Policy,
 ) -> Result<Ran, EngineError> {
     let mut b = WasiCtxBuilder::new();
     b.inherit_stdio().args(&guest.args).envs(&guest.env);
     // WASI calls run on this thread: no thread pool for file I/O.
     b.allow_blocking_current_thread(true);
+    // No wasi:sockets: no TCP, no UDP, no name lookup, no address.
+    b.allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }));
     for p in &guest.preopens {
         let perms = if p.writable {
             FsPerms::ReadWrite
@@ -234,65 +336,116 @@ pub fn run(
                 msg: format!("{e:#}"),
             })?;
     }
-    let state = State {
-        wasi: b.build_p1(),
-        limits: limits.clone(),
-        hits: Hits::default(),
-    };
-    let mut linker: Linker<State> = Linker::new(engine);
-    p1::add_to_linker_sync(&mut linker, |s: &mut State| &mut s.wasi)
-        .map_err(werr("linking WASI"))?;
-    let mut store = Store::new(engine, state);
-    store.limiter(|s| s as &mut dyn ResourceLimiter);
-    if let Some(f) = limits.fuel {
-        store.set_fuel(f).map_err(werr("setting fuel"))?;
-    }
-    // One epoch tick ends the run: the ticker thread advances the epoch
-    // once, when the timeout has elapsed.
-    store.set_epoch_deadline(1);
     let done = Arc::new(AtomicBool::new(false));
     if let Some(t) = limits.timeout {
-        let (engine, done) = (engine.clone(), done.clone());
+        let (engine, done, limits) = (engine.clone(), done.clone(), limits.clone());
         std::thread::Builder::new()
             .name("sbx-wasm-timeout".into())
             .spawn(move || {
                 std::thread::sleep(t);
-                if !done.load(Ordering::Relaxed) {
-                    engine.increment_epoch();
+                if done.load(Ordering::Relaxed) {
+                    return;
                 }
+                // The running code traps at its next check.
+                engine.increment_epoch();
+                let t1 = Instant::now();
+                while t1.elapsed() < TIMEOUT_GRACE {
+                    std::thread::sleep(Duration::from_millis(20));
+                    if done.load(Ordering::Relaxed) {
+                        return;
+                    }
+                }
+                std::process::exit(Outcome::Timeout.report(&limits));
             })
             .map_err(|e| EngineError::Wasmtime {
                 op: "starting the timeout thread",
                 msg: e.to_string(),
             })?;
     }
-    let t0 = std::time::Instant::now();
-    let ran = |outcome, instantiate, store: &Store<State>| Ran {
+    // Waits of the HTTP client end a little after the timeout, so that
+    // the guest is back in its own code, where the epoch ends it.
+    let deadline = limits
+        .timeout
+        .map(|t| Instant::now() + t + TIMEOUT_GRACE / 2);
+    let r = match program {
+        Program::Module(m) => run_module(engine, m, b.build_p1(), limits),
+        Program::Component(c) => {
+            let wasi = P2 {
+                ctx: b.build(),
+                table: ResourceTable::new(),
+                http: WasiHttpCtx::new(),
+                egress: Egress {
+                    policy: allow.clone(),
+                    deadline,
+                },
+            };
+            run_component(engine, c, wasi, limits)
+        }
+    };
+    done.store(true, Ordering::Relaxed);
+    r
+}
+
+/// A store for one run: the limits, the fuel, and the epoch deadline (one
+/// tick ends the run: the timeout thread advances the epoch once).
+fn store<W: Send>(
+    engine: &Engine,
+    wasi: W,
+    limits: &Limits,
+) -> Result<Store<State<W>>, EngineError> {
+    let state = State {
+        wasi,
+        limits: limits.clone(),
+        hits: Hits::default(),
+    };
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| s as &mut dyn ResourceLimiter);
+    if let Some(f) = limits.fuel {
+        store.set_fuel(f).map_err(werr("setting fuel"))?;
+    }
+    store.set_epoch_deadline(1);
+    Ok(store)
+}
+
+fn ran<W>(outcome: Outcome, instantiate: Option<Duration>, store: &Store<State<W>>) -> Ran {
+    Ran {
         outcome,
         instantiate,
-        fuel_used: limits
+        fuel_used: store
+            .data()
+            .limits
             .fuel
             .and_then(|f| Some(f.saturating_sub(store.get_fuel().ok()?))),
-    };
+    }
+}
+
+/// Why instantiation failed: a limit (the guest's doing, an alert) or
+/// anything else (an import sbx-wasm does not provide: it cannot run here).
+fn not_instantiated(e: wasmtime::Error) -> Result<Outcome, EngineError> {
+    classify(e).or_else(|e| {
+        let msg = format!("{e:#}");
+        if msg.contains("limit") {
+            Ok(Outcome::Refused(msg))
+        } else {
+            Err(EngineError::NotRunnable(format!("instantiating: {msg}")))
+        }
+    })
+}
+
+fn run_module(
+    engine: &Engine,
+    module: &Module,
+    wasi: WasiP1Ctx,
+    limits: &Limits,
+) -> Result<Ran, EngineError> {
+    let mut linker: Linker<State<WasiP1Ctx>> = Linker::new(engine);
+    p1::add_to_linker_sync(&mut linker, |s: &mut State<WasiP1Ctx>| &mut s.wasi)
+        .map_err(werr("linking WASI"))?;
+    let mut store = store(engine, wasi, limits)?;
+    let t0 = Instant::now();
     let instance = match linker.instantiate(&mut store, module) {
         Ok(i) => i,
-        Err(e) => {
-            let o = classify(e).or_else(|e| {
-                // A limit refused at instantiation (a memory minimum
-                // beyond --memory, too many instances, tables or
-                // memories): the module's doing, an alert; anything else
-                // (an import sbx-wasm does not provide) cannot run here.
-                let msg = format!("{e:#}");
-                if msg.contains("limit") {
-                    Ok(Outcome::Refused(msg))
-                } else {
-                    Err(EngineError::NotRunnable(format!(
-                        "instantiating the module: {msg}"
-                    )))
-                }
-            })?;
-            return Ok(ran(o, None, &store));
-        }
+        Err(e) => return Ok(ran(not_instantiated(e)?, None, &store)),
     };
     let instantiated = t0.elapsed();
     let start = instance
@@ -302,11 +455,37 @@ pub fn run(
                 "the module exports no function _start (not a WASI command)".into(),
             )
         })?;
-    let r = start.call(&mut store, ());
-    done.store(true, Ordering::Relaxed);
-    let o = match r {
+    let o = match start.call(&mut store, ()) {
         Ok(()) => Outcome::Exit(0),
         Err(e) => classify(e).map_err(werr("running the module"))?,
+    };
+    Ok(ran(o, Some(instantiated), &store))
+}
+
+fn run_component(
+    engine: &Engine,
+    component: &Component,
+    wasi: P2,
+    limits: &Limits,
+) -> Result<Ran, EngineError> {
+    let mut linker: component::Linker<State<P2>> = component::Linker::new(engine);
+    // WASI preview 2 (its sockets are disabled in the context) and
+    // wasi:http (every request through Egress).
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(werr("linking WASI"))?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)
+        .map_err(werr("linking wasi:http"))?;
+    let mut store = store(engine, wasi, limits)?;
+    let t0 = Instant::now();
+    let command = match Command::instantiate(&mut store, component, &linker) {
+        Ok(c) => c,
+        Err(e) => return Ok(ran(not_instantiated(e)?, None, &store)),
+    };
+    let instantiated = t0.elapsed();
+    let o = match command.wasi_cli_run().call_run(&mut store) {
+        Ok(Ok(())) => Outcome::Exit(0),
+        // run returned an error: what the wasmtime CLI gives, 1.
+        Ok(Err(())) => Outcome::Exit(1),
+        Err(e) => classify(e).map_err(werr("running the component"))?,
     };
     Ok(ran(o, Some(instantiated), &store))
 }

@@ -1,7 +1,9 @@
 //! sbx-wasm: the plugin tier. Runs a WebAssembly module (a WASI preview-1
-//! command) in wasmtime: instruction-level isolation, the directories
+//! command) or component (a WASI preview-2 command) in wasmtime: instruction-level isolation, the directories
 //! granted as WASI preopens and nothing else of the host, the environment
-//! and arguments passed, memory, time, fuel, table and instance limits.
+//! and arguments passed, memory, time, fuel, table and instance limits,
+//! and for a component outgoing HTTP (wasi:http) to allowlisted hosts only
+//! (sbx-net's allowlist code; see [`egress`]).
 //!
 //! Without grants the module runs in this process. With grants, sbx-wasm
 //! becomes `sbx-fs [the grants] -- sbx-wasm --inner ...`: the engine runs
@@ -11,6 +13,7 @@
 //! preopens are those binds. See docs/wasm.md.
 
 pub mod cache;
+pub mod egress;
 pub mod engine;
 
 use std::ffi::{OsStr, OsString};
@@ -38,9 +41,11 @@ const ENV_PREFIX: &str = "SBX_WASM_ENV_";
 const MODULE_CAP: u64 = 256 << 20;
 
 pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
-    about: "Runs MODULE, a WebAssembly module that is a WASI (preview 1) command, in the wasmtime engine: the \
-plugin tier. The module reaches nothing of the host but the directories granted with --ro and --rw (WASI \
-preopens), its arguments, the environment passed and stdin, stdout and stderr; it has no network. Its \
+    about: "Runs MODULE, a WebAssembly module that is a WASI preview-1 command or a component that is a WASI \
+preview-2 command, in the wasmtime engine: the plugin tier. The module reaches nothing of the host but the \
+directories granted with --ro and --rw (WASI preopens), its arguments, the environment passed and stdin, \
+stdout and stderr; it has no sockets, and a component's outgoing HTTP (wasi:http) reaches only the hosts \
+allowed with --allow (none by default). Its \
 memory, run time (--timeout, wall clock), instruction budget (--fuel), tables and instances are bounded, \
 and a trap or a limit hit is an audit alert with its own exit status. Compiled modules are cached, so a \
 second run starts in microseconds.",
@@ -52,8 +57,9 @@ as with the wasmtime CLI) or could not be instantiated within the limits (a memo
 more tables, memories or instances than allowed; alert wasm_instantiate_refused). A memory.grow beyond \
 --memory fails inside the module (malloc returns NULL; alert wasm_limit): what the module does then decides \
 its status. 125 when sbx-wasm itself failed (bad usage, a grant that is not a directory, set-up refused), \
-with one line on stderr. 126 when MODULE exists but cannot run (not readable, not WebAssembly, an import \
-sbx-wasm does not provide, no _start), 127 when MODULE does not exist. With grants, sbx-fs's statuses \
+with one line on stderr. 1 when a component's wasi:cli/run returns an error (as with the wasmtime CLI). \
+126 when MODULE exists but cannot run (not readable, not WebAssembly, an import sbx-wasm does not provide, \
+no _start, a component that does not export wasi:cli/run), 127 when MODULE does not exist. With grants, sbx-fs's statuses \
 apply to its own failures (125).",
     inherited_state: "The module inherits only what WASI gives it: its arguments (MODULE as argv[0], then ARGS), \
 the environment built below (see ENVIRONMENT), stdin, stdout and stderr of sbx-wasm, the preopened directories, \
@@ -94,12 +100,21 @@ checksum; otherwise the module is compiled again. --no-cache compiles and rewrit
         ),
         (
             "NETWORK",
-            "None. The module is given no socket and no WASI network interface (wasi:sockets, wasi:http are not \
-provided); sbx-net around sbx-wasm changes nothing for it.",
+            "None by default. A core module (preview 1) has no network interface at all. A component (preview 2) \
+is given wasi:sockets with TCP, UDP and name lookup disabled (every use fails), and wasi:http's outgoing \
+handler, whose every request is checked before anything is resolved or connected: the target (scheme http \
+or https, host, port: 80 or 443 by default) must be allowed by --allow NAME[:PORTS] (or --allow-file), the \
+syntax and matcher of sbx-net (*.domain for subdomains, PORTS 80,443 by default). A host written as an IP \
+address is allowed only by an address entry (--allow 127.0.0.1:8080), never by a name; a name is resolved \
+only when allowed; an authority with user information is refused. A refused request fails in the module \
+with the wasi:http error HTTP-request-denied and is an alert net_denied (dst, port, scheme, reason); an \
+allowed one is net_allowed. Waits for a response end at --timeout. The host's resolver answers allowed \
+names: run sbx-wasm inside sbx-net to add its DNS filtering (rebinding) and its gateway.",
         ),
         (
             "AUDIT",
-            "wasm_start (info: module, sha256, cached, preopens, limits), wasm_end (info: status, outcome, \
+            "wasm_start (info: module, kind module or component, sha256, cached, preopens, allow, limits), net_allowed \
+(info) and net_denied (alert: dst, port, scheme, reason) for a component's requests, wasm_end (info: status, outcome, \
 load_us, instantiate_us, fuel_used). Alerts: wasm_trap (trap), wasm_timeout (timeout_ms), \
 wasm_fuel_exhausted (fuel), wasm_limit (limit memory or table_elements, max, desired; once per kind), \
 wasm_instantiate_refused (error). With grants, sbx-fs's events (start, end, fs_denied, fs_write_denied ...) \
@@ -120,60 +135,8 @@ pub struct Cli {
     #[command(flatten)]
     pub common: CommonArgs,
 
-    /// Preopen DIR read-only as GUEST (default: DIR's canonical path).
-    #[arg(long, value_name = "DIR[:GUEST]")]
-    pub ro: Vec<OsString>,
-
-    /// Preopen DIR writable as GUEST (default: DIR's canonical path).
-    #[arg(long, value_name = "DIR[:GUEST]")]
-    pub rw: Vec<OsString>,
-
-    /// Set K to V in the module's environment.
-    #[arg(long, value_name = "K=V")]
-    pub setenv: Vec<OsString>,
-
-    /// Pass the caller's variable NAME too, or every variable whose name
-    /// starts with PREFIX (a secret-looking name only when named exactly).
-    #[arg(long, value_name = "NAME|PREFIX*")]
-    pub pass_env: Vec<String>,
-
-    /// Largest size of each linear memory.
-    #[arg(long, value_name = "SIZE", default_value = "1G")]
-    pub memory: String,
-
-    /// End the run after DURATION (exit 124).
-    #[arg(long, value_name = "DURATION")]
-    pub timeout: Option<String>,
-
-    /// Give the module N units of fuel, about one per instruction (exit 124
-    /// when it runs out).
-    #[arg(long, value_name = "N")]
-    pub fuel: Option<u64>,
-
-    /// Native stack WebAssembly may use (a deeper recursion traps).
-    #[arg(long, value_name = "SIZE", default_value = "512K")]
-    pub max_stack: String,
-
-    /// Largest number of elements of each table.
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
-    pub max_table_elements: u64,
-
-    /// Largest number of tables.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub max_tables: usize,
-
-    /// Largest number of linear memories.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub max_memories: usize,
-
-    /// Largest number of instances.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub max_instances: usize,
-
-    /// Compile the module even when a cached compilation exists (and
-    /// replace it).
-    #[arg(long)]
-    pub no_cache: bool,
+    #[command(flatten)]
+    pub spec: sbx_spec::WasmSpec,
 
     /// (internal) Run inside sbx-fs: the artifact and preopens are given.
     #[arg(long, hide = true)]
@@ -219,10 +182,11 @@ struct Grant {
 fn grants(cli: &Cli) -> Result<Vec<Grant>, Failure> {
     let mut out = Vec::new();
     let all = cli
+        .spec
         .ro
         .iter()
         .map(|r| ("--ro", r, false))
-        .chain(cli.rw.iter().map(|r| ("--rw", r, true)));
+        .chain(cli.spec.rw.iter().map(|r| ("--rw", r, true)));
     for (flag, raw, rw) in all {
         let b = sbx_fs::spec::parse_bind(flag, raw, rw)?;
         let shown = b.src.display().to_string();
@@ -248,11 +212,40 @@ fn grants(cli: &Cli) -> Result<Vec<Grant>, Failure> {
     Ok(out)
 }
 
+/// The egress allowlist of a component's wasi:http: --allow and the
+/// --allow-file entries, parsed by sbx-net's own code.
+fn allowlist(spec: &sbx_spec::WasmSpec) -> Result<Vec<sbx_allow::Entry>, Failure> {
+    let mut out = Vec::new();
+    for a in &spec.allow {
+        out.push(sbx_allow::parse_allow("--allow", a).map_err(|e| Failure::new(e.to_string()))?);
+    }
+    for f in &spec.allow_file {
+        out.extend(sbx_allow::read_allow_file(f).map_err(|e| Failure::new(e.to_string()))?);
+    }
+    Ok(out)
+}
+
+fn policy(entries: &[sbx_allow::Entry]) -> sbx_allow::Policy {
+    let mut p = sbx_allow::Policy::default();
+    for e in entries {
+        p.add(e.clone());
+    }
+    p
+}
+
+/// An entry as --allow takes it again.
+fn entry_arg(e: &sbx_allow::Entry) -> String {
+    match e {
+        sbx_allow::Entry::Name(n) => format!("{}:{}", n.dns_entry(), n.ports),
+        sbx_allow::Entry::Cidr(c) => c.to_string(),
+    }
+}
+
 fn limits(cli: &Cli) -> Result<(EngineOpts, Limits), Failure> {
     let size = |flag: &'static str, v: &str| sbx_fs::spec::parse_size_flag(flag, v);
-    let memory = size("--memory", &cli.memory)?;
-    let max_stack = size("--max-stack", &cli.max_stack)?;
-    let timeout = match &cli.timeout {
+    let memory = size("--memory", &cli.spec.memory)?;
+    let max_stack = size("--max-stack", &cli.spec.max_stack)?;
+    let timeout = match &cli.spec.timeout {
         Some(t) => Some(
             sbx_core::units::parse_duration(t)
                 .ok()
@@ -265,26 +258,26 @@ fn limits(cli: &Cli) -> Result<(EngineOpts, Limits), Failure> {
         ),
         None => None,
     };
-    if cli.fuel == Some(0) {
+    if cli.spec.fuel == Some(0) {
         return Err(Failure::new("--fuel 0: the budget must be at least 1"));
     }
     let max_stack = usize::try_from(max_stack)
         .ok()
         .filter(|s| *s <= 1 << 30)
-        .ok_or_else(|| Failure::new(format!("--max-stack '{}': at most 1G", cli.max_stack)))?;
+        .ok_or_else(|| Failure::new(format!("--max-stack '{}': at most 1G", cli.spec.max_stack)))?;
     Ok((
         EngineOpts {
-            fuel: cli.fuel.is_some(),
+            fuel: cli.spec.fuel.is_some(),
             max_stack,
         },
         Limits {
             memory,
-            table_elements: cli.max_table_elements,
-            instances: cli.max_instances,
-            tables: cli.max_tables,
-            memories: cli.max_memories,
+            table_elements: cli.spec.max_table_elements,
+            instances: cli.spec.max_instances,
+            tables: cli.spec.max_tables,
+            memories: cli.spec.max_memories,
             timeout,
-            fuel: cli.fuel,
+            fuel: cli.spec.fuel,
         },
     ))
 }
@@ -296,7 +289,7 @@ fn guest_env(cli: &Cli) -> Result<Vec<(String, String)>, Failure> {
         keep_all: false,
         pass: Vec::new(),
     };
-    for p in &cli.pass_env {
+    for p in &cli.spec.pass_env {
         policy.pass.push(
             sbx_core::envpolicy::parse_pass("--pass-env", p)
                 .map_err(|e| Failure::new(e.to_string()))?,
@@ -308,7 +301,7 @@ fn guest_env(cli: &Cli) -> Result<Vec<(String, String)>, Failure> {
     let filtered = sbx_core::envpolicy::filter(sbx_core::chain::current_env(), &policy);
     sbx_core::envpolicy::report(TOOL, &filtered);
     let mut env = filtered.env.clone();
-    for s in &cli.setenv {
+    for s in &cli.spec.setenv {
         match sbx_fs::spec::parse_setenv(s)? {
             sbx_fs::spec::EnvOp::Set(k, v) => sbx_core::chain::set_env(&mut env, k, v),
             sbx_fs::spec::EnvOp::Unset(k) => sbx_core::chain::unset_env(&mut env, &k),
@@ -359,14 +352,14 @@ fn read_module(path: &Path) -> Result<Vec<u8>, Failure> {
     Ok(bytes)
 }
 
-/// The compiled module, from the cache or compiled now (and cached). Also
-/// returns the cache file and whether it was a hit.
+/// The compiled module or component, from the cache or compiled now (and
+/// cached). Also returns the cache file and whether it was a hit.
 fn compile(
     engine: &wasmtime::Engine,
     path: &Path,
     bytes: &[u8],
     no_cache: bool,
-) -> Result<(wasmtime::Module, Option<PathBuf>, bool), Failure> {
+) -> Result<(engine::Program, Option<PathBuf>, bool), Failure> {
     let file = cache::dir().map(|d| d.join(cache::key(engine, bytes)));
     if !no_cache
         && let Some(f) = &file
@@ -374,7 +367,7 @@ fn compile(
     {
         return Ok((m, file, true));
     }
-    let m = wasmtime::Module::new(engine, bytes).map_err(|e| {
+    let m = engine::Program::compile(engine, bytes).map_err(|e| {
         Failure::with_code(
             sbx_core::exit::NOT_EXECUTABLE,
             format!("{}: not valid WebAssembly: {e:#}", path.display()),
@@ -394,6 +387,7 @@ fn compile(
 fn run(cli: Cli) -> Result<i32, Failure> {
     let grants = grants(&cli)?;
     let (opts, limits) = limits(&cli)?;
+    let allow = allowlist(&cli.spec)?;
     let env = guest_env(&cli)?;
     let args = guest_args(&cli.cmd)?;
     let module_path = PathBuf::from(&cli.cmd[0]);
@@ -402,7 +396,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let t0 = Instant::now();
     let engine =
         engine::engine(opts).map_err(|e| Failure::new(format!("wasmtime engine: {e:#}")))?;
-    let (module, artifact, cached) = compile(&engine, &module_path, &bytes, cli.no_cache)?;
+    let (module, artifact, cached) = compile(&engine, &module_path, &bytes, cli.spec.no_cache)?;
     let load = t0.elapsed();
     if grants.is_empty() {
         let guest = Guest {
@@ -415,6 +409,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             &module,
             &guest,
             &limits,
+            &policy(&allow),
             &module_path,
             &sha,
             cached,
@@ -426,7 +421,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         Failure::new("no module cache directory (sbx's registry is unusable): grants need one")
     })?;
     drop(module);
-    reexec_in_fs(&cli, &grants, &artifact, &sha, &env)
+    reexec_in_fs(&cli, &grants, &allow, &artifact, &sha, &env)
 }
 
 fn sha2_digest(b: &[u8]) -> Vec<u8> {
@@ -439,6 +434,7 @@ fn sha2_digest(b: &[u8]) -> Vec<u8> {
 fn reexec_in_fs(
     cli: &Cli,
     grants: &[Grant],
+    allow: &[sbx_allow::Entry],
     artifact: &Path,
     sha: &str,
     guest_env: &[(String, String)],
@@ -473,22 +469,19 @@ fn reexec_in_fs(
         inner.push(format!("{}:{at}:{}", if g.rw { "rw" } else { "ro" }, g.guest).into());
     }
     argv.extend(["--chdir".into(), "/".into()]);
-    let pass = |flag: &str, v: String| [OsString::from(flag), OsString::from(v)];
-    inner.extend(pass("--memory", cli.memory.clone()));
-    inner.extend(pass("--max-stack", cli.max_stack.clone()));
-    inner.extend(pass(
-        "--max-table-elements",
-        cli.max_table_elements.to_string(),
-    ));
-    inner.extend(pass("--max-tables", cli.max_tables.to_string()));
-    inner.extend(pass("--max-memories", cli.max_memories.to_string()));
-    inner.extend(pass("--max-instances", cli.max_instances.to_string()));
-    if let Some(t) = &cli.timeout {
-        inner.extend(pass("--timeout", t.clone()));
-    }
-    if let Some(f) = cli.fuel {
-        inner.extend(pass("--fuel", f.to_string()));
-    }
+    // The limits and the allowlist as given (the allow files read here:
+    // they need not be visible inside sbx-fs).
+    let spec = sbx_spec::WasmSpec {
+        ro: Vec::new(),
+        rw: Vec::new(),
+        setenv: Vec::new(),
+        pass_env: Vec::new(),
+        allow: allow.iter().map(entry_arg).collect(),
+        allow_file: Vec::new(),
+        no_cache: false,
+        ..cli.spec.clone()
+    };
+    inner.extend(spec.args());
     for _ in 0..cli.common.verbose {
         inner.push("-v".into());
     }
@@ -574,15 +567,19 @@ fn inner(cli: Cli) -> Result<i32, Failure> {
     };
     let sha = cli.module_sha256.clone().unwrap_or_default();
     let path = PathBuf::from(&cli.cmd[0]);
-    execute(&engine, &module, &guest, &limits, &path, &sha, true, load)
+    let allow = policy(&allowlist(&cli.spec)?);
+    execute(
+        &engine, &module, &guest, &limits, &allow, &path, &sha, true, load,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
 fn execute(
     engine: &wasmtime::Engine,
-    module: &wasmtime::Module,
+    module: &engine::Program,
     guest: &Guest,
     limits: &Limits,
+    allow: &sbx_allow::Policy,
     path: &Path,
     sha: &str,
     cached: bool,
@@ -593,6 +590,8 @@ fn execute(
         Severity::Info,
         json!({
             "module": path.display().to_string(),
+            "kind": module.kind(),
+            "allow": allow.names.iter().map(|n| format!("{}:{}", n.dns_entry(), n.ports)).chain(allow.cidrs.iter().map(|c| c.to_string())).collect::<Vec<_>>(),
             "sha256": sha,
             "cached": cached,
             "preopens": guest.preopens.iter().map(|p| format!("{} {}", if p.writable { "rw" } else { "ro" }, p.guest)).collect::<Vec<_>>(),
@@ -601,7 +600,7 @@ fn execute(
             "fuel": limits.fuel,
         }),
     );
-    let ran = engine::run(engine, module, guest, limits).map_err(|e| match e {
+    let ran = engine::run(engine, module, guest, limits, allow).map_err(|e| match e {
         engine::EngineError::NotRunnable(m) => Failure::with_code(
             sbx_core::exit::NOT_EXECUTABLE,
             format!("{}: {m}", path.display()),

@@ -12,6 +12,23 @@
 use std::net::IpAddr;
 use std::path::Path;
 
+/// Whether `label` (one wire-format label) holds only bytes a hostname
+/// label may hold: ASCII letters, digits, '-' and '_', 1 to 63 of them.
+pub fn is_hostname_label(label: &[u8]) -> bool {
+    (1..=63).contains(&label.len())
+        && label
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+}
+
+/// Whether `name` (dotted, no trailing dot) is made of hostname labels
+/// only, so that splitting it on '.' gives exactly its wire labels.
+pub fn is_hostname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| is_hostname_label(l.as_bytes()))
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AllowError {
     #[error("{flag} '{entry}': {why}")]
@@ -97,13 +114,13 @@ pub struct NameRule {
 
 impl NameRule {
     /// Whether `qname` (any case, trailing dot or not) is covered.
-    /// Only plain hostnames match (see `sbx_dnsproxy::allow::is_hostname`):
+    /// Only plain hostnames match (see [`is_hostname`]):
     /// a name whose presentation form hides a dot inside a label
     /// (`x\.example.com`) or holds any other byte a hostname cannot
     /// (an SNI can carry anything) matches nothing.
     pub fn matches(&self, qname: &str) -> bool {
         let q = qname.trim_end_matches('.').to_ascii_lowercase();
-        if !sbx_dnsproxy::allow::is_hostname(&q) {
+        if !is_hostname(&q) {
             return false;
         }
         if self.wildcard {
