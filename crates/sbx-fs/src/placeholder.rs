@@ -484,7 +484,18 @@ fn reaper(
         // PDEATHSIG; give it time to go.
         std::thread::sleep(std::time::Duration::from_secs(1));
     }
-    remove_all(list, REAPER_SETTLE);
+    let left = remove_all(list, REAPER_SETTLE);
+    if !left.is_empty() {
+        // Said, not swallowed: the user's tree keeps an entry sbx made.
+        sbx_core::audit::emit(
+            "cleanup_incomplete",
+            sbx_core::audit::Severity::Warn,
+            serde_json::json!({
+                "by": "reaper",
+                "left": left.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            }),
+        );
+    }
     if let Some(f) = after {
         f();
     }
