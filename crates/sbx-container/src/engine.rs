@@ -26,10 +26,8 @@ pub enum EngineError {
 
 pub struct Engine {
     pub docker: Docker,
-    pub url: String,
     /// "podman" or "docker" (from the version's components), for messages.
     pub kind: String,
-    pub api: String,
 }
 
 /// The engine address: the flag, else DOCKER_HOST, else the default socket.
@@ -118,12 +116,7 @@ pub async fn connect(url: &str) -> Result<Engine, EngineError> {
         }
     }
     let _ = URL.set(url.to_string());
-    Ok(Engine {
-        docker,
-        url: url.to_string(),
-        kind,
-        api,
-    })
+    Ok(Engine { docker, kind })
 }
 
 static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();

@@ -20,17 +20,17 @@ use clap::{Parser, Subcommand};
 use sbx_core::Failure;
 use sbx_core::cli::CommonArgs;
 
-pub mod creds;
-pub mod engine;
-pub mod hide;
-pub mod image;
-pub mod mounts;
-pub mod netguard;
-pub mod owner;
-pub mod run;
-pub mod sbxnet;
-pub mod seccomp;
-pub mod spec;
+mod creds;
+mod engine;
+mod hide;
+mod image;
+mod mounts;
+mod netguard;
+mod owner;
+mod run;
+mod sbxnet;
+mod seccomp;
+mod spec;
 
 pub const TOOL: &str = "sbx-container";
 

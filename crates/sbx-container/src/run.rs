@@ -74,6 +74,10 @@ pub async fn reap(docker: &Docker, me: &Owner) -> Result<(), bollard::errors::Er
             .v(true)
             .build();
         let r = docker.remove_container(&id, Some(rm)).await;
+        // The dead run's hide directory (its mode-000 file) goes with it.
+        for n in c.names.iter().flatten() {
+            crate::hide::remove_dir_for(n.trim_start_matches('/'));
+        }
         emit(
             "stale_container_reaped",
             Severity::Warn,

@@ -5,13 +5,13 @@
 //! the same secrets as a JSON document ([`Session::to_json`]) for MMDS or
 //! fw_cfg instead of environment variables.
 
-pub mod auth;
+mod auth;
 mod guardian;
 mod run;
-pub mod secret;
-pub mod session;
-pub mod spec;
-pub mod vault;
+mod secret;
+mod session;
+mod spec;
+mod vault;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

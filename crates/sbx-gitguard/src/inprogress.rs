@@ -250,12 +250,6 @@ pub struct Carried {
     pub objects: Vec<git2::Oid>,
 }
 
-impl Carried {
-    pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
-    }
-}
-
 fn max_for(rule: Rule) -> u64 {
     match rule {
         Patch | Scratch => MAX_PATCH,

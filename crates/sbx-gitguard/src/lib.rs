@@ -8,27 +8,27 @@
 //! repositories alike. `snapshot`, `check` and `repair` are the same steps
 //! one at a time.
 
-pub mod dirlist;
-pub mod fsck;
-pub mod fsutil;
-pub mod gitconfig;
-pub mod import;
-pub mod index;
-pub mod inprogress;
-pub mod journal;
-pub mod keep;
-pub mod layout;
-pub mod loosecache;
-pub mod objects;
-pub mod plant;
-pub mod reflog;
-pub mod refs;
-pub mod rules;
-pub mod sig;
-pub mod snapshot;
-pub mod stage;
-pub mod verify;
-pub mod worktree;
+mod dirlist;
+mod fsck;
+mod fsutil;
+mod gitconfig;
+mod import;
+mod index;
+mod inprogress;
+mod journal;
+mod keep;
+mod layout;
+mod loosecache;
+mod objects;
+mod plant;
+mod reflog;
+mod refs;
+mod rules;
+mod sig;
+mod snapshot;
+mod stage;
+mod verify;
+mod worktree;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -19,7 +19,6 @@ pub struct Rule {
     pub action: Action,
     /// The check it belongs to in reports.
     pub check: &'static str,
-    pub why: &'static str,
 }
 
 /// The clean-up list: paths inside every git dir (main, submodule, linked
@@ -29,55 +28,55 @@ pub const PROTECTED: &[Rule] = &[
         path: "config",
         action: Action::Revert,
         check: "config",
-        why: "repository configuration (may name programs git runs)",
+        // Why: repository configuration (may name programs git runs).
     },
     Rule {
         path: "config.worktree",
         action: Action::Revert,
         check: "extra_files",
-        why: "per-worktree configuration",
+        // Why: per-worktree configuration.
     },
     Rule {
         path: "commondir",
         action: Action::Revert,
         check: "extra_files",
-        why: "redirects the repository to another git dir",
+        // Why: redirects the repository to another git dir.
     },
     Rule {
         path: "gitdir",
         action: Action::Revert,
         check: "extra_files",
-        why: "redirects the worktree link",
+        // Why: redirects the worktree link.
     },
     Rule {
         path: "shallow",
         action: Action::Revert,
         check: "extra_files",
-        why: "hides history",
+        // Why: hides history.
     },
     Rule {
         path: "objects/info/alternates",
         action: Action::Revert,
         check: "extra_files",
-        why: "borrows objects from another store",
+        // Why: borrows objects from another store.
     },
     Rule {
         path: "objects/info/http-alternates",
         action: Action::Revert,
         check: "extra_files",
-        why: "borrows objects from elsewhere",
+        // Why: borrows objects from elsewhere.
     },
     Rule {
         path: "info",
         action: Action::RevertTree,
         check: "extra_files",
-        why: "attributes (filters, diff drivers), exclude, grafts, sparse-checkout",
+        // Why: attributes (filters, diff drivers), exclude, grafts, sparse-checkout.
     },
     Rule {
         path: "hooks",
         action: Action::RevertTree,
         check: "hooks",
-        why: "programs git runs",
+        // Why: programs git runs.
     },
 ];
 

@@ -10,17 +10,17 @@
 
 /// The allowlist is the sbx-allow crate (sbx-wasm matches with it too).
 pub use sbx_allow as allow;
-pub mod dns;
-pub mod gateway;
-pub mod http;
-pub mod mitm;
-pub mod netlink;
-pub mod netns;
+mod dns;
+mod gateway;
+mod http;
+mod mitm;
+mod netlink;
+mod netns;
 pub mod nft;
-pub mod phantom;
-pub mod relay;
-pub mod sniff;
-pub mod synq;
+mod phantom;
+mod relay;
+mod sniff;
+mod synq;
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;

@@ -13,7 +13,7 @@ use rcgen::{
     GeneralSubtree, IsCa, KeyPair, KeyUsagePurpose, NameConstraints,
 };
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
@@ -84,10 +84,6 @@ impl Ca {
 
     pub fn cert_pem(&self) -> String {
         self.issuer.pem()
-    }
-
-    pub fn cert_der(&self) -> CertificateDer<'static> {
-        self.issuer.der().clone()
     }
 
     /// The leaf for `host` (one of the declared hosts), made once.

@@ -65,10 +65,6 @@ impl std::fmt::Debug for Secret {
 }
 
 impl Secret {
-    pub fn value(&self) -> &[u8] {
-        &self.value
-    }
-
     pub fn for_host(&self, host: &str) -> bool {
         let host = host.trim_end_matches('.');
         self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host))

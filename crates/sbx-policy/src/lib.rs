@@ -11,14 +11,14 @@ use sbx_core::Severity;
 use sbx_core::cli::CommonArgs;
 use serde_json::json;
 
-pub mod bash;
+mod bash;
 pub mod chain;
-pub mod explain;
-pub mod limitplan;
-pub mod map;
-pub mod project;
-pub mod rules;
-pub mod settings;
+mod explain;
+mod limitplan;
+mod map;
+mod project;
+mod rules;
+mod settings;
 
 pub const TOOL: &str = "sbx-policy";
 

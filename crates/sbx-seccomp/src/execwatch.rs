@@ -90,11 +90,12 @@ pub fn block_for(memfd: bool) -> Vec<sock_filter> {
 }
 
 /// [`block_for`] with memfd_create.
-pub fn block() -> Vec<sock_filter> {
+#[cfg(test)]
+fn block() -> Vec<sock_filter> {
     block_for(true)
 }
 
-/// Puts [`block`] into `prog`: after our prelude when `prog` starts with
+/// Puts [`block_for`] into `prog`: after our prelude when `prog` starts with
 /// it (so foreign ABIs are still killed first), else at the front.
 pub fn insert_block(prog: &mut BpfProgram, memfd: bool) {
     let pre = crate::compile::prelude();

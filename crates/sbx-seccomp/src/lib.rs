@@ -12,14 +12,14 @@ use clap::Parser;
 use sbx_core::cli::CommonArgs;
 use sbx_core::{Failure, Severity};
 
-pub mod compile;
-pub mod execwatch;
-pub mod install;
+mod compile;
+mod execwatch;
+mod install;
 pub mod landlock;
 pub mod model;
-pub mod notify;
+mod notify;
 pub mod policy;
-pub mod print;
+mod print;
 
 pub use policy::{DenyAction, Profile};
 

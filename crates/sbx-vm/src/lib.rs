@@ -13,16 +13,16 @@ use std::ffi::OsString;
 use clap::Parser;
 use sbx_core::cli::CommonArgs;
 
-pub mod creds;
+mod creds;
 pub mod firecracker;
-pub mod guestfiles;
+mod guestfiles;
 pub mod jailcg;
 pub mod kvm;
-pub mod options;
-pub mod qemu;
-pub mod run;
-pub mod rundir;
-pub mod session;
+mod options;
+mod qemu;
+mod run;
+mod rundir;
+mod session;
 
 pub const TOOL: &str = "sbx-vm";
 

@@ -60,7 +60,6 @@ pub struct Outcome {
     pub signalled: Option<i32>,
     pub audit_lines: usize,
     pub boot_ms: u128,
-    pub guest_uptime_ms: u64,
 }
 
 /// What the session needs to know about the VMM process.
@@ -542,7 +541,6 @@ pub fn run(mut s: Session) -> Result<Outcome, SessionError> {
         signalled,
         audit_lines,
         boot_ms,
-        guest_uptime_ms: ready.uptime_ms,
     })
 }
 

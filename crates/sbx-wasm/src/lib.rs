@@ -12,9 +12,9 @@
 //! (.git/config, .claude/, hooks ...) hold as for any command, and its
 //! preopens are those binds. See docs/wasm.md.
 
-pub mod cache;
-pub mod egress;
-pub mod engine;
+mod cache;
+mod egress;
+mod engine;
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
