@@ -251,18 +251,36 @@ fn zero_trust_renders_what_sbx_gvisor_parses() {
     assert_eq!(ran.allow_exec, seccomp.allow_exec);
     assert!(!ran.allow_exec.is_empty());
     assert!(ran.host_network && ran.runsc.is_file(), "{ran:?}");
+    // compile's sbx-gvisor section: the same, without the per-run parts.
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("compiled.json");
+    std::fs::write(
+        &cfg,
+        serde_json::to_string(&p.to_config().unwrap()).unwrap(),
+    )
+    .unwrap();
+    let compiled = from_config::<sbx_gvisor::Cli>("sbx-gvisor", None, &cfg).spec;
+    assert_eq!(
+        compiled,
+        sbx_spec::GvisorSpec {
+            cgroup_bin: None,
+            git_stage: None,
+            ..ran.clone()
+        }
+    );
+    assert!(!compiled.allow_exec.is_empty());
     let back =
         sbx_gvisor::Cli::try_parse_from(with_cmd(&[vec![os("sbx-gvisor")], ran.args()].concat()))
             .unwrap();
     assert_eq!(back.spec, ran);
 }
 
-/// The tiers of one tool (sbx-vm, sbx-container): `chain` renders the
-/// spec sbx-policy fills, the tool's own Cli parses it back to that spec,
-/// and a --layers section reaches the tool as --config. (`compile` holds
-/// the namespace chain's sections only: none for these tiers.)
+/// The tiers of one tool (sbx-vm, sbx-container, sbx-wasm): `chain`
+/// renders the spec sbx-policy fills, the tool's own Cli parses it back to
+/// that spec, `compile`'s section for the tool is the same spec, and a
+/// --layers section reaches the tool as --config.
 #[test]
-fn vm_and_container_tiers_render_their_specs() {
+fn one_tool_tiers_render_their_specs_and_compile_has_them() {
     let (d, root, home) = project();
     let cli = sbx_policy::Cli::try_parse_from([
         os("sbx-policy"),
@@ -277,10 +295,16 @@ fn vm_and_container_tiers_render_their_specs() {
         unreachable!()
     };
     let p = sbx_policy::policy(&src).unwrap();
+    let cfg = d.path().join("compiled.json");
+    std::fs::write(
+        &cfg,
+        serde_json::to_string(&p.to_config().unwrap()).unwrap(),
+    )
+    .unwrap();
     let layers = d.path().join("layers.json");
     std::fs::write(
         &layers,
-        r#"{"sbx-vm": {"vcpus": 2}, "sbx-container": {"init": true}}"#,
+        r#"{"sbx-vm": {"vcpus": 2}, "sbx-container": {"init": true}, "sbx-wasm": {"fuel": 1000}}"#,
     )
     .unwrap();
     let cmd = [os("true")];
@@ -309,6 +333,15 @@ fn vm_and_container_tiers_render_their_specs() {
         .unwrap()
         .spec;
     assert_eq!(ran, want);
+    // compile's section: the same, but for the latency-sensitive backend.
+    let compiled = from_config::<sbx_vm::Cli>("sbx-vm", None, &cfg).spec;
+    assert_eq!(
+        sbx_spec::VmSpec {
+            backend: want.backend,
+            ..compiled
+        },
+        want
+    );
     // With it (the last two words): the section's settings on top.
     assert_eq!(
         layer[layer.len() - 2..],
@@ -330,8 +363,27 @@ fn vm_and_container_tiers_render_their_specs() {
         .unwrap()
         .spec;
     assert_eq!(ran, want);
+    let compiled = from_config::<sbx_container::Cli>("sbx-container", None, &cfg).spec;
+    assert_eq!(compiled, want);
     let merged = sbx_core::cli::parse_from::<sbx_container::Cli>("sbx-container", with_cmd(layer))
         .unwrap_or_else(|e| panic!("{}", e.message))
         .spec;
     assert_eq!(merged, sbx_spec::ContainerSpec { init: true, ..want });
+
+    let plan = chain::plan(&p, &opts(Trust::Plugin, false, false), &[os("plugin.wasm")]).unwrap();
+    assert_eq!(plan.layers.len(), 2, "{:?}", plan.layers);
+    let layer = &plan.layers[0];
+    assert!(Path::new(&layer[0]).ends_with("sbx-wasm"), "{layer:?}");
+    let want = chain::wasm_spec(&p).0;
+    assert!(!want.rw.is_empty() && !want.allow.is_empty(), "{want:?}");
+    let ran = sbx_wasm::Cli::try_parse_from(with_cmd(&layer[..layer.len() - 2]))
+        .unwrap()
+        .spec;
+    assert_eq!(ran, want);
+    let compiled = from_config::<sbx_wasm::Cli>("sbx-wasm", None, &cfg).spec;
+    assert_eq!(compiled, want);
+    let merged = sbx_core::cli::parse_from::<sbx_wasm::Cli>("sbx-wasm", with_cmd(layer))
+        .unwrap_or_else(|e| panic!("{}", e.message))
+        .spec;
+    assert_eq!(merged.fuel, Some(1000), "{merged:?}");
 }

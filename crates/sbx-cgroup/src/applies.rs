@@ -56,6 +56,13 @@ fn probe(layout: &discover::Layout, set: impl FnOnce(&mut Limits)) -> Result<(),
         .map_err(|e| e.to_string())
 }
 
+/// What applies for this process on this host (sbx-policy's one entry
+/// into sbx-cgroup: the same checks the tool makes, so report and run
+/// agree).
+pub fn here() -> Applicable {
+    detect(&Host::default())
+}
+
 /// Detects what applies for this process on `host`.
 pub fn detect(host: &Host) -> Applicable {
     // SAFETY: geteuid cannot fail.

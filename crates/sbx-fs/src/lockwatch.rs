@@ -24,10 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::guard::Alerts;
 
-/// What `git config --local` failing with EBUSY means, and what to do
-/// instead: the `hint` of the config.lock alert, shown in the end-of-run
-/// summary, and a row of `sbx-policy explain`.
-pub const GIT_CONFIG_HINT: &str = ".git/config is read-only inside (an invariant), so `git config --local` fails with EBUSY; instead use `git -c KEY=VALUE`, GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL (and GIT_COMMITTER_*), or `git config --global` (the sandbox's own HOME, this run only; it holds the host's user.name/user.email unless --no-git-identity)";
+pub use sbx_spec::invariants::GIT_CONFIG_HINT;
 
 /// The lock files that announce a replacement of a protected file.
 pub const LOCKS: &[(&str, &str)] = &[("config.lock", "config"), ("HEAD.lock", "HEAD")];

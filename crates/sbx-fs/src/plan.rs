@@ -9,21 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::spec::Spec;
 use crate::sys;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Dir,
-    File,
-}
-
-impl Kind {
-    pub fn of(st: &libc::stat) -> Kind {
-        if sys::is_dir(st) {
-            Kind::Dir
-        } else {
-            Kind::File
-        }
-    }
-}
+pub use sbx_spec::invariants::Kind;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum What {

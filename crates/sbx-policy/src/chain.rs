@@ -344,16 +344,16 @@ pub const WRITE_INODES: &str = "500000";
 /// their own paths), the policy's domains as its wasi:http allowlist, the
 /// memory limit and the wall clock.
 fn plugin(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainError> {
-    let bin = need("sbx-wasm", "the plugin tier (sbx-wasm)", o)?;
-    let (spec, skipped) = wasm_spec(p);
-    let mut l = vec![os(bin)];
-    l.extend(spec.args());
-    if let Some(x) = &o.layers
-        && layer_sections(x)?.iter().any(|s| s == "sbx-wasm")
-    {
-        l.push(os("--config"));
-        l.push(os(x));
-    }
+    let sections = match &o.layers {
+        Some(l) => layer_sections(l)?,
+        None => Vec::new(),
+    };
+    let (wasm, skipped) = wasm_spec(p);
+    let spec = ChainSpec {
+        layers: vec![Layer::Wasm(wasm)],
+        cmd: cmd.to_vec(),
+    };
+    let layers = render(&spec, o, &sections, "the plugin tier (sbx-wasm)")?;
     let mut notes = vec![
         "CMD is a WebAssembly module (WASI preview 1) or component (preview 2): directory grants are its preopens, inside sbx-fs (deny list and invariants hold); no processes, so the Bash rules have nothing to run".into(),
         if p.net_allow.is_empty() {
@@ -373,7 +373,7 @@ fn plugin(p: &Policy, o: &Options, cmd: &[OsString]) -> Result<Plan, ChainError>
     }
     Ok(Plan {
         tier: "plugin: WebAssembly/WASI (sbx-wasm)",
-        layers: vec![l, cmd.to_vec()],
+        layers,
         env: Vec::new(),
         notes,
     })
@@ -655,7 +655,7 @@ fn gitguard_layers(p: &Policy, stage: Option<&Path>) -> Vec<Layer> {
 /// The kernel execute allowlist's files for a command (None: none, the
 /// invoke mode or no Bash rules): the namespace chain gives them to
 /// sbx-seccomp, the gVisor tier to sbx-gvisor.
-fn exec_files(p: &Policy, cmd: &[OsString]) -> Option<Vec<PathBuf>> {
+pub fn exec_files(p: &Policy, cmd: &[OsString]) -> Option<Vec<PathBuf>> {
     p.exec_allow
         .as_ref()
         .filter(|x| x.kernel_enforced())

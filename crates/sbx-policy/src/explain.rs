@@ -71,7 +71,7 @@ pub const INVARIANTS: &[&str] = &[
 
 /// Why `git config --local` fails inside, and what to do instead (the
 /// same words as sbx-fs's fs_write_denied hint).
-pub const GIT_CONFIG_NOTE: &str = sbx_fs::lockwatch::GIT_CONFIG_HINT;
+pub const GIT_CONFIG_NOTE: &str = sbx_spec::invariants::GIT_CONFIG_HINT;
 
 fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
     let n = head.len();

@@ -35,7 +35,9 @@ Every mapping is a union of grants; nothing is granted beyond the project direct
 sandbox does), the system directories (read-only) and what the rules grant, and the hard-coded invariants of \
 sbx-fs are always there.\n\n\
 compile prints the configuration as one JSON object with a section per tool whose keys are the tools' long flag \
-names: the file every sbx tool takes with --config. explain prints the same as tables: what is allowed, what is \
+names: the file every sbx tool takes with --config, for every tier (the namespace chain's tools, sbx-gvisor when \
+runsc is installed, sbx-vm, sbx-container, sbx-wasm), each section what chain gives that tool but the parts made \
+per run (the git stage, gVisor's sbx-cgroup). explain prints the same as tables: what is allowed, what is \
 denied, the limits, and each rule with what became of it; rules no kernel layer can enforce are listed as NOT \
 ENFORCED, never dropped. chain execs (or with --print prints) the canonical chain for the trust level. The \
 settings are read once, when chain starts: a change made while the command runs applies to the next command \

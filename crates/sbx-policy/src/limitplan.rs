@@ -261,7 +261,7 @@ pub fn everywhere(l: &Limits) -> CgroupSpec {
 
 /// What applies for this process on this host.
 pub fn detect() -> Applicable {
-    sbx_cgroup::applies::detect(&sbx_cgroup::discover::Host::default())
+    sbx_cgroup::applies::here()
 }
 
 #[cfg(test)]

@@ -237,8 +237,8 @@ fn grant_shape(
 
 /// Paths an sbx-fs invariant keeps read-only (or hidden) wherever they are.
 fn invariant_of(p: &Path, home: Option<&Path>) -> Option<&'static str> {
-    // The one list: sbx-fs's own (`sbx_fs::protect::CONTROL`).
-    if let Some((_, note)) = sbx_fs::protect::invariant_of(p) {
+    // The one list, which sbx-fs enforces (`sbx_spec::invariants::CONTROL`).
+    if let Some((_, note)) = sbx_spec::invariants::invariant_of(p) {
         return Some(note);
     }
     if p == Path::new("/etc/shadow") || p == Path::new("/etc/gshadow") {
@@ -1155,6 +1155,32 @@ impl Policy {
         );
         if let Some(g) = chain::gitguard_spec(self, None) {
             top.insert(sbx_spec::gitguard::TOOL.into(), serde_json::to_value(g)?);
+        }
+        // The other tiers' tools, each as the tier's chain has it (the
+        // per-run parts left out: gVisor's sbx-cgroup and git stage).
+        top.insert(
+            sbx_spec::vm::TOOL.into(),
+            serde_json::to_value(chain::vm_spec(self))?,
+        );
+        top.insert(
+            sbx_spec::container::TOOL.into(),
+            serde_json::to_value(chain::container_spec(self))?,
+        );
+        top.insert(
+            sbx_spec::wasm::TOOL.into(),
+            serde_json::to_value(chain::wasm_spec(self).0)?,
+        );
+        if let Some(runsc) = chain::find_tool("runsc", None) {
+            top.insert(
+                sbx_spec::gvisor::TOOL.into(),
+                serde_json::to_value(chain::gvisor_spec(
+                    self,
+                    &runsc,
+                    None,
+                    None,
+                    &chain::exec_files(self, &[]).unwrap_or_default(),
+                ))?,
+            );
         }
         top.insert(
             "sbx-path".into(),

@@ -20,6 +20,7 @@ pub mod container;
 pub mod fs;
 pub mod gitguard;
 pub mod gvisor;
+pub mod invariants;
 pub mod net;
 pub mod seccomp;
 pub mod vm;
@@ -53,6 +54,8 @@ pub enum Layer {
     Vm(VmSpec),
     /// The container tier.
     Container(ContainerSpec),
+    /// The plugin tier (WebAssembly).
+    Wasm(WasmSpec),
     /// An sbx tool given only its `--config` section (sbx-creds).
     Tool {
         tool: String,
@@ -73,6 +76,7 @@ impl Layer {
             Layer::Gvisor(_) => gvisor::TOOL,
             Layer::Vm(_) => vm::TOOL,
             Layer::Container(_) => container::TOOL,
+            Layer::Wasm(_) => wasm::TOOL,
             Layer::Tool { tool } => tool,
             Layer::Argv(_) => return None,
         })
@@ -91,6 +95,7 @@ impl Layer {
             Layer::Gvisor(s) => s.args(),
             Layer::Vm(s) => s.args(),
             Layer::Container(s) => s.args(),
+            Layer::Wasm(s) => s.args(),
             Layer::Tool { .. } => Vec::new(),
             Layer::Argv(v) => v.iter().skip(1).map(OsString::from).collect(),
         }
