@@ -523,28 +523,53 @@ pub async fn run(
 ) -> Result<i32, RunError> {
     let me = Owner::me();
     let sbx_id = sbx_core::id::get().unwrap_or("-").to_string();
-    let labels = me.labels(&sbx_id);
     let name = format!("sbx-{sbx_id}-{}", me.pid);
+    // Secrets never go into the container's configuration: with secrets the
+    // container's own process only waits, and the command runs as an exec
+    // whose environment is given at exec time.
+    let secrets = !spec.secret_env.is_empty();
+    let id = create(docker, kind, spec, netns, &me.labels(&sbx_id), &name, created).await?;
+    // --net sbx: the runtime container is made (its process waits before
+    // CMD) and checked to be in sbx-net's namespace before anything runs.
+    check_netns(docker, &id, netns).await?;
+    let (end, code, oom) = if secrets {
+        run_exec(docker, spec, &id, &name).await?
+    } else {
+        match run_attached(docker, spec, &id, &name).await? {
+            Ok(r) => r,
+            // The command could not start: its status, as a shell gives it.
+            Err(code) => return Ok(code),
+        }
+    };
+    Ok(finish(docker, spec, &id, &name, end, code, oom).await)
+}
 
+/// Creates the container (its network, the hidden-file placeholder, the
+/// seccomp profile where the engine needs a file) and records what it made
+/// in `created`; returns its id.
+async fn create(
+    docker: &Docker,
+    kind: &str,
+    spec: &RunSpec,
+    netns: Option<&crate::sbxnet::Netns>,
+    labels: &HashMap<String, String>,
+    name: &str,
+    created: &mut Created,
+) -> Result<String, RunError> {
     let network = match spec.net {
         Net::None => "none".to_string(),
         Net::Internal => {
-            let (net, guard) = netguard::create_internal(docker, &name, labels.clone()).await?;
+            let (net, guard) = netguard::create_internal(docker, name, labels.clone()).await?;
             created.network = Some(net.clone());
             created.guard = Some(guard);
             net
         }
         Net::Sbx => netns.expect("--net sbx checked").mode.clone(),
     };
-
-    // Secrets never go into the container's configuration: with secrets the
-    // container's own process only waits, and the command runs as an exec
-    // whose environment is given at exec time.
-    let secrets = !spec.secret_env.is_empty();
-    let main_cmd = if secrets {
-        vec!["sleep".to_string(), "2147483647".to_string()]
-    } else {
+    let main_cmd = if spec.secret_env.is_empty() {
         spec.cmd.clone()
+    } else {
+        vec!["sleep".to_string(), "2147483647".to_string()]
     };
     let empty = if spec
         .mounts
@@ -552,7 +577,7 @@ pub async fn run(
         .iter()
         .any(|m| matches!(m, Mount::HideFile { .. }))
     {
-        let (dir, file) = crate::hide::create(&name)?;
+        let (dir, file) = crate::hide::create(name)?;
         created.hide_dir = Some(dir);
         Some(file)
     } else {
@@ -562,7 +587,7 @@ pub async fn run(
     let seccomp = match &spec.seccomp_profile {
         None => None,
         Some(p) if kind == "podman" => {
-            let d = crate::hide::run_dir(&name)?;
+            let d = crate::hide::run_dir(name)?;
             created.hide_dir = Some(d.clone());
             let f = d.join("seccomp.json");
             std::fs::write(&f, p)?;
@@ -572,14 +597,14 @@ pub async fn run(
     };
     let body = create_body(
         spec,
-        labels,
+        labels.clone(),
         &network,
         main_cmd,
         empty.as_deref(),
         seccomp.as_deref(),
     );
     let opts = qp::CreateContainerOptionsBuilder::default()
-        .name(&name)
+        .name(name)
         .build();
     let resp = docker.create_container(Some(opts), body).await?;
     let id = resp.id;
@@ -610,145 +635,172 @@ pub async fn run(
     if let Some(g) = created.guard.as_mut() {
         g.attach_container(docker, &id).await?;
     }
-    // --net sbx: the runtime container is made (its process waits before
-    // CMD) and checked to be in sbx-net's namespace before anything runs.
-    check_netns(docker, &id, netns).await?;
+    Ok(id)
+}
 
-    let end;
-    let (code, oom) = if secrets {
-        docker
-            .start_container(&id, None::<qp::StartContainerOptions>)
-            .await?;
-        emit(
-            "container_start",
-            Severity::Info,
-            json!({"container": name, "mode": "exec"}),
-        );
-        let mut env = spec.env.clone();
-        for (k, v) in &spec.secret_env {
-            env.push(format!("{k}={v}"));
-        }
-        let exec = docker
-            .create_exec(
-                &id,
-                bollard::models::ExecConfig {
-                    attach_stdin: Some(true),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    tty: Some(false),
-                    env: Some(env),
-                    cmd: Some(spec.cmd.clone()),
-                    user: Some(spec.user.clone()),
-                    working_dir: Some(spec.workdir.clone()),
-                    privileged: Some(false),
-                    ..Default::default()
-                },
-            )
-            .await?;
-        let started = docker
-            .start_exec(&exec.id, None::<bollard::exec::StartExecOptions>)
-            .await?;
-        end = match started {
-            bollard::exec::StartExecResults::Attached { output, input } => {
-                pump(docker, &id, output, input, spec.timeout, spec.kill_grace).await
-            }
-            bollard::exec::StartExecResults::Detached => End::Done,
-        };
-        if matches!(end, End::Timeout | End::ParentDied) {
-            (0, false)
-        } else {
-            // The exec's own status; the container's OOM flag covers it too.
-            let mut code = None;
-            for _ in 0..50 {
-                let ins = docker.inspect_exec(&exec.id).await?;
-                if ins.running != Some(true) {
-                    code = ins.exit_code;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            let oom = state(&id).await.map(|s| s.2).unwrap_or(false);
-            (code.ok_or_else(|| RunError::NoStatus(id.clone()))?, oom)
-        }
-    } else {
-        let aopts = qp::AttachContainerOptionsBuilder::default()
-            .stream(true)
-            .stdin(true)
-            .stdout(true)
-            .stderr(true)
-            .build();
-        // Podman prepares the runtime container at attach, Docker at start:
-        // a command that cannot run fails at either.
-        let started = match docker.attach_container(&id, Some(aopts)).await {
-            Ok(att) => docker
-                .start_container(&id, None::<qp::StartContainerOptions>)
-                .await
-                .map(|()| att),
-            Err(e) => Err(e),
-        };
-        let att = match started {
-            Ok(att) => att,
-            Err(e) => {
-                if let Some(code) = start_failure_code(&e) {
-                    eprintln!(
-                        "sbx-container: {}: {}",
-                        spec.cmd.first().map(String::as_str).unwrap_or(""),
-                        one_line(&e)
-                    );
-                    emit(
-                        "container_exit",
-                        Severity::Info,
-                        json!({"container": name, "exit_code": code, "start_failed": one_line(&e)}),
-                    );
-                    return Ok(code);
-                }
-                return Err(e.into());
-            }
-        };
-        emit(
-            "container_start",
-            Severity::Info,
-            json!({"container": name, "mode": "attach"}),
-        );
-        end = pump(
-            docker,
-            &id,
-            att.output,
-            att.input,
-            spec.timeout,
-            spec.kill_grace,
+/// With secrets: starts the waiting container and runs the command as an
+/// exec that carries them; how it ended, its status and the OOM flag.
+async fn run_exec(
+    docker: &Docker,
+    spec: &RunSpec,
+    id: &str,
+    name: &str,
+) -> Result<(End, i64, bool), RunError> {
+    docker
+        .start_container(id, None::<qp::StartContainerOptions>)
+        .await?;
+    emit(
+        "container_start",
+        Severity::Info,
+        json!({"container": name, "mode": "exec"}),
+    );
+    let mut env = spec.env.clone();
+    for (k, v) in &spec.secret_env {
+        env.push(format!("{k}={v}"));
+    }
+    let exec = docker
+        .create_exec(
+            id,
+            bollard::models::ExecConfig {
+                attach_stdin: Some(true),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                tty: Some(false),
+                env: Some(env),
+                cmd: Some(spec.cmd.clone()),
+                user: Some(spec.user.clone()),
+                working_dir: Some(spec.workdir.clone()),
+                privileged: Some(false),
+                ..Default::default()
+            },
         )
-        .await;
-        if matches!(end, End::Timeout | End::ParentDied) {
-            (0, false)
-        } else {
-            exit_code(docker, &id).await?
+        .await?;
+    let started = docker
+        .start_exec(&exec.id, None::<bollard::exec::StartExecOptions>)
+        .await?;
+    let end = match started {
+        bollard::exec::StartExecResults::Attached { output, input } => {
+            pump(docker, id, output, input, spec.timeout, spec.kill_grace).await
+        }
+        bollard::exec::StartExecResults::Detached => End::Done,
+    };
+    if matches!(end, End::Timeout | End::ParentDied) {
+        return Ok((end, 0, false));
+    }
+    // The exec's own status; the container's OOM flag covers it too.
+    let mut code = None;
+    for _ in 0..50 {
+        let ins = docker.inspect_exec(&exec.id).await?;
+        if ins.running != Some(true) {
+            code = ins.exit_code;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let oom = state(id).await.map(|s| s.2).unwrap_or(false);
+    Ok((
+        end,
+        code.ok_or_else(|| RunError::NoStatus(id.to_string()))?,
+        oom,
+    ))
+}
+
+/// Without secrets: attaches to the container and starts it; how it
+/// ended, its status and the OOM flag, or (inner Err) the status of a
+/// command that could not start.
+async fn run_attached(
+    docker: &Docker,
+    spec: &RunSpec,
+    id: &str,
+    name: &str,
+) -> Result<Result<(End, i64, bool), i32>, RunError> {
+    let aopts = qp::AttachContainerOptionsBuilder::default()
+        .stream(true)
+        .stdin(true)
+        .stdout(true)
+        .stderr(true)
+        .build();
+    // Podman prepares the runtime container at attach, Docker at start:
+    // a command that cannot run fails at either.
+    let started = match docker.attach_container(id, Some(aopts)).await {
+        Ok(att) => docker
+            .start_container(id, None::<qp::StartContainerOptions>)
+            .await
+            .map(|()| att),
+        Err(e) => Err(e),
+    };
+    let att = match started {
+        Ok(att) => att,
+        Err(e) => {
+            if let Some(code) = start_failure_code(&e) {
+                eprintln!(
+                    "sbx-container: {}: {}",
+                    spec.cmd.first().map(String::as_str).unwrap_or(""),
+                    one_line(&e)
+                );
+                emit(
+                    "container_exit",
+                    Severity::Info,
+                    json!({"container": name, "exit_code": code, "start_failed": one_line(&e)}),
+                );
+                return Ok(Err(code));
+            }
+            return Err(e.into());
         }
     };
+    emit(
+        "container_start",
+        Severity::Info,
+        json!({"container": name, "mode": "attach"}),
+    );
+    let end = pump(
+        docker,
+        id,
+        att.output,
+        att.input,
+        spec.timeout,
+        spec.kill_grace,
+    )
+    .await;
+    if matches!(end, End::Timeout | End::ParentDied) {
+        return Ok(Ok((end, 0, false)));
+    }
+    let (code, oom) = exit_code(docker, id).await?;
+    Ok(Ok((end, code, oom)))
+}
 
-    if let End::ParentDied = end {
+/// The run's exit status, and its audit events: the container killed when
+/// the supervisor died or the timeout fired, an OOM kill an alert.
+async fn finish(
+    docker: &Docker,
+    spec: &RunSpec,
+    id: &str,
+    name: &str,
+    end: End,
+    code: i64,
+    oom: bool,
+) -> i32 {
+    if let End::ParentDied | End::Timeout = end {
         let opts = qp::KillContainerOptionsBuilder::default()
             .signal("SIGKILL")
             .build();
-        let _ = docker.kill_container(&id, Some(opts)).await;
+        let _ = docker.kill_container(id, Some(opts)).await;
+    }
+    if let End::ParentDied = end {
         emit(
             "supervisor_died",
             Severity::Warn,
             json!({"container": name, "note": "the supervising sbx tool died: container killed"}),
         );
-        return Ok(128 + libc::SIGKILL);
+        return 128 + libc::SIGKILL;
     }
     if let End::Timeout = end {
-        let opts = qp::KillContainerOptionsBuilder::default()
-            .signal("SIGKILL")
-            .build();
-        let _ = docker.kill_container(&id, Some(opts)).await;
         emit(
             "timeout",
             Severity::Alert,
             json!({"container": name, "timeout_ms": spec.timeout.map(|t| t.as_millis() as u64)}),
         );
-        return Ok(TIMED_OUT);
+        return TIMED_OUT;
     }
     let code = code as i32;
     // Engines do not always set OOMKilled: a SIGKILL death under a memory
@@ -769,7 +821,7 @@ pub async fn run(
             Severity::Alert,
             json!({"container": name, "memory": spec.memory}),
         );
-        return Ok(137);
+        return 137;
     }
-    Ok(code)
+    code
 }

@@ -808,6 +808,12 @@ fn current(repo: &git2::Repository, name: &str) -> Option<Value> {
 /// `HEAD`, `packed-refs` and `index` are read from it, each by its rules;
 /// the rest (config, hooks, logs, info/, modules/, ORIG_HEAD...) never
 /// reaches the host.
+///
+/// The steps, in order: (1) the objects, verified into a quarantine;
+/// (2) the ref updates and (3) HEAD, decided; (3b) operations in progress,
+/// index blobs, reflogs and linked worktrees, decided; then the
+/// transaction (journal.rs): the new objects written, (4) the index
+/// prepared, the decision committed and applied.
 pub fn import(
     git_dir: &Path,
     stage: &Paths,
@@ -824,13 +830,183 @@ pub fn import(
     let owner = crate::fsutil::owner(git_dir);
     note_dropped(&stage.git_upper(), ev);
 
-    // 1. Objects: found, bounded, copied to a private place (no symlink
-    // followed), read through libgit2 with hash verification, written.
+    // 1. Objects.
+    let Staged {
+        found,
+        private,
+        quar,
+    } = match stage_objects(git_dir, stage, &real, limits, &mut out, ev)? {
+        Ok(s) => s,
+        Err(e) => return Ok(exceeded(out, e, ev)),
+    };
+    // Decided first, written after the journal (journal.rs): the ref
+    // updates, HEAD's, and the new objects they need.
+    let mut d = Decided::default();
+
+    // 2. Refs.
+    let rc = match ref_changes(stage, git_dir, limits, ev) {
+        Ok(c) => c,
+        Err(e) => return Ok(exceeded(out, e, ev)),
+    };
+    let head_before = fs::read(git_dir.join("HEAD")).unwrap_or_default();
+    // Absent from the upper layer: the sandbox left HEAD as it was. A
+    // whiteout (HEAD removed), a symlink or a directory is unreadable here
+    // and refused below.
+    let head_stage = match fs::symlink_metadata(stage.head()) {
+        Err(_) => Ok(head_before.clone()),
+        Ok(_) => stage::read_small(&stage.head(), 4096),
+    };
+    let refs = RefRules {
+        git_dir,
+        repo: &repo,
+        quar: &quar,
+        protected: checked_out_branches(git_dir, &head_before, head_stage.as_deref().ok()),
+        rc: &rc,
+    };
+    for (name, change) in &rc.changes {
+        refs.decide(name, change, &mut d, ev);
+    }
+
+    // 3. HEAD.
+    decide_head(&repo, &quar, &head_before, head_stage, &mut d, ev);
+
+    // 3b. Operations in progress (a merge, rebase, cherry-pick, bisect the
+    // sandbox left stopped), checked as data; the objects they name come in.
+    let carried = crate::inprogress::plan(git_dir, &stage.git_upper(), &After(&quar), ev);
+    d.objects.extend(carried.objects.iter().copied());
+    index_blobs(&stage.index(), private.path(), &quar, &mut d.objects, ev);
+    // Reflogs (reflog.rs) and linked worktrees (worktree.rs) the sandbox
+    // wrote, checked against the refs as this import leaves them.
+    let head_after = final_head(&repo, &d.head, &d.planned);
+    let after = |n: &str| match n {
+        "HEAD" => head_after,
+        _ => crate::reflog::value_after(&repo, &d.planned, n),
+    };
+    let mut need = |id: git2::Oid| quar.closure(id);
+    let mut to_migrate = std::mem::take(&mut d.objects);
+    let logs = crate::reflog::plan(
+        &stage.git_upper(),
+        git_dir,
+        limits.max_objects,
+        ev,
+        &mut need,
+        &after,
+        &mut to_migrate,
+    );
+    let worktrees = crate::worktree::plan(
+        &stage.git_upper(),
+        git_dir,
+        ev,
+        &mut need,
+        &|id| quar.kind(id) == Some(git2::ObjectType::Commit),
+        &after,
+        &mut to_migrate,
+    );
+    let mut seen = HashSet::new();
+    to_migrate.retain(|id| seen.insert(*id) && !real.exists(*id));
+
+    // The transaction (journal.rs): pending (objects listed) -> objects
+    // written, index prepared -> committed -> refs, HEAD, index -> done.
+    let jio = |e: io::Error| ImportError::Io {
+        path: git_dir.join(crate::journal::DIR),
+        source: e,
+    };
+    let journal = crate::journal::Journal::begin(git_dir, &to_migrate, ev).map_err(jio)?;
+    let mut quar = quar;
+    let written = write_objects(git_dir, journal, &mut quar, &real, &to_migrate, ev)?;
+    let journal = written.journal;
+    for w in &written.paths {
+        give_back(git_dir, w, owner);
+    }
+    out.objects_written = written.paths.len() as u64;
+    if !quar.new.is_empty() || found.skipped > 0 || found.whiteouts > 0 {
+        ev.push(
+            "objects_imported",
+            Severity::Info,
+            json!({
+                "written": out.objects_written,
+                "present": out.objects_present,
+                "not_needed": quar.new.len() as u64 - out.objects_written.min(quar.new.len() as u64),
+                "skipped_files": found.skipped,
+                "whiteouts_ignored": found.whiteouts,
+            }),
+        );
+    }
+    drop(quar);
+    drop(private);
+
+    // 4. The index, prepared beside the journal; HEAD as it will be.
+    let head_commit = final_head(&repo, &d.head, &d.planned);
+    let index = take_index(
+        git_dir,
+        &stage.index(),
+        &journal.index_new(),
+        head_commit,
+        owner,
+        ev,
+    );
+    crate::journal::crash_point();
+    let c = crate::journal::Committed {
+        version: 1,
+        sbx_id: sbx_id.to_string(),
+        refs: d.refs,
+        head: d.head,
+        index,
+    };
+    if let Err(e) = journal.commit(&c) {
+        drop(journal);
+        let _ = crate::journal::recover(git_dir, ev);
+        return Err(jio(e));
+    }
+    let applied = crate::journal::apply(git_dir, &journal.dir, &c, ev);
+    for (name, v) in applied.refs {
+        out.refs.insert(name, v);
+    }
+    out.head_changed = applied.head_changed;
+    out.index_replaced = applied.index_replaced;
+    crate::inprogress::apply(git_dir, &carried, owner, ev);
+    journal.finish().map_err(jio)?;
+    crate::reflog::apply(git_dir, &logs, owner, ev);
+    out.worktrees = crate::worktree::apply(git_dir, worktrees, &stage.dir, owner, ev);
+    Ok(out)
+}
+
+/// What the import decided to write (nothing is written while deciding).
+#[derive(Default)]
+struct Decided {
+    /// The ref updates, in the journal's form.
+    refs: Vec<crate::journal::RefOp>,
+    /// Each updated ref's value after the import (None: deleted).
+    planned: BTreeMap<String, Option<Value>>,
+    /// HEAD's update (old, new text).
+    head: Option<(String, String)>,
+    /// The new objects the accepted updates need.
+    objects: Vec<git2::Oid>,
+}
+
+/// The stage's objects, verified into the quarantine.
+struct Staged {
+    found: Found,
+    /// The private copies (removed when dropped).
+    private: tempfile::TempDir,
+    quar: Quarantine,
+}
+
+/// Step 1: the objects are found and bounded, copied to a private place
+/// (no symlink followed), counted (nothing written), then read through
+/// libgit2 with hash verification into the quarantine. The inner error: a
+/// limit was exceeded (nothing is imported).
+fn stage_objects(
+    git_dir: &Path,
+    stage: &Paths,
+    real: &git2::Odb,
+    limits: &Limits,
+    out: &mut Outcome,
+    ev: &mut Events,
+) -> Result<Result<Staged, String>, ImportError> {
     let found = match scan_objects(&stage.objects_upper(), ev, limits) {
         Ok(f) => f,
-        Err(e) => {
-            return Ok(exceeded(out, e, ev));
-        }
+        Err(e) => return Ok(Err(e)),
     };
     let private = tempfile::Builder::new()
         .prefix(".import.")
@@ -884,9 +1060,9 @@ pub fn import(
     let mut read_count = 0u64;
     let mut listed = Vec::new();
     for (dir, label) in &sources {
-        match list_source(dir, label, &real, &mut out, &mut read_count, limits, ev) {
+        match list_source(dir, label, real, out, &mut read_count, limits, ev) {
             Ok(ids) => listed.push(ids),
-            Err(e) => return Ok(exceeded(out, e, ev)),
+            Err(e) => return Ok(Err(e)),
         }
     }
     // Phase two: verified into the quarantine.
@@ -906,26 +1082,39 @@ pub fn import(
     for ((dir, label), ids) in sources.iter().zip(&listed) {
         quarantine_source(dir, label, ids, &mut quar, ev).map_err(ImportError::Write)?;
     }
-    let mut written = Vec::new();
-    // Decided first, written after the journal (journal.rs): the ref
-    // updates, HEAD's, and the new objects they need.
-    let mut plan_refs: Vec<crate::journal::RefOp> = Vec::new();
-    let mut planned: BTreeMap<String, Option<Value>> = BTreeMap::new();
-    let mut to_migrate: Vec<git2::Oid> = Vec::new();
-    let mut plan_head: Option<(String, String)> = None;
+    Ok(Ok(Staged {
+        found,
+        private,
+        quar,
+    }))
+}
 
-    // 2. Refs.
-    let mut changes = match scan_refs(&stage.refs_upper(), git_dir, ev, limits) {
-        Ok(c) => c,
-        Err(e) => return Ok(exceeded(out, e, ev)),
-    };
-    // packed-refs as the sandbox left it: the upper layer's copy (git
-    // rewrote it: `git gc`, `git pack-refs`, deleting a packed ref), a
-    // whiteout (all packed refs removed), or absent (the host's, which the
-    // sandbox never wrote). Whiteouts of loose refs resolve against it; the
-    // refs it added, changed or dropped against the host's go through
-    // the rules. The host's packed-refs itself is only ever changed
-    // by libgit2 applying accepted updates.
+/// The ref changes the sandbox made, and the packed-refs values they
+/// resolve against.
+struct RefChanges {
+    changes: BTreeMap<String, Change>,
+    /// packed-refs as the sandbox left it.
+    packed: BTreeMap<String, Value>,
+    /// The host's packed-refs.
+    host_packed: BTreeMap<String, Value>,
+}
+
+/// Step 2a: the changed loose refs of the upper layer, and the refs the
+/// sandbox's packed-refs added, changed or dropped. packed-refs as the
+/// sandbox left it: the upper layer's copy (git rewrote it: `git gc`,
+/// `git pack-refs`, deleting a packed ref), a whiteout (all packed refs
+/// removed), or absent (the host's, which the sandbox never wrote).
+/// Whiteouts of loose refs resolve against it; the refs it added, changed
+/// or dropped against the host's go through the rules. The host's
+/// packed-refs itself is only ever changed by libgit2 applying accepted
+/// updates. The error: a limit was exceeded.
+fn ref_changes(
+    stage: &Paths,
+    git_dir: &Path,
+    limits: &Limits,
+    ev: &mut Events,
+) -> Result<RefChanges, String> {
+    let mut changes = scan_refs(&stage.refs_upper(), git_dir, ev, limits)?;
     let host_packed = refs::read_packed(git_dir).unwrap_or_default();
     let parse_packed = |bytes: &[u8]| -> Result<BTreeMap<String, Value>, String> {
         let t = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -975,72 +1164,96 @@ pub fn import(
         };
         changes.insert(name.clone(), c);
     }
-    let head_before = fs::read(git_dir.join("HEAD")).unwrap_or_default();
-    // Absent from the upper layer: the sandbox left HEAD as it was. A
-    // whiteout (HEAD removed), a symlink or a directory is unreadable here
-    // and refused below.
-    let head_stage = match fs::symlink_metadata(stage.head()) {
-        Err(_) => Ok(head_before.clone()),
-        Ok(_) => stage::read_small(&stage.head(), 4096),
-    };
+    Ok(RefChanges {
+        changes,
+        packed,
+        host_packed,
+    })
+}
+
+/// The branches that are never deleted: HEAD's before and after the run,
+/// and those checked out in linked worktrees.
+fn checked_out_branches(
+    git_dir: &Path,
+    head_before: &[u8],
+    head_stage: Option<&[u8]>,
+) -> BTreeSet<String> {
     let head_branch = |b: &[u8]| -> Option<String> {
         match Value::parse(&String::from_utf8_lossy(b)) {
             Value::Sym(s) => Some(s),
             _ => None,
         }
     };
-    let protected_branches: BTreeSet<String> = [
-        head_branch(&head_before),
-        head_stage.as_ref().ok().and_then(|b| head_branch(b)),
-    ]
-    .into_iter()
-    .flatten()
-    // Branches checked out in linked worktrees are not deleted either.
-    .chain(
-        crate::layout::worktree_dirs(git_dir)
-            .iter()
-            .filter_map(|w| fs::read(w.join("HEAD")).ok())
-            .filter_map(|b| head_branch(&b)),
-    )
-    .collect();
-    for (name, change) in changes {
-        if !git2::Reference::is_valid_name(&name) || !refs::valid_refname(&name) {
-            refused(ev, &name, "invalid ref name (git check-ref-format rules)");
-            continue;
+    [head_branch(head_before), head_stage.and_then(head_branch)]
+        .into_iter()
+        .flatten()
+        .chain(
+            crate::layout::worktree_dirs(git_dir)
+                .iter()
+                .filter_map(|w| fs::read(w.join("HEAD")).ok())
+                .filter_map(|b| head_branch(&b)),
+        )
+        .collect()
+}
+
+/// What a ref change is judged against.
+struct RefRules<'a> {
+    git_dir: &'a Path,
+    repo: &'a git2::Repository,
+    /// The new objects and the real store.
+    quar: &'a Quarantine,
+    /// Branches never deleted ([`checked_out_branches`]).
+    protected: BTreeSet<String>,
+    rc: &'a RefChanges,
+}
+
+impl RefRules<'_> {
+    /// Step 2b: one ref change, accepted into `d` or refused (an alert).
+    fn decide(&self, name: &str, change: &Change, d: &mut Decided, ev: &mut Events) {
+        let RefRules {
+            git_dir,
+            repo,
+            quar,
+            protected: protected_branches,
+            rc,
+        } = self;
+        if !git2::Reference::is_valid_name(name) || !refs::valid_refname(name) {
+            refused(ev, name, "invalid ref name (git check-ref-format rules)");
+            return;
         }
-        if !allowed_name(&name) && !crate::inprogress::commit_ref(&name) {
+        if !allowed_name(name) && !crate::inprogress::commit_ref(name) {
             refused(
                 ev,
-                &name,
+                name,
                 "outside refs/heads, refs/tags, refs/remotes, refs/notes, refs/stash, refs/bisect and refs/rewritten",
             );
-            continue;
+            return;
         }
-        let old = current(&repo, &name);
+        let old = current(repo, name);
         let want: Option<Value> = match change {
             Change::Set(b) => {
-                let v = Value::parse(&String::from_utf8_lossy(&b));
+                let v = Value::parse(&String::from_utf8_lossy(b));
                 if let Value::Invalid(s) = &v {
                     refused(
                         ev,
-                        &name,
+                        name,
                         format!("not an object id or 'ref: refs/...' ('{s}')"),
                     );
-                    continue;
+                    return;
                 }
                 Some(v)
             }
             // Deleted as a loose file: what the sandbox saw then is its
-            // packed-refs entry, if any. git deletes a ref from packed-refs as well, and git gc packs
-            // the value the loose file had: a whited-out loose ref whose
-            // packed entry is still the host's old, different value was
-            // removed by hand, and is taken as the deletion it meant, never
-            // as a rewind to the stale packed value.
-            Change::Whiteout => match packed.get(&name) {
+            // packed-refs entry, if any. git deletes a ref from packed-refs as
+            // well, and git gc packs the value the loose file had: a
+            // whited-out loose ref whose packed entry is still the host's old,
+            // different value was removed by hand, and is taken as the
+            // deletion it meant, never as a rewind to the stale packed value.
+            Change::Whiteout => match rc.packed.get(name) {
                 Some(p)
                     if Some(p) != old.as_ref()
-                        && host_packed.get(&name) == Some(p)
-                        && fs::symlink_metadata(git_dir.join(&name)).is_ok() =>
+                        && rc.host_packed.get(name) == Some(p)
+                        && fs::symlink_metadata(git_dir.join(name)).is_ok() =>
                 {
                     None
                 }
@@ -1048,88 +1261,82 @@ pub fn import(
             },
         };
         if want == old {
-            continue;
+            return;
         }
-        match want {
+        let new = match want {
             None => {
-                let Some(oldv) = old.clone() else { continue };
+                let Some(oldv) = &old else { return };
                 if name.starts_with("refs/tags/") {
-                    refused(ev, &name, "deleting a tag");
-                    continue;
+                    refused(ev, name, "deleting a tag");
+                    return;
                 }
-                if protected_branches.contains(&name) {
-                    refused(ev, &name, "deleting the checked-out branch");
-                    continue;
+                if protected_branches.contains(name) {
+                    refused(ev, name, "deleting the checked-out branch");
+                    return;
                 }
-                plan_refs.push(crate::journal::RefOp {
-                    name: name.clone(),
+                d.refs.push(crate::journal::RefOp {
+                    name: name.to_string(),
                     old: Some(oldv.to_text()),
                     new: None,
                     fast_forward: None,
                 });
-                planned.insert(name, None);
+                d.planned.insert(name.to_string(), None);
+                return;
             }
             Some(Value::Sym(t)) => {
-                if crate::inprogress::commit_ref(&name) {
+                if crate::inprogress::commit_ref(name) {
                     refused(
                         ev,
-                        &name,
+                        name,
                         format!(
                             "symbolic ref to '{t}': a bisect mark or rebase label names a commit"
                         ),
                     );
-                    continue;
+                    return;
                 }
                 if !allowed_name(&t) || !git2::Reference::is_valid_name(&t) {
                     refused(
                         ev,
-                        &name,
+                        name,
                         format!("symbolic ref to '{t}', outside the allowed namespaces"),
                     );
-                    continue;
+                    return;
                 }
                 if name.starts_with("refs/tags/") && old.is_some() {
-                    refused(ev, &name, "moving an existing tag");
-                    continue;
+                    refused(ev, name, "moving an existing tag");
+                    return;
                 }
-                let nv = Value::Sym(t.clone());
-                plan_refs.push(crate::journal::RefOp {
-                    name: name.clone(),
-                    old: old.as_ref().map(Value::to_text),
-                    new: Some(nv.to_text()),
-                    fast_forward: None,
-                });
-                planned.insert(name, Some(nv));
+                (Value::Sym(t), None)
             }
             Some(Value::Oid(o)) => {
                 let Ok(id) = git2::Oid::from_str(&o) else {
-                    refused(ev, &name, "not an object id");
-                    continue;
+                    refused(ev, name, "not an object id");
+                    return;
                 };
                 let Some(kind) = quar.kind(id) else {
-                    refused(ev, &name, format!("object {o} does not exist"));
-                    continue;
+                    refused(ev, name, format!("object {o} does not exist"));
+                    return;
                 };
-                if (name.starts_with("refs/heads/") || crate::inprogress::commit_ref(&name))
+                if (name.starts_with("refs/heads/") || crate::inprogress::commit_ref(name))
                     && kind != git2::ObjectType::Commit
                 {
-                    refused(ev, &name, format!("object {o} is a {kind}, not a commit"));
-                    continue;
+                    refused(ev, name, format!("object {o} is a {kind}, not a commit"));
+                    return;
                 }
                 if name.starts_with("refs/tags/") && old.is_some() {
-                    refused(ev, &name, "moving an existing tag");
-                    continue;
+                    refused(ev, name, "moving an existing tag");
+                    return;
                 }
                 match quar.closure(id) {
                     Err(m) => {
                         refused(
                             ev,
-                            &name,
+                            name,
                             format!("incomplete history: object {m} is missing"),
                         );
-                        continue;
+                        return;
                     }
-                    Ok(ids) => to_migrate.extend(ids),
+                    Ok(ids) => d.objects.extend(ids),
                 }
                 // The quarantine sees the new objects and the real store.
                 let ff = match &old {
@@ -1138,204 +1345,148 @@ pub fn import(
                         .map(|p| quar.q.graph_descendant_of(id, p).unwrap_or(false)),
                     _ => None,
                 };
-                plan_refs.push(crate::journal::RefOp {
-                    name: name.clone(),
-                    old: old.as_ref().map(Value::to_text),
-                    new: Some(o.clone()),
-                    fast_forward: ff,
-                });
-                planned.insert(name, Some(Value::Oid(o.clone())));
+                (Value::Oid(o), ff)
             }
             Some(Value::Invalid(_)) => unreachable!(),
-        }
+        };
+        let (nv, fast_forward) = new;
+        d.refs.push(crate::journal::RefOp {
+            name: name.to_string(),
+            old: old.as_ref().map(Value::to_text),
+            new: Some(nv.to_text()),
+            fast_forward,
+        });
+        d.planned.insert(name.to_string(), Some(nv));
     }
+}
 
-    // 3. HEAD.
-    match head_stage {
-        Err(e) => ev.push(
+/// Step 3: HEAD as the sandbox left it, accepted into `d` when it names an
+/// existing branch (after this import's ref updates) or a commit whose
+/// history is complete; else refused (an alert).
+fn decide_head(
+    repo: &git2::Repository,
+    quar: &Quarantine,
+    head_before: &[u8],
+    head_stage: io::Result<Vec<u8>>,
+    d: &mut Decided,
+    ev: &mut Events,
+) {
+    let b = match head_stage {
+        Err(e) => {
+            ev.push(
+                "ref_refused",
+                Severity::Alert,
+                json!({ "ref": "HEAD", "reason": format!("the stage's HEAD is unreadable: {e}") }),
+            );
+            return;
+        }
+        Ok(b) if b == head_before => return,
+        Ok(b) => b,
+    };
+    let old = Value::parse(&String::from_utf8_lossy(head_before));
+    let t = String::from_utf8_lossy(&b).into_owned();
+    let v = Value::parse(&t);
+    let r: Result<(), String> = match &v {
+        Value::Sym(s) if s.starts_with("refs/heads/") && git2::Reference::is_valid_name(s) => {
+            // Exists after the ref updates of this import.
+            let exists = match d.planned.get(s) {
+                Some(v) => v.is_some(),
+                None => repo.find_reference(s).is_ok(),
+            };
+            if !exists {
+                Err(format!("HEAD names {s}, which does not exist"))
+            } else {
+                Ok(())
+            }
+        }
+        Value::Oid(o) => match git2::Oid::from_str(o) {
+            Ok(id) if quar.kind(id) == Some(git2::ObjectType::Commit) => match quar.closure(id) {
+                Err(m) => Err(format!("incomplete history: object {m} is missing")),
+                Ok(ids) => {
+                    d.objects.extend(ids);
+                    Ok(())
+                }
+            },
+            _ => Err(format!("HEAD names {o}, which is not an existing commit")),
+        },
+        _ => Err(format!(
+            "not 'ref: refs/heads/NAME' or a commit id ('{}')",
+            t.trim_end().chars().take(80).collect::<String>()
+        )),
+    };
+    match r {
+        Ok(()) => d.head = Some((old.to_text(), v.to_text())),
+        Err(reason) => ev.push(
             "ref_refused",
             Severity::Alert,
-            json!({ "ref": "HEAD", "reason": format!("the stage's HEAD is unreadable: {e}") }),
+            json!({ "ref": "HEAD", "reason": reason }),
         ),
-        Ok(b) if b == head_before => {}
-        Ok(b) => {
-            let old = Value::parse(&String::from_utf8_lossy(&head_before));
-            let t = String::from_utf8_lossy(&b).into_owned();
-            let v = Value::parse(&t);
-            let r: Result<(), String> = match &v {
-                Value::Sym(s)
-                    if s.starts_with("refs/heads/") && git2::Reference::is_valid_name(s) =>
-                {
-                    // Exists after the ref updates of this import.
-                    let exists = match planned.get(s) {
-                        Some(v) => v.is_some(),
-                        None => repo.find_reference(s).is_ok(),
-                    };
-                    if !exists {
-                        Err(format!("HEAD names {s}, which does not exist"))
-                    } else {
-                        Ok(())
-                    }
-                }
-                Value::Oid(o) => match git2::Oid::from_str(o) {
-                    Ok(id) if quar.kind(id) == Some(git2::ObjectType::Commit) => {
-                        match quar.closure(id) {
-                            Err(m) => Err(format!("incomplete history: object {m} is missing")),
-                            Ok(ids) => {
-                                to_migrate.extend(ids);
-                                Ok(())
-                            }
-                        }
-                    }
-                    _ => Err(format!("HEAD names {o}, which is not an existing commit")),
-                },
-                _ => Err(format!(
-                    "not 'ref: refs/heads/NAME' or a commit id ('{}')",
-                    t.trim_end().chars().take(80).collect::<String>()
-                )),
-            };
-            match r {
-                Ok(()) => plan_head = Some((old.to_text(), v.to_text())),
-                Err(reason) => ev.push(
-                    "ref_refused",
-                    Severity::Alert,
-                    json!({ "ref": "HEAD", "reason": reason }),
-                ),
-            }
+    }
+}
+
+/// New blobs no accepted history needs come in when the sandbox's index
+/// names them (content staged without a commit), and only when git fsck
+/// --strict accepts the tree entry that index entry becomes on the host's
+/// next commit (a `.gitmodules` is checked as such). A blob nothing names
+/// is not brought in: git checks a `.gitmodules` blob only through a tree
+/// naming it, so an unnamed one would be unchecked (a tree naming it later
+/// is checked against the store then).
+fn index_blobs(
+    index: &Path,
+    private: &Path,
+    quar: &Quarantine,
+    objects: &mut Vec<git2::Oid>,
+    ev: &mut Events,
+) {
+    let entries = stage_index_entries(index, private);
+    let Ok(qodb) = quar.q.odb() else { return };
+    for (path, mode, id) in &entries {
+        if quar.new.get(id) != Some(&git2::ObjectType::Blob) {
+            continue;
+        }
+        let blob = || qodb.read(*id).ok().map(|o| o.data().to_vec());
+        match crate::fsck::check_index_entry(path, *mode, &blob) {
+            Ok(()) => objects.push(*id),
+            Err(reason) => ev.push(
+                "object_refused",
+                Severity::Alert,
+                json!({ "path": format!("index: {}", String::from_utf8_lossy(path)), "object": id.to_string(), "reason": reason }),
+            ),
         }
     }
+}
 
-    // 3b. Operations in progress (a merge, rebase, cherry-pick, bisect the
-    // sandbox left stopped), checked as data; the objects they name come in.
-    let carried = crate::inprogress::plan(git_dir, &stage.git_upper(), &After(&quar), ev);
-    to_migrate.extend(carried.objects.iter().copied());
+/// The journal after the objects were written, and the files written
+/// (relative to the objects directory).
+struct Written {
+    journal: crate::journal::Journal,
+    paths: Vec<String>,
+}
 
-    // New blobs no accepted history needs come in when the sandbox's index
-    // names them (content staged without a commit), and only when git fsck
-    // --strict accepts the tree entry that index entry becomes on the
-    // host's next commit (a `.gitmodules` is checked as such). A blob
-    // nothing names is not brought in: git checks a `.gitmodules` blob only
-    // through a tree naming it, so an unnamed one would be unchecked (a
-    // tree naming it later is checked against the store then).
-    let index_entries = stage_index_entries(&stage.index(), private.path());
-    if let Ok(qodb) = quar.q.odb() {
-        for (path, mode, id) in &index_entries {
-            if quar.new.get(id) != Some(&git2::ObjectType::Blob) {
-                continue;
-            }
-            let blob = || qodb.read(*id).ok().map(|o| o.data().to_vec());
-            match crate::fsck::check_index_entry(path, *mode, &blob) {
-                Ok(()) => to_migrate.push(*id),
-                Err(reason) => ev.push(
-                    "object_refused",
-                    Severity::Alert,
-                    json!({ "path": format!("index: {}", String::from_utf8_lossy(path)), "object": id.to_string(), "reason": reason }),
-                ),
-            }
-        }
-    }
-    // Reflogs (reflog.rs) and linked worktrees (worktree.rs) the sandbox
-    // wrote, checked against the refs as this import leaves them.
-    let head_after = final_head(&repo, &plan_head, &planned);
-    let after = |n: &str| match n {
-        "HEAD" => head_after,
-        _ => crate::reflog::value_after(&repo, &planned, n),
-    };
-    let mut need = |id: git2::Oid| quar.closure(id);
-    let logs = crate::reflog::plan(
-        &stage.git_upper(),
-        git_dir,
-        limits.max_objects,
-        ev,
-        &mut need,
-        &after,
-        &mut to_migrate,
-    );
-    let worktrees = crate::worktree::plan(
-        &stage.git_upper(),
-        git_dir,
-        ev,
-        &mut need,
-        &|id| quar.kind(id) == Some(git2::ObjectType::Commit),
-        &after,
-        &mut to_migrate,
-    );
-    let mut seen = HashSet::new();
-    to_migrate.retain(|id| seen.insert(*id) && !real.exists(*id));
-
-    // The transaction (journal.rs): pending (objects listed) -> objects
-    // written, index prepared -> committed -> refs, HEAD, index -> done.
-    let jio = |e: io::Error| ImportError::Io {
-        path: git_dir.join(crate::journal::DIR),
-        source: e,
-    };
-    let journal = crate::journal::Journal::begin(git_dir, &to_migrate, ev).map_err(jio)?;
-    for (i, id) in to_migrate.iter().enumerate() {
-        if let Err(e) = quar.migrate(std::slice::from_ref(id), &real, &mut written) {
+/// Writes the new objects from the quarantine into the real store (the
+/// journal's pending step); a failure undoes them (nothing is committed).
+fn write_objects(
+    git_dir: &Path,
+    journal: crate::journal::Journal,
+    quar: &mut Quarantine,
+    real: &git2::Odb,
+    ids: &[git2::Oid],
+    ev: &mut Events,
+) -> Result<Written, ImportError> {
+    let mut paths = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        if let Err(e) = quar.migrate(std::slice::from_ref(id), real, &mut paths) {
             // Not committed: undone now (the journal's lock goes first).
             drop(journal);
             let _ = crate::journal::recover(git_dir, ev);
             return Err(ImportError::Write(e));
         }
         // Crash points after the first object and after the last.
-        if i == 0 || i + 1 == to_migrate.len() {
+        if i == 0 || i + 1 == ids.len() {
             crate::journal::crash_point();
         }
     }
-    for w in &written {
-        give_back(git_dir, w, owner);
-    }
-    out.objects_written = written.len() as u64;
-    if !quar.new.is_empty() || found.skipped > 0 || found.whiteouts > 0 {
-        ev.push(
-            "objects_imported",
-            Severity::Info,
-            json!({
-                "written": out.objects_written,
-                "present": out.objects_present,
-                "not_needed": quar.new.len() as u64 - out.objects_written.min(quar.new.len() as u64),
-                "skipped_files": found.skipped,
-                "whiteouts_ignored": found.whiteouts,
-            }),
-        );
-    }
-    drop(quar);
-    drop(private);
-
-    // 4. The index, prepared beside the journal; HEAD as it will be.
-    let head_commit = final_head(&repo, &plan_head, &planned);
-    let index = take_index(
-        git_dir,
-        &stage.index(),
-        &journal.index_new(),
-        head_commit,
-        owner,
-        ev,
-    );
-    crate::journal::crash_point();
-    let c = crate::journal::Committed {
-        version: 1,
-        sbx_id: sbx_id.to_string(),
-        refs: plan_refs,
-        head: plan_head,
-        index,
-    };
-    if let Err(e) = journal.commit(&c) {
-        drop(journal);
-        let _ = crate::journal::recover(git_dir, ev);
-        return Err(jio(e));
-    }
-    let applied = crate::journal::apply(git_dir, &journal.dir, &c, ev);
-    for (name, v) in applied.refs {
-        out.refs.insert(name, v);
-    }
-    out.head_changed = applied.head_changed;
-    out.index_replaced = applied.index_replaced;
-    crate::inprogress::apply(git_dir, &carried, owner, ev);
-    journal.finish().map_err(jio)?;
-    crate::reflog::apply(git_dir, &logs, owner, ev);
-    out.worktrees = crate::worktree::apply(git_dir, worktrees, &stage.dir, owner, ev);
-    Ok(out)
+    Ok(Written { journal, paths })
 }
 
 /// The commit HEAD will name once the planned updates are applied.
@@ -1365,19 +1516,6 @@ fn final_head(
     None
 }
 
-/// The sandbox's index (in the upper layer when git wrote it: `git add`,
-/// `git commit`, `git checkout`, even `git status` refreshing it) replaces
-/// the host's, so the work tree the sandbox left and HEAD agree on the host
-/// as they did inside. It is copied without following symlinks, read with
-/// libgit2 (its checksum verified; an index libgit2 cannot read, e.g. a
-/// split index whose shared part stayed in the stage, is not taken), and
-/// written anew before it replaces the host's: without cached trees (the
-/// sandbox can name any tree there, and a cached tree the host does not
-/// have would make the next `git commit` on the host write a broken
-/// commit), without extensions libgit2 does not write (fsmonitor token,
-/// untracked cache), and with every entry whose blob did not come in reset
-/// to HEAD's version (the file in the work tree untouched: it shows as
-/// modified) or dropped when HEAD has none.
 /// The entries (path, mode, id) of the index the sandbox left, read from a
 /// private copy; none when it has none or libgit2 cannot read it (then it
 /// is not taken either).
@@ -1395,6 +1533,19 @@ fn stage_index_entries(up: &Path, private: &Path) -> Vec<(Vec<u8>, u32, git2::Oi
     }
 }
 
+/// The sandbox's index (in the upper layer when git wrote it: `git add`,
+/// `git commit`, `git checkout`, even `git status` refreshing it) replaces
+/// the host's, so the work tree the sandbox left and HEAD agree on the host
+/// as they did inside. It is copied without following symlinks, read with
+/// libgit2 (its checksum verified; an index libgit2 cannot read, e.g. a
+/// split index whose shared part stayed in the stage, is not taken), and
+/// written anew before it replaces the host's: without cached trees (the
+/// sandbox can name any tree there, and a cached tree the host does not
+/// have would make the next `git commit` on the host write a broken
+/// commit), without extensions libgit2 does not write (fsmonitor token,
+/// untracked cache), and with every entry whose blob did not come in reset
+/// to HEAD's version (the file in the work tree untouched: it shows as
+/// modified) or dropped when HEAD has none.
 pub(crate) fn take_index(
     git_dir: &Path,
     up: &Path,

@@ -1457,23 +1457,8 @@ pub fn verify(
     keeps: &BTreeMap<PathBuf, crate::keep::Keep>,
 ) -> Report {
     let mut ctx = Ctx::new(mode);
-    // The git dir itself: still the same directory?
-    let dotgit_same = match &l.work_tree {
-        None => true,
-        Some(w) => {
-            let d = w.join(".git");
-            match fs::symlink_metadata(&d) {
-                Ok(m) if m.is_dir() => fs::canonicalize(&d).is_ok_and(|c| c == l.git_dir),
-                Ok(m) if m.is_file() => layout::read_gitfile(&d)
-                    .and_then(|t| fs::canonicalize(t).ok())
-                    .is_some_and(|c| c == l.git_dir),
-                _ => false,
-            }
-        }
-    };
-    let same = dotgit_same
-        && layout::ident(&snap.identity.common_dir) == Some((snap.identity.dev, snap.identity.ino));
-    if !same {
+    // 1. The git dir itself: still the same directory?
+    if !same_git_dir(l, snap) {
         ctx.note(
             "repository",
             &snap.identity.common_dir,
@@ -1485,62 +1470,13 @@ pub fn verify(
         );
         return ctx.report;
     }
-    // Locks left behind by the command (it has exited) or held by a
-    // concurrent git process.
-    let units_now: Vec<Unit> = snap
-        .units
-        .iter()
-        .map(|u| Unit {
-            path: u.path.clone(),
-            kind: u.kind,
-            work_tree: u.work_tree.clone(),
-        })
-        .collect();
-    // FIFOs, sockets and devices first: nothing below may open one (an
+    // 2. FIFOs, sockets and devices first: nothing below may open one (an
     // open of a FIFO waits for a writer forever).
-    let mut with_specials: BTreeSet<PathBuf> = BTreeSet::new();
-    let mut seen_specials: BTreeSet<PathBuf> = BTreeSet::new();
-    for us in &snap.units {
-        for p in fsutil::specials(&us.path, ".sbx-gitguard") {
-            // modules/X is walked with its superproject and on its own.
-            if !seen_specials.insert(p.clone()) {
-                if mode != Mode::Repair {
-                    with_specials.insert(us.path.clone());
-                }
-                continue;
-            }
-            if mode != Mode::Repair {
-                with_specials.insert(us.path.clone());
-            }
-            let kind = fs::symlink_metadata(&p)
-                .map(|m| fsutil::type_name(&m))
-                .unwrap_or("a special file");
-            let p2 = p.clone();
-            ctx.fix(
-                "extra_files",
-                &us.path,
-                Some(&p),
-                format!("{kind} planted in the git dir (git makes none; opening it can block)"),
-                "removed",
-                vec![],
-                move || fsutil::remove(&p2).map_err(|e| e.to_string()),
-            );
-        }
-    }
-    for lock in wait_locks(&units_now, lock_wait) {
-        let l2 = lock.clone();
-        let unit = lock.parent().unwrap_or(Path::new("/")).to_path_buf();
-        ctx.fix(
-            "locks",
-            &unit,
-            Some(&lock),
-            "a git lock file is still held".into(),
-            "removed (left behind by the command)",
-            vec![],
-            move || fsutil::remove(&l2).map_err(|e| e.to_string()),
-        );
-    }
-    // File phase for every git dir of the snapshot.
+    let with_specials = specials(&mut ctx, snap);
+    // 3. Locks left behind by the command (it has exited) or held by a
+    // concurrent git process.
+    stale_locks(&mut ctx, snap, lock_wait);
+    // 4. File phase for every git dir of the snapshot.
     for us in &snap.units {
         if layout::ident(&us.path) != Some((us.dev, us.ino)) {
             let (sev, unrec) = match us.kind {
@@ -1560,39 +1496,9 @@ pub fn verify(
         }
         raw_unit(&mut ctx, us);
     }
-    // Git dirs that appeared.
-    // (Without scanning work trees: worktree links the command wrote could
-    // name any directory; new nested repositories are found by the scan of
-    // the snapshot's work trees below.)
-    let units = l.units(&BTreeSet::new());
-    for u in &units {
-        if snap.unit(&u.path).is_none()
-            && matches!(u.kind, UnitKind::Submodule | UnitKind::Worktree)
-        {
-            new_unit(&mut ctx, u, l.main_work_tree().as_deref());
-        }
-    }
-    // Work trees.
-    let known: BTreeSet<PathBuf> = units
-        .iter()
-        .map(|u| &u.path)
-        .chain(snap.units.iter().map(|u| &u.path))
-        .filter(|p| p.exists())
-        .cloned()
-        .collect();
-    // Only the work trees known at snapshot time: a worktree link the
-    // command wrote could name any directory of the host.
-    let roots: BTreeSet<PathBuf> = snap.scans.keys().cloned().collect();
-    for root in roots {
-        if !fsutil::is_real_dir(&root) {
-            continue;
-        }
-        let empty = Scan::default();
-        let before = snap.scans.get(&root).unwrap_or(&empty);
-        let users: BTreeSet<(u64, u64)> = snap.units.iter().map(|u| (u.dev, u.ino)).collect();
-        scan_tree(&mut ctx, &root, before, &known, &users);
-    }
-    // Refs, HEAD and objects of every git dir that has them.
+    // 5. Git dirs that appeared, and the work trees.
+    work_trees(&mut ctx, l, snap);
+    // 6. Refs, HEAD and objects of every git dir that has them.
     let mut common_refs: Option<BTreeMap<String, Value>> = None;
     for us in &snap.units {
         if !us.path.exists() || layout::ident(&us.path) != Some((us.dev, us.ino)) {
@@ -1613,24 +1519,264 @@ pub fn verify(
             );
             continue;
         }
-        // libgit2 opens nothing that can block or is too large to read (a
-        // FIFO left in place by check/--alert-only, a config of gigabytes).
-        if let Some(why) = libgit2_unsafe(&us.path, &with_specials) {
+        store_unit(&mut ctx, us, full, &with_specials, keeps.get(&us.path));
+    }
+    ctx.report
+}
+
+/// Whether the snapshot's git dir is still the repository's: the work
+/// tree's `.git` (a directory or a gitfile) leads to it, with the same
+/// device and inode.
+fn same_git_dir(l: &Layout, snap: &Snapshot) -> bool {
+    let dotgit_same = match &l.work_tree {
+        None => true,
+        Some(w) => {
+            let d = w.join(".git");
+            match fs::symlink_metadata(&d) {
+                Ok(m) if m.is_dir() => fs::canonicalize(&d).is_ok_and(|c| c == l.git_dir),
+                Ok(m) if m.is_file() => layout::read_gitfile(&d)
+                    .and_then(|t| fs::canonicalize(t).ok())
+                    .is_some_and(|c| c == l.git_dir),
+                _ => false,
+            }
+        }
+    };
+    dotgit_same
+        && layout::ident(&snap.identity.common_dir) == Some((snap.identity.dev, snap.identity.ino))
+}
+
+/// Step 2: FIFOs, sockets and devices planted in the git dirs, removed
+/// (repair) or reported. Returns the git dirs that held one outside
+/// repair (libgit2 must not open those).
+fn specials(ctx: &mut Ctx, snap: &Snapshot) -> BTreeSet<PathBuf> {
+    let mode = ctx.mode;
+    let mut with_specials: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut seen_specials: BTreeSet<PathBuf> = BTreeSet::new();
+    for us in &snap.units {
+        for p in fsutil::specials(&us.path, ".sbx-gitguard") {
+            if mode != Mode::Repair {
+                with_specials.insert(us.path.clone());
+            }
+            // modules/X is walked with its superproject and on its own.
+            if !seen_specials.insert(p.clone()) {
+                continue;
+            }
+            let kind = fs::symlink_metadata(&p)
+                .map(|m| fsutil::type_name(&m))
+                .unwrap_or("a special file");
+            let p2 = p.clone();
+            ctx.fix(
+                "extra_files",
+                &us.path,
+                Some(&p),
+                format!("{kind} planted in the git dir (git makes none; opening it can block)"),
+                "removed",
+                vec![],
+                move || fsutil::remove(&p2).map_err(|e| e.to_string()),
+            );
+        }
+    }
+    with_specials
+}
+
+/// Step 3: git lock files still held after `lock_wait`, removed.
+fn stale_locks(ctx: &mut Ctx, snap: &Snapshot, lock_wait: Duration) {
+    let units_now: Vec<Unit> = snap
+        .units
+        .iter()
+        .map(|u| Unit {
+            path: u.path.clone(),
+            kind: u.kind,
+            work_tree: u.work_tree.clone(),
+        })
+        .collect();
+    for lock in wait_locks(&units_now, lock_wait) {
+        let l2 = lock.clone();
+        let unit = lock.parent().unwrap_or(Path::new("/")).to_path_buf();
+        ctx.fix(
+            "locks",
+            &unit,
+            Some(&lock),
+            "a git lock file is still held".into(),
+            "removed (left behind by the command)",
+            vec![],
+            move || fsutil::remove(&l2).map_err(|e| e.to_string()),
+        );
+    }
+}
+
+/// Step 5: submodule and worktree git dirs that appeared, then the work
+/// trees known at snapshot time. (Without scanning work trees for git
+/// dirs: worktree links the command wrote could name any directory of the
+/// host; new nested repositories are found by the scan of the snapshot's
+/// work trees.)
+fn work_trees(ctx: &mut Ctx, l: &Layout, snap: &Snapshot) {
+    let units = l.units(&BTreeSet::new());
+    for u in &units {
+        if snap.unit(&u.path).is_none()
+            && matches!(u.kind, UnitKind::Submodule | UnitKind::Worktree)
+        {
+            new_unit(ctx, u, l.main_work_tree().as_deref());
+        }
+    }
+    let known: BTreeSet<PathBuf> = units
+        .iter()
+        .map(|u| &u.path)
+        .chain(snap.units.iter().map(|u| &u.path))
+        .filter(|p| p.exists())
+        .cloned()
+        .collect();
+    let users: BTreeSet<(u64, u64)> = snap.units.iter().map(|u| (u.dev, u.ino)).collect();
+    let empty = Scan::default();
+    for root in snap.scans.keys() {
+        if !fsutil::is_real_dir(root) {
+            continue;
+        }
+        let before = snap.scans.get(root).unwrap_or(&empty);
+        scan_tree(ctx, root, before, &known, &users);
+    }
+}
+
+/// Step 6, for a git dir with an object store: objects the command deleted
+/// or replaced come back first (from the links kept before it, `keep`), so
+/// refs are judged against the store as it was; then refs, HEAD and the
+/// objects. Loose objects are checked before libgit2 reads any: it must
+/// never read a damaged one (it loops forever on a truncated zlib stream),
+/// and a damaged snapshot tip is never restored to.
+fn store_unit(
+    ctx: &mut Ctx,
+    us: &UnitSnap,
+    full: bool,
+    with_specials: &BTreeSet<PathBuf>,
+    keep: Option<&crate::keep::Keep>,
+) {
+    // libgit2 opens nothing that can block or is too large to read (a
+    // FIFO left in place by check/--alert-only, a config of gigabytes).
+    if let Some(why) = libgit2_unsafe(&us.path, with_specials) {
+        ctx.note(
+            "repository",
+            &us.path,
+            None,
+            format!("refs and objects not checked: {why}"),
+            Severity::Alert,
+            "reported (repair first)",
+            true,
+        );
+        return;
+    }
+    let repo = match open(&us.path) {
+        Ok(r) => r,
+        Err(e) => {
             ctx.note(
                 "repository",
                 &us.path,
                 None,
-                format!("refs and objects not checked: {why}"),
+                format!("cannot open: {}", e.message()),
                 Severity::Alert,
-                "reported (repair first)",
+                "cannot be checked",
                 true,
             );
-            continue;
+            return;
         }
-        let repo = match open(&us.path) {
-            Ok(r) => r,
-            Err(e) => {
-                ctx.note(
+    };
+    let objs = us.path.join("objects");
+    let mut pre = objects::check_loose(&objs, &us.loose_stats, us.sha256, us.same_dirs.as_ref());
+    let repo = match keep {
+        Some(k)
+            if ctx.mode == Mode::Repair
+                && (!pre.damaged.is_empty()
+                    || !fsutil::is_real_dir(&objs)
+                    || objects_gone(us, &repo, &pre.ids)) =>
+        {
+            let restored = k.restore();
+            let mut found = String::from("object files deleted or replaced by the command");
+            if !pre.problems.is_empty() {
+                let names: Vec<&str> = pre
+                    .problems
+                    .iter()
+                    .take(5)
+                    .map(|p| p.what.as_str())
+                    .collect();
+                found.push_str(&format!(" (damaged: {})", names.join("; ")));
+            }
+            ctx.report.findings.push(Finding {
+                check: "objects",
+                repo: disp(&us.path),
+                path: None,
+                found,
+                action: format!(
+                    "restored: {} file(s) linked back from the links kept before the command",
+                    restored.len()
+                ),
+                severity: Severity::Alert,
+                dangerous_keys: Vec::new(),
+                unrecoverable: false,
+            });
+            pre = objects::check_loose(&objs, &pre.verified, us.sha256, None);
+            // A fresh handle: libgit2 caches the pack list.
+            open(&us.path).unwrap_or(repo)
+        }
+        _ => repo,
+    };
+    let damaged = objects::damaged_set(&pre.damaged);
+    let own = refs_unit(ctx, us, &repo, &damaged);
+    head_unit(ctx, us, Some(&repo), &own, &damaged);
+    let snap_roots: Vec<(String, String)> = us
+        .refs
+        .iter()
+        .flat_map(|r| r.refs.iter())
+        .filter_map(|(n, v)| {
+            Value::parse(v)
+                .oid()
+                .map(|o| (format!("{n} in the snapshot"), o.to_string()))
+        })
+        .collect();
+    let run_check = |ctx: &mut Ctx, repo: &git2::Repository, full: bool, lc| {
+        check_objects(
+            ctx,
+            &us.path,
+            repo,
+            &us.packs,
+            &us.loose,
+            lc,
+            us.sha256,
+            full,
+            &snap_roots,
+            &own,
+            us.refs.as_ref().map(|r| &r.refs),
+        )
+    };
+    let mut sub = Ctx::new(ctx.mode);
+    // The loose objects as `pre` saw them (nothing changed them since).
+    // (Copied only where it can be needed: a re-check after restoring
+    // from the kept links.)
+    let verified = if keep.is_some() {
+        pre.verified.clone()
+    } else {
+        BTreeMap::new()
+    };
+    run_check(&mut sub, &repo, full, pre);
+    let damaged = sub
+        .report
+        .findings
+        .iter()
+        .any(|f| f.check == "objects" && f.severity == Severity::Alert);
+    if damaged
+        && ctx.mode == Mode::Repair
+        && let Some(k) = keep
+    {
+        let restored = k.restore();
+        if !restored.is_empty() {
+            // A fresh handle (libgit2 caches the pack list), and the full
+            // check to be sure.
+            let mut again = Ctx::new(Mode::Repair);
+            match open(&us.path) {
+                Ok(r2) => {
+                    // Restored files are new inodes: read again.
+                    let lc = objects::check_loose(&objs, &verified, us.sha256, None);
+                    run_check(&mut again, &r2, true, lc);
+                }
+                Err(e) => again.note(
                     "repository",
                     &us.path,
                     None,
@@ -1638,151 +1784,34 @@ pub fn verify(
                     Severity::Alert,
                     "cannot be checked",
                     true,
-                );
-                continue;
+                ),
             }
-        };
-        // Objects the command deleted or replaced come back first (from the
-        // links kept before it), so refs are judged against the store as it
-        // was. Loose objects are checked before libgit2 reads any: it must
-        // never read a damaged one (it loops forever on a truncated zlib
-        // stream), and a damaged snapshot tip is never restored to.
-        let objs = us.path.join("objects");
-        let mut pre =
-            objects::check_loose(&objs, &us.loose_stats, us.sha256, us.same_dirs.as_ref());
-        let repo = match keeps.get(&us.path) {
-            Some(k)
-                if ctx.mode == Mode::Repair
-                    && (!pre.damaged.is_empty()
-                        || !fsutil::is_real_dir(&objs)
-                        || objects_gone(us, &repo, &pre.ids)) =>
-            {
-                let restored = k.restore();
-                let mut found = String::from("object files deleted or replaced by the command");
-                if !pre.problems.is_empty() {
-                    let names: Vec<&str> = pre
-                        .problems
-                        .iter()
-                        .take(5)
-                        .map(|p| p.what.as_str())
-                        .collect();
-                    found.push_str(&format!(" (damaged: {})", names.join("; ")));
-                }
-                ctx.report.findings.push(Finding {
-                    check: "objects",
-                    repo: disp(&us.path),
-                    path: None,
-                    found,
-                    action: format!(
-                        "restored: {} file(s) linked back from the links kept before the command",
-                        restored.len()
-                    ),
-                    severity: Severity::Alert,
-                    dangerous_keys: Vec::new(),
-                    unrecoverable: false,
-                });
-                pre = objects::check_loose(&objs, &pre.verified, us.sha256, None);
-                // A fresh handle: libgit2 caches the pack list.
-                open(&us.path).unwrap_or(repo)
-            }
-            _ => repo,
-        };
-        let damaged = objects::damaged_set(&pre.damaged);
-        let own = refs_unit(&mut ctx, us, &repo, &damaged);
-        head_unit(&mut ctx, us, Some(&repo), &own, &damaged);
-        let snap_roots: Vec<(String, String)> = us
-            .refs
-            .iter()
-            .flat_map(|r| r.refs.iter())
-            .filter_map(|(n, v)| {
-                Value::parse(v)
-                    .oid()
-                    .map(|o| (format!("{n} in the snapshot"), o.to_string()))
-            })
-            .collect();
-        let run_check = |ctx: &mut Ctx, repo: &git2::Repository, full: bool, lc| {
-            check_objects(
-                ctx,
-                &us.path,
-                repo,
-                &us.packs,
-                &us.loose,
-                lc,
-                us.sha256,
-                full,
-                &snap_roots,
-                &own,
-                us.refs.as_ref().map(|r| &r.refs),
-            )
-        };
-        let mut sub = Ctx::new(ctx.mode);
-        // The loose objects as `pre` saw them (nothing changed them since).
-        // (Copied only where it can be needed: a re-check after restoring
-        // from the kept links.)
-        let verified = if keeps.contains_key(&us.path) {
-            pre.verified.clone()
-        } else {
-            BTreeMap::new()
-        };
-        run_check(&mut sub, &repo, full, pre);
-        let damaged = sub
-            .report
-            .findings
-            .iter()
-            .any(|f| f.check == "objects" && f.severity == Severity::Alert);
-        if damaged
-            && ctx.mode == Mode::Repair
-            && let Some(k) = keeps.get(&us.path)
-        {
-            let restored = k.restore();
-            if !restored.is_empty() {
-                // A fresh handle (libgit2 caches the pack list), and the full
-                // check to be sure.
-                let mut again = Ctx::new(Mode::Repair);
-                match open(&us.path) {
-                    Ok(r2) => {
-                        // Restored files are new inodes: read again.
-                        let lc = objects::check_loose(&objs, &verified, us.sha256, None);
-                        run_check(&mut again, &r2, true, lc);
-                    }
-                    Err(e) => again.note(
-                        "repository",
-                        &us.path,
-                        None,
-                        format!("cannot open: {}", e.message()),
-                        Severity::Alert,
-                        "cannot be checked",
-                        true,
-                    ),
-                }
-                let still = again
+            let still = again
+                .report
+                .findings
+                .iter()
+                .any(|f| f.severity == Severity::Alert);
+            if still {
+                sub = again;
+            } else {
+                let n = restored.len();
+                for f in sub
                     .report
                     .findings
-                    .iter()
-                    .any(|f| f.severity == Severity::Alert);
-                if still {
-                    sub = again;
-                } else {
-                    let n = restored.len();
-                    for f in sub
-                        .report
-                        .findings
-                        .iter_mut()
-                        .filter(|f| f.check == "objects" && f.severity == Severity::Alert)
-                    {
-                        f.action = format!(
-                            "restored: {n} object file(s) linked back from the links kept before the command; the full check passed"
-                        );
-                        f.unrecoverable = false;
-                    }
-                    sub.report.full_check = true;
+                    .iter_mut()
+                    .filter(|f| f.check == "objects" && f.severity == Severity::Alert)
+                {
+                    f.action = format!(
+                        "restored: {n} object file(s) linked back from the links kept before the command; the full check passed"
+                    );
+                    f.unrecoverable = false;
                 }
+                sub.report.full_check = true;
             }
         }
-        ctx.report.full_check |= sub.report.full_check;
-        ctx.report.findings.extend(sub.report.findings);
     }
-    ctx.report
+    ctx.report.full_check |= sub.report.full_check;
+    ctx.report.findings.extend(sub.report.findings);
 }
 
 /// The standalone check (no snapshot): damage, dangerous config, hooks,
