@@ -528,7 +528,16 @@ pub async fn run(
     // container's own process only waits, and the command runs as an exec
     // whose environment is given at exec time.
     let secrets = !spec.secret_env.is_empty();
-    let id = create(docker, kind, spec, netns, &me.labels(&sbx_id), &name, created).await?;
+    let id = create(
+        docker,
+        kind,
+        spec,
+        netns,
+        &me.labels(&sbx_id),
+        &name,
+        created,
+    )
+    .await?;
     // --net sbx: the runtime container is made (its process waits before
     // CMD) and checked to be in sbx-net's namespace before anything runs.
     check_netns(docker, &id, netns).await?;
