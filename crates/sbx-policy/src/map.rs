@@ -10,6 +10,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use sbx_spec::FsSpec;
 use serde_json::{Map, Value, json};
 
 use crate::bash::{BashRule, ExecAllowlist, ExecMode, Pattern};
@@ -783,7 +784,7 @@ fn bind_lists(
     let mut ro = Vec::new();
     let mut has_row: HashSet<String> = rows.iter().map(|r| r.rule.clone()).collect();
     for (i, (p, w, label)) in grants.iter().enumerate() {
-        let kind = if *w { "--rw" } else { "--ro" };
+        let grant = fs_grant(p, *w);
         if let Some(by) = removed.get(&i) {
             rows.push(Row {
                 rule: label.clone(),
@@ -800,7 +801,7 @@ fn bind_lists(
                 rule: label.clone(),
                 from: String::new(),
                 status: Status::Invariant,
-                effect: format!("{kind} {} refused: {inv}", p.display()),
+                effect: format!("{grant} refused: {inv}"),
             });
             continue;
         }
@@ -814,11 +815,34 @@ fn bind_lists(
                 rule: label.clone(),
                 from: String::new(),
                 status: Status::Enforced,
-                effect: format!("{kind} {}", p.display()),
+                effect: grant,
             });
         }
     }
     (rw, ro)
+}
+
+/// The sbx-fs argument a grant becomes (`--rw PATH`), as its spec renders
+/// it: explain's text follows a renamed flag.
+fn fs_grant(p: &Path, writable: bool) -> String {
+    let one = vec![p.as_os_str().to_os_string()];
+    let spec = if writable {
+        FsSpec {
+            rw: one,
+            ..FsSpec::default()
+        }
+    } else {
+        FsSpec {
+            ro: one,
+            ..FsSpec::default()
+        }
+    };
+    let args: Vec<String> = spec
+        .args()
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    args.join(" ")
 }
 
 /// Fewer, consistent binds. A path both read-only and writable: read-only
