@@ -1,41 +1,88 @@
-//! The empty, unreadable file bound read-only over hidden files (`.env`,
-//! ...): a host file of mode 000 in a directory of its own per run
-//! (<tmp>/sbx-container-<container name>), removed at clean-up, or by the
-//! reaper with the stale container of a dead run.
+//! The run's private host directory: the empty, unreadable file bound
+//! read-only over hidden files (`.env`, ...), a host file of mode 000, and
+//! Podman's seccomp profile. One directory per run, made with a fresh
+//! unpredictable name (`<tmp>/sbx-container-XXXXXX`, never an existing
+//! path: nothing planted in advance is used), named in the container's
+//! label [`crate::owner::L_HIDE`], removed at clean-up, or by the reaper
+//! once it removed the stale container of a dead run.
 
 use std::io;
-use std::path::PathBuf;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
-fn dir_for(container_name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("sbx-container-{container_name}"))
+const PREFIX: &str = "sbx-container-";
+
+/// A new directory for this run (mode 0711: the engine's runtime, perhaps
+/// another user in its user namespace, passes through it to the files).
+/// In `$TMPDIR` when that is an absolute path, else `/tmp` (the engine
+/// binds by absolute path).
+pub fn new_dir() -> io::Result<PathBuf> {
+    let base = Some(std::env::temp_dir())
+        .filter(|t| t.is_absolute())
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    Ok(tempfile::Builder::new()
+        .prefix(PREFIX)
+        .permissions(std::fs::Permissions::from_mode(0o711))
+        .tempdir_in(base)?
+        .keep())
 }
 
-/// The run's directory (created when missing).
-pub fn run_dir(container_name: &str) -> io::Result<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    let d = dir_for(container_name);
-    match std::fs::DirBuilder::new().mode(0o711).create(&d) {
-        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
-        _ => Ok(d),
-    }
-}
-
-/// Creates the directory and the empty file; returns both.
-pub fn create(container_name: &str) -> io::Result<(PathBuf, PathBuf)> {
+/// Creates the empty file in `dir`; returns it.
+pub fn hidden_file(dir: &Path) -> io::Result<PathBuf> {
     use std::os::unix::fs::OpenOptionsExt;
-    let d = run_dir(container_name)?;
-    let f = d.join("hidden");
+    let f = dir.join("hidden");
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o000)
         .open(&f)?;
-    Ok((d, f))
+    Ok(f)
 }
 
-/// Removes the directory of a stale container (name as the engine lists it).
-pub fn remove_dir_for(container_name: &str) {
-    if container_name.starts_with("sbx-") && !container_name.contains('/') {
-        let _ = std::fs::remove_dir_all(dir_for(container_name));
+/// Removes the directory a stale container's label names: only an
+/// absolute path whose last component is ours, a real directory (never
+/// through a symlink) owned by this user.
+pub fn remove_stale(dir: &str) {
+    let d = Path::new(dir);
+    let ours = d.is_absolute()
+        && d.file_name()
+            .is_some_and(|n| n.as_encoded_bytes().starts_with(PREFIX.as_bytes()));
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if ours && std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir() && m.uid() == me) {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_run_gets_a_new_directory_and_only_ours_are_reaped() {
+        let a = new_dir().unwrap();
+        let b = new_dir().unwrap();
+        assert_ne!(a, b);
+        assert_eq!(
+            std::fs::metadata(&a).unwrap().permissions().mode() & 0o777,
+            0o711
+        );
+        let f = hidden_file(&a).unwrap();
+        assert_eq!(
+            std::fs::metadata(&f).unwrap().permissions().mode() & 0o777,
+            0
+        );
+        // Not ours by name, or a symlink to ours: left alone.
+        let other = tempfile::tempdir().unwrap();
+        remove_stale(other.path().to_str().unwrap());
+        assert!(other.path().exists());
+        let link = other.path().join("sbx-container-link");
+        std::os::unix::fs::symlink(&b, &link).unwrap();
+        remove_stale(link.to_str().unwrap());
+        assert!(b.exists() && link.exists());
+        remove_stale("sbx-container-relative");
+        remove_stale(a.to_str().unwrap());
+        remove_stale(b.to_str().unwrap());
+        assert!(!a.exists() && !b.exists());
     }
 }

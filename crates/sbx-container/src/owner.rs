@@ -13,6 +13,8 @@ pub const L_PID: &str = "io.sbx.owner.pid";
 pub const L_START: &str = "io.sbx.owner.start";
 pub const L_BOOT: &str = "io.sbx.owner.boot";
 pub const L_HOST: &str = "io.sbx.owner.host";
+/// The run's private host directory (hide.rs), for the reaper.
+pub const L_HIDE: &str = "io.sbx.hide-dir";
 /// Set on everything sbx-container creates (containers, networks).
 pub const L_TOOL: &str = "io.sbx.tool";
 pub const TOOL_VALUE: &str = "sbx-container";

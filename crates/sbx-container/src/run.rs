@@ -74,9 +74,12 @@ pub async fn reap(docker: &Docker, me: &Owner) -> Result<(), bollard::errors::Er
             .v(true)
             .build();
         let r = docker.remove_container(&id, Some(rm)).await;
-        // The dead run's hide directory (its mode-000 file) goes with it.
-        for n in c.names.iter().flatten() {
-            crate::hide::remove_dir_for(n.trim_start_matches('/'));
+        // The dead run's private directory goes with it (only once the
+        // container is gone: it may still bind the files).
+        if r.is_ok()
+            && let Some(d) = labels.get(owner::L_HIDE)
+        {
+            crate::hide::remove_stale(d);
         }
         emit(
             "stale_container_reaped",
@@ -580,33 +583,34 @@ async fn create(
     } else {
         vec!["sleep".to_string(), "2147483647".to_string()]
     };
-    let empty = if spec
+    let hide = spec
         .mounts
         .mounts
         .iter()
-        .any(|m| matches!(m, Mount::HideFile { .. }))
-    {
-        let (dir, file) = crate::hide::create(name)?;
-        created.hide_dir = Some(dir);
-        Some(file)
-    } else {
-        None
-    };
+        .any(|m| matches!(m, Mount::HideFile { .. }));
     // Docker takes a custom profile inline; Podman a path on its host.
-    let seccomp = match &spec.seccomp_profile {
-        None => None,
-        Some(p) if kind == "podman" => {
-            let d = crate::hide::run_dir(name)?;
-            created.hide_dir = Some(d.clone());
+    let podman_profile = spec.seccomp_profile.as_ref().filter(|_| kind == "podman");
+    let mut labels = labels.clone();
+    if hide || podman_profile.is_some() {
+        let d = crate::hide::new_dir()?;
+        created.hide_dir = Some(d.clone());
+        labels.insert(owner::L_HIDE.into(), d.to_string_lossy().into_owned());
+    }
+    let empty = match &created.hide_dir {
+        Some(d) if hide => Some(crate::hide::hidden_file(d)?),
+        _ => None,
+    };
+    let seccomp = match (&created.hide_dir, podman_profile) {
+        (Some(d), Some(p)) => {
             let f = d.join("seccomp.json");
             std::fs::write(&f, p)?;
             Some(f.to_string_lossy().into_owned())
         }
-        Some(p) => Some(p.clone()),
+        _ => spec.seccomp_profile.clone(),
     };
     let body = create_body(
         spec,
-        labels.clone(),
+        labels,
         &network,
         main_cmd,
         empty.as_deref(),

@@ -559,8 +559,14 @@ fn sigint_and_timeout_clean_up() {
 fn sigkill_of_sbx_container_leaves_a_container_reaped_on_next_start() {
     let c = need_engine!();
     let id = unique("dead");
+    // A hidden file: the run has a private host directory too.
+    let ro = c.dir.path().join("dead-ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::write(ro.join(".env"), "API_KEY=host-secret").unwrap();
     let mut child = c
         .cmd(&id)
+        .arg("--ro")
+        .arg(&ro)
         .args(["--net", "internal", "--", "sleep", "120"])
         .stdin(Stdio::null())
         .spawn()
@@ -568,11 +574,14 @@ fn sigkill_of_sbx_container_leaves_a_container_reaped_on_next_start() {
     wait_for_container(&c.pod, &id);
     child.kill().unwrap();
     child.wait().unwrap();
-    assert_eq!(
-        c.pod.containers_of(&id).len(),
-        1,
-        "the engine keeps it until reaped"
+    let left = c.pod.containers_of(&id);
+    assert_eq!(left.len(), 1, "the engine keeps it until reaped");
+    let hide = std::path::PathBuf::from(
+        left[0]["Labels"]["io.sbx.hide-dir"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no hide-dir label: {}", left[0])),
     );
+    assert!(hide.join("hidden").exists(), "{}", hide.display());
     assert_eq!(c.pod.networks_of(&id).len(), 1);
     let id2 = unique("next");
     let out = c.run(&id2, &[], &["true"]);
@@ -585,6 +594,11 @@ fn sigkill_of_sbx_container_leaves_a_container_reaped_on_next_start() {
     });
     c.assert_nothing_left(&id);
     c.assert_nothing_left(&id2);
+    assert!(
+        !hide.exists(),
+        "the dead run's directory stayed: {}",
+        hide.display()
+    );
     let t = Command::new("nft")
         .args(["list", "tables"])
         .output()
