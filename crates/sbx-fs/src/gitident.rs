@@ -16,7 +16,7 @@
 //! on the host. A refused value is dropped with the alert
 //! `git_identity_refused` (the other one still passes).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use sbx_core::{Severity, audit};
 
@@ -129,11 +129,118 @@ pub fn read() -> Identity {
     id
 }
 
+/// user.name and user.email as `git config --global --includes` gives
+/// them with `home` as HOME: (key, value) in the file's order (a later
+/// value of a key replaces an earlier one, as git reads it); nothing when
+/// unset or git failed. A plain `~/.gitconfig` is read here ([`plain_get`]:
+/// a git process is a fifth of sbx-fs's run); anything else by git.
+fn git_get(home: &Path) -> Vec<(&'static str, Vec<u8>)> {
+    plain_get(home).unwrap_or_else(|| git_run(home))
+}
+
+/// The common case without git: `~/.gitconfig` alone (no
+/// `~/.config/git/config`, which git versions read differently), a
+/// regular file of at most 1 MiB, UTF-8, no `[include]`, no line
+/// continued with a backslash, and in `[user]` only plain `key = value`
+/// lines (no quotes, no escapes). Anything else: None, and git reads it.
+fn plain_get(home: &Path) -> Option<Vec<(&'static str, Vec<u8>)>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    const MAX_FILE: u64 = 1 << 20;
+    match std::fs::symlink_metadata(home.join(".config/git/config")) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        _ => return None,
+    }
+    // Never blocks on a FIFO: opened non-blocking, read only when regular.
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(home.join(".gitconfig"))
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(Vec::new()),
+        Err(_) => return None,
+    };
+    let m = f.metadata().ok()?;
+    if !m.is_file() || m.len() > MAX_FILE {
+        return None;
+    }
+    let mut text = String::new();
+    f.take(MAX_FILE + 1).read_to_string(&mut text).ok()?;
+    parse_plain(&text)
+}
+
+/// git's whitespace (ASCII space and tab only).
+fn git_trim(s: &str) -> &str {
+    s.trim_matches([' ', '\t'])
+}
+
+/// [`plain_get`]'s parser: None for anything it does not read exactly as
+/// git does.
+fn parse_plain(text: &str) -> Option<Vec<(&'static str, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut in_user = false;
+    for line in text.lines() {
+        let l = git_trim(line);
+        if l.is_empty() || l.starts_with('#') || l.starts_with(';') {
+            continue;
+        }
+        if l.ends_with('\\') {
+            return None;
+        }
+        if let Some(rest) = l.strip_prefix('[') {
+            let (inner, after) = rest.split_once(']')?;
+            let after = git_trim(after);
+            if !(after.is_empty() || after.starts_with('#') || after.starts_with(';')) {
+                return None;
+            }
+            let (name, sub) = match inner.split_once([' ', '\t']) {
+                Some((n, s)) => (n, Some(git_trim(s))),
+                None => (inner, None),
+            };
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+                || sub.is_some_and(|s| !s.starts_with('"'))
+            {
+                return None;
+            }
+            let name = name.to_ascii_lowercase();
+            if name == "include" || name == "includeif" {
+                return None;
+            }
+            in_user = name == "user" && sub.is_none();
+            continue;
+        }
+        if !in_user {
+            continue;
+        }
+        if l.contains(['"', '\\']) {
+            return None;
+        }
+        // `key = value`; a key alone is a boolean, which git prints apart.
+        let (key, value) = l.split_once('=')?;
+        let key = git_trim(key);
+        if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return None;
+        }
+        let k = match key.to_ascii_lowercase().as_str() {
+            "name" => "user.name",
+            "email" => "user.email",
+            _ => continue,
+        };
+        let v = git_trim(value.split(['#', ';']).next().unwrap_or(""));
+        let mut v = v.as_bytes().to_vec();
+        v.truncate(MAX_LEN + 1);
+        out.push((k, v));
+    }
+    Some(out)
+}
+
 /// `git config --global --includes -z --get-regexp` of user.name and
-/// user.email with `home` as HOME (one git run): (key, value) in the
-/// file's order (a later value of a key replaces an earlier one, as git
-/// reads it); nothing when unset or git failed.
-fn git_get(home: &std::path::Path) -> Vec<(&'static str, Vec<u8>)> {
+/// user.email (one git run, from `/`, with HOME and PATH only).
+fn git_run(home: &Path) -> Vec<(&'static str, Vec<u8>)> {
     let mut c = std::process::Command::new("git");
     c.env_clear()
         .env("HOME", home)
@@ -223,6 +330,77 @@ mod tests {
         assert!(check(&[b'a'; 257]).is_err());
         assert!(check(&[b'a'; 256]).is_ok());
         assert!(check(b"\xff").is_err());
+    }
+
+    /// Each config read without git gives exactly what git gives; what
+    /// it cannot read exactly is left to git.
+    #[test]
+    fn plain_configs_read_as_git_reads_them() {
+        let git_ok = std::process::Command::new("git")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        let plain = [
+            "[user]\n\tname = Ada Lovelace\n\temail = ada@example.org\n",
+            "[User]\nNAME=Ada\nEmail =  a@b  \n",
+            "# c\n; c\n[core]\n\teditor = vim\n[user] # c\n  name = Ada # inline\n  email = a@b;x\n",
+            "[alias]\n\tlg = \"log --graph\"\n[remote \"origin\"]\n\turl = x\n[user]\nname = Ada\n",
+            "[user]\nname = first\nname = second\n[user \"x\"]\nname = sub\n[user.y]\nname = old\n",
+            "[user]\r\nname = Crlf\r\nemail = c@d\r\n",
+            "[user]\nname =\nemail = e@f\n",
+            "[core]\nx = y\n",
+            "",
+            "[user]\nsigningkey = K\nname = Ada  Byron\n",
+        ];
+        let not_plain = [
+            "[include]\npath = other\n[user]\nname = A\n",
+            "[includeIf \"gitdir:/x/\"]\npath = other\n",
+            "[alias]\nx = a \\\n[user]\nname = Hidden\n",
+            "[user]\nname = \"Quoted\"\n",
+            "[user]\nname = A\\tB\n",
+            "[user] name = Same line\n",
+            "[user]\nname\n",
+            "[bad section]\nx = y\n",
+        ];
+        for t in not_plain {
+            assert_eq!(parse_plain(t), None, "{t:?}");
+        }
+        for t in plain {
+            let mine = parse_plain(t).unwrap_or_else(|| panic!("not plain: {t:?}"));
+            if !git_ok {
+                continue;
+            }
+            let d = tempfile::tempdir().unwrap();
+            std::fs::write(d.path().join(".gitconfig"), t).unwrap();
+            assert_eq!(plain_get(d.path()), Some(mine.clone()), "{t:?}");
+            assert_eq!(mine, git_run(d.path()), "{t:?}");
+        }
+        // Not plain: git reads it (an include followed).
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("other"), "[user]\nname = Included\n").unwrap();
+        std::fs::write(d.path().join(".gitconfig"), not_plain[0]).unwrap();
+        if git_ok {
+            assert_eq!(
+                git_get(d.path()),
+                vec![
+                    ("user.name", b"Included".to_vec()),
+                    ("user.name", b"A".to_vec())
+                ]
+            );
+        }
+        // A FIFO is never opened for reading by the plain path.
+        let f = tempfile::tempdir().unwrap();
+        let fifo =
+            std::ffi::CString::new(f.path().join(".gitconfig").as_os_str().as_encoded_bytes())
+                .unwrap();
+        // SAFETY: a NUL-ended path alive for the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        assert_eq!(plain_get(f.path()), None);
+        // An XDG config: git decides.
+        let x = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(x.path().join(".config/git")).unwrap();
+        std::fs::write(x.path().join(".config/git/config"), "[user]\nname = X\n").unwrap();
+        assert_eq!(plain_get(x.path()), None);
     }
 
     #[test]
