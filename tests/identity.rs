@@ -429,6 +429,55 @@ fn an_identity_with_a_newline_is_dropped_with_an_alert() {
     }
 }
 
+/// A FIFO where git reads its configuration (a sandbox with a writable
+/// home could leave one) would block the git that reads the identity, and
+/// with it every later run: it is not read, the run goes on without an
+/// identity, and the alert says why. An include naming a FIFO reaches git,
+/// which is killed at its deadline.
+#[test]
+fn a_fifo_for_the_git_config_is_never_waited_for() {
+    for who in identities() {
+        for chain in CHAIN_NAMES {
+            for include in [false, true] {
+                let t = tree(who);
+                let fifo = if include {
+                    write(
+                        &t.home.join(".gitconfig"),
+                        "[include]\n\tpath = ~/pipe\n[user]\n\tname = Fine Name\n",
+                    );
+                    t.home.join("pipe")
+                } else {
+                    t.home.join(".gitconfig")
+                };
+                let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+                // SAFETY: a NUL-ended path alive for the call.
+                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+                chown_r(&t.home);
+                let out = run(
+                    &t,
+                    chain,
+                    who,
+                    call("git config --global user.name; echo E=$?"),
+                );
+                let c = ctx(who, chain, &out);
+                assert_eq!(out.status.code(), Some(0), "{c}");
+                assert!(stdout(&out).contains("E=1"), "{c}");
+                let (sev, why) = if include {
+                    ("warn", "did not answer")
+                } else {
+                    ("alert", "not a regular file")
+                };
+                assert_event(
+                    &t.base.join("audit.jsonl"),
+                    "git_identity_refused",
+                    sev,
+                    |e| e["reason"].as_str().unwrap_or("").contains(why),
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn git_config_local_ebusy_is_explained() {
     for who in identities() {

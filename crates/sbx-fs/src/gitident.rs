@@ -135,6 +135,22 @@ pub fn read() -> Identity {
 /// unset or git failed. A plain `~/.gitconfig` is read here ([`plain_get`]:
 /// a git process is a fifth of sbx-fs's run); anything else by git.
 fn git_get(home: &Path) -> Vec<(&'static str, Vec<u8>)> {
+    // A FIFO or a device where git reads its configuration would block it:
+    // not read at all (git is bounded by GIT_DEADLINE for what it includes).
+    for f in [home.join(".gitconfig"), home.join(".config/git/config")] {
+        if std::fs::metadata(&f).is_ok_and(|m| !m.is_file()) {
+            audit::emit(
+                "git_identity_refused",
+                Severity::Alert,
+                serde_json::json!({
+                    "name": "user.name, user.email",
+                    "reason": format!("{} is not a regular file (git would block on it)", f.display()),
+                    "action": "not passed to the sandbox",
+                }),
+            );
+            return Vec::new();
+        }
+    }
     plain_get(home).unwrap_or_else(|| git_run(home))
 }
 
@@ -259,13 +275,72 @@ fn git_run(home: &Path) -> Vec<(&'static str, Vec<u8>)> {
     if let Some(p) = std::env::var_os("PATH") {
         c.env("PATH", p);
     }
-    let Ok(out) = c.output() else {
+    c.stdout(std::process::Stdio::piped());
+    let Ok(mut child) = c.spawn() else {
         return Vec::new();
     };
-    if !out.status.success() {
-        return Vec::new();
+    let out = read_bounded(&mut child, GIT_DEADLINE);
+    // Killed when it overran (a FIFO it opened blocks it for ever).
+    let _ = child.kill();
+    match (child.wait(), out) {
+        (Ok(st), Some(out)) if st.success() => parse_z(&out),
+        (_, None) => {
+            audit::emit(
+                "git_identity_refused",
+                Severity::Warn,
+                serde_json::json!({
+                    "name": "user.name, user.email",
+                    "reason": format!("git config did not answer within {} s (a FIFO or a huge file in its configuration?): killed", GIT_DEADLINE.as_secs()),
+                    "action": "not passed to the sandbox",
+                }),
+            );
+            Vec::new()
+        }
+        _ => Vec::new(),
     }
-    parse_z(&out.stdout)
+}
+
+/// How long git may take to print two values.
+const GIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The child's stdout until EOF, at most 1 MiB, within `limit`; None when
+/// it overran either.
+fn read_bounded(child: &mut std::process::Child, limit: std::time::Duration) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let mut so = child.stdout.take()?;
+    let end = std::time::Instant::now() + limit;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let mut p = libc::pollfd {
+            fd: so.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd on the stack, for the call only.
+        let n = unsafe { libc::poll(&mut p, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        if n == 0 {
+            return None;
+        }
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return None;
+        }
+        match so.read(&mut buf) {
+            Ok(0) => return Some(out),
+            Ok(k) if out.len() + k <= 1 << 20 => out.extend_from_slice(&buf[..k]),
+            Ok(_) => return None,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
 }
 
 /// git's `-z` output: `KEY\nVALUE\0` per entry; each value bounded.
@@ -396,6 +471,26 @@ mod tests {
         // SAFETY: a NUL-ended path alive for the call.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
         assert_eq!(plain_get(f.path()), None);
+        let t = std::time::Instant::now();
+        assert!(git_get(f.path()).is_empty());
+        assert!(t.elapsed() < GIT_DEADLINE, "{:?}", t.elapsed());
+        // git itself on a FIFO (an include can name one): killed at the
+        // deadline, no identity, never a hang.
+        if git_ok {
+            let g = tempfile::tempdir().unwrap();
+            let fifo = std::ffi::CString::new(g.path().join("fifo").as_os_str().as_encoded_bytes())
+                .unwrap();
+            // SAFETY: a NUL-ended path alive for the call.
+            assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+            std::fs::write(
+                g.path().join(".gitconfig"),
+                "[include]\npath = fifo\n[user]\nname = A\n",
+            )
+            .unwrap();
+            let t = std::time::Instant::now();
+            assert!(git_get(g.path()).is_empty());
+            assert!(t.elapsed() < GIT_DEADLINE * 3, "{:?}", t.elapsed());
+        }
         // An XDG config: git decides.
         let x = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(x.path().join(".config/git")).unwrap();

@@ -207,6 +207,21 @@ pub fn main() -> ! {
         unsafe {
             let _ = git2::opts::set_verify_owner_validation(false);
         }
+        // The checks judge the repository by its own files: libgit2 reads no
+        // system, XDG or global configuration (the user's ~/.gitconfig could
+        // be a FIFO, which would block the open for ever, or change what
+        // libgit2 reads).
+        for level in [
+            git2::ConfigLevel::System,
+            git2::ConfigLevel::XDG,
+            git2::ConfigLevel::Global,
+            git2::ConfigLevel::ProgramData,
+        ] {
+            // SAFETY: as above: start-up, no thread, no libgit2 call yet.
+            unsafe {
+                let _ = git2::opts::set_search_path(level, "");
+            }
+        }
         // Objects read from a git stage must hash to their names (the
         // default already; said explicitly), and refs must name objects
         // that exist.
