@@ -34,8 +34,7 @@ use crate::plan::{Kind, Op, What};
 pub const DEFAULT_SCAN_LIMIT: usize = sbx_spec::fs::DEFAULT_SCAN_LIMIT;
 
 pub use sbx_spec::invariants::{
-    CLAUDE_DIR, CONTROL, Invariant, invariant_of, is_claude_settings, is_control_name, nested,
-    swept_names,
+    CLAUDE_DIR, CONTROL, invariant_of, is_claude_settings, is_control_name, nested, swept_names,
 };
 
 /// The files inside the `.claude` directory `base` (`~/.claude`) that its
@@ -1063,10 +1062,6 @@ impl Sweep {
             repos,
             watch,
         })
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 
     /// After the sandbox is gone (nothing of it runs) and the placeholders
