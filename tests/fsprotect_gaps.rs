@@ -752,3 +752,56 @@ fn gap6_a_quarantine_reached_through_an_alias_of_the_project_is_refused() {
         }
     });
 }
+
+// ---- host-side reads of what an earlier run left ---------------------
+
+/// A `.git` an earlier run left whose gitfile or `commondir` is a link to
+/// `/proc/kmsg` (a regular file of size 0 whose read blocks, and consumes
+/// the kernel log), a FIFO or a 2 GB file: the chains' own project
+/// discovery (scripts/sbx-run's shell, sbx-policy's project.rs) reads at
+/// most 4 KiB of a non-empty regular file outside /proc, without blocking;
+/// the run ends (it runs, or sbx-gitguard refuses the damaged repository
+/// with 125), never hangs.
+#[test]
+fn a_planted_gitfile_or_commondir_is_never_read_unbounded() {
+    each(|who, chain, run| {
+        for plant in [
+            "kmsg-commondir",
+            "kmsg-gitfile",
+            "fifo-commondir",
+            "huge-gitfile",
+        ] {
+            let t = ChainTree::new();
+            let git = t.proj.join(".git");
+            let target = |p: &Path| match plant.split_once('-').unwrap().0 {
+                "kmsg" => std::os::unix::fs::symlink("/proc/kmsg", p).unwrap(),
+                "fifo" => {
+                    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+                    // SAFETY: a NUL-ended path alive for the call.
+                    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+                }
+                _ => {
+                    let f = std::fs::File::create(p).unwrap();
+                    f.set_len(2 << 30).unwrap();
+                }
+            };
+            if plant.ends_with("commondir") {
+                std::fs::create_dir_all(git.join("objects")).unwrap();
+                std::fs::create_dir_all(git.join("refs")).unwrap();
+                write(&git.join("HEAD"), "garbage\n");
+                target(&git.join("commondir"));
+            } else {
+                target(&git);
+            }
+            t.own(who);
+            let log = t.log("plant");
+            let out = run(&t, &log, "echo ran", who);
+            let c = format!("{chain} {who:?} {plant}: {}", ctx(&out));
+            match out.status.code() {
+                Some(0) => assert!(stdout(&out).contains("ran"), "{c}"),
+                Some(125) => assert_eq!(stderr(&out).trim().lines().count(), 1, "{c}"),
+                _ => panic!("{c}"),
+            }
+        }
+    });
+}

@@ -120,7 +120,8 @@ pub fn chain_sbx_run(
     // After run_as, which points HOME at the test user's own.
     c.env("HOME", &t.home)
         .env("CLAUDE_CONFIG_DIR", t.home.join(".claude"));
-    c.output().unwrap()
+    // A hang fails the test instead of holding the suite.
+    sbx_testutil::output_within(&mut c, CHAIN_LIMIT)
 }
 
 /// `sbx-policy chain --home HOME -- sh -c SCRIPT` in PROJ as `who`.
@@ -144,8 +145,12 @@ pub fn chain_policy(
     sbx_testutil::run_as(&mut c, who);
     c.env("HOME", &t.home)
         .env("CLAUDE_CONFIG_DIR", t.home.join(".claude"));
-    c.output().unwrap()
+    // A hang fails the test instead of holding the suite.
+    sbx_testutil::output_within(&mut c, CHAIN_LIMIT)
 }
+
+/// How long one chain run of a test may take (a hang is a failure).
+pub const CHAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 pub type ChainRunner = fn(&ChainTree, &Path, &str, sbx_testutil::As) -> std::process::Output;
 

@@ -54,6 +54,19 @@ pub fn read_regular(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     if m.len() > cap {
         return Err(too_large(cap));
     }
+    // Files of /proc say size 0 and some block or consume (/proc/kmsg):
+    // none is an input.
+    // SAFETY: statfs is plain integers: all-zero is a valid value.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs fills the live struct for an fd that f keeps open.
+    if unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&f), &mut fs) } == 0
+        && fs.f_type == libc::PROC_SUPER_MAGIC
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a file of /proc (not an input)",
+        ));
+    }
     let mut out = Vec::with_capacity(m.len() as usize);
     let mut buf = vec![0u8; CHUNK];
     let mut f = f;

@@ -35,10 +35,7 @@ fn is_top_level(dir: &Path) -> bool {
     if m.is_dir() {
         return is_git_dir(&dot);
     }
-    if !m.is_file() || m.len() > 4096 {
-        return false;
-    }
-    let Ok(s) = std::fs::read_to_string(&dot) else {
+    let Some(s) = small(&dot) else {
         return false;
     };
     let Some(target) = s.trim_end().strip_prefix("gitdir: ") else {
@@ -47,14 +44,23 @@ fn is_top_level(dir: &Path) -> bool {
     is_git_dir(&dir.join(target))
 }
 
+/// A gitfile or `commondir` (a few bytes of text): a file an earlier run
+/// left can be a FIFO, huge, or a link to `/proc/kmsg`, whose read blocks;
+/// only a regular file of at most 4 KiB outside /proc is read, without
+/// blocking (sbx_core::input).
+fn small(p: &Path) -> Option<String> {
+    sbx_core::input::read_regular(p, 4096)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+}
+
 /// git's `is_git_directory`, by names only: HEAD, objects/ and refs/
 /// (a `commondir` file may hold the last two, as in a linked worktree).
 fn is_git_dir(g: &Path) -> bool {
     if !g.join("HEAD").is_file() {
         return false;
     }
-    let common = std::fs::read_to_string(g.join("commondir"))
-        .ok()
+    let common = small(&g.join("commondir"))
         .map(|c| g.join(c.trim_end()))
         .unwrap_or_else(|| g.to_path_buf());
     common.join("objects").is_dir() && common.join("refs").is_dir()
@@ -68,10 +74,10 @@ fn is_git_dir(g: &Path) -> bool {
 fn nesting_main(top: &Path) -> Option<PathBuf> {
     let dot = top.join(".git");
     let m = std::fs::symlink_metadata(&dot).ok()?;
-    if !m.is_file() || m.len() > 4096 {
+    if !m.is_file() {
         return None;
     }
-    let s = std::fs::read_to_string(&dot).ok()?;
+    let s = small(&dot)?;
     let target = top.join(s.lines().next()?.strip_prefix("gitdir: ")?.trim());
     let admin = std::fs::canonicalize(target).ok()?;
     let worktrees = admin.parent()?;
