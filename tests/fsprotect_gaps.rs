@@ -775,11 +775,7 @@ fn a_planted_gitfile_or_commondir_is_never_read_unbounded() {
             let git = t.proj.join(".git");
             let target = |p: &Path| match plant.split_once('-').unwrap().0 {
                 "kmsg" => std::os::unix::fs::symlink("/proc/kmsg", p).unwrap(),
-                "fifo" => {
-                    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-                    // SAFETY: a NUL-ended path alive for the call.
-                    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
-                }
+                "fifo" => sbx_testutil::mkfifo(p),
                 _ => {
                     let f = std::fs::File::create(p).unwrap();
                     f.set_len(2 << 30).unwrap();

@@ -449,9 +449,7 @@ fn a_fifo_for_the_git_config_is_never_waited_for() {
                 } else {
                     t.home.join(".gitconfig")
                 };
-                let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-                // SAFETY: a NUL-ended path alive for the call.
-                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+                sbx_testutil::mkfifo(&fifo);
                 chown_r(&t.home);
                 let out = run(
                     &t,

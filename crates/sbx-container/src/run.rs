@@ -536,7 +536,7 @@ pub async fn run(
         kind,
         spec,
         netns,
-        &me.labels(&sbx_id),
+        me.labels(&sbx_id),
         &name,
         created,
     )
@@ -564,7 +564,7 @@ async fn create(
     kind: &str,
     spec: &RunSpec,
     netns: Option<&crate::sbxnet::Netns>,
-    labels: &HashMap<String, String>,
+    mut labels: HashMap<String, String>,
     name: &str,
     created: &mut Created,
 ) -> Result<String, RunError> {
@@ -590,7 +590,6 @@ async fn create(
         .any(|m| matches!(m, Mount::HideFile { .. }));
     // Docker takes a custom profile inline; Podman a path on its host.
     let podman_profile = spec.seccomp_profile.as_ref().filter(|_| kind == "podman");
-    let mut labels = labels.clone();
     if hide || podman_profile.is_some() {
         let d = crate::hide::new_dir()?;
         created.hide_dir = Some(d.clone());

@@ -9,6 +9,7 @@ pub mod addrclass;
 pub mod audit;
 pub mod auditchain;
 pub mod chain;
+pub mod child;
 pub mod cli;
 pub mod deathwatch;
 pub mod envpolicy;

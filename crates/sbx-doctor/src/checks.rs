@@ -8,8 +8,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use crate::CheckId;
 
@@ -914,32 +914,14 @@ fn is_exe(p: &Path) -> bool {
 
 /// Runs `cmd` for at most `limit`: (success, stdout + stderr).
 fn run_bounded(mut cmd: Command, limit: Duration) -> Result<(bool, String), String> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("spawn (or enter its namespaces): {e}"))?;
-    let t0 = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if t0.elapsed() < limit => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("no answer within {} s", limit.as_secs()));
-            }
-        }
-    };
-    let mut out = String::new();
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut out);
-    }
-    Ok((status.success(), out))
+    use sbx_core::child::{Overrun, output_within};
+    let f = output_within(&mut cmd, limit, 1 << 20).map_err(|e| match e {
+        Overrun::Spawn(e) => format!("spawn (or enter its namespaces): {e}"),
+        e => e.to_string(),
+    })?;
+    let mut out = String::from_utf8_lossy(&f.stdout).into_owned();
+    out.push_str(&String::from_utf8_lossy(&f.stderr));
+    Ok((f.status.success(), out))
 }
 
 fn program(id: &'static str, names: &[&str], without: &str, fix: &str) -> Finding {

@@ -160,30 +160,16 @@ fn git_get(home: &Path) -> Vec<(&'static str, Vec<u8>)> {
 /// continued with a backslash, and in `[user]` only plain `key = value`
 /// lines (no quotes, no escapes). Anything else: None, and git reads it.
 fn plain_get(home: &Path) -> Option<Vec<(&'static str, Vec<u8>)>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    const MAX_FILE: u64 = 1 << 20;
     match std::fs::symlink_metadata(home.join(".config/git/config")) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         _ => return None,
     }
-    // Never blocks on a FIFO: opened non-blocking, read only when regular.
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(home.join(".gitconfig"))
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(Vec::new()),
-        Err(_) => return None,
-    };
-    let m = f.metadata().ok()?;
-    if !m.is_file() || m.len() > MAX_FILE {
-        return None;
+    // Never blocks: a FIFO, a file of /proc or one over 1 MiB is refused.
+    match sbx_core::input::read_regular_string(&home.join(".gitconfig"), 1 << 20) {
+        Ok(text) => parse_plain(&text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Vec::new()),
+        Err(_) => None,
     }
-    let mut text = String::new();
-    f.take(MAX_FILE + 1).read_to_string(&mut text).ok()?;
-    parse_plain(&text)
 }
 
 /// git's whitespace (ASCII space and tab only).
@@ -269,28 +255,20 @@ fn git_run(home: &Path) -> Vec<(&'static str, Vec<u8>)> {
             "-z",
             "--get-regexp",
             r"^user\.(name|email)$",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
+        ]);
     if let Some(p) = std::env::var_os("PATH") {
         c.env("PATH", p);
     }
-    c.stdout(std::process::Stdio::piped());
-    let Ok(mut child) = c.spawn() else {
-        return Vec::new();
-    };
-    let out = read_bounded(&mut child, GIT_DEADLINE);
-    // Killed when it overran (a FIFO it opened blocks it for ever).
-    let _ = child.kill();
-    match (child.wait(), out) {
-        (Ok(st), Some(out)) if st.success() => parse_z(&out),
-        (_, None) => {
+    match sbx_core::child::output_within(&mut c, GIT_DEADLINE, 1 << 20) {
+        Ok(f) if f.status.success() => parse_z(&f.stdout),
+        Err(e @ (sbx_core::child::Overrun::Time(_) | sbx_core::child::Overrun::Size(_))) => {
+            // Killed (a FIFO it opened blocks it for ever).
             audit::emit(
                 "git_identity_refused",
                 Severity::Warn,
                 serde_json::json!({
                     "name": "user.name, user.email",
-                    "reason": format!("git config did not answer within {} s (a FIFO or a huge file in its configuration?): killed", GIT_DEADLINE.as_secs()),
+                    "reason": format!("git config did not answer ({e}; a FIFO or a huge file in its configuration?): killed"),
                     "action": "not passed to the sandbox",
                 }),
             );
@@ -302,46 +280,6 @@ fn git_run(home: &Path) -> Vec<(&'static str, Vec<u8>)> {
 
 /// How long git may take to print two values.
 const GIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The child's stdout until EOF, at most 1 MiB, within `limit`; None when
-/// it overran either.
-fn read_bounded(child: &mut std::process::Child, limit: std::time::Duration) -> Option<Vec<u8>> {
-    use std::io::Read;
-    use std::os::fd::AsRawFd;
-    let mut so = child.stdout.take()?;
-    let end = std::time::Instant::now() + limit;
-    let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        let left = end.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return None;
-        }
-        let mut p = libc::pollfd {
-            fd: so.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd on the stack, for the call only.
-        let n = unsafe { libc::poll(&mut p, 1, left.as_millis().min(i32::MAX as u128) as i32) };
-        if n == 0 {
-            return None;
-        }
-        if n < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return None;
-        }
-        match so.read(&mut buf) {
-            Ok(0) => return Some(out),
-            Ok(k) if out.len() + k <= 1 << 20 => out.extend_from_slice(&buf[..k]),
-            Ok(_) => return None,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-}
 
 /// git's `-z` output: `KEY\nVALUE\0` per entry; each value bounded.
 fn parse_z(b: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
@@ -465,11 +403,7 @@ mod tests {
         }
         // A FIFO is never opened for reading by the plain path.
         let f = tempfile::tempdir().unwrap();
-        let fifo =
-            std::ffi::CString::new(f.path().join(".gitconfig").as_os_str().as_encoded_bytes())
-                .unwrap();
-        // SAFETY: a NUL-ended path alive for the call.
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        sbx_testutil::mkfifo(&f.path().join(".gitconfig"));
         assert_eq!(plain_get(f.path()), None);
         let t = std::time::Instant::now();
         assert!(git_get(f.path()).is_empty());
@@ -478,10 +412,7 @@ mod tests {
         // deadline, no identity, never a hang.
         if git_ok {
             let g = tempfile::tempdir().unwrap();
-            let fifo = std::ffi::CString::new(g.path().join("fifo").as_os_str().as_encoded_bytes())
-                .unwrap();
-            // SAFETY: a NUL-ended path alive for the call.
-            assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+            sbx_testutil::mkfifo(&g.path().join("fifo"));
             std::fs::write(
                 g.path().join(".gitconfig"),
                 "[include]\npath = fifo\n[user]\nname = A\n",

@@ -49,9 +49,7 @@ fn is_top_level(dir: &Path) -> bool {
 /// only a regular file of at most 4 KiB outside /proc is read, without
 /// blocking (sbx_core::input).
 fn small(p: &Path) -> Option<String> {
-    sbx_core::input::read_regular(p, 4096)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
+    sbx_core::input::read_regular_string(p, 4096).ok()
 }
 
 /// git's `is_git_directory`, by names only: HEAD, objects/ and refs/

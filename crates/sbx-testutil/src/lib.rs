@@ -146,6 +146,14 @@ pub fn shared_tempdir() -> tempfile::TempDir {
     d
 }
 
+/// Makes a FIFO at `p` (mode 0644), for the tests that plant one.
+pub fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-ended path alive for the call.
+    let r = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    assert_eq!(r, 0, "mkfifo {}", p.display());
+}
+
 /// Gives `p` to the test user (when we are root and it exists).
 pub fn chown_to_test_user(p: &Path) {
     if let (true, Some((uid, gid))) = (is_root(), test_user()) {
