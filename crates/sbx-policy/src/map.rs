@@ -784,7 +784,6 @@ fn bind_lists(
     let mut ro = Vec::new();
     let mut has_row: HashSet<String> = rows.iter().map(|r| r.rule.clone()).collect();
     for (i, (p, w, label)) in grants.iter().enumerate() {
-        let grant = fs_grant(p, *w);
         if let Some(by) = removed.get(&i) {
             rows.push(Row {
                 rule: label.clone(),
@@ -801,7 +800,7 @@ fn bind_lists(
                 rule: label.clone(),
                 from: String::new(),
                 status: Status::Invariant,
-                effect: format!("{grant} refused: {inv}"),
+                effect: format!("{} refused: {inv}", fs_grant(p, *w)),
             });
             continue;
         }
@@ -815,7 +814,7 @@ fn bind_lists(
                 rule: label.clone(),
                 from: String::new(),
                 status: Status::Enforced,
-                effect: grant,
+                effect: fs_grant(p, *w),
             });
         }
     }
