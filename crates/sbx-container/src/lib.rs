@@ -231,7 +231,12 @@ fn run_cmd(cli: &Cli) -> Result<i32, Failure> {
         }
         let me = owner::Owner::me();
         if let Err(e) = run::reap(&eng.docker, &me).await {
-            tracing::warn!("reaping stale containers: {e}");
+            // In the log, not only on stderr: a dead run's objects stay.
+            sbx_core::audit::emit(
+                "stale_reap_failed",
+                sbx_core::Severity::Warn,
+                serde_json::json!({ "error": e.to_string() }),
+            );
         }
         image::ensure(&eng.docker, &spec.image).await?;
         let creds = match &creds_req {
