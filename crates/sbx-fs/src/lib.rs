@@ -75,7 +75,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "WHAT EXISTS ON THE HOST WHILE IT RUNS",
-            "Mounts exist only in the sandbox's mount namespace; nothing propagates to the host, and the namespace dies with the sandbox. In the user's own tree, sbx-fs creates a mount point only where one is needed and missing: a destination nested inside a bind, or a denied/invariant path that does not exist inside a writable bind (for example an empty .git directory, .git/hooks, .claude, or a file named like the denied path). These placeholders are empty, mode 0755 (directories) or 0644 (files), marked with the extended attribute user.sbx-fs.placeholder, and are removed when the sandbox ends: by sbx-fs, and, if sbx-fs is killed (SIGKILL), by a small reaper process that sbx-fs forks right after creating them, which watches sbx-fs through a pidfd and removes them at once when it dies. A placeholder is removed only while it is still the inode sbx-fs created, and a directory only while empty. Concurrent sandboxes of one tree share placeholders (marked with the extended attribute user.sbx-fs.placeholder, held with a shared flock): the last one to end removes them. Only a SIGKILL of both sbx-fs and the reaper (for example of the whole process group) can leave one behind.",
+            "Mounts exist only in the sandbox's mount namespace; nothing propagates to the host, and the namespace dies with the sandbox. In the user's own tree, sbx-fs creates a mount point only where one is needed and missing: a destination nested inside a bind, or a denied/invariant path that does not exist inside a writable bind (for example an empty .git directory, .git/hooks, .claude, or a file named like the denied path). These placeholders are empty, mode 0755 (directories) or 0644 (files), marked with the extended attribute user.sbx-fs.placeholder, and are removed when the sandbox ends: by sbx-fs, and, if sbx-fs is killed (SIGKILL), by a small reaper process that sbx-fs forks before it creates the first one and tells of each one before it takes its name, which watches sbx-fs through a pidfd and removes them at once when it dies. A placeholder is removed only while it is still the inode sbx-fs created, and a directory only while empty. Concurrent sandboxes of one tree share placeholders (marked with the extended attribute user.sbx-fs.placeholder, held with a shared flock): the last one to end removes them. Only a SIGKILL of both sbx-fs and the reaper (for example of the whole process group) can leave one behind.",
         ),
         (
             "THE NEXT PROGRAM",
@@ -445,9 +445,12 @@ fn pins_of(plan: &Plan, user_binds: &[(usize, PathBuf)]) -> Vec<PathBuf> {
     out
 }
 
-/// Creates the mount points the plan needs inside binds (on the host).
-pub fn host_placeholders(plan: &Plan) -> Result<placeholder::Placeholders, Failure> {
-    let mut ph = placeholder::Placeholders::default();
+/// Creates the mount points the plan needs inside binds (on the host),
+/// recorded in `ph` (whose reaper is forked before the first one).
+pub fn host_placeholders(
+    plan: &Plan,
+    mut ph: placeholder::Placeholders,
+) -> Result<placeholder::Placeholders, Failure> {
     for i in 0..plan.ops.len() {
         let op = &plan.ops[i];
         // ReadOnly ops too: what they protect may be another sandbox's
@@ -655,24 +658,19 @@ fn prepare(cli: &Cli) -> Result<Prepared, Failure> {
 }
 
 fn host_setup(p: &Prepared) -> Result<HostSetup, Failure> {
-    let ph = host_placeholders(&p.plan)?;
-    let mut host = HostSetup {
-        ph,
-        layers: quota_layers(&p.plan),
-        budget: p.plan.quota.as_ref().map(|q| q.budget),
-        journal: None,
-    };
-    let reaper_journal = match host.budget {
+    // The journal and the reaper's `after` exist before the first
+    // placeholder: the reaper is forked with them, before anything of the
+    // user's tree changes.
+    let budget = p.plan.quota.as_ref().map(|q| q.budget);
+    let (journal, reaper_journal) = match budget {
         Some(_) => {
-            let pair = quota::Journal::new()
-                .map_err(|e| Failure::new(format!("memfd for the apply journal: {e}")));
-            let (a, b) = host.or_cleanup(pair)?;
-            host.journal = Some(a);
-            host.ph.reaper_fds.push(b.raw_fd());
-            Some(b)
+            let (a, b) = quota::Journal::new()
+                .map_err(|e| Failure::new(format!("memfd for the apply journal: {e}")))?;
+            (Some(a), Some(b))
         }
-        None => None,
+        None => (None, None),
     };
+    let reaper_fds = reaper_journal.iter().map(|b| b.raw_fd()).collect();
     // The reaper also runs the end sweep if sbx-fs is killed (after taking
     // out what a killed apply left half-made).
     let (sweeps, mcp, quarantine) = &p.checks;
@@ -697,7 +695,15 @@ fn host_setup(p: &Prepared) -> Result<HostSetup, Failure> {
             end_checks(&sw, m.as_ref(), &q)
         }))
     };
-    let started = host.ph.start_reaper_with(after).map_err(Failure::from);
+    let ph = host_placeholders(&p.plan, placeholder::Placeholders::new(after, reaper_fds))?;
+    sbx_core::registry::test_kill_point("fs-placeholders-made");
+    let mut host = HostSetup {
+        ph,
+        layers: quota_layers(&p.plan),
+        budget,
+        journal,
+    };
+    let started = host.ph.start_reaper().map_err(Failure::from);
     host.or_cleanup(started)?;
     Ok(host)
 }

@@ -529,6 +529,56 @@ fn nothing_left_after_sigkill_of_sbx_fs() {
     }
 }
 
+/// SIGKILLed at each step of making the placeholders (fault injection,
+/// `SBX_TEST_KILL_AT`): the first one announced to the reaper but still
+/// under its temporary name, the first one in place, and all twelve in
+/// place (ten levels of a nested destination, .git and .claude) before the
+/// sandbox exists. The reaper, forked before the first one was made,
+/// removes every one, deepest first.
+#[test]
+fn killed_at_any_step_of_making_placeholders_leaves_nothing() {
+    for who in identities() {
+        for point in [
+            "fs-placeholder-announced",
+            "fs-placeholder-made",
+            "fs-placeholders-made",
+        ] {
+            let s = Scratch::new(who);
+            s.write("data/file", "x\n");
+            let before = s.snapshot();
+            let p = s.proj();
+            let deep = p.join("d/1/2/3/4/5/6/7/8/9");
+            let data = format!("{}:{}", s.path("data").display(), deep.display());
+            let pp = p.to_str().unwrap();
+            let log = s.log();
+            let out = s
+                .cmd(&log, &["--rw", pp, "--ro", &data, "--chdir", pp], "true")
+                .env("SBX_TEST_KILL_AT", point)
+                .output()
+                .unwrap();
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{point}: {out:?}");
+            // Nothing made: the snapshot (hidden temporaries included) is
+            // what it was before.
+            assert!(
+                eventually(|| s.snapshot() == before),
+                "{point} ({who:?}): left {:?}",
+                s.snapshot()
+                    .keys()
+                    .filter(|k| !before.contains_key(*k))
+                    .collect::<Vec<_>>()
+            );
+            assert!(
+                !std::fs::read_to_string(&log)
+                    .unwrap_or_default()
+                    .contains("cleanup_incomplete"),
+                "{point}: the reaper left entries behind"
+            );
+            s.assert_clean(&before);
+        }
+    }
+}
+
 /// Who holds a lock on these paths (from /proc/locks), for the message of
 /// a failure.
 /// For a failure message: every process whose comm is `name`, with its

@@ -164,7 +164,7 @@ pub(crate) fn run_in(
     }
     // Mount points missing on the host, inside the binds: sbx-fs's
     // placeholders, reaped if we are killed.
-    let mut ph = sbx_fs::host_placeholders(plan)?;
+    let mut ph = sbx_fs::host_placeholders(plan, Default::default())?;
     if let Err(e) = ph.start_reaper() {
         ph.cleanup();
         return Err(e.into());
