@@ -327,13 +327,24 @@ pub struct Stats {
     pub pids_limit_hits: u64,
 }
 
+/// The file the command writes `0` to, between fork and exec, to join a
+/// group. On v1 it is `tasks`, which moves only the writing thread: the
+/// child is single-threaded there, so that is the whole process, and the
+/// kernel then skips the global `cgroup_threadgroup_rwsem` whose first
+/// write-lock waits an RCU grace period (10 to 15 ms per run on this
+/// project's hosts; see docs/bench-policy.md). v2's `cgroup.threads` only
+/// moves threads within one domain, so v2 keeps `cgroup.procs`.
+fn join_file(h: &Hierarchy) -> &'static str {
+    if h.v2 { "cgroup.procs" } else { "tasks" }
+}
+
 /// The sandbox group, in every hierarchy used.
 #[derive(Debug)]
 pub struct SandboxGroup {
     pub name: String,
     pub dirs: Vec<GroupDir>,
-    /// `cgroup.procs` of each dir, opened before the fork so the child joins
-    /// with one write each.
+    /// The join file of each dir ([`join_file`]), opened before the fork
+    /// so the child joins with one write each.
     procs: Vec<OwnedFd>,
     /// Processes this group's kill loop signalled (distinct pids).
     pub killed: u64,
@@ -404,7 +415,7 @@ impl SandboxGroup {
             self.apply(&d, limits)?;
         }
         for d in &self.dirs {
-            let p = d.path.join("cgroup.procs");
+            let p = d.path.join(join_file(&d.hier));
             // (A fake cgroupfs has no kernel to make the file.)
             let f = std::fs::OpenOptions::new()
                 .write(true)
@@ -528,7 +539,7 @@ impl SandboxGroup {
         }
     }
 
-    /// Raw fds of the `cgroup.procs` files, for the child's join.
+    /// Raw fds of the join files, for the child's join.
     pub fn procs_fds(&self) -> Vec<i32> {
         self.procs.iter().map(|f| f.as_raw_fd()).collect()
     }

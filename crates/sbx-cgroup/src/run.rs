@@ -243,7 +243,8 @@ pub(crate) fn limits_json(l: &Limits) -> serde_json::Value {
 /// Between fork and exec (async-signal-safe only; Supervisor::spawn's own
 /// hook then clears the signal mask, sets the parent-death signal and closes
 /// fds): write "0" (= this
-/// process) to each `cgroup.procs`, then set the rlimits. A failure is
+/// process) to each group's join file (`tasks` on v1, `cgroup.procs` on
+/// v2: `group::join_file`), then set the rlimits. A failure is
 /// reported on stderr and the child exits 125 before the command runs.
 fn install_pre_exec(cmd: &mut std::process::Command, group: &SandboxGroup, rlimits: Vec<Rlimit>) {
     let fds = group.procs_fds();
