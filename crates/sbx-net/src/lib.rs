@@ -188,11 +188,44 @@ struct Phantoms {
     bundle_file: Option<TempFile>,
 }
 
-struct TempFile(PathBuf);
+/// The bundle file and its registry entry (`sbx_core::registry`, taken
+/// before the file exists): a SIGKILLed run's file is removed by the next
+/// sbx-net ([`reap_bundles`]).
+struct TempFile(PathBuf, Option<sbx_core::registry::Entry>);
 
 impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+        // The entry goes after the file (a failed removal keeps nothing
+        // registered either: the file was ours and is public).
+        drop(self.1.take());
+    }
+}
+
+/// The registry kind of CA bundle files.
+const BUNDLE_KIND: &str = "net-ca";
+
+/// Removes the CA bundle files of dead sbx-net runs (SIGKILLed between
+/// writing one and dropping its name), whatever their TMPDIR was.
+fn reap_bundles() {
+    for p in sbx_core::registry::reap(BUNDLE_KIND, |p| {
+        // Only a file of ours by that name, never through a symlink.
+        let ours = p
+            .file_name()
+            .is_some_and(|n| n.as_encoded_bytes().starts_with(b"sbx-net-ca-"));
+        if !ours {
+            return Ok(());
+        }
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        match std::fs::symlink_metadata(p) {
+            Ok(m) if m.is_file() && m.uid() == me => std::fs::remove_file(p),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }) {
+        tracing::info!(file = %p.display(), "removed a dead run's CA bundle");
     }
 }
 
@@ -232,7 +265,7 @@ fn phantoms(cli: &Cli, policy: &mut Policy) -> Result<Option<Phantoms>, Failure>
     let server = mitm::server_config(ca.clone()).map_err(|e| Failure::new(e.to_string()))?;
     let (client, client_h1) = mitm::client_configs().map_err(|e| Failure::new(e.to_string()))?;
     let (bundle, target) = mitm::bundle(&ca).map_err(|e| Failure::new(e.to_string()))?;
-    let path = write_bundle(&bundle)?;
+    let (path, entry) = write_bundle(&bundle)?;
     Ok(Some(Phantoms {
         intercept: Arc::new(http::Intercept {
             secrets: Arc::new(secrets),
@@ -241,13 +274,15 @@ fn phantoms(cli: &Cli, policy: &mut Policy) -> Result<Option<Phantoms>, Failure>
             client_h1,
         }),
         bundle_target: target,
-        bundle_file: Some(TempFile(path)),
+        bundle_file: Some(TempFile(path, entry)),
     }))
 }
 
 /// Writes the sandbox's bundle (public certificates only) to a new file in
 /// the temp dir, for the bind; the name goes as soon as the command runs.
-fn write_bundle(b: &[u8]) -> Result<PathBuf, Failure> {
+/// Each name is registered before the file is made (without a registry a
+/// warning says a SIGKILL could leave it).
+fn write_bundle(b: &[u8]) -> Result<(PathBuf, Option<sbx_core::registry::Entry>), Failure> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let dir = std::env::temp_dir();
@@ -259,6 +294,9 @@ fn write_bundle(b: &[u8]) -> Result<PathBuf, Failure> {
             std::process::id(),
             &tag[phantom::PREFIX.len()..][..12]
         ));
+        let entry = sbx_core::registry::register(BUNDLE_KIND, &p)
+            .map_err(|e| tracing::warn!(file = %p.display(), "CA bundle not registered: {e}"))
+            .ok();
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -267,11 +305,13 @@ fn write_bundle(b: &[u8]) -> Result<PathBuf, Failure> {
             .open(&p)
         {
             Ok(mut f) => {
+                sbx_core::registry::test_kill_point("net-ca-created");
                 if let Err(e) = f.write_all(b) {
                     let _ = std::fs::remove_file(&p);
                     return Err(Failure::new(format!("writing {}: {e}", p.display())));
                 }
-                return Ok(p);
+                sbx_core::registry::test_kill_point("net-ca-written");
+                return Ok((p, entry));
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
             Err(e) => return Err(Failure::new(format!("creating {}: {e}", p.display()))),
@@ -285,6 +325,7 @@ fn write_bundle(b: &[u8]) -> Result<PathBuf, Failure> {
 }
 
 fn run(cli: Cli) -> Result<i32, Failure> {
+    reap_bundles();
     let mut policy = policy(&cli)?;
     let mut phantoms = phantoms(&cli, &mut policy)?;
     let connect_timeout =

@@ -322,3 +322,56 @@ fn bad_secret_specs_exit_125_with_one_line() {
     let out = sbx_testutil::output_within(&mut c, std::time::Duration::from_secs(30));
     sbx_testutil::assert_usage_error(&out, "--secret-in-body");
 }
+
+/// SIGKILLed right after making the CA bundle file in the temp dir, and
+/// after writing it (fault injection, `SBX_TEST_KILL_AT`): no clean-up of
+/// sbx-net runs, but the file was registered before it was made, so the
+/// next sbx-net (any run) removes it. As root and as the test user.
+#[test]
+fn a_sigkill_after_the_ca_bundle_is_made_leaves_no_file_after_the_next_run() {
+    use std::os::unix::process::ExitStatusExt;
+    for who in identities() {
+        for point in ["net-ca-created", "net-ca-written"] {
+            let d = sbx_testutil::shared_tempdir();
+            let tmp = d.path().join("tmp");
+            std::fs::create_dir(&tmp).unwrap();
+            sbx_testutil::chown_to_test_user(&tmp);
+            let key = d.path().join("key");
+            std::fs::write(&key, "sk-kill-test-value\n").unwrap();
+            sbx_testutil::chown_to_test_user(&key);
+            let bundles = || {
+                std::fs::read_dir(&tmp)
+                    .unwrap()
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("sbx-net-ca-"))
+                    .collect::<Vec<_>>()
+            };
+            let mut c = sbx_testutil::tool("sbx-net");
+            c.arg("--secret")
+                .arg(format!("K_API@api.test=file:{}", key.display()))
+                .args(["--", "true"])
+                .env("TMPDIR", &tmp)
+                .env("SBX_TEST_KILL_AT", point);
+            run_as(&mut c, who);
+            let out = sbx_testutil::output_within(&mut c, std::time::Duration::from_secs(30));
+            assert_eq!(
+                out.status.signal(),
+                Some(libc::SIGKILL),
+                "{who:?} {point}: {out:?}"
+            );
+            assert_eq!(bundles().len(), 1, "{who:?} {point}: the bundle was made");
+            // The next run, with no --secret and another TMPDIR.
+            let mut c = sbx_testutil::tool("sbx-net");
+            c.args(["--", "true"]);
+            run_as(&mut c, who);
+            let out = sbx_testutil::output_within(&mut c, std::time::Duration::from_secs(30));
+            assert_eq!(out.status.code(), Some(0), "{who:?}: {out:?}");
+            assert!(
+                bundles().is_empty(),
+                "{who:?} {point}: left {:?}",
+                bundles()
+            );
+        }
+    }
+}
