@@ -34,6 +34,7 @@
 //! - `stdio.rs`: a stdout or stderr that is a regular file is relayed.
 
 use std::ffi::OsString;
+use std::os::unix::fs::DirBuilderExt;
 use std::time::Duration;
 
 use clap::Parser;
@@ -165,33 +166,77 @@ pub fn run(a: Cli) -> Result<i32, Failure> {
     let plan = bundle::fs_plan(&a)?;
     bundle::check_command(&a.cmd[0], &plan)?;
 
-    let dir = tempfile::Builder::new()
-        .prefix("sbx-gvisor-")
-        .tempdir_in(runsc::temp_base())
-        .map_err(|e| Failure::new(format!("temporary directory: {e}")))?
-        .keep();
-    let id = format!(
-        "sbx-{}-{}",
-        std::process::id(),
-        dir.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("x")
-            .trim_start_matches("sbx-gvisor-")
-    );
-    let state = dir.join("state");
-    // SAFETY: sbx-gvisor has one thread here: the threads (stdio relay,
-    // exec log reader) start later, in run_in.
-    let guardian = match unsafe { runsc::start_guardian(&a.spec.runsc, &state, &id, &dir) } {
-        Ok(g) => g,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(e);
+    // The guardian is forked before the private directory exists, knowing
+    // its name: a SIGKILL at any moment after the mkdir finds it there to
+    // remove the directory (it was forked after the mkdir before, and a
+    // SIGKILL in between left the directory in the temp dir for good).
+    let base = runsc::temp_base();
+    let mut made = None;
+    for _ in 0..8 {
+        let dir = base.join(format!("sbx-gvisor-{}", random_suffix()));
+        let id = format!(
+            "sbx-{}-{}",
+            std::process::id(),
+            dir.file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("x")
+                .trim_start_matches("sbx-gvisor-")
+        );
+        let state = dir.join("state");
+        // SAFETY: sbx-gvisor has one thread here: the threads (stdio relay,
+        // exec log reader) start later, in run_in.
+        let guardian = unsafe { runsc::start_guardian(&a.spec.runsc, &state, &id, &dir) }?;
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {
+                made = Some((dir, id, state, guardian));
+                break;
+            }
+            // Not ours: the guardian must not touch it.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                guardian.release_and_reap();
+            }
+            Err(e) => {
+                guardian.release_and_reap();
+                return Err(Failure::new(format!("temporary directory: {e}")));
+            }
         }
+    }
+    let Some((dir, id, state, guardian)) = made else {
+        return Err(Failure::new(format!(
+            "temporary directory in {}: every new name was taken",
+            base.display()
+        )));
     };
+    sbx_core::registry::test_kill_point("gvisor-dir-made");
     let r = runsc::run_in(&a, &plan, &dir, &state, &id, tmp_size, timeout);
     runsc::teardown(&a.spec.runsc, &state, &id, &dir);
     guardian.release_and_reap();
     r
+}
+
+/// 12 random characters for the private directory's name (unpredictable:
+/// nothing can be planted there in advance; the mkdir refuses an existing
+/// path anyway).
+fn random_suffix() -> String {
+    let mut buf = [0u8; 9];
+    // SAFETY: buf is a live 9-byte buffer.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n != buf.len() as isize {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        buf.copy_from_slice(&t.to_le_bytes()[..9]);
+    }
+    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
+    let mut out = String::new();
+    for c in buf.chunks(3) {
+        let v = u32::from(c[0]) << 16 | u32::from(c[1]) << 8 | u32::from(c[2]);
+        for k in (0..4).rev() {
+            out.push(ABC[(v >> (6 * k)) as usize & 63] as char);
+        }
+    }
+    out
 }
 
 pub fn main() -> ! {

@@ -70,7 +70,8 @@ pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd), Failure> {
     sbx_core::fds::pipe().map_err(|e| Failure::new(format!("pipe: {e}")))
 }
 
-/// The guardian (sbx_core::guardian): when this process is gone without
+/// The guardian (sbx_core::guardian), forked before the directory is made:
+/// when this process is gone without
 /// having cleaned up (SIGKILL), it deletes the container and removes the
 /// directory (a supervisor_died event). It runs in a session of its own
 /// (a signal to the caller's process group does not end it, and the
@@ -98,6 +99,16 @@ pub(crate) unsafe fn start_guardian(
         sbx_core::fds::close_all_except(&keep);
         sbx_core::fds::stdio_to_dev_null();
         if w.wait() == Ending::Released {
+            return 0;
+        }
+        // Forked before the directory was made: a path there that is not
+        // a directory of ours is another's (the owner died before its
+        // mkdir, or its mkdir found the name taken): left alone.
+        let ours = std::fs::symlink_metadata(dir).map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.is_dir() && m.uid() == crate::euid()
+        });
+        if matches!(ours, Ok(false)) {
             return 0;
         }
         teardown(runsc, state, id, dir);

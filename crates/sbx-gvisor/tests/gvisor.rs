@@ -401,6 +401,53 @@ fn sigkill_of_sbx_gvisor_leaves_nothing_behind() {
     }
 }
 
+/// SIGKILLed right after its private directory is made, before anything
+/// else (fault injection, `SBX_TEST_KILL_AT=gvisor-dir-made`): the
+/// guardian, forked before the mkdir, removes the directory. The temp dir
+/// is the test's own (traversable by others, as sbx-gvisor wants it).
+#[test]
+fn sigkill_right_after_the_private_directory_is_made_leaves_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::ExitStatusExt;
+    let Some(runsc) = runsc() else {
+        sbx_testutil::skip!("runsc not installed (scripts/setup installs Debian's runsc)");
+    };
+    for who in identities() {
+        let p = project(who);
+        let tmp = p.root.parent().unwrap().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        sbx_testutil::chown_to_test_user(&tmp);
+        // Every ancestor traversable: sbx-gvisor uses it, not /tmp.
+        for d in tmp.ancestors().take(3) {
+            let m = std::fs::metadata(d).unwrap().permissions().mode();
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(m | 0o711)).unwrap();
+        }
+        let ours = || {
+            std::fs::read_dir(&tmp)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("sbx-gvisor-"))
+                .collect::<Vec<_>>()
+        };
+        let mut c = gvisor(&p, &runsc, &[], &["true"], who);
+        c.env("TMPDIR", &tmp)
+            .env("SBX_TEST_KILL_AT", "gvisor-dir-made");
+        let out = sbx_testutil::output_within(&mut c, Duration::from_secs(60));
+        assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{who:?}: {out:?}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ours().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            ours().is_empty(),
+            "{who:?}: left {:?} in {}",
+            ours(),
+            tmp.display()
+        );
+    }
+}
+
 /// Runs sbx-gvisor paused after its plan (SBX_TEST_GVISOR_PAUSE_FIFO: it
 /// reads the FIFO to its end before starting runsc), does `swap` in that
 /// window, lets it go on and returns its output (all bounded).
