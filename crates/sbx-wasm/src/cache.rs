@@ -22,6 +22,8 @@ const ARTIFACT_CAP: u64 = 1 << 30;
 /// The cache directory (created 0700; `None` when sbx's registry cannot
 /// be used, then every run compiles).
 pub fn dir() -> Option<PathBuf> {
+    // Temporaries of dead runs (SIGKILLed while writing an artifact).
+    sbx_core::registry::reap(TMP_KIND, remove_tmp);
     let d = sbx_core::registry::dir().ok()?.join("wasm-cache");
     match std::fs::DirBuilder::new().mode(0o700).create(&d) {
         Ok(()) => {}
@@ -97,9 +99,31 @@ pub fn load(engine: &Engine, path: &Path) -> io::Result<Option<Program>> {
     }
 }
 
-/// Writes `artifact` (with its SHA-256) as `path`, atomically.
+/// The registry kind of an artifact's temporary (`sbx_core::registry`).
+const TMP_KIND: &str = "wasm-cache-tmp";
+
+/// Removes a dead run's temporary: only a file of a `wasm-cache`
+/// directory (never through a symlink: remove_file does not follow one).
+fn remove_tmp(p: &Path) -> io::Result<()> {
+    let in_cache = p
+        .parent()
+        .and_then(|d| d.file_name())
+        .is_some_and(|n| n == "wasm-cache");
+    let named = p
+        .extension()
+        .is_some_and(|x| x.as_encoded_bytes().starts_with(b"tmp"));
+    if in_cache && named {
+        std::fs::remove_file(p)?;
+    }
+    Ok(())
+}
+
+/// Writes `artifact` (with its SHA-256) as `path`, atomically. The
+/// temporary is registered before it is made: a SIGKILL while it is
+/// written leaves it to the next run's [`dir`].
 pub fn store(path: &Path, artifact: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let _entry = sbx_core::registry::register(TMP_KIND, &tmp)?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -109,7 +133,10 @@ pub fn store(path: &Path, artifact: &[u8]) -> io::Result<()> {
     let r = f
         .write_all(artifact)
         .and_then(|()| f.write_all(&Sha256::digest(artifact)))
-        .and_then(|()| std::fs::rename(&tmp, path));
+        .and_then(|()| {
+            sbx_core::registry::test_kill_point("wasm-cache-tmp-written");
+            std::fs::rename(&tmp, path)
+        });
     if r.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

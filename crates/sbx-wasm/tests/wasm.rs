@@ -518,6 +518,55 @@ fn compiled_module_cache() {
     }
 }
 
+/// SIGKILLed while the compiled artifact is written (fault injection,
+/// `SBX_TEST_KILL_AT=wasm-cache-tmp-written`: written, not yet renamed):
+/// the temporary was registered before it was made, and the next run
+/// removes it. As root and as the test user.
+#[test]
+fn a_sigkill_while_caching_leaves_no_temporary_after_the_next_run() {
+    use std::os::unix::process::ExitStatusExt;
+    for who in identities() {
+        let mut s = scratch!(who);
+        s.reg = s.path("reg");
+        let temporaries = || {
+            let mut v = Vec::new();
+            let mut stack = vec![s.path("reg")];
+            while let Some(d) = stack.pop() {
+                for e in std::fs::read_dir(&d).unwrap().flatten() {
+                    let p = e.path();
+                    if p.is_dir() {
+                        stack.push(p);
+                    } else if p
+                        .extension()
+                        .is_some_and(|x| x.to_string_lossy().starts_with("tmp"))
+                    {
+                        v.push(p);
+                    }
+                }
+            }
+            v
+        };
+        let mut c = sbx_testutil::tool("sbx-wasm");
+        c.arg("--audit-log")
+            .arg(s.log())
+            .env("SBX_REGISTRY_DIR", &s.reg)
+            .env("SBX_TEST_KILL_AT", "wasm-cache-tmp-written")
+            .arg("--")
+            .arg(s.path("probe.wasm"))
+            .arg("hello");
+        run_as(&mut c, who);
+        let out = sbx_testutil::output_within(&mut c, LIMIT);
+        assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{who:?}: {out:?}");
+        assert_eq!(temporaries().len(), 1, "{who:?}: the temporary was made");
+        ok(&s.run(&[], &["hello"]));
+        assert!(
+            temporaries().is_empty(),
+            "{who:?}: left {:?}",
+            temporaries()
+        );
+    }
+}
+
 fn find_cwasm(dir: &Path) -> PathBuf {
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
