@@ -12,19 +12,73 @@ use std::path::{Path, PathBuf};
 
 const PREFIX: &str = "sbx-container-";
 
+/// The registry kind of run directories (`sbx_core::registry`): each is
+/// registered before it is made, and the entry is released once the
+/// container that names it in its label exists (the label's reaping takes
+/// over); a run SIGKILLed in between leaves an entry the next run reaps.
+pub const KIND: &str = "container-hide";
+
 /// A new directory for this run (mode 0711: the engine's runtime, perhaps
 /// another user in its user namespace, passes through it to the files).
 /// In `$TMPDIR` when that is an absolute path, else `/tmp` (the engine
-/// binds by absolute path).
-pub fn new_dir() -> io::Result<PathBuf> {
+/// binds by absolute path). Registered before it is made (the entry is
+/// returned; without a registry a warning says so).
+pub fn new_dir() -> io::Result<(PathBuf, Option<sbx_core::registry::Entry>)> {
+    use std::os::unix::fs::DirBuilderExt;
     let base = Some(std::env::temp_dir())
         .filter(|t| t.is_absolute())
         .unwrap_or_else(|| PathBuf::from("/tmp"));
-    Ok(tempfile::Builder::new()
-        .prefix(PREFIX)
-        .permissions(std::fs::Permissions::from_mode(0o711))
-        .tempdir_in(base)?
-        .keep())
+    let mut last = None;
+    for _ in 0..8 {
+        let d = base.join(format!("{PREFIX}{}", random_suffix()));
+        let entry = sbx_core::registry::register(KIND, &d)
+            .map_err(|e| tracing::warn!(dir = %d.display(), "not registered: {e}"))
+            .ok();
+        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => {
+                sbx_core::registry::test_kill_point("container-hide-made");
+                std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o711))?;
+                return Ok((d, entry));
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no new name")))
+}
+
+/// 12 unpredictable characters (nothing can be planted at the name in
+/// advance; the mkdir refuses an existing path anyway).
+fn random_suffix() -> String {
+    let mut buf = [0u8; 9];
+    // SAFETY: buf is a live 9-byte buffer.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n != buf.len() as isize {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        buf.copy_from_slice(&t.to_le_bytes()[..9]);
+    }
+    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
+    let mut out = String::new();
+    for c in buf.chunks(3) {
+        let v = u32::from(c[0]) << 16 | u32::from(c[1]) << 8 | u32::from(c[2]);
+        for k in (0..4).rev() {
+            out.push(ABC[(v >> (6 * k)) as usize & 63] as char);
+        }
+    }
+    out
+}
+
+/// Removes the run directories of dead runs that never got their
+/// container (SIGKILLed between making the directory and the container's
+/// creation), whatever their TMPDIR was.
+pub fn reap_registered() -> Vec<PathBuf> {
+    sbx_core::registry::reap(KIND, |p| {
+        remove_stale(&p.to_string_lossy());
+        Ok(())
+    })
 }
 
 /// Creates the empty file in `dir`; returns it.
@@ -60,8 +114,8 @@ mod tests {
 
     #[test]
     fn each_run_gets_a_new_directory_and_only_ours_are_reaped() {
-        let a = new_dir().unwrap();
-        let b = new_dir().unwrap();
+        let a = new_dir().unwrap().0;
+        let b = new_dir().unwrap().0;
         assert_ne!(a, b);
         assert_eq!(
             std::fs::metadata(&a).unwrap().permissions().mode() & 0o777,

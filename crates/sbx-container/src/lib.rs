@@ -238,6 +238,14 @@ fn run_cmd(cli: &Cli) -> Result<i32, Failure> {
                 serde_json::json!({ "error": e.to_string() }),
             );
         }
+        // Run directories of dead runs that never got their container.
+        for d in hide::reap_registered() {
+            sbx_core::audit::emit(
+                "stale_hide_dir_removed",
+                sbx_core::Severity::Warn,
+                serde_json::json!({ "dir": d }),
+            );
+        }
         image::ensure(&eng.docker, &spec.image).await?;
         let creds = match &creds_req {
             Some(req) => {

@@ -51,6 +51,8 @@ pub struct Created {
     pub guard: Option<netguard::Guard>,
     /// The host directory holding the empty file bound over hidden files.
     pub hide_dir: Option<std::path::PathBuf>,
+    /// Its registry entry, until the container naming it exists.
+    pub hide_entry: Option<sbx_core::registry::Entry>,
 }
 
 /// Removes stale sbx-container objects of dead owners on this machine.
@@ -496,6 +498,7 @@ pub async fn cleanup(docker: &Docker, created: &mut Created) {
             json!(std::fs::remove_dir_all(&d).is_ok()),
         );
     }
+    drop(created.hide_entry.take());
     if let Some(g) = created.guard.take() {
         fields.insert("firewall_removed".into(), json!(g.remove().is_ok()));
     }
@@ -591,8 +594,9 @@ async fn create(
     // Docker takes a custom profile inline; Podman a path on its host.
     let podman_profile = spec.seccomp_profile.as_ref().filter(|_| kind == "podman");
     if hide || podman_profile.is_some() {
-        let d = crate::hide::new_dir()?;
+        let (d, entry) = crate::hide::new_dir()?;
         created.hide_dir = Some(d.clone());
+        created.hide_entry = entry;
         labels.insert(owner::L_HIDE.into(), d.to_string_lossy().into_owned());
     }
     let empty = match &created.hide_dir {
@@ -615,12 +619,16 @@ async fn create(
         empty.as_deref(),
         seccomp.as_deref(),
     );
+    sbx_core::registry::test_kill_point("container-hide-filled");
     let opts = qp::CreateContainerOptionsBuilder::default()
         .name(name)
         .build();
     let resp = docker.create_container(Some(opts), body).await?;
     let id = resp.id;
     created.container = Some(id.clone());
+    // The container's label names the directory now: its reaping takes
+    // over from the registry entry.
+    drop(created.hide_entry.take());
     emit(
         "container_create",
         Severity::Info,

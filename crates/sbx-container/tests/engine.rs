@@ -612,6 +612,51 @@ fn sigkill_of_sbx_container_leaves_a_container_reaped_on_next_start() {
     // (same pid and start time), and by every parallel test here.
 }
 
+/// SIGKILLed after making its private host directory and before the
+/// container that names it in a label exists (fault injection,
+/// `SBX_TEST_KILL_AT`: right after the mkdir, and with the hidden file in
+/// it): no container, no label to reap it by; the directory was
+/// registered before it was made, and the next run removes it.
+#[test]
+fn sigkill_before_the_container_exists_leaves_no_private_directory_after_the_next_run() {
+    use std::os::unix::process::ExitStatusExt;
+    let c = need_engine!();
+    for point in ["container-hide-made", "container-hide-filled"] {
+        let id = unique("hide");
+        let tmp = c.dir.path().join(format!("tmp-{point}"));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let ro = c.dir.path().join("hide-ro");
+        std::fs::create_dir_all(&ro).unwrap();
+        std::fs::write(ro.join(".env"), "API_KEY=host-secret").unwrap();
+        let ours = || {
+            std::fs::read_dir(&tmp)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("sbx-container-"))
+                .collect::<Vec<_>>()
+        };
+        let out = c
+            .cmd(&id)
+            .arg("--ro")
+            .arg(&ro)
+            .args(["--", "true"])
+            .env("TMPDIR", &tmp)
+            .env("SBX_TEST_KILL_AT", point)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{point}: {out:?}");
+        assert_eq!(ours().len(), 1, "{point}: the directory was made");
+        assert!(c.pod.containers_of(&id).is_empty(), "{point}");
+        let id2 = unique("next");
+        ok(&c.run(&id2, &[], &["true"]));
+        assert!(ours().is_empty(), "{point}: left {:?}", ours());
+        c.assert_nothing_left(&id);
+        c.assert_nothing_left(&id2);
+    }
+}
+
 #[test]
 fn stdio_is_attached() {
     let c = need_engine!();
