@@ -315,6 +315,50 @@ mkdir -p "$n/objects" "$n/refs"; printf 'ref: refs/heads/main\n' > "$n/HEAD"
     }
 }
 
+/// serde refuses a path that is not UTF-8 and `json!` panicked on it: a
+/// repository planted under such a name (or a directory made unlistable, or
+/// the user's repository moved to one) stopped the check half-way with exit
+/// 101, and every plant after it in the walk stayed in the project.
+#[test]
+fn names_that_are_not_utf8_never_stop_the_check_half_way() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        let out = pr.plants(
+            &[],
+            r#"set -e
+mk() { mkdir -p "$1/objects" "$1/refs"; printf 'ref: refs/heads/main\n' > "$1/HEAD"; printf '[core]\n\tfsmonitor = touch %s-%s\n' "$MARK" "$2" > "$1/config"; }
+for i in $(seq 1 20); do mk z$i/.git z$i; done
+mk "$(printf 'a\377b')/.git" ff
+mkdir -p "$(printf 'u\376')/v"; mk "$(printf 'u\376')/v/.git" fe; chmod 000 "$(printf 'u\376')"
+mv keep/.git "keep/$(printf 'old\375')"
+"#,
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+        for i in 1..=20 {
+            assert!(
+                !pr.git_runs_plant(&format!("z{i}"), &format!("z{i}")),
+                "{who:?}: z{i} was left in the project"
+            );
+        }
+        assert!(!pr.p.join("keep/old\u{fffd}").exists());
+        pr.keep_ok();
+        assert_event(&pr.audit, "git_repo_planted", "alert", |e| {
+            e["path"]
+                .as_str()
+                .is_some_and(|s| s.ends_with("/a\\xffb/.git"))
+        });
+        assert_event(&pr.audit, "git_repo_moved", "alert", |e| {
+            e["found_at"]
+                .as_str()
+                .is_some_and(|s| s.ends_with("keep/old\\xfd"))
+        });
+        assert_event(&pr.audit, "git_plants_checked", "alert", |e| {
+            e["failed"].is_null()
+        });
+    }
+}
+
 #[test]
 fn bad_input_is_one_line() {
     for who in identities() {
