@@ -329,6 +329,17 @@ fn take_snapshot(
     Ok(snap)
 }
 
+/// A path as an audit field: as it is when it is UTF-8, else escaped
+/// (`\xNN`, [`sbx_core::escape::path`]). serde refuses a path that is not UTF-8 and
+/// `json!` then panics (in `plants`, a repository planted under such a name
+/// stopped the check half-way and left every later plant in place).
+pub(crate) fn jpath(p: &Path) -> serde_json::Value {
+    match p.to_str() {
+        Some(s) => s.into(),
+        None => sbx_core::escape::path(p).into(),
+    }
+}
+
 /// Appends one event to the audit log (one write, O_APPEND, as sbx-core
 /// does) without echoing it on stderr: a failure must stay one line there,
 /// and findings are printed readably by the commands themselves.
@@ -440,7 +451,7 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
     audit(
         "git_snapshot",
         Severity::Info,
-        json!({ "repo": l.common_dir, "units": snap.units.len() }),
+        json!({ "repo": jpath(&l.common_dir), "units": snap.units.len() }),
     );
     let stage = match &stage_plan {
         Some((dir, git_dir)) => {
@@ -448,14 +459,14 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
                 audit(
                     "git_stage_reaped",
                     Severity::Warn,
-                    json!({ "stage": p, "reason": "left by an sbx-gitguard that died (its lock was free)" }),
+                    json!({ "stage": jpath(&p), "reason": "left by an sbx-gitguard that died (its lock was free)" }),
                 );
             }
             let s = stage::Stage::create(dir, git_dir)?;
             audit(
                 "git_stage_created",
                 Severity::Info,
-                json!({ "stage": s.paths.dir, "gitdir": git_dir }),
+                json!({ "stage": jpath(&s.paths.dir), "gitdir": jpath(git_dir) }),
             );
             Some(s)
         }
@@ -605,7 +616,7 @@ fn import_stage(
             Severity::Info
         },
         json!({
-            "stage": st.paths.dir,
+            "stage": jpath(&st.paths.dir),
             "objects_written": o.objects_written,
             "refs": o.refs.len(),
             "head_changed": o.head_changed,
@@ -694,7 +705,7 @@ fn cmd_snapshot(a: SnapshotArgs) -> Result<i32, Failure> {
     audit(
         "git_snapshot",
         Severity::Info,
-        json!({ "repo": l.common_dir, "file": a.output, "units": snap.units.len() }),
+        json!({ "repo": jpath(&l.common_dir), "file": jpath(&a.output), "units": snap.units.len() }),
     );
     Ok(0)
 }

@@ -44,17 +44,6 @@ use sbx_core::escape;
 use sbx_core::{Failure, Severity};
 use serde_json::json;
 
-/// A path as an audit field: as it is when it is UTF-8, else escaped
-/// (`\xNN`, [`escape::path`]). serde refuses a path that is not UTF-8 and
-/// `json!` then panics: a repository planted under such a name stopped the
-/// check half-way and left every later plant in place.
-fn jpath(p: &Path) -> serde_json::Value {
-    match p.to_str() {
-        Some(s) => s.into(),
-        None => escape::path(p).into(),
-    }
-}
-
 /// Largest config/HEAD/commondir/.git file kept in the snapshot.
 const MAX_FILE: u64 = 1 << 20;
 
@@ -157,7 +146,7 @@ fn list(d: &Path) -> Result<fs::ReadDir, ScanError> {
                 crate::audit(
                     "plant_scan_unreadable",
                     Severity::Alert,
-                    json!({ "path": jpath(d), "mode": format!("{:o}", m.mode() & 0o7777), "action": "made listable (u+rwx)" }),
+                    json!({ "path": crate::jpath(d), "mode": format!("{:o}", m.mode() & 0o7777), "action": "made listable (u+rwx)" }),
                 );
             }
             fs::read_dir(d).map_err(|err| ScanError::Unreadable {
@@ -680,7 +669,7 @@ pub fn check_after(
             out.findings.push(Finding {
                 event: "git_repo_moved",
                 severity: sev,
-                fields: json!({ "path": jpath(&b.path), "found_at": jpath(&e.path), "kind": e.kind.name(), "action": action }),
+                fields: json!({ "path": crate::jpath(&b.path), "found_at": crate::jpath(&e.path), "kind": e.kind.name(), "action": action }),
                 line: format!(
                     "alert: the user's repository {} was moved to {} -> {}",
                     escape::path(&b.path),
@@ -754,8 +743,8 @@ fn plant(e: &Entry, q: &mut Quarantine, out: &mut After) {
     out.findings.push(Finding {
         event: "git_repo_planted",
         severity: Severity::Alert,
-        fields: json!({ "path": jpath(&e.path), "kind": e.kind.name(), "found": what,
-                        "dangerous_keys": keys, "action": action, "quarantine": qpath.as_deref().map(jpath) }),
+        fields: json!({ "path": crate::jpath(&e.path), "kind": e.kind.name(), "found": what,
+                        "dangerous_keys": keys, "action": action, "quarantine": qpath.as_deref().map(crate::jpath) }),
         line: format!(
             "alert: planted repository: {}: {} -> {}",
             escape::path(&e.path),
@@ -851,9 +840,9 @@ fn restore_content(e: &Entry, b: &Entry, q: &mut Quarantine, out: &mut After) ->
     out.findings.push(Finding {
         event: "git_repo_changed",
         severity: Severity::Alert,
-        fields: json!({ "path": jpath(&e.path), "kind": e.kind.name(), "restored": restored,
+        fields: json!({ "path": crate::jpath(&e.path), "kind": e.kind.name(), "restored": restored,
                         "quarantined": quarantined, "action": action,
-                        "quarantine": q.run.as_deref().map(jpath) }),
+                        "quarantine": q.run.as_deref().map(crate::jpath) }),
         line: format!(
             "alert: the user's repository {} was changed ({}) -> {}",
             escape::path(&e.path),
@@ -941,7 +930,7 @@ pub fn cmd_plants(args: PlantsArgs) -> Result<i32, Failure> {
     crate::audit(
         "git_plant_snapshot",
         Severity::Info,
-        json!({ "dirs": roots.iter().map(|r| jpath(r)).collect::<Vec<_>>(), "repositories": before.entries.len(), "entries": before.scanned }),
+        json!({ "dirs": roots.iter().map(|r| crate::jpath(r)).collect::<Vec<_>>(), "repositories": before.entries.len(), "entries": before.scanned }),
     );
     // From here to the end, termination signals are held back: while the
     // command runs the supervisor forwards them (the command decides when
@@ -971,7 +960,7 @@ pub fn cmd_plants(args: PlantsArgs) -> Result<i32, Failure> {
         } else {
             Severity::Alert
         },
-        json!({ "dirs": roots.iter().map(|r| jpath(r)).collect::<Vec<_>>(), "findings": after.findings.len(), "failed": after.failed }),
+        json!({ "dirs": roots.iter().map(|r| crate::jpath(r)).collect::<Vec<_>>(), "findings": after.findings.len(), "failed": after.failed }),
     );
     if let Some(f) = after.failed {
         return Err(Failure::new(format!(

@@ -217,7 +217,7 @@ impl Stage {
                 a.record(
                     "git_stage_reaped",
                     sbx_core::Severity::Warn,
-                    serde_json::json!({ "stage": p, "reason": "registered by an sbx-gitguard that died (its registry lock was free)" }),
+                    serde_json::json!({ "stage": crate::jpath(&p), "reason": "registered by an sbx-gitguard that died (its registry lock was free)" }),
                 );
             }
         }

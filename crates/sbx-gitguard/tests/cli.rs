@@ -566,3 +566,53 @@ fn a_new_submodule_is_kept() {
     );
     f.assert_fsck_clean();
 }
+
+/// serde refuses a path that is not UTF-8 and `json!` panicked on it: a
+/// repository under such a name made `run` die with exit 101 (a panic and
+/// a backtrace) before the command ran. Now the path is in the audit log
+/// escaped (`\xNN`) and the run is normal.
+#[test]
+fn a_repository_whose_path_is_not_utf8_is_guarded_normally() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    for who in identities() {
+        let tmp = sbx_testutil::shared_tempdir();
+        let repo = tmp.path().join(OsStr::from_bytes(b"r\xff"));
+        let audit = tmp.path().join("audit.jsonl");
+        let mut c = std::process::Command::new("sh");
+        c.arg("-c")
+            .arg("set -e; mkdir \"$R\"; cd \"$R\"; git init -q; git -c user.name=t -c user.email=t@t commit -q --allow-empty -m i")
+            .env("R", &repo)
+            .env("GIT_CONFIG_NOSYSTEM", "1");
+        sbx_testutil::run_as(&mut c, who);
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "fixture: {}", stderr(&o));
+        let mut c = sbx_testutil::tool("sbx-gitguard");
+        c.arg("--audit-log")
+            .arg(&audit)
+            .arg("run")
+            .arg("--repo")
+            .arg(&repo)
+            .args(["--", "sh", "-c", "echo ran"]);
+        sbx_testutil::run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "ran\n");
+        assert_event(&audit, "git_snapshot", "info", |e| {
+            e["repo"]
+                .as_str()
+                .is_some_and(|s| s.ends_with("/r\\xff/.git"))
+        });
+        // A snapshot file holds the repository's path as JSON: this one
+        // cannot be saved, which is one line and exit 125, not a panic.
+        let mut c = sbx_testutil::tool("sbx-gitguard");
+        c.arg("snapshot")
+            .arg("--repo")
+            .arg(&repo)
+            .arg("-o")
+            .arg(tmp.path().join("snap"));
+        sbx_testutil::run_as(&mut c, who);
+        let out = c.output().unwrap();
+        assert_usage_error(&out, "snapshot");
+    }
+}
