@@ -874,7 +874,14 @@ pub fn import(
     // sandbox left stopped), checked as data; the objects they name come in.
     let carried = crate::inprogress::plan(git_dir, &stage.git_upper(), &After(&quar), ev);
     d.objects.extend(carried.objects.iter().copied());
-    index_blobs(&stage.index(), private.path(), &quar, &mut d.objects, ev);
+    index_blobs(
+        &stage.index(),
+        private.path(),
+        limits.max_bytes,
+        &quar,
+        &mut d.objects,
+        ev,
+    );
     // Reflogs (reflog.rs) and linked worktrees (worktree.rs) the sandbox
     // wrote, checked against the refs as this import leaves them.
     let head_after = final_head(&repo, &d.head, &d.planned);
@@ -943,6 +950,7 @@ pub fn import(
         &journal.index_new(),
         head_commit,
         owner,
+        limits.max_bytes,
         ev,
     );
     crate::journal::crash_point();
@@ -967,7 +975,8 @@ pub fn import(
     crate::inprogress::apply(git_dir, &carried, owner, ev);
     journal.finish().map_err(jio)?;
     crate::reflog::apply(git_dir, &logs, owner, ev);
-    out.worktrees = crate::worktree::apply(git_dir, worktrees, &stage.dir, owner, ev);
+    out.worktrees =
+        crate::worktree::apply(git_dir, worktrees, &stage.dir, owner, limits.max_bytes, ev);
     Ok(out)
 }
 
@@ -1434,11 +1443,12 @@ fn decide_head(
 fn index_blobs(
     index: &Path,
     private: &Path,
+    max_bytes: u64,
     quar: &Quarantine,
     objects: &mut Vec<git2::Oid>,
     ev: &mut Events,
 ) {
-    let entries = stage_index_entries(index, private);
+    let entries = stage_index_entries(index, private, max_bytes);
     let Ok(qodb) = quar.q.odb() else { return };
     for (path, mode, id) in &entries {
         if quar.new.get(id) != Some(&git2::ObjectType::Blob) {
@@ -1518,9 +1528,14 @@ fn final_head(
 
 /// The entries (path, mode, id) of the index the sandbox left, read from a
 /// private copy; none when it has none or libgit2 cannot read it (then it
-/// is not taken either).
-fn stage_index_entries(up: &Path, private: &Path) -> Vec<(Vec<u8>, u32, git2::Oid)> {
-    if !fs::symlink_metadata(up).is_ok_and(|m| m.is_file()) {
+/// is not taken either), and none when it is larger than `max_bytes` (it
+/// is refused then: see [`take_index`]).
+fn stage_index_entries(
+    up: &Path,
+    private: &Path,
+    max_bytes: u64,
+) -> Vec<(Vec<u8>, u32, git2::Oid)> {
+    if !fs::symlink_metadata(up).is_ok_and(|m| m.is_file() && m.len() <= max_bytes) {
         return Vec::new();
     }
     let tmp = private.join("index-entries");
@@ -1545,13 +1560,19 @@ fn stage_index_entries(up: &Path, private: &Path) -> Vec<(Vec<u8>, u32, git2::Oi
 /// commit), without extensions libgit2 does not write (fsmonitor token,
 /// untracked cache), and with every entry whose blob did not come in reset
 /// to HEAD's version (the file in the work tree untouched: it shows as
-/// modified) or dropped when HEAD has none.
+/// modified) or dropped when HEAD has none. An index larger than
+/// `max_bytes` (`--stage-max-bytes`) is not taken: it would be copied whole
+/// into the git dir and read whole by libgit2, and a sparse file costs the
+/// sandbox nothing (`truncate -s 40G .git/index` in the stage filled the
+/// host's disk and memory).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn take_index(
     git_dir: &Path,
     up: &Path,
     dest: &Path,
     head_commit: Option<git2::Oid>,
     owner: Option<(u32, u32)>,
+    max_bytes: u64,
     ev: &mut Events,
 ) -> bool {
     match fs::symlink_metadata(up) {
@@ -1559,6 +1580,15 @@ pub(crate) fn take_index(
         // `rm .git/index`: the host keeps its own (the work tree is
         // compared against it, nothing is lost).
         Ok(m) if is_whiteout(&m) => return false,
+        Ok(m) if m.is_file() && m.len() > max_bytes => {
+            ev.push(
+                "stage_entry_refused",
+                Severity::Alert,
+                json!({ "path": "index", "size": m.len(), "max_bytes": max_bytes,
+                        "reason": format!("{} bytes, over --stage-max-bytes ({max_bytes}): not taken, the host keeps its own index", m.len()) }),
+            );
+            return false;
+        }
         Ok(m) if m.is_file() => {}
         Ok(_) => {
             ev.push(

@@ -536,6 +536,7 @@ pub fn apply(
     ops: Vec<Op>,
     scratch: &Path,
     owner: Option<(u32, u32)>,
+    max_index_bytes: u64,
     ev: &mut Events,
 ) -> Applied {
     let mut out = Applied::default();
@@ -584,7 +585,15 @@ pub fn apply(
                 }
                 if let Some(up) = &w.index {
                     let tmp = scratch.join(format!(".worktree-index.{}", w.name));
-                    if crate::import::take_index(git_dir, up, &tmp, w.head_commit, owner, ev) {
+                    if crate::import::take_index(
+                        git_dir,
+                        up,
+                        &tmp,
+                        w.head_commit,
+                        owner,
+                        max_index_bytes,
+                        ev,
+                    ) {
                         if let Err(e) = fs::rename(&tmp, admin.join("index")) {
                             ev.push(
                                 "index_unreadable",

@@ -661,6 +661,44 @@ fn a_stage_over_its_limits_imports_nothing() {
     }
 }
 
+/// A sparse index costs the sandbox nothing (`truncate -s 40G .git/index`
+/// in the stage), yet the import copied it whole, twice, into the stage and
+/// the git dir and libgit2 read it whole into memory: the host's disk and
+/// memory filled. An index over `--stage-max-bytes` is now never copied or
+/// read: `stage_entry_refused`, the host keeps its own index, the commit
+/// still comes in.
+#[test]
+fn an_index_over_the_stage_limit_is_never_copied_or_read() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let s = stage_path(&f, "sparse-index");
+        let index_before = std::fs::read(f.w.join(".git/index")).unwrap();
+        let out = staged(
+            &f,
+            &s,
+            &["--stage-max-bytes", "1M"],
+            "echo x > x; git add x; git commit -qm agent-one; truncate -s 64M .git/index",
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert_eq!(subjects(&f, "main").lines().next(), Some("agent-one"));
+        assert_eq!(
+            std::fs::read(f.w.join(".git/index")).unwrap(),
+            index_before,
+            "{who:?}: the host's index changed"
+        );
+        assert_event(&f.audit, "stage_entry_refused", "alert", |e| {
+            e["path"] == "index" && e["size"] == 64 << 20
+        });
+        assert!(
+            stderr(&out).contains("over --stage-max-bytes"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!s.exists());
+        fsck_strict(&f);
+    }
+}
+
 #[test]
 fn bad_input_is_refused_before_anything_runs() {
     for who in identities() {
