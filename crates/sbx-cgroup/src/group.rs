@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use cgroups_rs::fs::MaxValue;
 use cgroups_rs::fs::cpu::CpuController;
-use cgroups_rs::fs::cpuacct::CpuAcctController;
 use cgroups_rs::fs::freezer::FreezerController;
 use cgroups_rs::fs::memory::MemController;
 use cgroups_rs::fs::pid::PidController;
@@ -392,6 +391,8 @@ impl SandboxGroup {
                 enable_controllers(&t.parent, &t.enable)?;
             }
             let path = t.parent.join(&self.name);
+            // Registered until the record is written (see owner::register).
+            let entry = crate::owner::register(&path);
             match std::fs::create_dir(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -405,11 +406,13 @@ impl SandboxGroup {
                 }
                 Err(e) => return Err(GroupError::Create(path.display().to_string(), e)),
             }
+            sbx_core::registry::test_kill_point("cgroup-made");
             self.dirs.push(GroupDir {
                 hier: t.hier.clone(),
                 path: path.clone(),
             });
             owner.record(&path);
+            drop(entry);
         }
         for d in self.dirs.clone() {
             self.apply(&d, limits)?;
@@ -566,19 +569,21 @@ impl SandboxGroup {
 
     /// The figures, read before the group is removed.
     pub fn stats(&self) -> Stats {
+        // The few files the end event needs, read directly (the crate's
+        // whole-controller readers open some thirty files per run).
+        let num = |p: PathBuf| read_trim(&p).and_then(|s| s.parse::<u64>().ok());
         let mut s = Stats::default();
         for d in &self.dirs {
-            if d.has("memory")
-                && (d.path.join("memory.max_usage_in_bytes").exists()
-                    || d.path.join("memory.peak").exists())
-            {
-                let m = d.mem().memory_stat();
-                s.peak_memory_bytes = Some(m.max_usage_in_bytes);
-                s.oom_kills = if d.hier.v2 {
-                    events_value(&d.path.join("memory.events"), "oom_kill")
+            if d.has("memory") {
+                let (peak, oom) = if d.hier.v2 {
+                    ("memory.peak", "memory.events")
                 } else {
-                    m.oom_control.oom_kill
+                    ("memory.max_usage_in_bytes", "memory.oom_control")
                 };
+                if let Some(p) = num(d.path.join(peak)) {
+                    s.peak_memory_bytes = Some(p);
+                    s.oom_kills = events_value(&d.path.join(oom), "oom_kill");
+                }
             }
             if d.has("pids") && d.path.join("pids.events").exists() {
                 s.pids_limit_hits = d.pids().get_pid_events().unwrap_or(0);
@@ -588,11 +593,7 @@ impl SandboxGroup {
                     s.cpu_time_ns = Some(us * 1000);
                 }
             } else if d.hier.has("cpuacct") {
-                s.cpu_time_ns = Some(
-                    CpuAcctController::new(d.path.clone(), d.hier.mount.clone())
-                        .cpuacct()
-                        .usage,
-                );
+                s.cpu_time_ns = Some(num(d.path.join("cpuacct.usage")).unwrap_or(0));
             }
         }
         s

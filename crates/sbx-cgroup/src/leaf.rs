@@ -73,9 +73,12 @@ impl Leaf {
             return Err(GroupError::Busy(t.parent.display().to_string()));
         }
         let leaf = t.parent.join(format!("{name}.supervisor"));
+        // Registered until the record is written (see owner::register).
+        let entry = crate::owner::register(&leaf);
         std::fs::create_dir(&leaf)
             .map_err(|e| GroupError::Create(leaf.display().to_string(), e))?;
         owner.record(&leaf);
+        drop(entry);
         let l = Leaf {
             own: t.parent.clone(),
             leaf: leaf.clone(),

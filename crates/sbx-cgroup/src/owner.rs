@@ -98,6 +98,39 @@ impl Owner {
     }
 }
 
+/// The registry kind of a group directory between its `mkdir` and its
+/// owner record (`sbx_core::registry`).
+pub const REG_KIND: &str = "cgroup";
+
+/// Registers `dir` before it is made: a SIGKILL between the `mkdir` and
+/// [`Owner::record`] leaves a group without a record, which
+/// [`reap_stale`] never touches; the next sbx-cgroup reaps it from the
+/// registry ([`reap_registered`]). Dropped once the record is written
+/// (the record's reaping takes over). None when there is no registry (a
+/// warning says so).
+pub fn register(dir: &Path) -> Option<sbx_core::registry::Entry> {
+    sbx_core::registry::register(REG_KIND, dir)
+        .map_err(|e| tracing::warn!(dir = %dir.display(), "group not registered: {e}"))
+        .ok()
+}
+
+/// Removes the group directories dead runs registered and left without
+/// an owner record (they were killed between the `mkdir` and the record:
+/// no process was in them yet), whatever their parent. A directory with a
+/// record is left to [`reap_stale`]. Returns the directories removed.
+pub fn reap_registered() -> Vec<std::path::PathBuf> {
+    sbx_core::registry::reap(REG_KIND, |p| {
+        let ours = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("sbx-"));
+        if !ours || read_owner(p).is_some() {
+            return Ok(());
+        }
+        std::fs::remove_dir(p)
+    })
+}
+
 /// The owner record of `dir`, if it has one. As root only the `trusted.`
 /// record counts: a `user.` one could have been forged by the user a
 /// delegated parent belongs to.

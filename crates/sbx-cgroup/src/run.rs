@@ -83,7 +83,21 @@ pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
         return crate::nocg::run(cli, cmd, &limits);
     }
 
-    // 2. Stale groups of dead supervisors under the same parents.
+    // 2. Stale groups of dead supervisors under the same parents, and
+    // groups dead runs left without an owner record, wherever they are.
+    if host.root == std::path::Path::new("/") {
+        for d in owner::reap_registered() {
+            audit::emit(
+                "stale_group_reaped",
+                Severity::Warn,
+                serde_json::json!({
+                    "cgroup": [d.display().to_string()],
+                    "owner_record": false,
+                    "removed": true,
+                }),
+            );
+        }
+    }
     owner::reap_stale(&targets, host.root == std::path::Path::new("/"));
 
     // 3. The group, then the watcher that removes it if we die.

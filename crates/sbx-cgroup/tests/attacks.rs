@@ -192,6 +192,36 @@ fn sigkill_of_the_supervisor_leaves_nothing_behind() {
     });
 }
 
+/// SIGKILLed right after the group's `mkdir`, before its owner record is
+/// written and before the watcher exists (fault injection,
+/// `SBX_TEST_KILL_AT=cgroup-made`): a group without a record, which
+/// stale-group reaping never touches. It was registered before the
+/// `mkdir`: the next start removes it.
+#[test]
+fn sigkill_between_mkdir_and_owner_record_leaves_no_group_after_the_next_start() {
+    let p = parent_or_skip!();
+    let out = p
+        .cmd()
+        .args(["--pids", "64", "--", "true"])
+        .env("SBX_TEST_KILL_AT", "cgroup-made")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+    let left = p.children();
+    assert_eq!(left.len(), 1, "the first dir was made: {left:?}");
+    assert!(sbx_cgroup::owner::read_owner(&left[0]).is_none());
+    let out = p
+        .cmd()
+        .args(["--pids", "64", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    p.assert_no_group();
+    assert_event(&p.log(), "stale_group_reaped", "warn", |e| {
+        e["owner_record"] == false && e["removed"] == true
+    });
+}
+
 #[test]
 fn a_stale_group_of_a_dead_supervisor_is_reaped_and_others_are_not_touched() {
     let p = parent_or_skip!();
