@@ -255,10 +255,7 @@ pub fn apply(git_dir: &Path, dir: &Path, c: &Committed, ev: &mut Events) -> Appl
                         "ref_deleted",
                         Severity::Info,
                         json!({ "ref": op.name, "old": text(&op.old),
-                                "restore": match op.old.as_deref().map(Value::parse) {
-                                    Some(Value::Sym(t)) => format!("git symbolic-ref {} {t}", op.name),
-                                    _ => format!("git update-ref {} {}", op.name, op.old.as_deref().unwrap_or("")),
-                                } }),
+                                "restore": restore_command(&op.name, op.old.as_deref()) }),
                     ),
                     Some(n) => ev.push(
                         "ref_imported",
@@ -426,4 +423,31 @@ pub fn recover_at_start(git_dir: &Path) -> Result<(), sbx_core::Failure> {
             sbx_core::escape::terminal(&e.to_string())
         ))
     })
+}
+
+/// The command that brings a deleted ref back, each word shell-quoted: a
+/// ref name may hold `;`, `$`, `|`, backquotes and quotes (git's rules
+/// allow them), and a name like `x;curl${IFS}...|sh;#` made the command
+/// the log hands the user run that instead.
+fn restore_command(name: &str, old: Option<&str>) -> String {
+    match old.map(Value::parse) {
+        Some(Value::Sym(t)) => format!("git symbolic-ref {} {}", sh_quote(name), sh_quote(&t)),
+        _ => format!(
+            "git update-ref {} {}",
+            sh_quote(name),
+            sh_quote(old.unwrap_or(""))
+        ),
+    }
+}
+
+/// `w` as one word for a POSIX shell.
+fn sh_quote(w: &str) -> String {
+    if !w.is_empty()
+        && w.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
 }

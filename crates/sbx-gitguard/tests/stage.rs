@@ -189,6 +189,44 @@ fn deleting_a_branch_is_imported_with_its_old_id_but_not_the_checked_out_one_or_
     }
 }
 
+/// git's rules allow `;`, `$`, `{`, `|`, backquotes and quotes in a ref
+/// name. A branch the sandbox named `x;touch${IFS}MARK;#` (imported as a
+/// new branch by one call) and deleted by the next: `ref_deleted` hands the
+/// user a `restore` command, which ran the name as a shell command. Each
+/// word is quoted now: the command brings the branch back and runs nothing
+/// else.
+#[test]
+fn the_restore_command_of_a_deleted_branch_quotes_its_name() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let evil = format!("x;touch${{IFS}}{};#'\"`", f.mark.display());
+        let name = format!("refs/heads/{evil}");
+        f.git_ok(&f.w, &["update-ref", &name, "feat"]);
+        let feat = rev(&f, "feat");
+        let s = stage_path(&f, "restore");
+        let out = staged(
+            &f,
+            &s,
+            &[],
+            "git for-each-ref --format='%(refname)' refs/heads | grep ';' | while read -r r; do git update-ref -d \"$r\"; done",
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert_eq!(rev(&f, &name), "", "{who:?}: the branch still exists");
+        let e = assert_event(&f.audit, "ref_deleted", "info", |e| {
+            e["ref"] == name.as_str()
+        });
+        let restore = e["restore"].as_str().unwrap().to_string();
+        let o = f.sh(&f.w, &restore);
+        assert!(o.status.success(), "{who:?}: {restore}: {}", stderr(&o));
+        assert!(!f.mark.exists(), "{who:?}: {restore} ran the branch name");
+        assert_eq!(
+            rev(&f, &name),
+            feat,
+            "{who:?}: {restore} did not restore it"
+        );
+    }
+}
+
 #[test]
 fn removing_the_refs_directories_deletes_no_checked_out_branch() {
     for who in identities() {
