@@ -73,7 +73,16 @@ pub const INVARIANTS: &[&str] = &[
 /// same words as sbx-fs's fs_write_denied hint).
 pub const GIT_CONFIG_NOTE: &str = sbx_spec::invariants::GIT_CONFIG_HINT;
 
+/// A table a person reads. Every cell is escaped for the terminal: rules,
+/// paths and file names come from the project's `.claude/settings*.json`,
+/// which a cloned repository or an earlier run can ship, and a rule holding
+/// ESC sequences or a newline painted over the table or forged a row.
 fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| esc(c)).collect())
+        .collect();
+    let rows = &rows[..];
     let n = head.len();
     let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();
     for r in rows {
@@ -245,14 +254,26 @@ pub fn json(p: &Policy) -> serde_json::Value {
     })
 }
 
+/// `s` with control characters (ESC, CR, LF...) and bidi controls shown
+/// as escapes.
+fn esc(s: &str) -> String {
+    sbx_core::escape::terminal(s).into_owned()
+}
+
+/// The text `explain` prints: untrusted text in it (rules, paths, file
+/// names) escaped for the terminal.
 pub fn render(p: &Policy) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "Project: {}", p.cwd.display());
+    let _ = writeln!(o, "Project: {}", sbx_core::escape::path(&p.cwd));
     if !p.project_why.is_empty() {
-        let _ = writeln!(o, "  chosen as {}", p.project_why);
+        let _ = writeln!(o, "  chosen as {}", esc(&p.project_why));
     }
     if p.start != p.cwd {
-        let _ = writeln!(o, "  the command starts in {}", p.start.display());
+        let _ = writeln!(
+            o,
+            "  the command starts in {}",
+            sbx_core::escape::path(&p.start)
+        );
     }
     o.push('\n');
     let _ = writeln!(
@@ -263,7 +284,7 @@ pub fn render(p: &Policy) -> String {
         let _ = writeln!(o, "  (none: only the defaults below)");
     }
     for f in &p.files {
-        let _ = writeln!(o, "  {f}");
+        let _ = writeln!(o, "  {}", esc(f));
     }
     if p.sandbox_enabled == Some(false) {
         let _ = writeln!(
@@ -286,7 +307,7 @@ pub fn render(p: &Policy) -> String {
         "The low trust chain (outermost first; `chain --print` shows it with this run's paths, `compile` writes the same specs):"
     );
     for l in c.layer_lines() {
-        let _ = writeln!(o, "  {l}");
+        let _ = writeln!(o, "  {}", esc(&l));
     }
     o.push('\n');
     if let Some(x) = &p.exec_allow {
@@ -310,7 +331,7 @@ pub fn render(p: &Policy) -> String {
         o,
         "Limits in this run (low trust; override with chain --memory/--pids/--cpus/--timeout/--tmp-size/--fsize):"
     );
-    let _ = writeln!(o, "  {}", lp.source);
+    let _ = writeln!(o, "  {}", esc(&lp.source));
     let rows: Vec<Vec<String>> = lp
         .rows
         .iter()
@@ -372,7 +393,13 @@ pub fn render(p: &Policy) -> String {
             not.len()
         );
         for r in not {
-            let _ = writeln!(o, "  {}  [{}]: {}", r.rule, r.from, r.effect);
+            let _ = writeln!(
+                o,
+                "  {}  [{}]: {}",
+                esc(&r.rule),
+                esc(&r.from),
+                esc(&r.effect)
+            );
         }
     }
     o

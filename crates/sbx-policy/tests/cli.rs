@@ -337,6 +337,40 @@ fn explain_lists_what_is_not_enforced() {
     }
 }
 
+/// The project's `.claude/settings.json` can come with a cloned repository:
+/// its rules are untrusted text. `explain` printed them raw, so a rule
+/// holding ESC sequences (set the window title, erase the line, OSC 52 to
+/// the clipboard), a carriage return, a C1 CSI, a bidi override or a
+/// newline reached the user's terminal, painted over the tables or forged
+/// a row. Every such character is shown escaped now.
+#[test]
+fn explain_escapes_control_characters_of_the_rules() {
+    let p = proj();
+    let e = "\u{1b}]0;PWN\u{7}\u{1b}]52;c;ZXZpbA==\u{7}\u{1b}[2K\r\u{9b}\u{202e}";
+    let settings = serde_json::json!({"permissions": {
+        "allow": [format!("Read(/opt/x{e}/**)"), format!("Bash(git{e}:*)"), format!("Read(./sec\nret{e})")],
+        "deny": [format!("Bash(rm{e}:*)")],
+    }});
+    write(&p.root.join(".claude/settings.json"), &settings.to_string());
+    let out = policy(&p, &["explain"]).output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        !text.contains(['\u{1b}', '\u{7}', '\r', '\u{9b}', '\u{202e}']),
+        "raw control characters reached the terminal: {text:?}"
+    );
+    assert!(
+        text.contains(
+            "Read(./sec\\nret\\e]0;PWN\\x07\\e]52;c;ZXZpbA==\\x07\\e[2K\\r\\x9b\\u{202e})"
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("ret")),
+        "a rule split a line: {text}"
+    );
+}
+
 #[test]
 fn invariants_win_over_rules() {
     let p = proj();
