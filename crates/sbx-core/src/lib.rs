@@ -23,6 +23,7 @@ pub mod man;
 pub mod passfd;
 pub mod pidfd;
 pub mod registry;
+pub mod rmtree;
 pub mod sbxnet;
 pub mod signals;
 pub mod sigsys;

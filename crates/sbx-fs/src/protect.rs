@@ -1494,13 +1494,10 @@ fn copy_tree(from: &Path, to: &Path, budget: &mut u64) -> std::io::Result<bool> 
     }
 }
 
+/// At any depth (the sandbox made the tree): `sbx_core::rmtree`.
 fn remove_tree(p: &Path) -> std::io::Result<()> {
-    let m = std::fs::symlink_metadata(p)?;
-    if m.is_dir() {
-        std::fs::remove_dir_all(p)
-    } else {
-        std::fs::remove_file(p)
-    }
+    std::fs::symlink_metadata(p)?;
+    sbx_core::rmtree::remove_tree(p)
 }
 
 #[cfg(test)]

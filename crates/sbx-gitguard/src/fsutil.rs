@@ -307,14 +307,10 @@ pub fn specials(dir: &Path, skip_prefix: &str) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// Removes a file, symlink or whole directory (never following symlinks).
+/// Removes a file, symlink or whole directory (never following symlinks,
+/// at any depth: `sbx_core::rmtree`).
 pub fn remove(p: &Path) -> io::Result<()> {
-    match fs::symlink_metadata(p) {
-        Ok(m) if m.is_dir() => fs::remove_dir_all(p),
-        Ok(_) => fs::remove_file(p),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
+    sbx_core::rmtree::remove_tree(p)
 }
 
 fn chown(p: &Path, uid: u32, gid: u32) {

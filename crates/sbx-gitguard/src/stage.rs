@@ -433,28 +433,13 @@ fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     }
 }
 
-/// Removes a tree without following symlinks. Overlay work dirs may hold a
-/// `work` subdirectory with mode 000 (made by the kernel): permissions are
-/// opened up before descending.
+/// Removes a tree without following symlinks, at any depth (the sandbox
+/// shapes the stage: a chain of directories past PATH_MAX or the fd limit
+/// made a path-based removal fail and the stage stay). Overlay work dirs
+/// may hold a `work` subdirectory with mode 000 (made by the kernel):
+/// `sbx_core::rmtree` opens such directories up before descending.
 pub fn remove_tree(p: &Path) -> io::Result<()> {
-    let m = match fs::symlink_metadata(p) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    if !m.is_dir() {
-        return fs::remove_file(p);
-    }
-    if m.mode() & 0o700 != 0o700 {
-        let _ = fs::set_permissions(p, fs::Permissions::from_mode(0o700));
-    }
-    for e in fs::read_dir(p)? {
-        remove_tree(&e?.path())?;
-    }
-    match fs::remove_dir(p) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        r => r,
-    }
+    sbx_core::rmtree::remove_tree(p)
 }
 
 /// Reads at most `max` bytes of a regular file, refusing symlinks and

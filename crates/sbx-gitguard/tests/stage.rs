@@ -253,6 +253,28 @@ fn removing_the_refs_directories_deletes_no_checked_out_branch() {
     }
 }
 
+/// A stage the sandbox nested past PATH_MAX and the fd limit (1,500
+/// directories under refs/heads, `mkdir d && cd d`) is removed all the
+/// same: a path-based removal failed with ENAMETOOLONG and left it in the
+/// temp dir for good, the sandbox's content and all.
+#[test]
+fn a_stage_nested_deeper_than_path_max_is_removed() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let s = stage_path(&f, "deep");
+        let out = staged(
+            &f,
+            &s,
+            &[],
+            "cd .git/refs/heads; i=0; while [ $i -lt 1500 ]; do mkdir dir$i; cd dir$i; i=$((i+1)); done; echo $i > /dev/null",
+        );
+        let err = stderr(&out);
+        assert!(!s.exists(), "{who:?}: the stage is still there: {err}");
+        assert!(!err.contains("cannot remove the stage"), "{who:?}: {err}");
+        fsck_strict(&f);
+    }
+}
+
 /// An attack from inside the sandbox: refused with its alert, the
 /// repository as it was, fsck clean, the stage gone.
 fn attack(who: As, agent: &str, event: &str, pred: impl Fn(&serde_json::Value) -> bool) {
