@@ -877,7 +877,7 @@ pub fn import(
     index_blobs(
         &stage.index(),
         private.path(),
-        limits.max_bytes,
+        index_limit(limits.max_bytes),
         &quar,
         &mut d.objects,
         ev,
@@ -950,7 +950,7 @@ pub fn import(
         &journal.index_new(),
         head_commit,
         owner,
-        limits.max_bytes,
+        index_limit(limits.max_bytes),
         ev,
     );
     crate::journal::crash_point();
@@ -975,8 +975,14 @@ pub fn import(
     crate::inprogress::apply(git_dir, &carried, owner, ev);
     journal.finish().map_err(jio)?;
     crate::reflog::apply(git_dir, &logs, owner, ev);
-    out.worktrees =
-        crate::worktree::apply(git_dir, worktrees, &stage.dir, owner, limits.max_bytes, ev);
+    out.worktrees = crate::worktree::apply(
+        git_dir,
+        worktrees,
+        &stage.dir,
+        owner,
+        index_limit(limits.max_bytes),
+        ev,
+    );
     Ok(out)
 }
 
@@ -1548,6 +1554,18 @@ fn stage_index_entries(
     }
 }
 
+/// The largest index taken from the stage, whatever `--stage-max-bytes`
+/// allows: libgit2 reads an index whole, at about 5.6 times its size in
+/// memory (a 72 MB index of a million entries took 404 MB), so the 2 GiB
+/// default let a crafted index of ordinary density hold some 11 GB of the
+/// host's memory. 128 MiB is about 1.7 million entries, more than the
+/// largest known work trees.
+pub(crate) const INDEX_MAX_BYTES: u64 = 128 << 20;
+
+fn index_limit(max_bytes: u64) -> u64 {
+    max_bytes.min(INDEX_MAX_BYTES)
+}
+
 /// The sandbox's index (in the upper layer when git wrote it: `git add`,
 /// `git commit`, `git checkout`, even `git status` refreshing it) replaces
 /// the host's, so the work tree the sandbox left and HEAD agree on the host
@@ -1585,7 +1603,7 @@ pub(crate) fn take_index(
                 "stage_entry_refused",
                 Severity::Alert,
                 json!({ "path": "index", "size": m.len(), "max_bytes": max_bytes,
-                        "reason": format!("{} bytes, over --stage-max-bytes ({max_bytes}): not taken, the host keeps its own index", m.len()) }),
+                        "reason": format!("{} bytes, over the index limit ({max_bytes}: --stage-max-bytes, at most {INDEX_MAX_BYTES}): not taken, the host keeps its own index", m.len()) }),
             );
             return false;
         }

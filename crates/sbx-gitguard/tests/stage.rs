@@ -729,15 +729,23 @@ fn a_stage_over_its_limits_imports_nothing() {
 /// still comes in.
 #[test]
 fn an_index_over_the_stage_limit_is_never_copied_or_read() {
-    for who in identities() {
+    // Over --stage-max-bytes; over the index's own cap (128 MiB) under the
+    // default --stage-max-bytes (2 GiB).
+    let cases: [(&[&str], u64); 2] = [(&["--stage-max-bytes", "1M"], 64), (&[], 129)];
+    for (who, (flags, mib)) in identities()
+        .into_iter()
+        .flat_map(|w| cases.iter().map(move |c| (w, *c)))
+    {
         let f = Fixture::new(who);
         let s = stage_path(&f, "sparse-index");
         let index_before = std::fs::read(f.w.join(".git/index")).unwrap();
         let out = staged(
             &f,
             &s,
-            &["--stage-max-bytes", "1M"],
-            "echo x > x; git add x; git commit -qm agent-one; truncate -s 64M .git/index",
+            flags,
+            &format!(
+                "echo x > x; git add x; git commit -qm agent-one; truncate -s {mib}M .git/index"
+            ),
         );
         assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
         assert_eq!(subjects(&f, "main").lines().next(), Some("agent-one"));
@@ -747,10 +755,10 @@ fn an_index_over_the_stage_limit_is_never_copied_or_read() {
             "{who:?}: the host's index changed"
         );
         assert_event(&f.audit, "stage_entry_refused", "alert", |e| {
-            e["path"] == "index" && e["size"] == 64 << 20
+            e["path"] == "index" && e["size"] == mib << 20
         });
         assert!(
-            stderr(&out).contains("over --stage-max-bytes"),
+            stderr(&out).contains("over the index limit"),
             "{}",
             stderr(&out)
         );
