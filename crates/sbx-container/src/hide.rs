@@ -104,7 +104,7 @@ pub fn remove_stale(dir: &str) {
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
     if ours && std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir() && m.uid() == me) {
-        let _ = std::fs::remove_dir_all(d);
+        let _ = sbx_core::rmtree::remove_tree(d);
     }
 }
 

@@ -495,7 +495,7 @@ pub async fn cleanup(docker: &Docker, created: &mut Created) {
     if let Some(d) = created.hide_dir.take() {
         fields.insert(
             "hide_dir_removed".into(),
-            json!(std::fs::remove_dir_all(&d).is_ok()),
+            json!(sbx_core::rmtree::remove_tree(&d).is_ok()),
         );
     }
     drop(created.hide_entry.take());

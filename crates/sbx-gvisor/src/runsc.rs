@@ -63,7 +63,8 @@ pub(crate) fn teardown(runsc: &Path, state: &Path, id: &str, dir: &Path) {
             .stderr(Stdio::null())
             .status();
     }
-    let _ = std::fs::remove_dir_all(dir);
+    // The sandbox shaped parts of it: at any depth (sbx_core::rmtree).
+    let _ = sbx_core::rmtree::remove_tree(dir);
 }
 
 pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd), Failure> {

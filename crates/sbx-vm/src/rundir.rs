@@ -138,10 +138,8 @@ impl Drop for RunDir {
 /// Removes a run directory, then its base (`$TMPDIR/sbx-vm-UID`) when that
 /// is left empty (another run may be using it: ENOTEMPTY is fine).
 fn remove_run_dir(p: &Path) -> io::Result<()> {
-    match std::fs::remove_dir_all(p) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
+    // At any depth (sbx_core::rmtree); a missing one is not an error.
+    sbx_core::rmtree::remove_tree(p)?;
     if let Some(base) = p.parent()
         && base
             .file_name()
@@ -163,7 +161,7 @@ fn reap_stale(base: &Path) -> Vec<String> {
         let Some((pid, start)) = parse_owner(&name, "run-") else {
             continue;
         };
-        if !alive(pid, start) && std::fs::remove_dir_all(e.path()).is_ok() {
+        if !alive(pid, start) && sbx_core::rmtree::remove_tree(&e.path()).is_ok() {
             out.push(name);
         }
     }
