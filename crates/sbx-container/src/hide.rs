@@ -30,7 +30,7 @@ pub fn new_dir() -> io::Result<(PathBuf, Option<sbx_core::registry::Entry>)> {
         .unwrap_or_else(|| PathBuf::from("/tmp"));
     let mut last = None;
     for _ in 0..8 {
-        let d = base.join(format!("{PREFIX}{}", random_suffix()));
+        let d = base.join(format!("{PREFIX}{}", sbx_core::id::random_suffix()));
         let entry = sbx_core::registry::register(KIND, &d)
             .map_err(|e| tracing::warn!(dir = %d.display(), "not registered: {e}"))
             .ok();
@@ -45,30 +45,6 @@ pub fn new_dir() -> io::Result<(PathBuf, Option<sbx_core::registry::Entry>)> {
         }
     }
     Err(last.unwrap_or_else(|| io::Error::other("no new name")))
-}
-
-/// 12 unpredictable characters (nothing can be planted at the name in
-/// advance; the mkdir refuses an existing path anyway).
-fn random_suffix() -> String {
-    let mut buf = [0u8; 9];
-    // SAFETY: buf is a live 9-byte buffer.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n != buf.len() as isize {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        buf.copy_from_slice(&t.to_le_bytes()[..9]);
-    }
-    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
-    let mut out = String::new();
-    for c in buf.chunks(3) {
-        let v = u32::from(c[0]) << 16 | u32::from(c[1]) << 8 | u32::from(c[2]);
-        for k in (0..4).rev() {
-            out.push(ABC[(v >> (6 * k)) as usize & 63] as char);
-        }
-    }
-    out
 }
 
 /// Removes the run directories of dead runs that never got their

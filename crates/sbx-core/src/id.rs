@@ -46,6 +46,31 @@ pub fn get() -> Option<&'static str> {
     ID.get().map(String::as_str)
 }
 
+/// 12 unpredictable characters for a private temporary name (nothing can
+/// be planted at the name in advance; the caller's mkdir refuses an
+/// existing path anyway).
+pub fn random_suffix() -> String {
+    let mut buf = [0u8; 9];
+    // SAFETY: buf is a live 9-byte buffer.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n != buf.len() as isize {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        buf.copy_from_slice(&t.to_le_bytes()[..9]);
+    }
+    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
+    let mut out = String::new();
+    for c in buf.chunks(3) {
+        let v = u32::from(c[0]) << 16 | u32::from(c[1]) << 8 | u32::from(c[2]);
+        for k in (0..4).rev() {
+            out.push(ABC[(v >> (6 * k)) as usize & 63] as char);
+        }
+    }
+    out
+}
+
 fn generate() -> String {
     let mut buf = [0u8; 8];
     // getrandom(2) never returns short for <= 256 bytes once the pool is ready.

@@ -173,7 +173,7 @@ pub fn run(a: Cli) -> Result<i32, Failure> {
     let base = runsc::temp_base();
     let mut made = None;
     for _ in 0..8 {
-        let dir = base.join(format!("sbx-gvisor-{}", random_suffix()));
+        let dir = base.join(format!("sbx-gvisor-{}", sbx_core::id::random_suffix()));
         let id = format!(
             "sbx-{}-{}",
             std::process::id(),
@@ -212,31 +212,6 @@ pub fn run(a: Cli) -> Result<i32, Failure> {
     runsc::teardown(&a.spec.runsc, &state, &id, &dir);
     guardian.release_and_reap();
     r
-}
-
-/// 12 random characters for the private directory's name (unpredictable:
-/// nothing can be planted there in advance; the mkdir refuses an existing
-/// path anyway).
-fn random_suffix() -> String {
-    let mut buf = [0u8; 9];
-    // SAFETY: buf is a live 9-byte buffer.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n != buf.len() as isize {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        buf.copy_from_slice(&t.to_le_bytes()[..9]);
-    }
-    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
-    let mut out = String::new();
-    for c in buf.chunks(3) {
-        let v = u32::from(c[0]) << 16 | u32::from(c[1]) << 8 | u32::from(c[2]);
-        for k in (0..4).rev() {
-            out.push(ABC[(v >> (6 * k)) as usize & 63] as char);
-        }
-    }
-    out
 }
 
 pub fn main() -> ! {
