@@ -61,6 +61,37 @@ impl DirStat {
         }
     }
 
+    /// Appends the stat of a trusted listing (for [`crate::loosecache`]).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        for v in [self.dev, self.ino, self.size, self.nlink] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [self.mtime_ns, self.ctime_ns] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    /// Bytes [`DirStat::encode`] writes.
+    pub const ENCODED: usize = 4 * 8 + 2 * 16;
+
+    /// The stat [`DirStat::encode`] wrote (of a listing that was trusted
+    /// when it was taken).
+    pub fn decode(b: &[u8; Self::ENCODED]) -> DirStat {
+        let u = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+        let t = |i: usize| {
+            i128::from_le_bytes(b[32 + i * 16..48 + i * 16].try_into().unwrap_or_default())
+        };
+        DirStat {
+            dev: u(0),
+            ino: u(1),
+            size: u(2),
+            nlink: u(3),
+            mtime_ns: t(0),
+            ctime_ns: t(1),
+            trusted: true,
+        }
+    }
+
     /// Whether `now` shows the directory as it was when `self` was taken
     /// (only ever for a trusted `self`).
     pub fn unchanged(&self, now: &DirStat) -> bool {
@@ -103,9 +134,24 @@ impl Kind {
     pub fn is_symlink(self) -> bool {
         self == Kind::Symlink
     }
+    pub fn byte(self) -> u8 {
+        self as u8
+    }
+    pub fn from_byte(b: u8) -> Option<Kind> {
+        [Kind::File, Kind::Dir, Kind::Symlink, Kind::Other]
+            .into_iter()
+            .find(|k| k.byte() == b)
+    }
 }
 
 pub type Entries = Arc<Vec<(OsString, Kind)>>;
+
+/// A directory's entries and the stat that vouches for them.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub stat: DirStat,
+    pub entries: Entries,
+}
 
 /// An open directory, its stat and its entries.
 pub struct Listed {
@@ -121,6 +167,19 @@ type Memo = HashMap<PathBuf, (DirStat, Entries)>;
 fn memo() -> &'static Mutex<Memo> {
     static M: std::sync::OnceLock<Mutex<Memo>> = std::sync::OnceLock::new();
     M.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Takes `seen` as the listing of `dir` while its stat stays the same: a
+/// listing an earlier process saved where the sandbox cannot write it
+/// ([`crate::loosecache`]), so that an unchanged directory is not read
+/// again (issue 19).
+pub fn seed(dir: &Path, seen: &Seen) {
+    if seen.stat.trusted
+        && let Ok(mut m) = memo().lock()
+    {
+        m.entry(dir.to_path_buf())
+            .or_insert_with(|| (seen.stat, seen.entries.clone()));
+    }
 }
 
 /// Lists `dir` (following a symlink to a directory, as `read_dir` does),

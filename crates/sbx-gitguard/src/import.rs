@@ -375,10 +375,13 @@ struct Quarantine {
     q: git2::Repository,
     new: BTreeMap<git2::Oid, git2::ObjectType>,
     migrated: HashSet<git2::Oid>,
+    /// The gate in front of libgit2's reads of the real store's loose
+    /// objects (the snapshot no longer stats each one, issue 19).
+    host: crate::objects::Damaged<'static>,
 }
 
 impl Quarantine {
-    fn create(dir: &Path, real_objects: &Path) -> Result<Quarantine, String> {
+    fn create(dir: &Path, real_objects: &Path, sha256: bool) -> Result<Quarantine, String> {
         let q = git2::Repository::init_bare(dir).map_err(|e| e.message().to_string())?;
         q.odb()
             .and_then(|o| o.add_disk_alternate(&real_objects.to_string_lossy()))
@@ -387,11 +390,15 @@ impl Quarantine {
             q,
             new: BTreeMap::new(),
             migrated: HashSet::new(),
+            host: crate::objects::Damaged::for_store(real_objects.to_path_buf(), sha256),
         })
     }
 
     /// Type of an object in the real store or the quarantine.
     fn kind(&self, id: git2::Oid) -> Option<git2::ObjectType> {
+        if !self.new.contains_key(&id) && self.host.contains(&id) {
+            return None;
+        }
         self.q.odb().ok()?.read_header(id).ok().map(|(_, k)| k)
     }
 
@@ -1089,10 +1096,18 @@ fn stage_objects(
                 .map_err(|e| ImportError::Write(e.message().to_string()))?,
             new: BTreeMap::new(),
             migrated: HashSet::new(),
+            host: crate::objects::Damaged::for_store(
+                git_dir.join("objects"),
+                crate::snapshot::is_sha256(git_dir),
+            ),
         }
     } else {
-        Quarantine::create(&private.path().join("quarantine"), &git_dir.join("objects"))
-            .map_err(ImportError::Write)?
+        Quarantine::create(
+            &private.path().join("quarantine"),
+            &git_dir.join("objects"),
+            crate::snapshot::is_sha256(git_dir),
+        )
+        .map_err(ImportError::Write)?
     };
     for ((dir, label), ids) in sources.iter().zip(&listed) {
         quarantine_source(dir, label, ids, &mut quar, ev).map_err(ImportError::Write)?;
@@ -1329,7 +1344,12 @@ impl RefRules<'_> {
                     return;
                 };
                 let Some(kind) = quar.kind(id) else {
-                    refused(ev, name, format!("object {o} does not exist"));
+                    let why = if quar.host.contains(&id) {
+                        "is damaged (its loose object file is not what it names)"
+                    } else {
+                        "does not exist"
+                    };
+                    refused(ev, name, format!("object {o} {why}"));
                     return;
                 };
                 if (name.starts_with("refs/heads/") || crate::inprogress::commit_ref(name))
@@ -1353,11 +1373,12 @@ impl RefRules<'_> {
                     }
                     Ok(ids) => d.objects.extend(ids),
                 }
-                // The quarantine sees the new objects and the real store.
+                // The quarantine sees the new objects and the real store;
+                // the real store's loose objects are read only once checked.
                 let ff = match &old {
                     Some(Value::Oid(p)) => git2::Oid::from_str(p)
                         .ok()
-                        .map(|p| quar.q.graph_descendant_of(id, p).unwrap_or(false)),
+                        .map(|p| crate::objects::descends(&quar.q, id, p, &quar.host)),
                     _ => None,
                 };
                 (Value::Oid(o), ff)
@@ -1677,6 +1698,29 @@ pub(crate) fn take_index(
     }
 }
 
+/// The entry at `path` (slash-separated) below `tree`, reading each tree
+/// on the way only once `gate` passed it (libgit2's own `get_path` would
+/// read them unchecked).
+fn tree_path(
+    repo: &git2::Repository,
+    tree: &git2::Tree<'_>,
+    path: &[u8],
+    gate: &crate::objects::Damaged,
+) -> Option<git2::TreeEntry<'static>> {
+    let mut parts = path.split(|&b| b == b'/');
+    let mut name = parts.next()?;
+    let mut cur = tree.clone();
+    for next in parts {
+        let id = cur.get_name_bytes(name)?.id();
+        if gate.contains(&id) {
+            return None;
+        }
+        cur = repo.find_tree(id).ok()?;
+        name = next;
+    }
+    cur.get_name_bytes(name).map(|e| e.to_owned())
+}
+
 /// Rewrites the index file `path` (a private copy) as `take_index` says;
 /// returns (entries kept, reset to HEAD, dropped).
 fn rebuild_index(
@@ -1690,10 +1734,18 @@ fn rebuild_index(
     let repo = crate::verify::open(git_dir).map_err(|e| e.message().to_string())?;
     let odb = repo.odb().map_err(|e| e.message().to_string())?;
     let mut idx = git2::Index::open(path).map_err(|e| e.message().to_string())?;
+    // The host's loose objects are read only once checked (issue 19: the
+    // snapshot no longer stats every one, see objects::Damaged).
+    let gate = crate::objects::Damaged::for_store(
+        git_dir.join("objects"),
+        crate::snapshot::is_sha256(git_dir),
+    );
     // HEAD as the import leaves it (refs are applied after the index is
     // prepared; their objects are already in the store).
     let head_tree = head_commit
+        .filter(|c| !gate.contains(c))
         .and_then(|c| repo.find_commit(c).ok())
+        .filter(|c| !gate.contains(&c.tree_id()))
         .and_then(|c| c.tree().ok());
     // git stages intent-to-add entries (`git add -N`) and empty files as
     // the empty blob without necessarily writing it: it is written here so
@@ -1724,8 +1776,9 @@ fn rebuild_index(
         // to HEAD's version or dropped. (A new blob that failed was not
         // brought in and was refused then.)
         let blob = || {
-            odb.read(e.id)
-                .ok()
+            (!gate.contains(&e.id))
+                .then(|| odb.read(e.id).ok())
+                .flatten()
                 .filter(|o| o.kind() == git2::ObjectType::Blob)
                 .map(|o| o.data().to_vec())
         };
@@ -1740,7 +1793,7 @@ fn rebuild_index(
         }
         match head_tree
             .as_ref()
-            .and_then(|t| t.get_path(Path::new(&p)).ok())
+            .and_then(|t| tree_path(&repo, t, &e.path, &gate))
             .filter(|te| odb.exists(te.id()))
         {
             Some(te) => {

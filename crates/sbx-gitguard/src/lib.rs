@@ -72,7 +72,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
         ),
         (
             "OBJECTS",
-            "The structural check, every time: each pack index (magic, version, size against its object count) and pack (header, object count, trailer against the checksum its index records); packs and indexes whose inode, size, mtime or ctime changed since the snapshot are checksummed in full (all of them with --full); every loose object verified in full (inflated to its end, size as its header says, nothing after the stream, hash equal to its name) at snapshot time and, afterwards, every new or changed one (by inode, size and ctime; with --stage, whose overlay keeps the command from writing object files, only in the fan-out directories whose own stat changed), a damaged one never read by libgit2 nor restored to; FIFOs, sockets and devices in a git dir removed before anything is read (a snapshot refuses them); loose objects of the snapshot that are gone and not packed; changed and new ref tips and HEAD resolve (a branch and HEAD to a commit). The full check reads every object reachable from every ref, HEAD and every ref of the snapshot, verifying its hash, and names each missing or damaged object with what needed it. Before the command, `run` keeps hard links to every pack file and loose object (in .sbx-gitguard-keep.PID inside the git dir, removed when the run ends): object files the command deletes or replaces are linked back and the full check must then pass. Files modified in place, and objects lost without kept links (repair between turns), make the repair fail (exit 125).",
+            "The structural check, every time: each pack index (magic, version, size against its object count) and pack (header, object count, trailer against the checksum its index records); packs and indexes whose inode, size, mtime or ctime changed since the snapshot are checksummed in full (all of them with --full); every loose object verified in full (inflated to its end, size as its header says, nothing after the stream, hash equal to its name) at snapshot time and, afterwards, every new or changed one (by inode, size and ctime; with --stage, whose overlay keeps the command from writing object files, only in the fan-out directories whose own stat changed, and at snapshot time only what changed since an earlier staged run verified it, kept in the registry directory and dropped by any run without the overlay), a damaged one never read by libgit2 nor restored to (an object not stat'ed by this run is stat'ed, and read in full when it changed, before libgit2 first reads it); FIFOs, sockets and devices in a git dir removed before anything is read (a snapshot refuses them); loose objects of the snapshot that are gone and not packed; changed and new ref tips and HEAD resolve (a branch and HEAD to a commit). The full check reads every object reachable from every ref, HEAD and every ref of the snapshot, verifying its hash, and names each missing or damaged object with what needed it. Before the command, `run` keeps hard links to every pack file and loose object (in .sbx-gitguard-keep.PID inside the git dir, removed when the run ends): object files the command deletes or replaces are linked back and the full check must then pass. Files modified in place, and objects lost without kept links (repair between turns), make the repair fail (exit 125).",
         ),
         (
             "LOCKS",
@@ -274,12 +274,19 @@ fn take_snapshot(
     full: bool,
     staged: Option<&Path>,
 ) -> Result<snapshot::Snapshot, Failure> {
-    let mut snap = snapshot::capture(l)?;
     let cache: BTreeMap<PathBuf, _> = staged
         .filter(|_| !full)
         .map(|g| (g.to_path_buf(), loosecache::load(g)))
         .into_iter()
         .collect();
+    // Fan-out directories unchanged since the cache was saved are not
+    // listed again, by any scan of this process (dirlist's rule).
+    for (g, c) in &cache {
+        for (name, seen) in &c.dirs {
+            dirlist::seed(&g.join("objects").join(name), seen);
+        }
+    }
+    let mut snap = snapshot::capture(l)?;
     let units: Vec<layout::Unit> = snap
         .units
         .iter()
@@ -318,7 +325,12 @@ fn take_snapshot(
         u.loose = s.loose;
         u.loose_stats = s.loose_stats;
         if staged == Some(u.path.as_path()) {
-            loosecache::save(&u.path, &u.loose_stats, cache.get(&u.path));
+            let now = loosecache::Cache {
+                stats: std::mem::take(&mut u.loose_stats),
+                dirs: s.loose_dirs.clone(),
+            };
+            loosecache::save(&u.path, &now, cache.get(&u.path));
+            u.loose_stats = now.stats;
         }
         // The git dirs the stage's overlay covers (the main one and its
         // modules/): the command writes the overlay, never these files.
@@ -448,6 +460,16 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
     ensure_unlocked(&l, wait)?;
     let staged = stage_plan.as_ref().map(|(_, g)| g.as_path());
     let snap = take_snapshot(&l, a.full, staged)?;
+    // A command without a stage's overlay over a git dir can write its
+    // object files in place: what earlier staged runs verified there is
+    // not taken on trust after it (loosecache.rs).
+    for u in snap
+        .units
+        .iter()
+        .filter(|u| staged != Some(u.path.as_path()))
+    {
+        loosecache::forget(&u.path);
+    }
     audit(
         "git_snapshot",
         Severity::Info,

@@ -1,17 +1,28 @@
-//! The loose objects of a staged repository verified in full by an earlier
-//! run, by stat (inode, size, ctime): the next run's snapshot reads only the
-//! others (issue 19). Used only for the git dir a `--stage` covers: there
-//! the sandbox cannot write the objects (sbx-fs lays the stage over the
-//! whole .git), so they change only by the user's own git and by the
-//! import, and any change of a file changes its ctime, which a user cannot
-//! set back. The cache lives in sbx's registry directory (0700, outside the
-//! repository), never in the repository the command can write.
+//! What earlier runs verified in a staged repository's object store (issue
+//! 19): the loose objects verified in full, by stat (inode, size, ctime),
+//! and the fan-out directories whose objects all verified, by the
+//! directory's own stat and entries. The next staged run's snapshot neither
+//! lists nor stats file by file a directory whose stat is unchanged (no
+//! entry added, removed or renamed), and reads only objects whose stat
+//! differs in the others. Used only for the git dir a `--stage` covers:
+//! there the sandbox cannot write the objects (sbx-fs lays the stage over
+//! the whole .git), so they change only by the user's own git (which never
+//! writes an object file in place) and by the import. A run without the
+//! overlay drops the cache before its command ([`forget`]); an object
+//! written in place by anything else is checked when libgit2 is first
+//! about to read it ([`crate::objects::Damaged`]). The cache lives in
+//! sbx's registry directory (0700, outside the repository), never in the
+//! repository the command can write.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use crate::dirlist::{DirStat, Kind, Seen};
 use crate::objects::LooseStat;
 
 /// Most bytes of a cache file read (about 10 million objects).
@@ -21,31 +32,58 @@ const MAX_FILE: u64 = 1 << 30;
 const KEEP: usize = 32;
 const PREFIX: &str = "gitguard-loose-";
 const TMP_PREFIX: &str = ".gitguard-loose.";
+/// The format (binary: a JSON file of 100,000 objects took longer to parse
+/// than the rest of the run).
+const MAGIC: &[u8] = b"sbx-gitguard loose cache 2\n";
+
+/// What an earlier run verified in a staged git dir's object store.
+#[derive(Debug, Default, PartialEq)]
+pub struct Cache {
+    /// Loose objects verified in full, by stat.
+    pub stats: BTreeMap<String, LooseStat>,
+    /// Fan-out directories ("ab") whose objects all verified: their stat
+    /// and entries when they were listed. One whose stat is still that
+    /// one holds the same entries, and (nothing writes object files in
+    /// place: git never does, and the sandbox writes the stage's overlay)
+    /// the same verified files; it is neither listed nor stat'ed file by
+    /// file again (issue 19).
+    pub dirs: BTreeMap<String, Seen>,
+}
+
+impl PartialEq for Seen {
+    fn eq(&self, o: &Seen) -> bool {
+        self.stat.unchanged(&o.stat) && self.entries == o.entries
+    }
+}
 
 fn file(git_dir: &Path) -> Option<PathBuf> {
     let (dev, ino) = crate::layout::ident(git_dir)?;
     let dir = sbx_core::registry::dir().ok()?;
-    Some(dir.join(format!("{PREFIX}{dev}-{ino}.json")))
+    Some(dir.join(format!("{PREFIX}{dev}-{ino}.bin")))
 }
 
-/// The cached stats of `git_dir`'s loose objects (empty when there is none
-/// or it is unusable: then every object is read, as without a cache).
-pub fn load(git_dir: &Path) -> BTreeMap<String, LooseStat> {
+/// The cache of `git_dir` (empty when there is none or it is unusable:
+/// then every object is listed and read, as without a cache).
+pub fn load(git_dir: &Path) -> Cache {
     file(git_dir)
         .and_then(|p| sbx_core::input::read_regular(&p, MAX_FILE).ok())
-        .and_then(|d| serde_json::from_slice(&d).ok())
+        .and_then(|d| decode(&d))
         .unwrap_or_default()
 }
 
+/// Drops the cache of `git_dir`: a command ran that could write its
+/// object files in place (a run without a stage over this git dir).
+pub fn forget(git_dir: &Path) {
+    if let Some(p) = file(git_dir) {
+        let _ = fs::remove_file(p);
+    }
+}
+
 /// Replaces the cache of `git_dir` (atomically; a failure only costs the
-/// next run a full read), unless it holds `stats` already (`loaded`: what
+/// next run a full read), unless it holds `now` already (`loaded`: what
 /// [`load`] gave this run).
-pub fn save(
-    git_dir: &Path,
-    stats: &BTreeMap<String, LooseStat>,
-    loaded: Option<&BTreeMap<String, LooseStat>>,
-) {
-    if loaded == Some(stats) {
+pub fn save(git_dir: &Path, now: &Cache, loaded: Option<&Cache>) {
+    if loaded == Some(now) {
         return;
     }
     let Some(p) = file(git_dir) else {
@@ -63,10 +101,10 @@ pub fn save(
         }
     }
     let r = (|| -> std::io::Result<()> {
-        let data = serde_json::to_vec(stats).map_err(std::io::Error::other)?;
+        let data = encode(now);
         let mut tmp = tempfile::Builder::new()
             .prefix(TMP_PREFIX)
-            .tempfile_in(p.parent().unwrap_or(Path::new("/")))?;
+            .tempfile_in(dir)?;
         tmp.write_all(&data)?;
         tmp.persist(&p).map_err(|e| e.error)?;
         Ok(())
@@ -75,7 +113,104 @@ pub fn save(
         tracing::warn!(cache = %p.display(), "cannot save the verified loose objects: {e}");
         let _ = fs::remove_file(&p);
     }
-    prune(p.parent().unwrap_or(Path::new("/")));
+    prune(dir);
+}
+
+fn encode(c: &Cache) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MAGIC.len() + c.stats.len() * 80);
+    out.extend_from_slice(MAGIC);
+    let short = |out: &mut Vec<u8>, b: &[u8]| {
+        out.extend_from_slice(&(b.len() as u16).to_le_bytes());
+        out.extend_from_slice(b);
+    };
+    out.extend_from_slice(&(c.stats.len() as u64).to_le_bytes());
+    for (id, st) in &c.stats {
+        short(&mut out, id.as_bytes());
+        out.extend_from_slice(&st.ino.to_le_bytes());
+        out.extend_from_slice(&st.size.to_le_bytes());
+        out.extend_from_slice(&st.ctime_ns.to_le_bytes());
+    }
+    out.extend_from_slice(&(c.dirs.len() as u64).to_le_bytes());
+    for (name, seen) in &c.dirs {
+        short(&mut out, name.as_bytes());
+        seen.stat.encode(&mut out);
+        out.extend_from_slice(&(seen.entries.len() as u64).to_le_bytes());
+        for (n, k) in seen.entries.iter() {
+            out.push(k.byte());
+            short(&mut out, n.as_bytes());
+        }
+    }
+    out
+}
+
+/// Reads what [`encode`] wrote; None for anything else (a short, damaged
+/// or older file: the run then reads in full).
+fn decode(d: &[u8]) -> Option<Cache> {
+    struct Cur<'a>(&'a [u8]);
+    impl<'a> Cur<'a> {
+        fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+            if self.0.len() < n {
+                return None;
+            }
+            let (a, b) = self.0.split_at(n);
+            self.0 = b;
+            Some(a)
+        }
+        fn arr<const N: usize>(&mut self) -> Option<[u8; N]> {
+            self.take(N)?.try_into().ok()
+        }
+        fn u64(&mut self) -> Option<u64> {
+            Some(u64::from_le_bytes(self.arr()?))
+        }
+        fn short(&mut self) -> Option<&'a [u8]> {
+            let n = u16::from_le_bytes(self.arr()?);
+            self.take(usize::from(n))
+        }
+        /// A count, bounded by what is left (each item is at least `min`
+        /// bytes): a damaged count cannot make a huge allocation.
+        fn count(&mut self, min: usize) -> Option<usize> {
+            let n = usize::try_from(self.u64()?).ok()?;
+            (n <= self.0.len() / min).then_some(n)
+        }
+    }
+    let mut c = Cur(d.strip_prefix(MAGIC)?);
+    let mut out = Cache::default();
+    let n = c.count(2 + 32)?;
+    let mut stats = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id = std::str::from_utf8(c.short()?).ok()?.to_owned();
+        let ino = c.u64()?;
+        let size = c.u64()?;
+        let ctime_ns = i128::from_le_bytes(c.arr()?);
+        stats.push((
+            id,
+            LooseStat {
+                ino,
+                size,
+                ctime_ns,
+            },
+        ));
+    }
+    // Written in order: one bulk build, not an insert each.
+    out.stats = stats.into_iter().collect();
+    for _ in 0..c.count(2 + DirStat::ENCODED + 8)? {
+        let name = std::str::from_utf8(c.short()?).ok()?.to_owned();
+        let stat = DirStat::decode(&c.arr()?);
+        let n = c.count(3)?;
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            let k = Kind::from_byte(c.take(1)?[0])?;
+            entries.push((OsStr::from_bytes(c.short()?).to_os_string(), k));
+        }
+        out.dirs.insert(
+            name,
+            Seen {
+                stat,
+                entries: Arc::new(entries),
+            },
+        );
+    }
+    c.0.is_empty().then_some(out)
 }
 
 /// Removes all but the [`KEEP`] most recently saved caches.
@@ -94,5 +229,61 @@ fn prune(dir: &Path) {
     caches.sort_by_key(|c| std::cmp::Reverse(c.0));
     for (_, p) in &caches[KEEP..] {
         let _ = fs::remove_file(p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Cache {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("0123"), b"x").unwrap();
+        let l = crate::dirlist::list(dir.path()).unwrap();
+        let mut c = Cache::default();
+        c.stats.insert(
+            "ab".repeat(20),
+            LooseStat {
+                ino: 7,
+                size: 99,
+                ctime_ns: -3,
+            },
+        );
+        c.dirs.insert(
+            "ab".into(),
+            Seen {
+                stat: DirStat::decode(&{
+                    let mut b = Vec::new();
+                    l.stat.encode(&mut b);
+                    b.try_into().unwrap()
+                }),
+                entries: l.entries,
+            },
+        );
+        c
+    }
+
+    #[test]
+    fn a_cache_reads_back_as_it_was_written() {
+        let c = sample();
+        assert_eq!(decode(&encode(&c)), Some(c));
+    }
+
+    /// A cache cut short at any byte, with a byte more, or of another
+    /// format is no cache (the run reads in full), never a panic.
+    #[test]
+    fn a_damaged_cache_is_no_cache() {
+        let d = encode(&sample());
+        for n in 0..d.len() {
+            assert_eq!(decode(&d[..n]), None, "cut at {n}");
+        }
+        let mut longer = d.clone();
+        longer.push(0);
+        assert_eq!(decode(&longer), None);
+        // A count of 2^63 entries: refused without allocating it.
+        let mut huge = MAGIC.to_vec();
+        huge.extend_from_slice(&(1u64 << 63).to_le_bytes());
+        assert_eq!(decode(&huge), None);
+        assert_eq!(decode(b"{\"json\": 1}"), None);
     }
 }

@@ -1,9 +1,11 @@
 //! The object store: a fast structural check (pack and index checksums,
 //! loose object headers, ref tips) and a full connectivity check.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -277,8 +279,27 @@ pub struct Loose {
     /// sends libgit2 1.9 into an endless loop, libgit2 issue 7342).
     pub damaged: BTreeSet<String>,
     /// Per fan-out directory ("ab") whose loose objects were all verified:
-    /// its stat when it was listed (see [`check_loose`]'s `same_dirs`).
-    pub dirs: BTreeMap<String, crate::dirlist::DirStat>,
+    /// its stat and entries when it was listed (see [`check_loose`]'s
+    /// `same_dirs`).
+    pub dirs: BTreeMap<String, crate::dirlist::Seen>,
+    /// The fan-out directories whose objects were taken as verified by
+    /// the directory's stat alone, without a stat of each file: each of
+    /// their objects is stat'ed when libgit2 is first about to read it
+    /// ([`Damaged::contains`]).
+    pub unstated: BTreeSet<String>,
+}
+
+impl Loose {
+    /// The gate in front of libgit2's reads of this store's loose objects.
+    pub fn gate<'a>(&'a self, objects: &Path, sha256: bool) -> Damaged<'a> {
+        Damaged::new(
+            &self.damaged,
+            objects,
+            sha256,
+            &self.verified,
+            &self.unstated,
+        )
+    }
 }
 
 fn loose_stat_at(dir: &std::os::fd::OwnedFd, name: &std::ffi::OsStr) -> io::Result<LooseStat> {
@@ -309,54 +330,86 @@ pub fn check_loose(
     objects: &Path,
     verified: &BTreeMap<String, LooseStat>,
     sha256: bool,
-    same_dirs: Option<&BTreeMap<String, crate::dirlist::DirStat>>,
+    same_dirs: Option<&BTreeMap<String, crate::dirlist::Seen>>,
 ) -> Loose {
     let mut out = Loose::default();
     let Ok(top) = crate::dirlist::list(objects) else {
         return out;
     };
-    for (dn, _) in top.entries.iter() {
+    // Built in order, then made into the maps at once (a bulk build: one
+    // insert per object into maps of 100,000 ids was most of the run).
+    let mut ids: Vec<String> = Vec::new();
+    let mut good: Vec<(String, LooseStat)> = Vec::new();
+    let mut dirs: Vec<&std::ffi::OsStr> = top
+        .entries
+        .iter()
+        .map(|(n, _)| n.as_os_str())
+        .filter(|n| n.len() == 2 && n.as_encoded_bytes().iter().all(|b| b.is_ascii_hexdigit()))
+        .collect();
+    dirs.sort();
+    for dn in dirs {
         let dn = dn.to_string_lossy();
-        if dn.len() != 2 || !dn.bytes().all(|b| b.is_ascii_hexdigit()) {
-            continue;
-        }
         let dir = objects.join(&*dn);
         let Ok(sub) = crate::dirlist::list(&dir) else {
             continue;
         };
+        let mut names: Vec<&[u8]> = sub
+            .entries
+            .iter()
+            .map(|(n, _)| n.as_encoded_bytes())
+            .filter(|n| n.iter().all(|b| b.is_ascii_hexdigit()) && (n.len() == 38 || n.len() == 62))
+            .collect();
+        names.sort_unstable();
         let same = same_dirs
             .and_then(|s| s.get(&*dn))
-            .is_some_and(|before| before.unchanged(&sub.stat));
-        let mut all_good = true;
-        for (n, _) in sub.entries.iter() {
-            let name = n.as_encoded_bytes();
-            if !name.iter().all(|b| b.is_ascii_hexdigit())
-                || !(name.len() == 38 || name.len() == 62)
+            .is_some_and(|before| before.stat.unchanged(&sub.stat));
+        if same {
+            // The directory is as it was when `verified` was made, and
+            // all its objects verified then: they are taken as they are
+            // (when `verified` holds exactly its entries), and stat'ed
+            // only when libgit2 is about to read one ([`Damaged`]).
+            let known: Vec<(&String, &LooseStat)> = verified
+                .range::<str, _>((std::ops::Bound::Included(&*dn), std::ops::Bound::Unbounded))
+                .take_while(|(k, _)| k.starts_with(&*dn))
+                .collect();
+            if known.len() == names.len()
+                && known
+                    .iter()
+                    .zip(&names)
+                    .all(|((k, _), n)| k.as_bytes()[2..] == **n)
             {
+                out.unstated.insert(dn.to_string());
+                ids.extend(known.iter().map(|(k, _)| (*k).clone()));
+                good.extend(known.into_iter().map(|(k, v)| (k.clone(), v.clone())));
+                out.dirs.insert(
+                    dn.into_owned(),
+                    crate::dirlist::Seen {
+                        stat: sub.stat,
+                        entries: sub.entries,
+                    },
+                );
                 continue;
             }
-            let mut id = String::with_capacity(2 + name.len());
+        }
+        let mut all_good = true;
+        for n in names {
+            let mut id = String::with_capacity(2 + n.len());
             id.push_str(&dn);
             // ASCII hex digits only (checked above).
-            id.extend(name.iter().map(|&b| char::from(b)));
+            id.extend(n.iter().map(|&b| char::from(b)));
             id.make_ascii_lowercase();
-            out.ids.insert(id.clone());
-            if same && let Some(v) = verified.get(&id) {
-                out.verified.insert(id, v.clone());
-                continue;
-            }
-            let st = loose_stat_at(&sub.fd, n);
+            ids.push(id.clone());
+            let name = std::ffi::OsStr::from_bytes(n);
+            let st = loose_stat_at(&sub.fd, name);
             if let Ok(st) = &st
                 && verified.get(&id) == Some(st)
             {
-                out.verified.insert(id, st.clone());
+                good.push((id, st.clone()));
                 continue;
             }
-            let p = dir.join(n);
+            let p = dir.join(name);
             match verify_loose(&p, &id, sha256) {
-                Ok(st) => {
-                    out.verified.insert(id, st);
-                }
+                Ok(st) => good.push((id, st)),
                 Err(what) => {
                     all_good = false;
                     out.problems
@@ -366,9 +419,19 @@ pub fn check_loose(
             }
         }
         if all_good && sub.stat.trusted {
-            out.dirs.insert(dn.into_owned(), sub.stat);
+            out.dirs.insert(
+                dn.into_owned(),
+                crate::dirlist::Seen {
+                    stat: sub.stat,
+                    entries: sub.entries,
+                },
+            );
         }
     }
+    // Sorted already unless a directory's name had capitals (then the
+    // sort is a real one; the result is the same).
+    out.ids = ids.into_iter().collect();
+    out.verified = good.into_iter().collect();
     out
 }
 
@@ -557,15 +620,113 @@ pub fn check_tip(
 /// every object reachable from `roots` is read once (libgit2 verifies each
 /// object's hash on read); each missing or damaged one is reported with the
 /// root and the object (and tree entry) that needed it.
-/// Objects whose loose file failed [`verify_loose`]: never handed to
-/// libgit2 (which loops forever on a truncated one).
-pub type Damaged = HashSet<git2::Oid>;
+/// The gate in front of every libgit2 read of a loose object: objects
+/// whose file failed [`verify_loose`] are never handed to libgit2 (which
+/// loops forever on a truncated one, libgit2 issue 7342).
+///
+/// Objects of a fan-out directory taken as verified by the directory's
+/// stat alone ([`Loose::unstated`]: the directory is as an earlier check
+/// left it, so no object was added, removed or replaced there) are stat'ed
+/// when they are first asked about, and read in full when their stat is
+/// not the verified one: a file written in place keeps its directory's
+/// stat, only its own ctime moves. So what libgit2 reads is always a file
+/// verified since its last change, at the price of one stat per object it
+/// reads rather than one per object in the store.
+pub struct Damaged<'a> {
+    known: RefCell<HashSet<git2::Oid>>,
+    objects: std::path::PathBuf,
+    sha256: bool,
+    verified: &'a BTreeMap<String, LooseStat>,
+    unstated: &'a BTreeSet<String>,
+    /// Every loose object is checked when first asked about (a store no
+    /// check of this process listed: [`Damaged::for_store`]).
+    every: bool,
+    /// Objects of `unstated` directories found sound by this process.
+    passed: RefCell<HashSet<git2::Oid>>,
+}
 
-/// The damaged set from loose object ids.
-pub fn damaged_set(ids: &BTreeSet<String>) -> Damaged {
-    ids.iter()
-        .filter_map(|i| git2::Oid::from_str(i).ok())
-        .collect()
+impl<'a> Damaged<'a> {
+    pub fn new(
+        damaged: &BTreeSet<String>,
+        objects: &Path,
+        sha256: bool,
+        verified: &'a BTreeMap<String, LooseStat>,
+        unstated: &'a BTreeSet<String>,
+    ) -> Damaged<'a> {
+        Damaged {
+            known: RefCell::new(
+                damaged
+                    .iter()
+                    .filter_map(|i| git2::Oid::from_str(i).ok())
+                    .collect(),
+            ),
+            objects: objects.to_path_buf(),
+            sha256,
+            verified,
+            unstated,
+            every: false,
+            passed: RefCell::default(),
+        }
+    }
+
+    /// A gate for a store this process did not list: every loose object is
+    /// read in full before libgit2 first reads it (the import's reads of
+    /// the host's objects: a commit's tree, an index entry's blob, the
+    /// history between a ref's old and new commit).
+    pub fn for_store(objects: std::path::PathBuf, sha256: bool) -> Damaged<'static> {
+        Damaged {
+            every: true,
+            ..Damaged::none_at(&objects, sha256)
+        }
+    }
+
+    fn none_at(objects: &Path, sha256: bool) -> Damaged<'static> {
+        static NO_STATS: BTreeMap<String, LooseStat> = BTreeMap::new();
+        static NO_DIRS: BTreeSet<String> = BTreeSet::new();
+        Damaged::new(&BTreeSet::new(), objects, sha256, &NO_STATS, &NO_DIRS)
+    }
+
+    /// A gate that knows of no damaged object (the store was checked by
+    /// another unit's gate).
+    pub fn none() -> Damaged<'static> {
+        Damaged::none_at(Path::new(""), false)
+    }
+
+    /// Whether libgit2 must not read `id` (its loose file is damaged).
+    pub fn contains(&self, id: &git2::Oid) -> bool {
+        if self.known.borrow().contains(id) {
+            return true;
+        }
+        if (!self.every && self.unstated.is_empty()) || self.passed.borrow().contains(id) {
+            return false;
+        }
+        let hex = id.to_string();
+        if !self.every && !self.unstated.contains(&hex[..2]) {
+            return false;
+        }
+        let p = self.objects.join(&hex[..2]).join(&hex[2..]);
+        let sound = match fs::symlink_metadata(&p) {
+            // Not loose (packed, or missing: libgit2 says so itself).
+            Err(_) => true,
+            Ok(m) => {
+                self.verified.get(&hex) == Some(&loose_stat(&m))
+                    || verify_loose(&p, &hex, self.sha256).is_ok()
+            }
+        };
+        if sound {
+            self.passed.borrow_mut().insert(*id);
+        } else {
+            self.known.borrow_mut().insert(*id);
+        }
+        !sound
+    }
+
+    /// Whether no loose object can be damaged: nothing was found damaged
+    /// and every object was stat'ed (libgit2's own graph walks may then
+    /// read any object).
+    pub fn is_empty(&self) -> bool {
+        !self.every && self.unstated.is_empty() && self.known.borrow().is_empty()
+    }
 }
 
 /// Whether `new` descends from `old`, reading commits through libgit2 but

@@ -105,7 +105,7 @@ pub struct UnitSnap {
     /// again ([`crate::objects::check_loose`]). Never read from a snapshot
     /// file (`check`/`repair` always stat every object).
     #[serde(skip)]
-    pub same_dirs: Option<BTreeMap<String, crate::dirlist::DirStat>>,
+    pub same_dirs: Option<BTreeMap<String, crate::dirlist::Seen>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

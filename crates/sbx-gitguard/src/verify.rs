@@ -244,7 +244,7 @@ pub struct Verified {
     pub loose: BTreeSet<String>,
     pub loose_stats: BTreeMap<String, objects::LooseStat>,
     /// The fan-out directories whose objects all verified, by stat.
-    pub loose_dirs: BTreeMap<String, crate::dirlist::DirStat>,
+    pub loose_dirs: BTreeMap<String, crate::dirlist::Seen>,
 }
 
 /// Structural check of one git dir's object store and refs, plus the full
@@ -293,7 +293,7 @@ pub fn check_objects(
         objects::Hash::Changed
     };
     let (mut problems, verified) = objects::check_packs(&objs, cached, sha256, hash);
-    let damaged = objects::damaged_set(&lc.damaged);
+    let damaged = objects::Damaged::new(&lc.damaged, &objs, sha256, &lc.verified, &lc.unstated);
     problems.extend(lc.problems);
     let loose = lc.ids;
     let loose_dirs = lc.dirs;
@@ -375,6 +375,7 @@ pub fn check_objects(
         ctx.report.full_check = true;
         roots.extend(extra_roots.iter().cloned());
         let fp = objects::full(repo, &roots, &damaged);
+        drop(damaged);
         for p in &fp {
             ctx.note(
                 "objects",
@@ -428,7 +429,7 @@ pub fn assess(
     l: &Layout,
     units: &[Unit],
     full: bool,
-    loose_cache: &BTreeMap<PathBuf, BTreeMap<String, objects::LooseStat>>,
+    loose_cache: &BTreeMap<PathBuf, crate::loosecache::Cache>,
 ) -> (Report, BTreeMap<PathBuf, Verified>) {
     let mut ctx = Ctx::new(Mode::Check);
     let mut stats = BTreeMap::new();
@@ -522,6 +523,7 @@ pub fn assess(
             }
         };
         let sha256 = snapshot::is_sha256(&u.path);
+        let cache = loose_cache.get(&u.path);
         let v = check_objects(
             &mut ctx,
             &u.path,
@@ -530,9 +532,9 @@ pub fn assess(
             &BTreeSet::new(),
             objects::check_loose(
                 &u.path.join("objects"),
-                loose_cache.get(&u.path).unwrap_or(&BTreeMap::new()),
+                cache.map(|c| &c.stats).unwrap_or(&BTreeMap::new()),
                 sha256,
-                None,
+                cache.map(|c| &c.dirs),
             ),
             sha256,
             full,
@@ -1515,7 +1517,7 @@ pub fn verify(
                     .as_ref(),
                 common_refs
                     .get_or_insert_with(|| refs::read_all(&l.common_dir).unwrap_or_default()),
-                &Default::default(),
+                &objects::Damaged::none(),
             );
             continue;
         }
@@ -1718,9 +1720,10 @@ fn store_unit(
         }
         _ => repo,
     };
-    let damaged = objects::damaged_set(&pre.damaged);
+    let damaged = pre.gate(&objs, us.sha256);
     let own = refs_unit(ctx, us, &repo, &damaged);
     head_unit(ctx, us, Some(&repo), &own, &damaged);
+    drop(damaged);
     let snap_roots: Vec<(String, String)> = us
         .refs
         .iter()

@@ -466,6 +466,93 @@ fn objects_changed_outside_the_overlay_of_a_staged_run_are_found() {
     }
 }
 
+/// Writes 4 bytes into the loose object `oid` in place: same inode, same
+/// size, same directory (only the file's own ctime tells).
+fn poke(oid: &str) -> String {
+    let p = format!(".git/objects/{}/{}", &oid[..2], &oid[2..]);
+    format!("chmod u+w {p} && printf XXXX | dd of={p} bs=1 seek=4 conv=notrunc 2>/dev/null")
+}
+
+/// Two more commits on the host: HEAD~1 is then a loose commit no ref
+/// names. Returns it, after the fan-out directories are old enough to be
+/// trusted by their stat (dirlist::RACY).
+fn loose_inner_commit(f: &Fixture) -> String {
+    let o = f.sh(
+        &f.w,
+        "git commit -q --allow-empty -m inner && git commit -q --allow-empty -m top",
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let old = rev(f, "HEAD~1");
+    assert!(
+        f.w.join(format!(".git/objects/{}/{}", &old[..2], &old[2..]))
+            .exists(),
+        "fixture: HEAD~1 should be a loose object"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    old
+}
+
+/// Issue 19: a staged run's snapshot takes a fan-out directory whose stat
+/// is the one an earlier staged run saved as it was, without a stat of
+/// each object. An object written in place between runs (same directory
+/// stat) is then checked when libgit2 is first about to read it: here the
+/// import, judging a new branch the sandbox points at it, finds it damaged
+/// and refuses the branch; libgit2 never reads it.
+#[test]
+fn an_object_damaged_in_place_between_staged_runs_is_checked_before_it_is_read() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let old = loose_inner_commit(&f);
+        let out = staged(&f, &stage_path(&f, "first"), &[], "true");
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert!(f.sh(&f.w, &poke(&old)).status.success());
+        let out = staged(
+            &f,
+            &stage_path(&f, "second"),
+            &[],
+            &format!("echo {old} > .git/refs/heads/evil"),
+        );
+        assert!(
+            code(&out) == 0 || code(&out) == 125,
+            "{who:?}: {}",
+            stderr(&out)
+        );
+        assert_eq!(
+            rev(&f, "refs/heads/evil"),
+            "",
+            "{who:?}: the branch came in"
+        );
+        assert_event(&f.audit, "ref_refused", "alert", |e| {
+            e["ref"] == "refs/heads/evil" && e["reason"].as_str().unwrap_or("").contains("damaged")
+        });
+    }
+}
+
+/// Issue 19: what earlier staged runs verified is taken on trust only
+/// while every command ran under the overlay. A run without a stage (its
+/// command can write object files in place) drops it, so an object it
+/// damaged in place is found by the next staged run before its command.
+#[test]
+fn an_object_written_in_place_by_a_run_without_the_overlay_is_found_by_the_next_staged_run() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let old = loose_inner_commit(&f);
+        let out = staged(&f, &stage_path(&f, "first"), &[], "true");
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let out = f.guard(&["run", "--repo", w_of(&f), "--", "sh", "-c", &poke(&old)]);
+        assert_eq!(code(&out), 125, "{who:?}: {}", stderr(&out));
+        let out = staged(&f, &stage_path(&f, "next"), &[], "touch \"$MARK\"");
+        assert_usage_error(&out, "already damaged");
+        assert!(
+            !f.mark.exists(),
+            "{who:?}: the command ran on a damaged repository"
+        );
+        assert_event(&f.audit, "git_damaged_before", "alert", |e| {
+            e["found"].as_str().unwrap().contains(&old)
+        });
+    }
+}
+
 fn w_of(f: &Fixture) -> &str {
     f.w.to_str().unwrap()
 }
