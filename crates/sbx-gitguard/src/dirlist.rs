@@ -153,11 +153,13 @@ pub struct Seen {
     pub entries: Entries,
 }
 
-/// An open directory, its stat and its entries.
+/// A directory's stat and entries (and the open directory, when it was
+/// read).
 pub struct Listed {
     /// For `fstatat` of the entries (one path component each, not the
-    /// whole path walked again per file).
-    pub fd: OwnedFd,
+    /// whole path walked again per file). None when the listing came from
+    /// memory ([`list`]); [`list_open`] always gives one.
+    pub fd: Option<OwnedFd>,
     pub stat: DirStat,
     pub entries: Entries,
 }
@@ -184,8 +186,30 @@ pub fn seed(dir: &Path, seen: &Seen) {
 
 /// Lists `dir` (following a symlink to a directory, as `read_dir` does),
 /// from memory when its stat is trusted and the same as at the last
-/// listing of this process.
+/// listing of this process: then one `stat` and no open (the object
+/// store's 256 fan-out directories are scanned six times a run).
 pub fn list(dir: &Path) -> io::Result<Listed> {
+    let before = SystemTime::now();
+    if let Ok(m) = fs::metadata(dir)
+        && m.is_dir()
+    {
+        let stat = DirStat::of(&m, before);
+        if let Some((st, e)) = memo().lock().ok().and_then(|m| m.get(dir).cloned())
+            && st.unchanged(&stat)
+        {
+            return Ok(Listed {
+                fd: None,
+                stat,
+                entries: e,
+            });
+        }
+    }
+    list_open(dir)
+}
+
+/// [`list`], with the directory open (its entries from memory when its
+/// stat, taken through the open directory, allows).
+pub fn list_open(dir: &Path) -> io::Result<Listed> {
     let before = SystemTime::now();
     let f = fs::OpenOptions::new()
         .read(true)
@@ -197,7 +221,7 @@ pub fn list(dir: &Path) -> io::Result<Listed> {
         && st.unchanged(&stat)
     {
         return Ok(Listed {
-            fd,
+            fd: Some(fd),
             stat,
             entries: e,
         });
@@ -208,7 +232,11 @@ pub fn list(dir: &Path) -> io::Result<Listed> {
     {
         m.insert(dir.to_path_buf(), (stat, entries.clone()));
     }
-    Ok(Listed { fd, stat, entries })
+    Ok(Listed {
+        fd: Some(fd),
+        stat,
+        entries,
+    })
 }
 
 /// The entries of an open directory, without `.` and `..`.

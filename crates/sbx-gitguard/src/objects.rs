@@ -350,20 +350,14 @@ pub fn check_loose(
     for dn in dirs {
         let dn = dn.to_string_lossy();
         let dir = objects.join(&*dn);
-        let Ok(sub) = crate::dirlist::list(&dir) else {
+        let Ok(mut sub) = crate::dirlist::list(&dir) else {
             continue;
         };
-        let mut names: Vec<&[u8]> = sub
-            .entries
-            .iter()
-            .map(|(n, _)| n.as_encoded_bytes())
-            .filter(|n| n.iter().all(|b| b.is_ascii_hexdigit()) && (n.len() == 38 || n.len() == 62))
-            .collect();
-        names.sort_unstable();
         let same = same_dirs
             .and_then(|s| s.get(&*dn))
             .is_some_and(|before| before.stat.unchanged(&sub.stat));
         if same {
+            let names = object_names(&sub.entries);
             // The directory is as it was when `verified` was made, and
             // all its objects verified then: they are taken as they are
             // (when `verified` holds exactly its entries), and stat'ed
@@ -391,8 +385,24 @@ pub fn check_loose(
                 continue;
             }
         }
+        // Stat'ed file by file: through the open directory.
+        let fd = match sub.fd.take() {
+            Some(fd) => fd,
+            None => match crate::dirlist::list_open(&dir) {
+                Ok(crate::dirlist::Listed {
+                    fd: Some(fd),
+                    stat,
+                    entries,
+                }) => {
+                    sub.stat = stat;
+                    sub.entries = entries;
+                    fd
+                }
+                _ => continue,
+            },
+        };
         let mut all_good = true;
-        for n in names {
+        for n in object_names(&sub.entries) {
             let mut id = String::with_capacity(2 + n.len());
             id.push_str(&dn);
             // ASCII hex digits only (checked above).
@@ -400,7 +410,7 @@ pub fn check_loose(
             id.make_ascii_lowercase();
             ids.push(id.clone());
             let name = std::ffi::OsStr::from_bytes(n);
-            let st = loose_stat_at(&sub.fd, name);
+            let st = loose_stat_at(&fd, name);
             if let Ok(st) = &st
                 && verified.get(&id) == Some(st)
             {
@@ -433,6 +443,17 @@ pub fn check_loose(
     out.ids = ids.into_iter().collect();
     out.verified = good.into_iter().collect();
     out
+}
+
+/// The names in a fan-out directory that are object names, sorted.
+fn object_names(e: &crate::dirlist::Entries) -> Vec<&[u8]> {
+    let mut v: Vec<&[u8]> = e
+        .iter()
+        .map(|(n, _)| n.as_encoded_bytes())
+        .filter(|n| n.iter().all(|b| b.is_ascii_hexdigit()) && (n.len() == 38 || n.len() == 62))
+        .collect();
+    v.sort_unstable();
+    v
 }
 
 /// Reads one loose object file in full, in bounded memory: a regular file
