@@ -20,7 +20,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A directory changed less than this before its stat is listed again
@@ -144,7 +144,63 @@ impl Kind {
     }
 }
 
-pub type Entries = Arc<Vec<(OsString, Kind)>>;
+pub type Entries = Arc<EntryList>;
+
+/// A directory's entries, and whether they are all loose objects (worked
+/// out once per listing: the scans for planted and special files skip such
+/// a directory instead of looking at thousands of names each).
+#[derive(Debug, Default)]
+pub struct EntryList {
+    items: Vec<(OsString, Kind)>,
+    only_objects: OnceLock<bool>,
+}
+
+impl EntryList {
+    pub fn new(items: Vec<(OsString, Kind)>) -> EntryList {
+        EntryList {
+            items,
+            only_objects: OnceLock::new(),
+        }
+    }
+
+    /// A list whose [`EntryList::only_objects`] is known already (saved
+    /// with it, [`crate::loosecache`]).
+    pub fn known(items: Vec<(OsString, Kind)>, only_objects: bool) -> EntryList {
+        EntryList {
+            items,
+            only_objects: OnceLock::from(only_objects),
+        }
+    }
+
+    /// Whether every entry is a regular file named as a loose object (38
+    /// or 62 hex digits): nothing git would not make in a fan-out
+    /// directory, and nothing special.
+    pub fn only_objects(&self) -> bool {
+        *self.only_objects.get_or_init(|| {
+            self.items.iter().all(|(n, k)| {
+                let b = n.as_encoded_bytes();
+                k.is_file()
+                    && (b.len() == 38 || b.len() == 62)
+                    && b.iter().all(|c| c.is_ascii_hexdigit())
+            })
+        })
+    }
+}
+
+impl std::ops::Deref for EntryList {
+    type Target = [(OsString, Kind)];
+    fn deref(&self) -> &Self::Target {
+        &self.items
+    }
+}
+
+impl PartialEq for EntryList {
+    fn eq(&self, o: &EntryList) -> bool {
+        self.items == o.items
+    }
+}
+
+impl Eq for EntryList {}
 
 /// A directory's entries and the stat that vouches for them.
 #[derive(Debug, Clone)]
@@ -226,7 +282,7 @@ pub fn list_open(dir: &Path) -> io::Result<Listed> {
             entries: e,
         });
     }
-    let entries: Entries = Arc::new(read(&fd)?);
+    let entries: Entries = Arc::new(EntryList::new(read(&fd)?));
     if stat.trusted
         && let Ok(mut m) = memo().lock()
     {

@@ -287,6 +287,11 @@ pub fn specials(dir: &Path, skip_prefix: &str) -> Vec<std::path::PathBuf> {
         let Ok(l) = crate::dirlist::list(&d) else {
             continue;
         };
+        // A fan-out directory of loose objects only: no directory and
+        // nothing special in it.
+        if l.entries.only_objects() {
+            continue;
+        }
         for (name, t) in l.entries.iter() {
             if name.to_string_lossy().starts_with(skip_prefix) {
                 continue;

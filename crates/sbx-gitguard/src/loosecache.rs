@@ -22,7 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::dirlist::{DirStat, Kind, Seen};
+use crate::dirlist::{DirStat, EntryList, Kind, Seen};
 use crate::objects::LooseStat;
 
 /// Most bytes of a cache file read (about 10 million objects).
@@ -34,7 +34,7 @@ const PREFIX: &str = "gitguard-loose-";
 const TMP_PREFIX: &str = ".gitguard-loose.";
 /// The format (binary: a JSON file of 100,000 objects took longer to parse
 /// than the rest of the run).
-const MAGIC: &[u8] = b"sbx-gitguard loose cache 2\n";
+const MAGIC: &[u8] = b"sbx-gitguard loose cache 3\n";
 
 /// What an earlier run verified in a staged git dir's object store.
 #[derive(Debug, Default, PartialEq)]
@@ -134,6 +134,7 @@ fn encode(c: &Cache) -> Vec<u8> {
     for (name, seen) in &c.dirs {
         short(&mut out, name.as_bytes());
         seen.stat.encode(&mut out);
+        out.push(u8::from(seen.entries.only_objects()));
         out.extend_from_slice(&(seen.entries.len() as u64).to_le_bytes());
         for (n, k) in seen.entries.iter() {
             out.push(k.byte());
@@ -193,9 +194,14 @@ fn decode(d: &[u8]) -> Option<Cache> {
     }
     // Written in order: one bulk build, not an insert each.
     out.stats = stats.into_iter().collect();
-    for _ in 0..c.count(2 + DirStat::ENCODED + 8)? {
+    for _ in 0..c.count(2 + DirStat::ENCODED + 1 + 8)? {
         let name = std::str::from_utf8(c.short()?).ok()?.to_owned();
         let stat = DirStat::decode(&c.arr()?);
+        let only_objects = match c.take(1)?[0] {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
         let n = c.count(3)?;
         let mut entries = Vec::with_capacity(n);
         for _ in 0..n {
@@ -206,7 +212,7 @@ fn decode(d: &[u8]) -> Option<Cache> {
             name,
             Seen {
                 stat,
-                entries: Arc::new(entries),
+                entries: Arc::new(EntryList::known(entries, only_objects)),
             },
         );
     }

@@ -8,6 +8,7 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -338,8 +339,8 @@ pub fn check_loose(
     };
     // Built in order, then made into the maps at once (a bulk build: one
     // insert per object into maps of 100,000 ids was most of the run).
-    let mut ids: Vec<String> = Vec::new();
-    let mut good: Vec<(String, LooseStat)> = Vec::new();
+    let mut ids: Vec<String> = Vec::with_capacity(verified.len());
+    let mut good: Vec<(String, LooseStat)> = Vec::with_capacity(verified.len());
     let mut dirs: Vec<&std::ffi::OsStr> = top
         .entries
         .iter()
@@ -353,11 +354,10 @@ pub fn check_loose(
         let Ok(mut sub) = crate::dirlist::list(&dir) else {
             continue;
         };
-        let same = same_dirs
+        let before = same_dirs
             .and_then(|s| s.get(&*dn))
-            .is_some_and(|before| before.stat.unchanged(&sub.stat));
-        if same {
-            let names = object_names(&sub.entries);
+            .filter(|before| before.stat.unchanged(&sub.stat));
+        if let Some(before) = before {
             // The directory is as it was when `verified` was made, and
             // all its objects verified then: they are taken as they are
             // (when `verified` holds exactly its entries), and stat'ed
@@ -366,12 +366,21 @@ pub fn check_loose(
                 .range::<str, _>((std::ops::Bound::Included(&*dn), std::ops::Bound::Unbounded))
                 .take_while(|(k, _)| k.starts_with(&*dn))
                 .collect();
-            if known.len() == names.len()
-                && known
-                    .iter()
-                    .zip(&names)
-                    .all(|((k, _), n)| k.as_bytes()[2..] == **n)
-            {
+            // The very listing `verified` was made with (shared, not
+            // read again): its objects are `known` by construction.
+            // Otherwise the names are compared.
+            let matches =
+                if Arc::ptr_eq(&before.entries, &sub.entries) && sub.entries.only_objects() {
+                    known.len() == sub.entries.len()
+                } else {
+                    let names = object_names(&sub.entries);
+                    known.len() == names.len()
+                        && known
+                            .iter()
+                            .zip(&names)
+                            .all(|((k, _), n)| k.as_bytes()[2..] == **n)
+                };
+            if matches {
                 out.unstated.insert(dn.to_string());
                 ids.extend(known.iter().map(|(k, _)| (*k).clone()));
                 good.extend(known.into_iter().map(|(k, v)| (k.clone(), v.clone())));

@@ -281,6 +281,9 @@ pub fn odd_entries(git_dir: &Path, has_objects: bool) -> BTreeSet<String> {
                 let Ok(l) = crate::dirlist::list(&objs.join(&n)) else {
                     continue;
                 };
+                if l.entries.only_objects() {
+                    continue;
+                }
                 for (m, t2) in l.entries.iter() {
                     let b = m.as_encoded_bytes();
                     let object =
