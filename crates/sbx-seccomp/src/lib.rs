@@ -234,7 +234,13 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     // Observable exec refusals (see execwatch.rs): with --allow-exec,
     // unless a filter denies execve itself. Also without an audit log: the
     // notifier refuses memfd execs, which Landlock lets through.
-    let allowed_exec = landlock::allowlist(&cli.spec.allow_exec);
+    // (Only with --allow-exec: finding the dynamic loaders lists the
+    // library directories, thousands of entries.)
+    let allowed_exec = if cli.spec.allow_exec.is_empty() {
+        Vec::new()
+    } else {
+        landlock::allowlist(&cli.spec.allow_exec)
+    };
     let exec_watch = !cli.spec.allow_exec.is_empty() && !execwatch::exec_denied_by(&doc);
     let intercept_memfd = exec_watch && !execwatch::memfd_denied_by(&doc);
 
@@ -292,10 +298,13 @@ allows executing only: {})",
     };
     let notifier = match listener_filter {
         Some(_) => {
-            let names = doc
+            // Numbered by the notifier itself, after the fork: off the
+            // command's path to its exec (a number per name is a compile
+            // of a one-rule filter, a few milliseconds for a profile).
+            let names: std::collections::BTreeSet<String> = doc
                 .values()
                 .flat_map(|f| f.rules.iter())
-                .filter_map(|r| Some((compile::syscall_nr(&r.syscall)?, r.syscall.clone())))
+                .map(|r| r.syscall.clone())
                 .collect();
             let watch = exec_watch.then(|| execwatch::ExecWatch::new(&allowed_exec));
             Some(

@@ -306,10 +306,11 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    /// Double-forks the notifier. `names` maps syscall numbers to names for
-    /// the alerts; `audit_fd` is the only other fd it keeps.
+    /// Double-forks the notifier. `names`: the syscalls the filters name,
+    /// numbered by the notifier for its alerts; `audit_fd` is the only
+    /// other fd it keeps.
     pub fn spawn(
-        names: BTreeMap<u32, String>,
+        names: std::collections::BTreeSet<String>,
         audit_fd: Option<RawFd>,
         exec: Option<crate::execwatch::ExecWatch>,
     ) -> Result<Self, NotifyError> {
@@ -457,7 +458,7 @@ fn notifier_main(
     sock: RawFd,
     other: RawFd,
     audit_fd: Option<RawFd>,
-    names: BTreeMap<u32, String>,
+    names: std::collections::BTreeSet<String>,
     exec: Option<crate::execwatch::ExecWatch>,
 ) -> ! {
     // SAFETY: `other` is our copy of the peer's socket end; the rest act on this process only
@@ -554,6 +555,10 @@ fn notifier_main(
     let listener = listener.into_raw_fd();
     // SAFETY: sock is ours and not used after this.
     unsafe { libc::close(sock) };
+    let names: BTreeMap<u32, String> = names
+        .into_iter()
+        .filter_map(|n| Some((crate::compile::syscall_nr(&n)?, n)))
+        .collect();
     serve(listener, &names, exec);
     clean_exit()
 }
