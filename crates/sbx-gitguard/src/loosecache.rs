@@ -113,6 +113,8 @@ pub fn save(git_dir: &Path, now: &Cache, loaded: Option<&Cache>) {
         tracing::warn!(cache = %p.display(), "cannot save the verified loose objects: {e}");
         let _ = fs::remove_file(&p);
     }
+    // The JSON cache of an earlier version, for the same git dir.
+    let _ = fs::remove_file(p.with_extension("json"));
     prune(dir);
 }
 
