@@ -582,7 +582,8 @@ fn random_kills_across_the_chain_leave_nothing() {
             .flat_map(|u| std::fs::read_dir(u.path()).unwrap().flatten())
             .filter(|e| {
                 let n = e.file_name().to_string_lossy().into_owned();
-                !(n.starts_with("gitguard-loose-") && n.ends_with(".bin"))
+                !(n.starts_with("gitguard-loose-")
+                    && (n.ends_with(".bin") || n.ends_with(".unstaged")))
             })
             .map(|e| e.path())
             .collect();

@@ -31,16 +31,27 @@ impl Kind {
 }
 
 /// [`check`] for an object read through libgit2; blobs a tree names are
-/// looked up in `src` (the stage) then in `store` (quarantine and real
-/// store). The refusal reads `git fsck --strict: ID: what`.
-pub fn check_git2(obj: &git2::OdbObject, src: &git2::Odb, store: &git2::Odb) -> Result<(), String> {
+/// looked up in `src` (the stage, whose loose objects were verified) then
+/// in `store` (quarantine and real store), a loose one of the real store
+/// only once `host` passed it (libgit2 loops forever on a truncated one).
+/// The refusal reads `git fsck --strict: ID: what`.
+pub fn check_git2(
+    obj: &git2::OdbObject,
+    src: &git2::Odb,
+    store: &git2::Odb,
+    host: &crate::objects::Damaged,
+) -> Result<(), String> {
     let Some(kind) = Kind::from_git2(obj.kind()) else {
         return Err("git fsck --strict: unknown object type".into());
     };
     let hl = obj.id().as_bytes().len();
     let blob = |raw: &[u8]| -> Option<Vec<u8>> {
         let id = git2::Oid::from_bytes(raw).ok()?;
-        let o = src.read(id).or_else(|_| store.read(id)).ok()?;
+        let o = match src.read(id) {
+            Ok(o) => o,
+            Err(_) if host.contains(&id) => return None,
+            Err(_) => store.read(id).ok()?,
+        };
         (o.kind() == git2::ObjectType::Blob).then(|| o.data().to_vec())
     };
     check(kind, obj.data(), hl, &blob).map_err(|e| format!("git fsck --strict: {e}"))

@@ -611,7 +611,7 @@ fn quarantine_source(
             }
         };
         // git fsck --strict's object checks (crate::fsck) before the store.
-        if let Err(reason) = crate::fsck::check_git2(&obj, &odb, &qodb) {
+        if let Err(reason) = crate::fsck::check_git2(&obj, &odb, &qodb, &quar.host) {
             ev.push(
                 "object_refused",
                 Severity::Alert,

@@ -274,8 +274,12 @@ fn take_snapshot(
     full: bool,
     staged: Option<&Path>,
 ) -> Result<snapshot::Snapshot, Failure> {
+    // Not while a run without a stage may be writing the objects; and
+    // saved only if none began or ended since it was loaded.
+    let generation = staged.map(loosecache::generation);
+    let usable = generation.is_some_and(|g| g != loosecache::Generation::Busy);
     let cache: BTreeMap<PathBuf, _> = staged
-        .filter(|_| !full)
+        .filter(|_| !full && usable)
         .map(|g| (g.to_path_buf(), loosecache::load(g)))
         .into_iter()
         .collect();
@@ -324,7 +328,10 @@ fn take_snapshot(
         u.packs = s.packs;
         u.loose = s.loose;
         u.loose_stats = s.loose_stats;
-        if staged == Some(u.path.as_path()) {
+        if staged == Some(u.path.as_path())
+            && usable
+            && generation == Some(loosecache::generation(&u.path))
+        {
             let now = loosecache::Cache {
                 stats: std::mem::take(&mut u.loose_stats),
                 dirs: s.loose_dirs.clone(),
@@ -462,14 +469,14 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
     let snap = take_snapshot(&l, a.full, staged)?;
     // A command without a stage's overlay over a git dir can write its
     // object files in place: what earlier staged runs verified there is
-    // not taken on trust after it (loosecache.rs).
-    for u in snap
+    // not taken on trust during it nor after it (loosecache.rs). Held to
+    // the end of this function.
+    let _unstaged: Vec<loosecache::Unstaged> = snap
         .units
         .iter()
         .filter(|u| staged != Some(u.path.as_path()))
-    {
-        loosecache::forget(&u.path);
-    }
+        .map(|u| loosecache::Unstaged::begin(&u.path))
+        .collect();
     audit(
         "git_snapshot",
         Severity::Info,

@@ -79,6 +79,107 @@ pub fn forget(git_dir: &Path) {
     }
 }
 
+/// The marker of runs without a stage over `git_dir` (next to its cache,
+/// kept and pruned with it).
+fn marker(git_dir: &Path) -> Option<PathBuf> {
+    file(git_dir).map(|p| p.with_extension("unstaged"))
+}
+
+/// What a staged run saw of the runs without a stage: a cache it saves
+/// must have been loaded with the same [`Generation`] (no such run began
+/// or ended in between), and none is loaded or saved while one runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    /// No run without a stage ever marked this git dir.
+    Never,
+    /// The marker's (inode, ctime): each such run writes it at its start
+    /// and at its end.
+    At(u64, i128),
+    /// One runs now (or the marker cannot be read): no cache.
+    Busy,
+}
+
+/// The current [`Generation`] of `git_dir`.
+pub fn generation(git_dir: &Path) -> Generation {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let Some(p) = marker(git_dir) else {
+        return Generation::Busy;
+    };
+    let f = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&p)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Generation::Never,
+        Err(_) => return Generation::Busy,
+    };
+    // SAFETY: flock(2) on `f`, open for the duration of the call.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Generation::Busy;
+    }
+    match f.metadata() {
+        Ok(m) if m.is_file() => Generation::At(
+            m.ino(),
+            i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+        ),
+        _ => Generation::Busy,
+    }
+}
+
+/// Held by a run without a stage over a git dir from before its command
+/// to after its check: the command can write object files in place, so
+/// the cache is dropped at both ends and staged runs meanwhile neither
+/// load nor save one (a shared lock on the marker; each end writes it,
+/// which moves its ctime: a staged run that loaded the cache before does
+/// not save it after).
+pub struct Unstaged {
+    git_dir: PathBuf,
+    marker: Option<fs::File>,
+}
+
+impl Unstaged {
+    pub fn begin(git_dir: &Path) -> Unstaged {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let f = marker(git_dir).and_then(|p| {
+            let f = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(&p)
+                .ok()?;
+            let _ = f.set_permissions(fs::Permissions::from_mode(0o600));
+            // SAFETY: flock(2) on `f`, which this value keeps open.
+            (unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH) } == 0).then_some(f)
+        });
+        let u = Unstaged {
+            git_dir: git_dir.to_path_buf(),
+            marker: f,
+        };
+        u.mark();
+        forget(git_dir);
+        u
+    }
+
+    fn mark(&self) {
+        use std::os::unix::fs::FileExt;
+        if let Some(f) = &self.marker {
+            let _ = f.write_all_at(b"x", 0);
+        }
+    }
+}
+
+impl Drop for Unstaged {
+    fn drop(&mut self) {
+        forget(&self.git_dir);
+        self.mark();
+    }
+}
+
 /// Replaces the cache of `git_dir` (atomically; a failure only costs the
 /// next run a full read), unless it holds `now` already (`loaded`: what
 /// [`load`] gave this run).
@@ -178,10 +279,17 @@ fn decode(d: &[u8]) -> Option<Cache> {
     }
     let mut c = Cur(d.strip_prefix(MAGIC)?);
     let mut out = Cache::default();
+    // What is read is checked as a listing would be (names as git makes
+    // them, no path separators), though only this user can write it.
+    let hex = |b: &[u8]| b.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
     let n = c.count(2 + 32)?;
-    let mut stats = Vec::with_capacity(n);
+    let mut stats = Vec::with_capacity(n.min(1 << 20));
     for _ in 0..n {
-        let id = std::str::from_utf8(c.short()?).ok()?.to_owned();
+        let id = c.short()?;
+        if !(id.len() == 40 || id.len() == 64) || !hex(id) {
+            return None;
+        }
+        let id = std::str::from_utf8(id).ok()?.to_owned();
         let ino = c.u64()?;
         let size = c.u64()?;
         let ctime_ns = i128::from_le_bytes(c.arr()?);
@@ -197,7 +305,11 @@ fn decode(d: &[u8]) -> Option<Cache> {
     // Written in order: one bulk build, not an insert each.
     out.stats = stats.into_iter().collect();
     for _ in 0..c.count(2 + DirStat::ENCODED + 1 + 8)? {
-        let name = std::str::from_utf8(c.short()?).ok()?.to_owned();
+        let name = c.short()?;
+        if name.len() != 2 || !hex(name) {
+            return None;
+        }
+        let name = std::str::from_utf8(name).ok()?.to_owned();
         let stat = DirStat::decode(&c.arr()?);
         let only_objects = match c.take(1)?[0] {
             0 => false,
@@ -205,16 +317,28 @@ fn decode(d: &[u8]) -> Option<Cache> {
             _ => return None,
         };
         let n = c.count(3)?;
-        let mut entries = Vec::with_capacity(n);
+        let mut entries = Vec::with_capacity(n.min(1 << 16));
+        let mut all_objects = true;
         for _ in 0..n {
             let k = Kind::from_byte(c.take(1)?[0])?;
-            entries.push((OsStr::from_bytes(c.short()?).to_os_string(), k));
+            let e = c.short()?;
+            if e.is_empty() || e == b"." || e == b".." || e.contains(&b'/') || e.contains(&0) {
+                return None;
+            }
+            // (EntryList::only_objects's rule.)
+            all_objects &= k.is_file()
+                && (e.len() == 38 || e.len() == 62)
+                && e.iter().all(u8::is_ascii_hexdigit);
+            entries.push((OsStr::from_bytes(e).to_os_string(), k));
+        }
+        if only_objects != all_objects {
+            return None;
         }
         out.dirs.insert(
             name,
             Seen {
                 stat,
-                entries: Arc::new(EntryList::known(entries, only_objects)),
+                entries: Arc::new(EntryList::known(entries, all_objects)),
             },
         );
     }

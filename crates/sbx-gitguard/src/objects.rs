@@ -303,14 +303,21 @@ impl Loose {
     }
 }
 
-fn loose_stat_at(dir: &std::os::fd::OwnedFd, name: &std::ffi::OsStr) -> io::Result<LooseStat> {
+/// The stat of an object file, and its link count.
+fn loose_stat_at(
+    dir: &std::os::fd::OwnedFd,
+    name: &std::ffi::OsStr,
+) -> io::Result<(LooseStat, u64)> {
     let st = nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
         .map_err(io::Error::from)?;
-    Ok(LooseStat {
-        ino: st.st_ino,
-        size: st.st_size as u64,
-        ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
-    })
+    Ok((
+        LooseStat {
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
+        },
+        st.st_nlink as u64,
+    ))
 }
 
 /// Checks every loose object. A file whose (inode, size, ctime) equals the
@@ -411,6 +418,11 @@ pub fn check_loose(
             },
         };
         let mut all_good = true;
+        // A file linked from elsewhere (a local clone shares the objects
+        // of the repository it was cloned from) can be written in place
+        // through the other name, by a run that drops only that git
+        // dir's cache: its directory is never taken by its stat.
+        let mut shared = false;
         for n in object_names(&sub.entries) {
             let mut id = String::with_capacity(2 + n.len());
             id.push_str(&dn);
@@ -420,7 +432,8 @@ pub fn check_loose(
             ids.push(id.clone());
             let name = std::ffi::OsStr::from_bytes(n);
             let st = loose_stat_at(&fd, name);
-            if let Ok(st) = &st
+            shared |= st.as_ref().is_ok_and(|(_, links)| *links > 1);
+            if let Ok((st, _)) = &st
                 && verified.get(&id) == Some(st)
             {
                 good.push((id, st.clone()));
@@ -437,7 +450,7 @@ pub fn check_loose(
                 }
             }
         }
-        if all_good && sub.stat.trusted {
+        if all_good && !shared && sub.stat.trusted {
             out.dirs.insert(
                 dn.into_owned(),
                 crate::dirlist::Seen {

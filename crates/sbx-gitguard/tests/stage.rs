@@ -553,6 +553,131 @@ fn an_object_written_in_place_by_a_run_without_the_overlay_is_found_by_the_next_
     }
 }
 
+/// The import reads blobs of the host too (a `.gitattributes` a new tree
+/// names, for git fsck --strict's checks): one truncated in place between
+/// staged runs (its directory's stat unchanged) is checked before libgit2
+/// reads it (which would loop forever, with signals held by the import).
+/// The run ends, and the tree that needs the unreadable blob is refused.
+#[test]
+fn a_host_blob_the_import_reads_is_checked_first() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let o = f.sh(
+            &f.w,
+            "printf '*.txt text\\n' > .gitattributes && git add .gitattributes && git commit -qm attrs",
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let blob = rev(&f, "HEAD:.gitattributes");
+        std::thread::sleep(std::time::Duration::from_millis(2100));
+        let out = staged(&f, &stage_path(&f, "first"), &[], "true");
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let p = format!(".git/objects/{}/{}", &blob[..2], &blob[2..]);
+        let o = f.sh(&f.w, &format!("chmod u+w {p} && truncate -s 20 {p}"));
+        assert!(o.status.success());
+        let before = rev(&f, "HEAD");
+        let out = staged(
+            &f,
+            &stage_path(&f, "second"),
+            &[],
+            "echo y > sibling.txt && git add sibling.txt && git commit -qm sibling",
+        );
+        assert!(
+            code(&out) == 0 || code(&out) == 125,
+            "{who:?}: {}",
+            stderr(&out)
+        );
+        assert_eq!(rev(&f, "HEAD"), before, "{who:?}: the commit came in");
+        assert_event(&f.audit, "object_refused", "alert", |e| {
+            e["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("gitattributesMissing")
+        });
+    }
+}
+
+/// A staged run while a run without a stage has its command running (which
+/// can write object files in place) neither trusts nor saves the cache, so
+/// an object damaged by that command is found by the staged run after it.
+#[test]
+fn a_staged_run_during_a_run_without_the_overlay_leaves_no_cache_behind() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let old = loose_inner_commit(&f);
+        let out = staged(&f, &stage_path(&f, "first"), &[], "true");
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let mut bg = f.guard_cmd(&[
+            "run",
+            "--repo",
+            w_of(&f),
+            "--",
+            "sh",
+            "-c",
+            &format!("sleep 3; {}", poke(&old)),
+        ]);
+        let child = bg
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        let out = staged(&f, &stage_path(&f, "during"), &[], "true");
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let st = child.wait_with_output().unwrap().status;
+        assert_eq!(st.code(), Some(125), "{who:?}: the run without a stage");
+        let out = staged(&f, &stage_path(&f, "after"), &[], "touch \"$MARK\"");
+        assert_usage_error(&out, "already damaged");
+        assert!(
+            !f.mark.exists(),
+            "{who:?}: the command ran on a damaged repository"
+        );
+        assert_event(&f.audit, "git_damaged_before", "alert", |e| {
+            e["found"].as_str().unwrap().contains(&old)
+        });
+    }
+}
+
+/// A local clone shares the object files (hard links): a run without a
+/// stage over the clone writes them in place and drops only the clone's
+/// cache. A fan-out directory holding a file with more than one link is
+/// therefore never taken by its stat: the next staged run of the original
+/// finds the damage before its command.
+#[test]
+fn objects_shared_with_a_local_clone_are_never_taken_by_their_directory() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let old = loose_inner_commit(&f);
+        let clone = f.dir.join("clone");
+        let o = f.sh(
+            &f.dir,
+            &format!("git clone -q {} {}", f.w.display(), clone.display()),
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::thread::sleep(std::time::Duration::from_millis(2100));
+        let out = staged(&f, &stage_path(&f, "first"), &[], "true");
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let out = f.guard(&[
+            "run",
+            "--repo",
+            clone.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &format!("cd {} && {}", clone.display(), poke(&old)),
+        ]);
+        assert_eq!(code(&out), 125, "{who:?}: {}", stderr(&out));
+        let out = staged(&f, &stage_path(&f, "next"), &[], "touch \"$MARK\"");
+        assert_usage_error(&out, "already damaged");
+        assert!(
+            !f.mark.exists(),
+            "{who:?}: the command ran on a damaged repository"
+        );
+        assert_event(&f.audit, "git_damaged_before", "alert", |e| {
+            e["found"].as_str().unwrap().contains(&old)
+        });
+    }
+}
+
 fn w_of(f: &Fixture) -> &str {
     f.w.to_str().unwrap()
 }
