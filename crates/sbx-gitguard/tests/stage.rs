@@ -492,6 +492,21 @@ fn loose_inner_commit(f: &Fixture) -> String {
     old
 }
 
+/// The next staged run refuses to start ("already damaged", the alert
+/// naming `oid`) and its command does not run.
+fn refused_before_the_command(f: &Fixture, stage: &str, oid: &str) {
+    let out = staged(f, &stage_path(f, stage), &[], "touch \"$MARK\"");
+    assert_usage_error(&out, "already damaged");
+    assert!(
+        !f.mark.exists(),
+        "{:?}: the command ran on a damaged repository",
+        f.who
+    );
+    assert_event(&f.audit, "git_damaged_before", "alert", |e| {
+        e["found"].as_str().unwrap().contains(oid)
+    });
+}
+
 /// Issue 19: a staged run's snapshot takes a fan-out directory whose stat
 /// is the one an earlier staged run saved as it was, without a stat of
 /// each object. An object written in place between runs (same directory
@@ -541,15 +556,7 @@ fn an_object_written_in_place_by_a_run_without_the_overlay_is_found_by_the_next_
         assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
         let out = f.guard(&["run", "--repo", w_of(&f), "--", "sh", "-c", &poke(&old)]);
         assert_eq!(code(&out), 125, "{who:?}: {}", stderr(&out));
-        let out = staged(&f, &stage_path(&f, "next"), &[], "touch \"$MARK\"");
-        assert_usage_error(&out, "already damaged");
-        assert!(
-            !f.mark.exists(),
-            "{who:?}: the command ran on a damaged repository"
-        );
-        assert_event(&f.audit, "git_damaged_before", "alert", |e| {
-            e["found"].as_str().unwrap().contains(&old)
-        });
+        refused_before_the_command(&f, "next", &old);
     }
 }
 
@@ -625,15 +632,7 @@ fn a_staged_run_during_a_run_without_the_overlay_leaves_no_cache_behind() {
         assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
         let st = child.wait_with_output().unwrap().status;
         assert_eq!(st.code(), Some(125), "{who:?}: the run without a stage");
-        let out = staged(&f, &stage_path(&f, "after"), &[], "touch \"$MARK\"");
-        assert_usage_error(&out, "already damaged");
-        assert!(
-            !f.mark.exists(),
-            "{who:?}: the command ran on a damaged repository"
-        );
-        assert_event(&f.audit, "git_damaged_before", "alert", |e| {
-            e["found"].as_str().unwrap().contains(&old)
-        });
+        refused_before_the_command(&f, "after", &old);
     }
 }
 
@@ -666,15 +665,7 @@ fn objects_shared_with_a_local_clone_are_never_taken_by_their_directory() {
             &format!("cd {} && {}", clone.display(), poke(&old)),
         ]);
         assert_eq!(code(&out), 125, "{who:?}: {}", stderr(&out));
-        let out = staged(&f, &stage_path(&f, "next"), &[], "touch \"$MARK\"");
-        assert_usage_error(&out, "already damaged");
-        assert!(
-            !f.mark.exists(),
-            "{who:?}: the command ran on a damaged repository"
-        );
-        assert_event(&f.audit, "git_damaged_before", "alert", |e| {
-            e["found"].as_str().unwrap().contains(&old)
-        });
+        refused_before_the_command(&f, "next", &old);
     }
 }
 
