@@ -31,7 +31,7 @@ impl Keep {
         remove_stale(git_dir);
         let dir = git_dir.join(format!("{PREFIX}{}", std::process::id()));
         if dir.exists() {
-            fs::remove_dir_all(&dir)?;
+            sbx_core::rmtree::remove_tree(&dir)?;
         }
         // Registered before it exists: a SIGKILL from here on leaves an
         // entry the next run reaps.
@@ -46,7 +46,7 @@ impl Keep {
         };
         let r = keep.fill(loose);
         if r.is_err() {
-            let _ = fs::remove_dir_all(&keep.dir);
+            let _ = sbx_core::rmtree::remove_tree(&keep.dir);
         }
         r.map(|()| keep)
     }
@@ -131,7 +131,7 @@ impl Keep {
 
 impl Drop for Keep {
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
+        let _ = sbx_core::rmtree::remove_tree(&self.dir);
     }
 }
 
@@ -158,7 +158,7 @@ fn remove_registered(dir: &Path) -> io::Result<()> {
     if !m.is_dir() || m.uid() != nix::unistd::geteuid().as_raw() {
         return Err(io::Error::other("not a directory of ours"));
     }
-    fs::remove_dir_all(dir)
+    sbx_core::rmtree::remove_tree(dir)
 }
 
 /// Keep directories of runs that died without cleaning up and were not
@@ -178,7 +178,7 @@ fn remove_stale(git_dir: &Path) {
         let p = e.path();
         let ours = fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir() && m.uid() == me);
         if ours && !sbx_core::registry::is_live(REG_KIND, &p) {
-            let _ = fs::remove_dir_all(&p);
+            let _ = sbx_core::rmtree::remove_tree(&p);
         }
     }
 }

@@ -225,3 +225,35 @@ fn rewritten_worktree_link_does_not_widen_the_scan() {
         e["check"] == "extra_files"
     });
 }
+
+/// The keep directory lives in the git dir, which the command of a run
+/// without a stage can write: one it nested deeper than the open-file
+/// limit (where `std::fs::remove_dir_all`, one fd per level, gives up with
+/// EMFILE) is removed all the same (`sbx_core::rmtree`), and the
+/// repository is as it was.
+#[test]
+fn a_keep_directory_nested_deeper_than_the_fd_limit_is_removed() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let before = f.state();
+        let out = f.run(
+            &[],
+            // Deeper than the open-file limit gitguard inherits (capped).
+            "cd .git/.sbx-gitguard-keep.* && python3 -c 'import os, resource\nfor _ in range(min(resource.getrlimit(resource.RLIMIT_NOFILE)[0] + 100, 30000)):\n    os.mkdir(\"d\"); os.chdir(\"d\")'",
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let left: Vec<_> = std::fs::read_dir(f.w.join(".git"))
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(".sbx-gitguard-keep")
+            })
+            .map(|e| e.path())
+            .collect();
+        assert!(left.is_empty(), "{who:?}: left: {left:?}");
+        assert_eq!(f.state(), before, "{who:?}");
+        f.assert_fsck_clean();
+    }
+}
