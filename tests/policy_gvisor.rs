@@ -426,11 +426,26 @@ fn zero_trust_bombs_are_bounded_as_root() {
     // Fork bomb: gVisor refuses the forks past RLIMIT_NPROC (derived from
     // --pids, below the host-side pids limit of sbx-cgroup), the command
     // goes on and its status passes through.
+    // --pids 1024: 56 guest processes (bundle::guest_nproc) and room for
+    // gVisor's own host threads, which under load came near 256 and made
+    // runsc fail (exit 2) before the guest's limit was the one met; the
+    // sleeps outlive the loop however slow it runs, so the guest limit is
+    // reached.
     let p = project(As::Root);
-    let script = "i=0; n=0; while [ $i -lt 300 ]; do (sleep 3 &) 2>/dev/null || n=$((n+1)); i=$((i+1)); done; echo FAILED=$n; exit 3";
-    let out = chain_cmd(&p, script, As::Root).output().unwrap();
+    let script = "i=0; n=0; while [ $i -lt 300 ]; do (sleep 30 &) 2>/dev/null || n=$((n+1)); i=$((i+1)); done; echo FAILED=$n; exit 3";
+    let out = chain_with(&p, &["--pids", "1024"], &["sh", "-c", script], As::Root)
+        .output()
+        .unwrap();
     let so = stdout(&out);
-    let ctx = format!("stdout:\n{so}\nstderr:\n{}", stderr(&out));
+    let summary: Vec<String> = sbx_testutil::audit_events(&p.log)
+        .iter()
+        .filter(|e| e["event"] == "cgroup_summary" || e["event"] == "gvisor_end")
+        .map(|e| e.to_string())
+        .collect();
+    let ctx = format!(
+        "stdout:\n{so}\nstderr:\n{}\nevents: {summary:?}",
+        stderr(&out)
+    );
     assert_eq!(code(&out), 3, "{ctx}");
     assert_ne!(marker(&so, "FAILED"), "0", "forks refused inside: {ctx}");
     // The guest's processes are refused inside; the host-side limit also
