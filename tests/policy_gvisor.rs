@@ -423,43 +423,41 @@ fn zero_trust_bombs_are_bounded_as_root() {
             "sbx-cgroup needs root here: the gVisor tier has no cgroup unprivileged"
         );
     }
-    // Fork bomb: gVisor refuses the forks past RLIMIT_NPROC (derived from
-    // --pids, below the host-side pids limit of sbx-cgroup), the command
-    // goes on and its status passes through.
-    // --pids 1024: 56 guest processes (bundle::guest_nproc) and room for
-    // gVisor's own host threads, which under load came near 256 and made
-    // runsc fail (exit 2) before the guest's limit was the one met; the
-    // sleeps outlive the loop however slow it runs, so the guest limit is
-    // reached.
+    // Fork bomb: bounded twice. gVisor refuses the guest's forks past
+    // RLIMIT_NPROC (derived from --pids: 56 guest processes for 1024), the
+    // command goes on and its status passes through (3). But with the
+    // ptrace platform each guest process also costs gVisor host tasks (its
+    // stub, tracer threads, Go runtime threads, more under load), and the
+    // host-side pids limit of sbx-cgroup can be met first: runsc then ends
+    // the whole sandbox (2) and the summary counts the hit (an alert).
+    // Either way the bomb is bounded and nothing is left; seen both ways
+    // on this machine under load, so both are accepted, each checked.
+    // The sleeps outlive the loop however slow it runs, so a limit is met.
     let p = project(As::Root);
     let script = "i=0; n=0; while [ $i -lt 300 ]; do (sleep 30 &) 2>/dev/null || n=$((n+1)); i=$((i+1)); done; echo FAILED=$n; exit 3";
     let out = chain_with(&p, &["--pids", "1024"], &["sh", "-c", script], As::Root)
         .output()
         .unwrap();
     let so = stdout(&out);
-    let summary: Vec<String> = sbx_testutil::audit_events(&p.log)
+    let events = sbx_testutil::audit_events(&p.log);
+    let summary = events
         .iter()
-        .filter(|e| e["event"] == "cgroup_summary" || e["event"] == "gvisor_end")
-        .map(|e| e.to_string())
-        .collect();
+        .find(|e| e["event"] == "cgroup_summary")
+        .cloned()
+        .unwrap_or_default();
     let ctx = format!(
-        "stdout:\n{so}\nstderr:\n{}\nevents: {summary:?}",
+        "stdout:\n{so}\nstderr:\n{}\ncgroup_summary: {summary}",
         stderr(&out)
     );
-    assert_eq!(code(&out), 3, "{ctx}");
-    assert_ne!(marker(&so, "FAILED"), "0", "forks refused inside: {ctx}");
-    // The guest's processes are refused inside; the host-side limit also
-    // counts gVisor's own threads (the Go runtime adds some when its
-    // syscalls block, more under load), which may touch it without harm
-    // to the command: the summary is there with the command's status,
-    // its severity is info or, with such a hit, alert.
-    let events = sbx_testutil::audit_events(&p.log);
-    assert!(
-        events
-            .iter()
-            .any(|e| e["event"] == "cgroup_summary" && e["exit_code"] == 3),
-        "no cgroup_summary with exit_code 3: {ctx}"
-    );
+    match code(&out) {
+        3 => assert_ne!(marker(&so, "FAILED"), "0", "forks refused inside: {ctx}"),
+        2 => assert!(
+            summary["pids_limit_hits"].as_u64().unwrap_or(0) >= 1,
+            "runsc ended without the host pids limit met: {ctx}"
+        ),
+        c => panic!("exit {c}: neither the guest's limit nor the host's: {ctx}"),
+    }
+    assert_eq!(summary["exit_code"], code(&out), "{ctx}");
     assert_nothing_left(&p, Duration::from_secs(5));
 
     // Memory bomb: the whole gVisor sandbox is inside sbx-cgroup's memory
