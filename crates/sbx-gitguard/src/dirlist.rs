@@ -146,6 +146,12 @@ impl Kind {
 
 pub type Entries = Arc<EntryList>;
 
+/// Whether a fan-out directory's entry name is a loose object's: 38 or 62
+/// hex digits (the rest of a SHA-1 or SHA-256 id).
+pub fn is_object_name(b: &[u8]) -> bool {
+    (b.len() == 38 || b.len() == 62) && b.iter().all(u8::is_ascii_hexdigit)
+}
+
 /// A directory's entries, and whether they are all loose objects (worked
 /// out once per listing: the scans for planted and special files skip such
 /// a directory instead of looking at thousands of names each).
@@ -177,12 +183,9 @@ impl EntryList {
     /// directory, and nothing special.
     pub fn only_objects(&self) -> bool {
         *self.only_objects.get_or_init(|| {
-            self.items.iter().all(|(n, k)| {
-                let b = n.as_encoded_bytes();
-                k.is_file()
-                    && (b.len() == 38 || b.len() == 62)
-                    && b.iter().all(|c| c.is_ascii_hexdigit())
-            })
+            self.items
+                .iter()
+                .all(|(n, k)| k.is_file() && is_object_name(n.as_encoded_bytes()))
         })
     }
 }

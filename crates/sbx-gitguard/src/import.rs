@@ -381,16 +381,16 @@ struct Quarantine {
 }
 
 impl Quarantine {
-    fn create(dir: &Path, real_objects: &Path, sha256: bool) -> Result<Quarantine, String> {
+    fn create(dir: &Path, git_dir: &Path) -> Result<Quarantine, String> {
         let q = git2::Repository::init_bare(dir).map_err(|e| e.message().to_string())?;
         q.odb()
-            .and_then(|o| o.add_disk_alternate(&real_objects.to_string_lossy()))
+            .and_then(|o| o.add_disk_alternate(&git_dir.join("objects").to_string_lossy()))
             .map_err(|e| e.message().to_string())?;
         Ok(Quarantine {
             q,
             new: BTreeMap::new(),
             migrated: HashSet::new(),
-            host: crate::objects::Damaged::for_store(real_objects.to_path_buf(), sha256),
+            host: crate::objects::Damaged::for_git_dir(git_dir),
         })
     }
 
@@ -1096,18 +1096,11 @@ fn stage_objects(
                 .map_err(|e| ImportError::Write(e.message().to_string()))?,
             new: BTreeMap::new(),
             migrated: HashSet::new(),
-            host: crate::objects::Damaged::for_store(
-                git_dir.join("objects"),
-                crate::snapshot::is_sha256(git_dir),
-            ),
+            host: crate::objects::Damaged::for_git_dir(git_dir),
         }
     } else {
-        Quarantine::create(
-            &private.path().join("quarantine"),
-            &git_dir.join("objects"),
-            crate::snapshot::is_sha256(git_dir),
-        )
-        .map_err(ImportError::Write)?
+        Quarantine::create(&private.path().join("quarantine"), git_dir)
+            .map_err(ImportError::Write)?
     };
     for ((dir, label), ids) in sources.iter().zip(&listed) {
         quarantine_source(dir, label, ids, &mut quar, ev).map_err(ImportError::Write)?;
@@ -1736,10 +1729,7 @@ fn rebuild_index(
     let mut idx = git2::Index::open(path).map_err(|e| e.message().to_string())?;
     // The host's loose objects are read only once checked (issue 19: the
     // snapshot no longer stats every one, see objects::Damaged).
-    let gate = crate::objects::Damaged::for_store(
-        git_dir.join("objects"),
-        crate::snapshot::is_sha256(git_dir),
-    );
+    let gate = crate::objects::Damaged::for_git_dir(git_dir);
     // HEAD as the import leaves it (refs are applied after the index is
     // prepared; their objects are already in the store).
     let head_tree = head_commit

@@ -325,10 +325,7 @@ fn decode(d: &[u8]) -> Option<Cache> {
             if e.is_empty() || e == b"." || e == b".." || e.contains(&b'/') || e.contains(&0) {
                 return None;
             }
-            // (EntryList::only_objects's rule.)
-            all_objects &= k.is_file()
-                && (e.len() == 38 || e.len() == 62)
-                && e.iter().all(u8::is_ascii_hexdigit);
+            all_objects &= k.is_file() && crate::dirlist::is_object_name(e);
             entries.push((OsStr::from_bytes(e).to_os_string(), k));
         }
         if only_objects != all_objects {

@@ -472,7 +472,7 @@ fn object_names(e: &crate::dirlist::Entries) -> Vec<&[u8]> {
     let mut v: Vec<&[u8]> = e
         .iter()
         .map(|(n, _)| n.as_encoded_bytes())
-        .filter(|n| n.iter().all(|b| b.is_ascii_hexdigit()) && (n.len() == 38 || n.len() == 62))
+        .filter(|n| crate::dirlist::is_object_name(n))
         .collect();
     v.sort_unstable();
     v
@@ -712,14 +712,18 @@ impl<'a> Damaged<'a> {
         }
     }
 
-    /// A gate for a store this process did not list: every loose object is
-    /// read in full before libgit2 first reads it (the import's reads of
-    /// the host's objects: a commit's tree, an index entry's blob, the
-    /// history between a ref's old and new commit).
-    pub fn for_store(objects: std::path::PathBuf, sha256: bool) -> Damaged<'static> {
+    /// A gate for the object store of `git_dir`, which this process did
+    /// not list: every loose object is read in full before libgit2 first
+    /// reads it (the import's reads of the host's objects: a commit's
+    /// tree, an index entry's blob, the history between a ref's old and
+    /// new commit).
+    pub fn for_git_dir(git_dir: &Path) -> Damaged<'static> {
         Damaged {
             every: true,
-            ..Damaged::none_at(&objects, sha256)
+            ..Damaged::none_at(
+                &git_dir.join("objects"),
+                crate::snapshot::is_sha256(git_dir),
+            )
         }
     }
 

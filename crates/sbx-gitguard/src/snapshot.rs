@@ -286,8 +286,7 @@ pub fn odd_entries(git_dir: &Path, has_objects: bool) -> BTreeSet<String> {
                 }
                 for (m, t2) in l.entries.iter() {
                     let b = m.as_encoded_bytes();
-                    let object =
-                        (b.len() == 38 || b.len() == 62) && b.iter().all(|c| c.is_ascii_hexdigit());
+                    let object = crate::dirlist::is_object_name(b);
                     if !(t2.is_file() && (object || b.starts_with(b"tmp_obj_"))) {
                         out.insert(format!("{rel}/{}", m.to_string_lossy()));
                     }
