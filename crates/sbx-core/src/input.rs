@@ -22,7 +22,8 @@ pub const CONFIG_CAP: u64 = 4 << 20;
 /// Cap for line lists: allow files of sbx-net and sbx-dnsproxy (16 MiB).
 pub const LIST_CAP: u64 = 16 << 20;
 
-const CHUNK: usize = 64 << 10;
+/// Bytes read between two looks for a pending signal.
+const CHUNK: u64 = 1 << 20;
 
 /// Reads the regular file `path` whole, at most `cap` bytes.
 pub fn read_regular(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
@@ -68,7 +69,6 @@ pub fn read_regular(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
         ));
     }
     let mut out = Vec::with_capacity(m.len() as usize);
-    let mut buf = vec![0u8; CHUNK];
     let mut f = f;
     loop {
         if let Some(sig) = crate::signals::pending_termination() {
@@ -77,17 +77,16 @@ pub fn read_regular(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
                 format!("reading stopped by signal {sig}"),
             ));
         }
-        let n = match f.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
+        // Straight into `out` (no bounce buffer), a chunk at a time so a
+        // signal is seen between chunks.
+        let n = (&mut f).take(CHUNK).read_to_end(&mut out)?;
+        if n == 0 {
+            break;
+        }
         // The file may grow while it is read.
-        if out.len() as u64 + n as u64 > cap {
+        if out.len() as u64 > cap {
             return Err(too_large(cap));
         }
-        out.extend_from_slice(&buf[..n]);
     }
     Ok(out)
 }

@@ -157,14 +157,18 @@ pub fn is_object_name(b: &[u8]) -> bool {
 /// a directory instead of looking at thousands of names each).
 #[derive(Debug, Default)]
 pub struct EntryList {
-    items: Vec<(OsString, Kind)>,
+    items: OnceLock<Vec<(OsString, Kind)>>,
+    /// The objects whose names are the entries (a listing saved with them
+    /// in [`crate::loosecache`]): the names are made only if asked for.
+    of: Option<Arc<crate::looseset::Dir>>,
     only_objects: OnceLock<bool>,
 }
 
 impl EntryList {
     pub fn new(items: Vec<(OsString, Kind)>) -> EntryList {
         EntryList {
-            items,
+            items: OnceLock::from(items),
+            of: None,
             only_objects: OnceLock::new(),
         }
     }
@@ -173,8 +177,33 @@ impl EntryList {
     /// with it, [`crate::loosecache`]).
     pub fn known(items: Vec<(OsString, Kind)>, only_objects: bool) -> EntryList {
         EntryList {
-            items,
+            items: OnceLock::from(items),
+            of: None,
             only_objects: OnceLock::from(only_objects),
+        }
+    }
+
+    /// The listing of a directory that held exactly the objects of `d`,
+    /// regular files all (saved so, [`crate::loosecache`]).
+    pub fn of_objects(d: Arc<crate::looseset::Dir>) -> EntryList {
+        EntryList {
+            items: OnceLock::new(),
+            of: Some(d),
+            only_objects: OnceLock::from(true),
+        }
+    }
+
+    /// The objects this listing was made from ([`EntryList::of_objects`]).
+    pub fn objects(&self) -> Option<&Arc<crate::looseset::Dir>> {
+        self.of.as_ref()
+    }
+
+    /// Entries, without making the names of a listing of objects.
+    pub fn count(&self) -> usize {
+        match (&self.of, self.items.get()) {
+            (_, Some(i)) => i.len(),
+            (Some(d), None) => d.len(),
+            (None, None) => 0,
         }
     }
 
@@ -183,8 +212,7 @@ impl EntryList {
     /// directory, and nothing special.
     pub fn only_objects(&self) -> bool {
         *self.only_objects.get_or_init(|| {
-            self.items
-                .iter()
+            self.iter()
                 .all(|(n, k)| k.is_file() && is_object_name(n.as_encoded_bytes()))
         })
     }
@@ -193,13 +221,22 @@ impl EntryList {
 impl std::ops::Deref for EntryList {
     type Target = [(OsString, Kind)];
     fn deref(&self) -> &Self::Target {
-        &self.items
+        self.items.get_or_init(|| {
+            self.of
+                .iter()
+                .flat_map(|d| d.names())
+                .map(|n| (std::ffi::OsStr::from_bytes(n).to_os_string(), Kind::File))
+                .collect()
+        })
     }
 }
 
 impl PartialEq for EntryList {
     fn eq(&self, o: &EntryList) -> bool {
-        self.items == o.items
+        match (&self.of, &o.of) {
+            (Some(a), Some(b)) if Arc::ptr_eq(a, b) => true,
+            _ => **self == **o,
+        }
     }
 }
 

@@ -3,7 +3,6 @@
 //! linked back. Links cost no space and no copying; they do not protect a
 //! file modified in place (same inode), which the checks still report.
 
-use std::collections::BTreeSet;
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -26,7 +25,7 @@ pub struct Keep {
 
 impl Keep {
     /// Links every pack file and the listed loose objects of `git_dir`.
-    pub fn create(git_dir: &Path, loose: &BTreeSet<String>) -> io::Result<Keep> {
+    pub fn create(git_dir: &Path, loose: &crate::looseset::LooseSet) -> io::Result<Keep> {
         sbx_core::registry::reap(REG_KIND, remove_registered);
         remove_stale(git_dir);
         let dir = git_dir.join(format!("{PREFIX}{}", std::process::id()));
@@ -51,7 +50,7 @@ impl Keep {
         r.map(|()| keep)
     }
 
-    fn fill(&self, loose: &BTreeSet<String>) -> io::Result<()> {
+    fn fill(&self, loose: &crate::looseset::LooseSet) -> io::Result<()> {
         if let Ok(rd) = fs::read_dir(self.objects.join("pack")) {
             fs::DirBuilder::new()
                 .mode(0o700)
@@ -66,7 +65,7 @@ impl Keep {
                 link(&e.path(), &self.dir.join("pack").join(&n))?;
             }
         }
-        for id in loose {
+        for id in loose.ids() {
             let (a, b) = id.split_at(2);
             let d = self.dir.join(a);
             if !d.exists() {

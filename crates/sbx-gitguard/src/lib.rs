@@ -19,6 +19,7 @@ mod journal;
 mod keep;
 mod layout;
 mod loosecache;
+mod looseset;
 mod objects;
 mod plant;
 mod reflog;
@@ -327,17 +328,16 @@ fn take_snapshot(
         };
         u.packs = s.packs;
         u.loose = s.loose;
-        u.loose_stats = s.loose_stats;
         if staged == Some(u.path.as_path())
             && usable
             && generation == Some(loosecache::generation(&u.path))
         {
+            // (The directories are shared, not copied.)
             let now = loosecache::Cache {
-                stats: std::mem::take(&mut u.loose_stats),
+                objs: u.loose.clone(),
                 dirs: s.loose_dirs.clone(),
             };
             loosecache::save(&u.path, &now, cache.get(&u.path));
-            u.loose_stats = now.stats;
         }
         // The git dirs the stage's overlay covers (the main one and its
         // modules/): the command writes the overlay, never these files.
@@ -532,7 +532,7 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
     for u in &mut snap.units {
         if keeps.contains_key(&u.path) {
             objects::restat(&u.path.join("objects"), &mut u.packs);
-            objects::restat_loose(&u.path.join("objects"), &mut u.loose_stats);
+            objects::restat_loose(&u.path.join("objects"), &mut u.loose);
         }
     }
     let mut cmd = sbx_core::supervise::command(&args.cmd, None)?;

@@ -23,10 +23,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::dirlist::{DirStat, EntryList, Kind, Seen};
-use crate::objects::LooseStat;
+use crate::looseset::{Dir, LooseSet};
 
 /// Most bytes of a cache file read (about 10 million objects).
 const MAX_FILE: u64 = 1 << 30;
+/// Most bytes of a cache file's part before the records (256 directories
+/// and their listings).
+const HEAD: u64 = 16 << 20;
 /// Caches kept (the most recently saved): repositories that are gone leave
 /// theirs behind, and the registry directory is often a tmpfs.
 const KEEP: usize = 32;
@@ -34,13 +37,14 @@ const PREFIX: &str = "gitguard-loose-";
 const TMP_PREFIX: &str = ".gitguard-loose.";
 /// The format (binary: a JSON file of 100,000 objects took longer to parse
 /// than the rest of the run).
-const MAGIC: &[u8] = b"sbx-gitguard loose cache 3\n";
+const MAGIC: &[u8] = b"sbx-gitguard loose cache 4\n";
 
 /// What an earlier run verified in a staged git dir's object store.
 #[derive(Debug, Default, PartialEq)]
 pub struct Cache {
-    /// Loose objects verified in full, by stat.
-    pub stats: BTreeMap<String, LooseStat>,
+    /// Loose objects verified in full, by stat (each fan-out directory's
+    /// records as they are in the file: read, not decoded, until used).
+    pub objs: LooseSet,
     /// Fan-out directories ("ab") whose objects all verified: their stat
     /// and entries when they were listed. One whose stat is still that
     /// one holds the same entries, and (nothing writes object files in
@@ -52,7 +56,8 @@ pub struct Cache {
 
 impl PartialEq for Seen {
     fn eq(&self, o: &Seen) -> bool {
-        self.stat.unchanged(&o.stat) && self.entries == o.entries
+        self.stat.unchanged(&o.stat)
+            && (Arc::ptr_eq(&self.entries, &o.entries) || self.entries == o.entries)
     }
 }
 
@@ -65,10 +70,37 @@ fn file(git_dir: &Path) -> Option<PathBuf> {
 /// The cache of `git_dir` (empty when there is none or it is unusable:
 /// then every object is listed and read, as without a cache).
 pub fn load(git_dir: &Path) -> Cache {
-    file(git_dir)
-        .and_then(|p| sbx_core::input::read_regular(&p, MAX_FILE).ok())
-        .and_then(|d| decode(&d))
-        .unwrap_or_default()
+    file(git_dir).and_then(|p| open(&p)).unwrap_or_default()
+}
+
+/// Reads the cache file's directories and listings; each directory's
+/// object records are read only when it is first used (a run over 100,000
+/// loose objects in unchanged directories reads none of them). The file
+/// is replaced by a rename, never written in place, so the open file
+/// stays the one read.
+fn open(p: &Path) -> Option<Cache> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(p)
+        .ok()?;
+    let m = f.metadata().ok()?;
+    if !m.is_file() || m.len() > MAX_FILE {
+        return None;
+    }
+    // The directories and listings come first (their length after the
+    // magic), the records after them.
+    use std::os::unix::fs::FileExt;
+    let mut len = [0u8; 8];
+    f.read_exact_at(&mut len, MAGIC.len() as u64).ok()?;
+    let head_len = u64::from_le_bytes(len);
+    if head_len > HEAD.min(m.len()) {
+        return None;
+    }
+    let mut head = vec![0u8; usize::try_from(head_len).ok()?];
+    f.read_exact_at(&mut head, 0).ok()?;
+    decode(&head, &Arc::new(f), m.len())
 }
 
 /// Drops the cache of `git_dir`: a command ran that could write its
@@ -219,37 +251,95 @@ pub fn save(git_dir: &Path, now: &Cache, loaded: Option<&Cache>) {
     prune(dir);
 }
 
+/// The file: the head, then each directory's object records
+/// ([`crate::looseset::Dir`], verified objects only). The head: MAGIC;
+/// its own length; the count of fan-out directories with objects, then
+/// for each its name, its records' name width, their count and their
+/// offset after the head; the count of directories taken by their stat,
+/// then for each its name, its stat and either 1 (its entries are exactly
+/// its objects) or 0, whether its entries are all objects, and the
+/// entries.
 fn encode(c: &Cache) -> Vec<u8> {
-    let mut out = Vec::with_capacity(MAGIC.len() + c.stats.len() * 80);
-    out.extend_from_slice(MAGIC);
     let short = |out: &mut Vec<u8>, b: &[u8]| {
         out.extend_from_slice(&(b.len() as u16).to_le_bytes());
         out.extend_from_slice(b);
     };
-    out.extend_from_slice(&(c.stats.len() as u64).to_le_bytes());
-    for (id, st) in &c.stats {
-        short(&mut out, id.as_bytes());
-        out.extend_from_slice(&st.ino.to_le_bytes());
-        out.extend_from_slice(&st.size.to_le_bytes());
-        out.extend_from_slice(&st.ctime_ns.to_le_bytes());
+    // Unverified objects are not kept (read in full next time anyway).
+    let kept: Vec<(&String, std::borrow::Cow<'_, Arc<Dir>>)> = c
+        .objs
+        .dirs()
+        .filter_map(|(k, d)| {
+            if d.all_verified() {
+                Some((k, std::borrow::Cow::Borrowed(d)))
+            } else {
+                let items = d
+                    .iter()
+                    .filter(|(_, s)| s.is_some())
+                    .map(|(n, s)| (n.to_vec(), s))
+                    .collect();
+                Dir::build(items).map(|d| (k, std::borrow::Cow::Owned(Arc::new(d))))
+            }
+        })
+        .filter(|(_, d)| d.len() > 0)
+        .collect();
+    let mut head = Vec::with_capacity(64 << 10);
+    head.extend_from_slice(MAGIC);
+    head.extend_from_slice(&0u64.to_le_bytes());
+    head.extend_from_slice(&(kept.len() as u64).to_le_bytes());
+    let mut at = 0u64;
+    for (name, d) in &kept {
+        let (n, width, raw) = d.raw();
+        short(&mut head, name.as_bytes());
+        head.push(width as u8);
+        head.extend_from_slice(&(n as u64).to_le_bytes());
+        head.extend_from_slice(&at.to_le_bytes());
+        at += raw.len() as u64;
     }
-    out.extend_from_slice(&(c.dirs.len() as u64).to_le_bytes());
+    head.extend_from_slice(&(c.dirs.len() as u64).to_le_bytes());
     for (name, seen) in &c.dirs {
-        short(&mut out, name.as_bytes());
-        seen.stat.encode(&mut out);
-        out.push(u8::from(seen.entries.only_objects()));
-        out.extend_from_slice(&(seen.entries.len() as u64).to_le_bytes());
-        for (n, k) in seen.entries.iter() {
-            out.push(k.byte());
-            short(&mut out, n.as_bytes());
+        short(&mut head, name.as_bytes());
+        seen.stat.encode(&mut head);
+        if exactly_objects(&seen.entries, c.objs.dir(name)) {
+            head.push(1);
+            continue;
         }
+        head.push(0);
+        head.push(u8::from(seen.entries.only_objects()));
+        head.extend_from_slice(&(seen.entries.len() as u64).to_le_bytes());
+        for (n, k) in seen.entries.iter() {
+            head.push(k.byte());
+            short(&mut head, n.as_bytes());
+        }
+    }
+    let len = head.len() as u64;
+    head[MAGIC.len()..MAGIC.len() + 8].copy_from_slice(&len.to_le_bytes());
+    let mut out = head;
+    out.reserve(at as usize);
+    for (_, d) in &kept {
+        out.extend_from_slice(d.raw().2);
     }
     out
 }
 
-/// Reads what [`encode`] wrote; None for anything else (a short, damaged
-/// or older file: the run then reads in full).
-fn decode(d: &[u8]) -> Option<Cache> {
+/// Whether a listing is the names of `objs`, regular files all, every one
+/// verified (then the file keeps the names once, as records).
+fn exactly_objects(e: &EntryList, objs: Option<&Arc<Dir>>) -> bool {
+    let Some(d) = objs else { return false };
+    if e.objects().is_some_and(|o| Arc::ptr_eq(o, d)) {
+        return true;
+    }
+    d.all_verified()
+        && e.only_objects()
+        && e.count() == d.len()
+        && e.iter()
+            .all(|(n, _)| !n.as_bytes().iter().any(u8::is_ascii_uppercase))
+}
+
+/// Reads the head [`encode`] wrote (`head`: the first bytes of `file`,
+/// of `len` bytes); None for anything else (a short, damaged or older
+/// file: the run then reads in full). The records are neither read nor
+/// decoded: each directory's are read and checked when first used.
+fn decode(head: &[u8], file: &Arc<fs::File>, len: u64) -> Option<Cache> {
     struct Cur<'a>(&'a [u8]);
     impl<'a> Cur<'a> {
         fn take(&mut self, n: usize) -> Option<&'a [u8]> {
@@ -277,65 +367,82 @@ fn decode(d: &[u8]) -> Option<Cache> {
             (n <= self.0.len() / min).then_some(n)
         }
     }
-    let mut c = Cur(d.strip_prefix(MAGIC)?);
+    let mut c = Cur(head.strip_prefix(MAGIC)?);
+    let head_len = c.u64()?;
+    let rest = usize::try_from(head_len)
+        .ok()?
+        .checked_sub(MAGIC.len() + 8)?;
+    c.0 = c.0.get(..rest)?;
     let mut out = Cache::default();
     // What is read is checked as a listing would be (names as git makes
     // them, no path separators), though only this user can write it.
     let hex = |b: &[u8]| b.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
-    let n = c.count(2 + 32)?;
-    let mut stats = Vec::with_capacity(n.min(1 << 20));
-    for _ in 0..n {
-        let id = c.short()?;
-        if !(id.len() == 40 || id.len() == 64) || !hex(id) {
+    // The records follow each other, in the order of the directories, to
+    // the end of the file.
+    let mut at = 0u64;
+    let mut last: Option<&[u8]> = None;
+    for _ in 0..c.count(2 + 2 + 1 + 8 + 8)? {
+        let name = c.short()?;
+        if name.len() != 2 || !hex(name) || last.is_some_and(|l| l >= name) {
             return None;
         }
-        let id = std::str::from_utf8(id).ok()?.to_owned();
-        let ino = c.u64()?;
-        let size = c.u64()?;
-        let ctime_ns = i128::from_le_bytes(c.arr()?);
-        stats.push((
-            id,
-            LooseStat {
-                ino,
-                size,
-                ctime_ns,
-            },
-        ));
+        last = Some(name);
+        let width = usize::from(c.take(1)?[0]);
+        let n = usize::try_from(c.u64()?).ok()?;
+        if c.u64()? != at {
+            return None;
+        }
+        let dir = Dir::in_file(file, head_len.checked_add(at)?, len, n, width)?;
+        at += u64::try_from(Dir::size(n, width)).ok()?;
+        out.objs.add(std::str::from_utf8(name).ok()?, Arc::new(dir));
     }
-    // Written in order: one bulk build, not an insert each.
-    out.stats = stats.into_iter().collect();
-    for _ in 0..c.count(2 + DirStat::ENCODED + 1 + 8)? {
+    if head_len.checked_add(at)? != len {
+        return None;
+    }
+    for _ in 0..c.count(2 + DirStat::ENCODED + 1)? {
         let name = c.short()?;
         if name.len() != 2 || !hex(name) {
             return None;
         }
         let name = std::str::from_utf8(name).ok()?.to_owned();
         let stat = DirStat::decode(&c.arr()?);
-        let only_objects = match c.take(1)?[0] {
-            0 => false,
-            1 => true,
+        let entries = match c.take(1)?[0] {
+            1 => EntryList::of_objects(out.objs.dir(&name)?.clone()),
+            0 => {
+                let only_objects = match c.take(1)?[0] {
+                    0 => false,
+                    1 => true,
+                    _ => return None,
+                };
+                let n = c.count(3)?;
+                let mut entries = Vec::with_capacity(n.min(1 << 16));
+                let mut all_objects = true;
+                for _ in 0..n {
+                    let k = Kind::from_byte(c.take(1)?[0])?;
+                    let e = c.short()?;
+                    if e.is_empty()
+                        || e == b"."
+                        || e == b".."
+                        || e.contains(&b'/')
+                        || e.contains(&0)
+                    {
+                        return None;
+                    }
+                    all_objects &= k.is_file() && crate::dirlist::is_object_name(e);
+                    entries.push((OsStr::from_bytes(e).to_os_string(), k));
+                }
+                if only_objects != all_objects {
+                    return None;
+                }
+                EntryList::known(entries, all_objects)
+            }
             _ => return None,
         };
-        let n = c.count(3)?;
-        let mut entries = Vec::with_capacity(n.min(1 << 16));
-        let mut all_objects = true;
-        for _ in 0..n {
-            let k = Kind::from_byte(c.take(1)?[0])?;
-            let e = c.short()?;
-            if e.is_empty() || e == b"." || e == b".." || e.contains(&b'/') || e.contains(&0) {
-                return None;
-            }
-            all_objects &= k.is_file() && crate::dirlist::is_object_name(e);
-            entries.push((OsStr::from_bytes(e).to_os_string(), k));
-        }
-        if only_objects != all_objects {
-            return None;
-        }
         out.dirs.insert(
             name,
             Seen {
                 stat,
-                entries: Arc::new(EntryList::known(entries, all_objects)),
+                entries: Arc::new(entries),
             },
         );
     }
@@ -364,29 +471,60 @@ fn prune(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::LooseStat;
+
+    /// `d` as a cache file, opened as [`load`] does.
+    fn read(d: &[u8]) -> Option<Cache> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.bin");
+        std::fs::write(&p, d).unwrap();
+        let c = open(&p)?;
+        // (Records are read when used: before the file goes.)
+        for (_, d) in c.objs.dirs() {
+            d.len();
+        }
+        Some(c)
+    }
 
     fn sample() -> Cache {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("0123"), b"x").unwrap();
         let l = crate::dirlist::list(dir.path()).unwrap();
-        let mut c = Cache::default();
-        c.stats.insert(
-            "ab".repeat(20),
-            LooseStat {
-                ino: 7,
-                size: 99,
-                ctime_ns: -3,
-            },
-        );
+        let stat = DirStat::decode(&{
+            let mut b = Vec::new();
+            l.stat.encode(&mut b);
+            b.try_into().unwrap()
+        });
+        let st = |i: u64| LooseStat {
+            ino: i,
+            size: 99,
+            ctime_ns: -3,
+        };
+        let mut c = Cache {
+            objs: [
+                ("ab".repeat(20), Some(st(7))),
+                ("cd".repeat(20), Some(st(8))),
+            ]
+            .into_iter()
+            .collect(),
+            ..Cache::default()
+        };
+        // A listing kept as it is, and one that is exactly the objects.
         c.dirs.insert(
             "ab".into(),
             Seen {
-                stat: DirStat::decode(&{
-                    let mut b = Vec::new();
-                    l.stat.encode(&mut b);
-                    b.try_into().unwrap()
-                }),
+                stat,
                 entries: l.entries,
+            },
+        );
+        c.dirs.insert(
+            "cd".into(),
+            Seen {
+                stat,
+                entries: Arc::new(EntryList::new(vec![(
+                    OsStr::new(&"cd".repeat(19)).to_os_string(),
+                    Kind::File,
+                )])),
             },
         );
         c
@@ -395,7 +533,11 @@ mod tests {
     #[test]
     fn a_cache_reads_back_as_it_was_written() {
         let c = sample();
-        assert_eq!(decode(&encode(&c)), Some(c));
+        let d = read(&encode(&c)).unwrap();
+        assert_eq!(d, c);
+        // The listing that is exactly the objects is read back as them.
+        assert!(d.dirs["cd"].entries.objects().is_some());
+        assert!(d.dirs["ab"].entries.objects().is_none());
     }
 
     /// A cache cut short at any byte, with a byte more, or of another
@@ -404,15 +546,16 @@ mod tests {
     fn a_damaged_cache_is_no_cache() {
         let d = encode(&sample());
         for n in 0..d.len() {
-            assert_eq!(decode(&d[..n]), None, "cut at {n}");
+            assert_eq!(read(&d[..n]), None, "cut at {n}");
         }
         let mut longer = d.clone();
         longer.push(0);
-        assert_eq!(decode(&longer), None);
+        assert_eq!(read(&longer), None);
         // A count of 2^63 entries: refused without allocating it.
         let mut huge = MAGIC.to_vec();
+        huge.extend_from_slice(&(MAGIC.len() as u64 + 16).to_le_bytes());
         huge.extend_from_slice(&(1u64 << 63).to_le_bytes());
-        assert_eq!(decode(&huge), None);
-        assert_eq!(decode(b"{\"json\": 1}"), None);
+        assert_eq!(read(&huge), None);
+        assert_eq!(read(b"{\"json\": 1}"), None);
     }
 }

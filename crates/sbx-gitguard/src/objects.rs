@@ -239,7 +239,7 @@ fn check_pack(
 }
 
 /// What identifies a loose object file that was verified in full.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LooseStat {
     pub ino: u64,
     pub size: u64,
@@ -256,26 +256,23 @@ fn loose_stat(m: &fs::Metadata) -> LooseStat {
 
 /// Refreshes the recorded stat of loose objects whose inode and size are
 /// unchanged (after the keep links changed their ctime).
-pub fn restat_loose(objects: &Path, loose: &mut BTreeMap<String, LooseStat>) {
-    for (id, st) in loose.iter_mut() {
+pub fn restat_loose(objects: &Path, loose: &mut crate::looseset::LooseSet) {
+    loose.restat(|id, st| {
         let (a, b) = id.split_at(2);
-        if let Ok(m) = fs::symlink_metadata(objects.join(a).join(b))
-            && m.ino() == st.ino
-            && m.size() == st.size
-        {
-            *st = loose_stat(&m);
+        match fs::symlink_metadata(objects.join(a).join(b)) {
+            Ok(m) if m.ino() == st.ino && m.size() == st.size => loose_stat(&m),
+            _ => st,
         }
-    }
+    });
 }
 
 /// The result of the loose-object check.
 #[derive(Debug, Default)]
 pub struct Loose {
     pub problems: Vec<Problem>,
-    /// Every loose object id present (damaged ones included).
-    pub ids: BTreeSet<String>,
-    /// The ones verified in full (or unchanged since they were), by stat.
-    pub verified: BTreeMap<String, LooseStat>,
+    /// Every loose object present (damaged ones included), with the stat
+    /// of the ones verified in full (or unchanged since they were).
+    pub objs: crate::looseset::LooseSet,
     /// Damaged ones: libgit2 must never read them (a truncated zlib stream
     /// sends libgit2 1.9 into an endless loop, libgit2 issue 7342).
     pub damaged: BTreeSet<String>,
@@ -293,13 +290,7 @@ pub struct Loose {
 impl Loose {
     /// The gate in front of libgit2's reads of this store's loose objects.
     pub fn gate<'a>(&'a self, objects: &Path, sha256: bool) -> Damaged<'a> {
-        Damaged::new(
-            &self.damaged,
-            objects,
-            sha256,
-            &self.verified,
-            &self.unstated,
-        )
+        Damaged::new(&self.damaged, objects, sha256, &self.objs, &self.unstated)
     }
 }
 
@@ -336,18 +327,15 @@ fn loose_stat_at(
 /// objects in `verified` are taken as they are, without a stat each.
 pub fn check_loose(
     objects: &Path,
-    verified: &BTreeMap<String, LooseStat>,
+    verified: &crate::looseset::LooseSet,
     sha256: bool,
     same_dirs: Option<&BTreeMap<String, crate::dirlist::Seen>>,
 ) -> Loose {
+    use crate::looseset::Dir;
     let mut out = Loose::default();
     let Ok(top) = crate::dirlist::list(objects) else {
         return out;
     };
-    // Built in order, then made into the maps at once (a bulk build: one
-    // insert per object into maps of 100,000 ids was most of the run).
-    let mut ids: Vec<String> = Vec::with_capacity(verified.len());
-    let mut good: Vec<(String, LooseStat)> = Vec::with_capacity(verified.len());
     let mut dirs: Vec<&std::ffi::OsStr> = top
         .entries
         .iter()
@@ -361,36 +349,28 @@ pub fn check_loose(
         let Ok(mut sub) = crate::dirlist::list(&dir) else {
             continue;
         };
+        let known = verified.dir(&dn.to_ascii_lowercase());
         let before = same_dirs
             .and_then(|s| s.get(&*dn))
             .filter(|before| before.stat.unchanged(&sub.stat));
-        if let Some(before) = before {
+        if let (Some(_), Some(known)) = (before, known) {
             // The directory is as it was when `verified` was made, and
             // all its objects verified then: they are taken as they are
             // (when `verified` holds exactly its entries), and stat'ed
             // only when libgit2 is about to read one ([`Damaged`]).
-            let known: Vec<(&String, &LooseStat)> = verified
-                .range::<str, _>((std::ops::Bound::Included(&*dn), std::ops::Bound::Unbounded))
-                .take_while(|(k, _)| k.starts_with(&*dn))
-                .collect();
-            // The very listing `verified` was made with (shared, not
-            // read again): its objects are `known` by construction.
-            // Otherwise the names are compared.
-            let matches =
-                if Arc::ptr_eq(&before.entries, &sub.entries) && sub.entries.only_objects() {
-                    known.len() == sub.entries.len()
-                } else {
-                    let names = object_names(&sub.entries);
-                    known.len() == names.len()
-                        && known
-                            .iter()
-                            .zip(&names)
-                            .all(|((k, _), n)| k.as_bytes()[2..] == **n)
-                };
+            // A listing made from these very objects (the cache's) holds
+            // them by construction; otherwise the names are compared.
+            let matches = if sub.entries.objects().is_some_and(|d| Arc::ptr_eq(d, known)) {
+                true
+            } else {
+                let names = object_names(&sub.entries);
+                known.all_verified()
+                    && known.len() == names.len()
+                    && known.names().zip(&names).all(|(k, n)| k == *n)
+            };
             if matches {
                 out.unstated.insert(dn.to_string());
-                ids.extend(known.iter().map(|(k, _)| (*k).clone()));
-                good.extend(known.into_iter().map(|(k, v)| (k.clone(), v.clone())));
+                out.objs.add(&dn, known.clone());
                 out.dirs.insert(
                     dn.into_owned(),
                     crate::dirlist::Seen {
@@ -423,34 +403,43 @@ pub fn check_loose(
         // through the other name, by a run that drops only that git
         // dir's cache: its directory is never taken by its stat.
         let mut shared = false;
-        for n in object_names(&sub.entries) {
-            let mut id = String::with_capacity(2 + n.len());
-            id.push_str(&dn);
-            // ASCII hex digits only (checked above).
-            id.extend(n.iter().map(|&b| char::from(b)));
-            id.make_ascii_lowercase();
-            ids.push(id.clone());
+        let names = object_names(&sub.entries);
+        let mut items = Vec::with_capacity(names.len());
+        for n in names {
+            let lower = n.to_ascii_lowercase();
             let name = std::ffi::OsStr::from_bytes(n);
             let st = loose_stat_at(&fd, name);
             shared |= st.as_ref().is_ok_and(|(_, links)| *links > 1);
             if let Ok((st, _)) = &st
-                && verified.get(&id) == Some(st)
+                && known.and_then(|k| k.get(&lower)) == Some(*st)
             {
-                good.push((id, st.clone()));
+                items.push((lower, Some(*st)));
                 continue;
             }
+            // ASCII hex digits only (checked above).
+            let id = format!(
+                "{}{}",
+                dn.to_ascii_lowercase(),
+                String::from_utf8_lossy(&lower)
+            );
             let p = dir.join(name);
             match verify_loose(&p, &id, sha256) {
-                Ok(st) => good.push((id, st)),
+                Ok(st) => items.push((lower, Some(st))),
                 Err(what) => {
                     all_good = false;
                     out.problems
                         .push(problem(Some(&p), format!("loose object {id}: {what}")));
                     out.damaged.insert(id);
+                    items.push((lower, None));
                 }
             }
         }
-        if all_good && !shared && sub.stat.trusted {
+        if let Some(d) = Dir::build(items) {
+            out.objs.add(&dn, Arc::new(d));
+        }
+        // Only a directory named as git names them (lowercase) is taken by
+        // its stat later: its objects are the ones under its name.
+        if all_good && !shared && sub.stat.trusted && !dn.bytes().any(|b| b.is_ascii_uppercase()) {
             out.dirs.insert(
                 dn.into_owned(),
                 crate::dirlist::Seen {
@@ -460,10 +449,6 @@ pub fn check_loose(
             );
         }
     }
-    // Sorted already unless a directory's name had capitals (then the
-    // sort is a real one; the result is the same).
-    out.ids = ids.into_iter().collect();
-    out.verified = good.into_iter().collect();
     out
 }
 
@@ -679,7 +664,7 @@ pub struct Damaged<'a> {
     known: RefCell<HashSet<git2::Oid>>,
     objects: std::path::PathBuf,
     sha256: bool,
-    verified: &'a BTreeMap<String, LooseStat>,
+    verified: &'a crate::looseset::LooseSet,
     unstated: &'a BTreeSet<String>,
     /// Every loose object is checked when first asked about (a store no
     /// check of this process listed: [`Damaged::for_store`]).
@@ -693,7 +678,7 @@ impl<'a> Damaged<'a> {
         damaged: &BTreeSet<String>,
         objects: &Path,
         sha256: bool,
-        verified: &'a BTreeMap<String, LooseStat>,
+        verified: &'a crate::looseset::LooseSet,
         unstated: &'a BTreeSet<String>,
     ) -> Damaged<'a> {
         Damaged {
@@ -728,7 +713,7 @@ impl<'a> Damaged<'a> {
     }
 
     fn none_at(objects: &Path, sha256: bool) -> Damaged<'static> {
-        static NO_STATS: BTreeMap<String, LooseStat> = BTreeMap::new();
+        static NO_STATS: crate::looseset::LooseSet = crate::looseset::LooseSet::EMPTY;
         static NO_DIRS: BTreeSet<String> = BTreeSet::new();
         Damaged::new(&BTreeSet::new(), objects, sha256, &NO_STATS, &NO_DIRS)
     }
@@ -756,7 +741,7 @@ impl<'a> Damaged<'a> {
             // Not loose (packed, or missing: libgit2 says so itself).
             Err(_) => true,
             Ok(m) => {
-                self.verified.get(&hex) == Some(&loose_stat(&m))
+                self.verified.get(&hex) == Some(loose_stat(&m))
                     || verify_loose(&p, &hex, self.sha256).is_ok()
             }
         };

@@ -15,7 +15,7 @@ use crate::refs;
 use crate::rules::{self, Action};
 
 pub const FORMAT: &str = "sbx-gitguard-snapshot";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Most bytes of a snapshot file read.
 pub const MAX_FILE: u64 = 1 << 30;
 
@@ -86,20 +86,18 @@ pub struct UnitSnap {
     pub refs: Option<RefsSnap>,
     /// Pack and index files checksummed at snapshot time.
     pub packs: BTreeMap<String, Stat>,
-    /// Loose objects at snapshot time: one that is gone and not packed
-    /// either is a sign of damage.
+    /// Loose objects at snapshot time (one that is gone and not packed
+    /// either is a sign of damage), with the stat of those verified in
+    /// full (hash, size, zlib stream): after a command only the others
+    /// are read.
     #[serde(default)]
-    pub loose: BTreeSet<String>,
-    /// The loose objects verified in full at snapshot time (hash, size,
-    /// zlib stream), by stat: after a command only the others are read.
-    #[serde(default)]
-    pub loose_stats: BTreeMap<String, crate::objects::LooseStat>,
+    pub loose: crate::looseset::LooseSet,
     /// Entries git never makes in objects/, logs/, worktrees/, modules/
     /// that were there at snapshot time (usually none): others are planted.
     #[serde(default)]
     pub odd: BTreeSet<String>,
     pub sha256: bool,
-    /// The fan-out directories' stats when `loose_stats` was made, for a git
+    /// The fan-out directories' stats when `loose` was made, for a git
     /// dir the command cannot write (a staged one, set by `run --stage`):
     /// after the command an unchanged directory's objects are not stat'ed
     /// again ([`crate::objects::check_loose`]). Never read from a snapshot
@@ -379,8 +377,7 @@ pub fn capture_unit(u: &Unit) -> Result<UnitSnap, SnapshotError> {
         top_level: top_level(&u.path),
         refs,
         packs: BTreeMap::new(),
-        loose: BTreeSet::new(),
-        loose_stats: BTreeMap::new(),
+        loose: Default::default(),
         odd: odd_entries(&u.path, u.kind.has_objects()),
         sha256: is_sha256(&u.path),
         same_dirs: None,

@@ -1,6 +1,7 @@
 //! Compare a repository with its snapshot, repair what was tampered with,
 //! and report every finding.
 
+use crate::looseset::LooseSet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -215,13 +216,13 @@ pub fn open(p: &Path) -> Result<git2::Repository, git2::Error> {
 /// longer anywhere, or a pack gone while a ref tip of the snapshot is
 /// missing.
 /// `loose_now`: the loose object names there now (a scan, not a stat each).
-fn objects_gone(us: &UnitSnap, repo: &git2::Repository, loose_now: &BTreeSet<String>) -> bool {
+fn objects_gone(us: &UnitSnap, repo: &git2::Repository, loose_now: &LooseSet) -> bool {
     let Ok(odb) = repo.odb() else { return false };
     let objs = us.path.join("objects");
     let loose_gone = us
         .loose
-        .difference(loose_now)
-        .any(|id| git2::Oid::from_str(id).is_ok_and(|o| !odb.exists(o)));
+        .gone(loose_now)
+        .any(|id| git2::Oid::from_str(&id).is_ok_and(|o| !odb.exists(o)));
     if loose_gone {
         return true;
     }
@@ -241,8 +242,7 @@ fn objects_gone(us: &UnitSnap, repo: &git2::Repository, loose_now: &BTreeSet<Str
 /// What the structural check verified (kept in a snapshot).
 pub struct Verified {
     pub packs: BTreeMap<String, objects::Stat>,
-    pub loose: BTreeSet<String>,
-    pub loose_stats: BTreeMap<String, objects::LooseStat>,
+    pub loose: LooseSet,
     /// The fan-out directories whose objects all verified, by stat.
     pub loose_dirs: BTreeMap<String, crate::dirlist::Seen>,
 }
@@ -257,7 +257,7 @@ pub fn check_objects(
     u: &Path,
     repo: &git2::Repository,
     cached: &BTreeMap<String, objects::Stat>,
-    loose_before: &BTreeSet<String>,
+    loose_before: &LooseSet,
     lc: objects::Loose,
     sha256: bool,
     full: bool,
@@ -278,8 +278,7 @@ pub fn check_objects(
         );
         return Verified {
             packs: BTreeMap::new(),
-            loose: BTreeSet::new(),
-            loose_stats: BTreeMap::new(),
+            loose: LooseSet::default(),
             loose_dirs: BTreeMap::new(),
         };
     }
@@ -293,14 +292,13 @@ pub fn check_objects(
         objects::Hash::Changed
     };
     let (mut problems, verified) = objects::check_packs(&objs, cached, sha256, hash);
-    let damaged = objects::Damaged::new(&lc.damaged, &objs, sha256, &lc.verified, &lc.unstated);
+    let damaged = objects::Damaged::new(&lc.damaged, &objs, sha256, &lc.objs, &lc.unstated);
     problems.extend(lc.problems);
-    let loose = lc.ids;
     let loose_dirs = lc.dirs;
     // Loose objects of the snapshot that are gone and not packed either.
     if let Ok(odb) = repo.odb() {
-        for id in loose_before.difference(&loose) {
-            if let Ok(oid) = git2::Oid::from_str(id)
+        for id in loose_before.gone(&lc.objs) {
+            if let Ok(oid) = git2::Oid::from_str(&id)
                 && !odb.exists(oid)
             {
                 problems.push(objects::Problem {
@@ -402,8 +400,7 @@ pub fn check_objects(
     }
     Verified {
         packs: verified,
-        loose,
-        loose_stats: lc.verified,
+        loose: lc.objs,
         loose_dirs,
     }
 }
@@ -529,10 +526,10 @@ pub fn assess(
             &u.path,
             &repo,
             &BTreeMap::new(),
-            &BTreeSet::new(),
+            &LooseSet::EMPTY,
             objects::check_loose(
                 &u.path.join("objects"),
-                cache.map(|c| &c.stats).unwrap_or(&BTreeMap::new()),
+                cache.map(|c| &c.objs).unwrap_or(&LooseSet::EMPTY),
                 sha256,
                 cache.map(|c| &c.dirs),
             ),
@@ -1682,13 +1679,13 @@ fn store_unit(
         }
     };
     let objs = us.path.join("objects");
-    let mut pre = objects::check_loose(&objs, &us.loose_stats, us.sha256, us.same_dirs.as_ref());
+    let mut pre = objects::check_loose(&objs, &us.loose, us.sha256, us.same_dirs.as_ref());
     let repo = match keep {
         Some(k)
             if ctx.mode == Mode::Repair
                 && (!pre.damaged.is_empty()
                     || !fsutil::is_real_dir(&objs)
-                    || objects_gone(us, &repo, &pre.ids)) =>
+                    || objects_gone(us, &repo, &pre.objs)) =>
         {
             let restored = k.restore();
             let mut found = String::from("object files deleted or replaced by the command");
@@ -1714,7 +1711,7 @@ fn store_unit(
                 dangerous_keys: Vec::new(),
                 unrecoverable: false,
             });
-            pre = objects::check_loose(&objs, &pre.verified, us.sha256, None);
+            pre = objects::check_loose(&objs, &pre.objs, us.sha256, None);
             // A fresh handle: libgit2 caches the pack list.
             open(&us.path).unwrap_or(repo)
         }
@@ -1754,9 +1751,9 @@ fn store_unit(
     // (Copied only where it can be needed: a re-check after restoring
     // from the kept links.)
     let verified = if keep.is_some() {
-        pre.verified.clone()
+        pre.objs.clone()
     } else {
-        BTreeMap::new()
+        LooseSet::default()
     };
     run_check(&mut sub, &repo, full, pre);
     let damaged = sub
