@@ -829,6 +829,15 @@ pub fn import(
     ev: &mut Events,
 ) -> Result<Outcome, ImportError> {
     let mut out = Outcome::default();
+    // The usual command writes nothing in the .git it sees: an empty
+    // upper layer (not even a whiteout) has nothing to import, and no
+    // journal is written for it.
+    let upper = stage.git_upper();
+    if crate::fsutil::is_real_dir(&upper)
+        && fs::read_dir(&upper).is_ok_and(|mut d| d.next().is_none())
+    {
+        return Ok(out);
+    }
     let repo = crate::verify::open(git_dir)
         .map_err(|e| ImportError::Repo(git_dir.to_path_buf(), e.message().to_string()))?;
     let real = repo

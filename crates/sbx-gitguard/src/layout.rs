@@ -289,41 +289,51 @@ pub struct Scan {
 }
 
 /// Walks a work tree (not following symlinks, not entering git dirs).
+/// Each directory is listed through [`crate::dirlist`]: the walk after the
+/// command lists again only the directories whose stat changed (one
+/// `stat` for each of the others), and a directory is looked at for the
+/// shape of a repository only when its listing has HEAD, objects and refs.
 pub fn scan(root: &Path) -> Scan {
+    use crate::dirlist::Listed;
     let mut s = Scan::default();
-    let mut stack = vec![(root.to_path_buf(), 0usize)];
-    while let Some((d, depth)) = stack.pop() {
-        if depth > 64 {
+    let mut stack = vec![(root.to_path_buf(), 0usize, crate::dirlist::list(root).ok())];
+    while let Some((d, depth, listed)) = stack.pop() {
+        let Some(Listed { entries, .. }) = listed else {
             continue;
-        }
-        let Ok(rd) = fs::read_dir(&d) else { continue };
-        for e in rd.filter_map(|e| e.ok()) {
-            let Ok(ft) = e.file_type() else { continue };
-            let p = e.path();
-            let top = d == root;
-            if e.file_name() == ".git" {
+        };
+        let top = d == root;
+        for (name, kind) in entries.iter() {
+            let p = d.join(name);
+            if name == ".git" {
                 // The top's own `.git` file (a linked worktree) is recorded
                 // too: rewritten to name another repository, git would run
                 // that repository's config.
-                if top && !ft.is_file() {
+                if top && !kind.is_file() {
                     continue;
                 }
-                if ft.is_dir() {
+                if kind.is_dir() {
                     s.nested.insert(p);
-                } else if ft.is_file() {
+                } else if kind.is_file() {
                     let t = read_gitfile(&p).unwrap_or_default();
                     s.gitfiles.insert(p, t);
                 }
                 continue;
             }
-            if !ft.is_dir() {
+            if !kind.is_dir() {
                 continue;
             }
-            if is_git_dir_shaped(&p) {
+            let sub = crate::dirlist::list(&p).ok();
+            let shaped = sub.as_ref().is_some_and(|l| {
+                let has = |n: &str| l.entries.iter().any(|(e, _)| e == n);
+                has("HEAD") && has("objects") && has("refs")
+            });
+            if shaped && is_git_dir_shaped(&p) {
                 s.bare_shaped.insert(p);
                 continue;
             }
-            stack.push((p, depth + 1));
+            if depth < 64 {
+                stack.push((p, depth + 1, sub));
+            }
         }
     }
     s
