@@ -20,6 +20,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -260,11 +261,67 @@ pub struct Listed {
     pub entries: Entries,
 }
 
-type Memo = HashMap<PathBuf, (DirStat, Entries)>;
+/// Per directory: its listing, the stat that vouches for it, and the
+/// [`Settled`] stretch in which that stat was last seen (0: none).
+type Memo = HashMap<PathBuf, (DirStat, Entries, u64)>;
 
 fn memo() -> &'static Mutex<Memo> {
     static M: std::sync::OnceLock<Mutex<Memo>> = std::sync::OnceLock::new();
     M.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The current [`Settled`] stretch (0: none).
+static STRETCH: AtomicU64 = AtomicU64::new(0);
+static STRETCHES: AtomicU64 = AtomicU64::new(0);
+
+/// A stretch of this process in which nothing it does changes the
+/// directories it lists (the scans of a snapshot; the check after the
+/// command, which ends a stretch at each repair, [`Settled::changed`]):
+/// within it each directory is stat'ed once, not once per scan (the 256
+/// fan-out directories were stat'ed three times before and three times
+/// after the command). What others change meanwhile is the race any scan
+/// has: the scans see the directory as it was at its first stat.
+pub struct Settled(());
+
+impl Settled {
+    pub fn begin() -> Settled {
+        STRETCH.store(
+            STRETCHES.fetch_add(1, Ordering::SeqCst) + 1,
+            Ordering::SeqCst,
+        );
+        Settled(())
+    }
+
+    /// This process changed a directory: a stretch starts again (each
+    /// directory is stat'ed again when next listed).
+    pub fn changed() {
+        let _ = STRETCH.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| {
+            (cur != 0).then(|| STRETCHES.fetch_add(1, Ordering::SeqCst) + 1)
+        });
+    }
+}
+
+impl Drop for Settled {
+    fn drop(&mut self) {
+        STRETCH.store(0, Ordering::SeqCst);
+    }
+}
+
+/// The memo of `dir` when its stat is trusted and the same as `now`'s
+/// (None: it must be read), marked seen in the current stretch.
+fn remembered(dir: &Path, now: Option<&DirStat>) -> Option<(DirStat, Entries)> {
+    let stretch = STRETCH.load(Ordering::SeqCst);
+    let mut m = memo().lock().ok()?;
+    let (st, e, seen) = m.get_mut(dir)?;
+    let same = match now {
+        None => stretch != 0 && *seen == stretch,
+        Some(now) => st.unchanged(now),
+    };
+    if !same {
+        return None;
+    }
+    *seen = stretch;
+    Some((*st, e.clone()))
 }
 
 /// Takes `seen` as the listing of `dir` while its stat stays the same: a
@@ -276,7 +333,7 @@ pub fn seed(dir: &Path, seen: &Seen) {
         && let Ok(mut m) = memo().lock()
     {
         m.entry(dir.to_path_buf())
-            .or_insert_with(|| (seen.stat, seen.entries.clone()));
+            .or_insert_with(|| (seen.stat, seen.entries.clone(), 0));
     }
 }
 
@@ -285,18 +342,24 @@ pub fn seed(dir: &Path, seen: &Seen) {
 /// listing of this process: then one `stat` and no open (the object
 /// store's 256 fan-out directories are scanned six times a run).
 pub fn list(dir: &Path) -> io::Result<Listed> {
+    // Seen already in this settled stretch: not even a stat.
+    if let Some((stat, entries)) = remembered(dir, None) {
+        return Ok(Listed {
+            fd: None,
+            stat,
+            entries,
+        });
+    }
     let before = SystemTime::now();
     if let Ok(m) = fs::metadata(dir)
         && m.is_dir()
     {
         let stat = DirStat::of(&m, before);
-        if let Some((st, e)) = memo().lock().ok().and_then(|m| m.get(dir).cloned())
-            && st.unchanged(&stat)
-        {
+        if let Some((_, entries)) = remembered(dir, Some(&stat)) {
             return Ok(Listed {
                 fd: None,
                 stat,
-                entries: e,
+                entries,
             });
         }
     }
@@ -313,20 +376,19 @@ pub fn list_open(dir: &Path) -> io::Result<Listed> {
         .open(dir)?;
     let stat = DirStat::of(&f.metadata()?, before);
     let fd: OwnedFd = f.into();
-    if let Some((st, e)) = memo().lock().ok().and_then(|m| m.get(dir).cloned())
-        && st.unchanged(&stat)
-    {
+    if let Some((_, entries)) = remembered(dir, Some(&stat)) {
         return Ok(Listed {
             fd: Some(fd),
             stat,
-            entries: e,
+            entries,
         });
     }
     let entries: Entries = Arc::new(EntryList::new(read(&fd)?));
     if stat.trusted
         && let Ok(mut m) = memo().lock()
     {
-        m.insert(dir.to_path_buf(), (stat, entries.clone()));
+        let stretch = STRETCH.load(Ordering::SeqCst);
+        m.insert(dir.to_path_buf(), (stat, entries.clone(), stretch));
     }
     Ok(Listed {
         fd: Some(fd),

@@ -79,6 +79,8 @@ impl Keep {
     /// Links back every kept file that is gone or was replaced by another
     /// file; returns the paths restored.
     pub fn restore(&self) -> Vec<PathBuf> {
+        // Files linked back: the directories are listed again.
+        crate::dirlist::Settled::changed();
         let mut out = Vec::new();
         // Never link into a directory the command put in place of objects/.
         if !crate::fsutil::is_real_dir(&self.objects) {

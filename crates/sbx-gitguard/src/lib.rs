@@ -275,6 +275,9 @@ fn take_snapshot(
     full: bool,
     staged: Option<&Path>,
 ) -> Result<snapshot::Snapshot, Failure> {
+    // Nothing below writes the repository: each directory is stat'ed
+    // once by all the scans of the snapshot.
+    let _settled = dirlist::Settled::begin();
     // Not while a run without a stage may be writing the objects; and
     // saved only if none began or ended since it was loaded.
     let generation = staged.map(loosecache::generation);

@@ -98,10 +98,14 @@ impl Ctx {
             Mode::Check => ("reported".to_string(), false),
             Mode::AlertOnly => ("not repaired (--alert-only)".to_string(), false),
             // One repair step is short and must not be cut in half.
-            Mode::Repair => match hold_signals(f) {
-                Ok(()) => (done.to_string(), false),
-                Err(e) => (format!("repair failed: {e}"), true),
-            },
+            Mode::Repair => {
+                let r = hold_signals(f);
+                crate::dirlist::Settled::changed();
+                match r {
+                    Ok(()) => (done.to_string(), false),
+                    Err(e) => (format!("repair failed: {e}"), true),
+                }
+            }
         };
         self.report.findings.push(Finding {
             check,
@@ -781,6 +785,7 @@ fn raw_unit(ctx: &mut Ctx, us: &UnitSnap) {
         }
         if fs::read_dir(&hp).is_ok_and(|mut rd| rd.next().is_none()) && ctx.mode == Mode::Repair {
             let _ = fs::remove_dir(&hp);
+            crate::dirlist::Settled::changed();
         }
     }
     // The clean-up list.
@@ -1456,6 +1461,8 @@ pub fn verify(
     keeps: &BTreeMap<PathBuf, crate::keep::Keep>,
 ) -> Report {
     let mut ctx = Ctx::new(mode);
+    // Each directory stat'ed once, until a repair changes one.
+    let _settled = crate::dirlist::Settled::begin();
     // 1. The git dir itself: still the same directory?
     if !same_git_dir(l, snap) {
         ctx.note(
