@@ -358,7 +358,9 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                     inv.first_too_deep.get_or_insert_with(|| d.clone());
                     continue;
                 }
-                let Ok(m) = fs::symlink_metadata(&p) else {
+                // The type readdir gave (no stat per entry of the work
+                // tree; an lstat where the file system does not say).
+                let Ok(ft) = e.file_type() else {
                     continue;
                 };
                 // The object store is large and runs nothing; a git dir
@@ -368,6 +370,9 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                     continue;
                 }
                 if e.file_name() == ".git" {
+                    let Ok(m) = fs::symlink_metadata(&p) else {
+                        continue;
+                    };
                     let kind = if m.is_dir() {
                         if !is_git_directory(&p) {
                             // Not a repository for git (it moves on up):
@@ -391,7 +396,7 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                     }
                     continue;
                 }
-                if m.is_dir() {
+                if ft.is_dir() {
                     stack.push((p, in_git));
                 }
             }
