@@ -719,8 +719,10 @@ fn walk_at(
         };
         drop(parent);
         let fd = Rc::new(fd);
-        let Some(rd) = list_fd(&fd) else { continue };
-        for e in rd.flatten() {
+        let Some(entries) = listing(&fd) else {
+            continue;
+        };
+        for (n, ft) in entries.iter() {
             if left == 0 {
                 return Err(ScanError::Limit {
                     bind: root.to_path_buf(),
@@ -728,8 +730,7 @@ fn walk_at(
                 });
             }
             left -= 1;
-            let Ok(ft) = e.file_type() else { continue };
-            let n = e.file_name();
+            let n = n.clone();
             let len = base_len + 1 + rel.as_os_str().len() + 1 + n.len();
             if !deep && len > START_PATH_MAX {
                 let shown = root.join(&rel).join(&n);
@@ -801,6 +802,56 @@ fn open_dir_at(dirfd: i32, name: &OsStr, shown: &Path) -> std::io::Result<std::o
 fn list_fd(fd: &std::os::fd::OwnedFd) -> Option<std::fs::ReadDir> {
     use std::os::fd::AsRawFd;
     std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
+}
+
+/// A directory's entries as a walk sees them: name and type (from
+/// readdir, without following a symlink).
+type Listing = std::sync::Arc<Vec<(OsString, std::fs::FileType)>>;
+
+/// The entries of the open directory `fd`. The walks at the start (deny
+/// patterns, control directories, symlinks in protected directories) go
+/// over the same trees: a directory whose stat (device, inode, size, link
+/// count, mtime, ctime) is the one of its last listing in this process,
+/// and whose ctime was at least 2 s old then, is not listed again.
+/// Creating, removing or renaming an entry moves mtime and ctime, and
+/// nobody can set a ctime back; the 2 s is the clock tick of the coarsest
+/// file systems, within which a change can leave the ctime as it was.
+fn listing(fd: &std::os::fd::OwnedFd) -> Option<Listing> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    type Stamp = (u64, u64, i64, i64, i64, i64);
+    static MEMO: OnceLock<Mutex<HashMap<(u64, u64), (Stamp, Listing)>>> = OnceLock::new();
+    let before = std::time::SystemTime::now();
+    let st = nix::sys::stat::fstat(fd).ok()?;
+    let key = (st.st_dev, st.st_ino);
+    let stamp: Stamp = (
+        st.st_size as u64,
+        st.st_nlink as u64,
+        st.st_mtime,
+        st.st_mtime_nsec,
+        st.st_ctime,
+        st.st_ctime_nsec,
+    );
+    let memo = MEMO.get_or_init(Default::default);
+    if let Some((s, l)) = memo.lock().ok()?.get(&key)
+        && *s == stamp
+    {
+        return Some(l.clone());
+    }
+    let l: Listing = std::sync::Arc::new(
+        list_fd(fd)?
+            .flatten()
+            .filter_map(|e| Some((e.file_name(), e.file_type().ok()?)))
+            .collect(),
+    );
+    let old = before
+        .checked_sub(std::time::Duration::from_secs(2))
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .is_some_and(|t| (st.st_ctime as i128) < t.as_secs() as i128);
+    if old && let Ok(mut m) = memo.lock() {
+        m.insert(key, (stamp, l.clone()));
+    }
+    Some(l)
 }
 
 /// A path that can be handed to the kernel for `root/rel`, however long:
