@@ -130,9 +130,12 @@ pub enum ScanError {
 /// Lists `d`. A directory the command made unreadable (`chmod 111`: git
 /// still finds `.git` below it) is made listable again when it is ours;
 /// otherwise the scan fails closed rather than skip it.
-fn list(d: &Path) -> Result<fs::ReadDir, ScanError> {
-    match fs::read_dir(d) {
-        Ok(rd) => Ok(rd),
+///
+/// Through [`crate::dirlist`]: the scan after the command lists again only
+/// the directories whose stat changed (one `stat` for each of the others).
+fn list(d: &Path) -> Result<crate::dirlist::Entries, ScanError> {
+    match crate::dirlist::list(d) {
+        Ok(l) => Ok(l.entries),
         Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
             let m = fs::symlink_metadata(d).map_err(|err| ScanError::Unreadable {
                 dir: d.to_path_buf(),
@@ -149,10 +152,12 @@ fn list(d: &Path) -> Result<fs::ReadDir, ScanError> {
                     json!({ "path": crate::jpath(d), "mode": format!("{:o}", m.mode() & 0o7777), "action": "made listable (u+rwx)" }),
                 );
             }
-            fs::read_dir(d).map_err(|err| ScanError::Unreadable {
-                dir: d.to_path_buf(),
-                err,
-            })
+            crate::dirlist::list(d)
+                .map(|l| l.entries)
+                .map_err(|err| ScanError::Unreadable {
+                    dir: d.to_path_buf(),
+                    err,
+                })
         }
         Err(err) => Err(ScanError::Unreadable {
             dir: d.to_path_buf(),
@@ -319,7 +324,21 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
         // (directory, whether it lies inside a git dir)
         let mut stack = vec![(root.clone(), false)];
         while let Some((d, mut in_git)) = stack.pop() {
-            if d.file_name() != Some(OsStr::new(".git")) && is_git_directory(&d) {
+            let entries = match list(&d) {
+                Ok(l) => l,
+                // Gone meanwhile (the command may still run): nothing below.
+                Err(ScanError::Unreadable { err, .. })
+                    if err.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            // (No HEAD in the listing: not a repository, no stat needed.)
+            if d.file_name() != Some(OsStr::new(".git"))
+                && entries.iter().any(|(n, _)| n == "HEAD")
+                && is_git_directory(&d)
+            {
                 if let Ok(m) = fs::symlink_metadata(&d) {
                     inv.entries.push(Entry {
                         content: content(&d, Kind::Bare),
@@ -334,17 +353,7 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                 // and hooks, and a plant can hide in a user's repository.
                 in_git = true;
             }
-            let rd = match list(&d) {
-                Ok(rd) => rd,
-                // Gone meanwhile (the command may still run): nothing below.
-                Err(ScanError::Unreadable { err, .. })
-                    if err.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            for e in rd.filter_map(|e| e.ok()) {
+            for (name, ft) in entries.iter() {
                 inv.scanned += 1;
                 if inv.scanned > max_entries {
                     return Err(ScanError::Budget {
@@ -352,24 +361,19 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                         max: max_entries,
                     });
                 }
-                let p = e.path();
+                let p = d.join(name);
                 if p.as_os_str().len() >= PATH_MAX {
                     inv.too_deep += 1;
                     inv.first_too_deep.get_or_insert_with(|| d.clone());
                     continue;
                 }
-                // The type readdir gave (no stat per entry of the work
-                // tree; an lstat where the file system does not say).
-                let Ok(ft) = e.file_type() else {
-                    continue;
-                };
                 // The object store is large and runs nothing; a git dir
                 // planted in it is reachable only through a pointer (a
                 // `.git` file, found as such).
-                if in_git && (e.file_name() == "objects" || e.file_name() == "lfs") {
+                if in_git && (name == "objects" || name == "lfs") {
                     continue;
                 }
-                if e.file_name() == ".git" {
+                if name == ".git" {
                     let Ok(m) = fs::symlink_metadata(&p) else {
                         continue;
                     };
@@ -396,6 +400,8 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                     }
                     continue;
                 }
+                // The type readdir gave (no stat per entry of the work
+                // tree; an lstat where the file system does not say).
                 if ft.is_dir() {
                     stack.push((p, in_git));
                 }
