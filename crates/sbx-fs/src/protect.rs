@@ -820,7 +820,8 @@ fn listing(fd: &std::os::fd::OwnedFd) -> Option<Listing> {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
     type Stamp = (u64, u64, i64, i64, i64, i64);
-    static MEMO: OnceLock<Mutex<HashMap<(u64, u64), (Stamp, Listing)>>> = OnceLock::new();
+    type Memo = HashMap<(u64, u64), (Stamp, Listing)>;
+    static MEMO: OnceLock<Mutex<Memo>> = OnceLock::new();
     let before = std::time::SystemTime::now();
     let st = nix::sys::stat::fstat(fd).ok()?;
     let key = (st.st_dev, st.st_ino);
@@ -847,7 +848,7 @@ fn listing(fd: &std::os::fd::OwnedFd) -> Option<Listing> {
     let old = before
         .checked_sub(std::time::Duration::from_secs(2))
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .is_some_and(|t| (st.st_ctime as i128) < t.as_secs() as i128);
+        .is_some_and(|t| i128::from(st.st_ctime) < i128::from(t.as_secs()));
     if old && let Ok(mut m) = memo.lock() {
         m.insert(key, (stamp, l.clone()));
     }
