@@ -16,6 +16,7 @@ pub mod envpolicy;
 pub mod escape;
 pub mod exit;
 pub mod fds;
+pub mod fsstamp;
 pub mod guardian;
 pub mod id;
 pub mod input;

@@ -849,7 +849,12 @@ fn listing(fd: &std::os::fd::OwnedFd) -> Option<Listing> {
         .checked_sub(std::time::Duration::from_secs(2))
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .is_some_and(|t| i128::from(st.st_ctime) < i128::from(t.as_secs()));
-    if old && let Ok(mut m) = memo.lock() {
+    // (and only where the file system keeps honest ctimes: not FUSE or
+    // NFS, whose server says what they are, nor FAT).
+    if old
+        && sbx_core::fsstamp::ctime_vouches(std::os::fd::AsFd::as_fd(fd))
+        && let Ok(mut m) = memo.lock()
+    {
         m.insert(key, (stamp, l.clone()));
     }
     Some(l)

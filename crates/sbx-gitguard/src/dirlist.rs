@@ -377,7 +377,10 @@ pub fn list_open(dir: &Path) -> io::Result<Listed> {
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
         .open(dir)?;
-    let stat = DirStat::of(&f.metadata()?, before);
+    let mut stat = DirStat::of(&f.metadata()?, before);
+    // Only where the file system keeps honest ctimes (not FUSE or NFS,
+    // whose server says what they are, nor FAT).
+    stat.trusted &= sbx_core::fsstamp::ctime_vouches(f.as_fd());
     let fd: OwnedFd = f.into();
     if let Some((_, entries)) = remembered(dir, Some(&stat)) {
         return Ok(Listed {

@@ -291,8 +291,7 @@ pub struct Scan {
 /// Walks a work tree (not following symlinks, not entering git dirs).
 /// Each directory is listed through [`crate::dirlist`]: the walk after the
 /// command lists again only the directories whose stat changed (one
-/// `stat` for each of the others), and a directory is looked at for the
-/// shape of a repository only when its listing has HEAD, objects and refs.
+/// `stat` for each of the others).
 pub fn scan(root: &Path) -> Scan {
     use crate::dirlist::Listed;
     let mut s = Scan::default();
@@ -322,16 +321,15 @@ pub fn scan(root: &Path) -> Scan {
             if !kind.is_dir() {
                 continue;
             }
-            let sub = crate::dirlist::list(&p).ok();
-            let shaped = sub.as_ref().is_some_and(|l| {
-                let has = |n: &str| l.entries.iter().any(|(e, _)| e == n);
-                has("HEAD") && has("objects") && has("refs")
-            });
-            if shaped && is_git_dir_shaped(&p) {
+            // By stat, as git looks: a directory the command made
+            // unlistable (mode 0111) is still a repository for git, and a
+            // case-folding file system finds `head` as HEAD.
+            if is_git_dir_shaped(&p) {
                 s.bare_shaped.insert(p);
                 continue;
             }
             if depth < 64 {
+                let sub = crate::dirlist::list(&p).ok();
                 stack.push((p, depth + 1, sub));
             }
         }

@@ -341,6 +341,15 @@ impl LooseSet {
             })
     }
 
+    /// Whether a directory of `self` that `now` does not share holds
+    /// records that are not sound (a damaged cache): what it held is not
+    /// known, so which of its objects are gone cannot be told.
+    pub fn unknown_in(&self, now: &LooseSet) -> bool {
+        self.dirs
+            .iter()
+            .any(|(k, d)| now.dirs.get(k).is_none_or(|n| !Arc::ptr_eq(d, n)) && !d.is_sound())
+    }
+
     /// Every record's stat replaced by `f` (kept links changed the ctimes).
     pub fn restat(&mut self, mut f: impl FnMut(&str, LooseStat) -> LooseStat) {
         for (k, d) in self.dirs.iter_mut() {

@@ -334,11 +334,7 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                 }
                 Err(e) => return Err(e),
             };
-            // (No HEAD in the listing: not a repository, no stat needed.)
-            if d.file_name() != Some(OsStr::new(".git"))
-                && entries.iter().any(|(n, _)| n == "HEAD")
-                && is_git_directory(&d)
-            {
+            if d.file_name() != Some(OsStr::new(".git")) && is_git_directory(&d) {
                 if let Ok(m) = fs::symlink_metadata(&d) {
                     inv.entries.push(Entry {
                         content: content(&d, Kind::Bare),

@@ -299,6 +299,9 @@ pub fn check_objects(
     let damaged = objects::Damaged::new(&lc.damaged, &objs, sha256, &lc.objs, &lc.unstated);
     problems.extend(lc.problems);
     let loose_dirs = lc.dirs;
+    // A fan-out directory the snapshot knew only from a damaged cache,
+    // and changed since: the full check decides what is missing.
+    let unknown_before = loose_before.unknown_in(&lc.objs);
     // Loose objects of the snapshot that are gone and not packed either.
     if let Ok(odb) = repo.odb() {
         for id in loose_before.gone(&lc.objs) {
@@ -321,7 +324,7 @@ pub fn check_objects(
             && !verified.contains_key(n)
             && objects_stat_changed(&objs.join("pack").join(n), st)
     });
-    let intact = !packs_changed_early && problems.is_empty() && !full;
+    let intact = !packs_changed_early && problems.is_empty() && !full && !unknown_before;
     let mut roots = Vec::new();
     for (name, v) in cur {
         match v {
@@ -361,7 +364,7 @@ pub fn check_objects(
             && !verified.contains_key(n)
             && objects_stat_changed(&objs.join("pack").join(n), st)
     });
-    let run_full = full || !problems.is_empty() || packs_changed;
+    let run_full = full || !problems.is_empty() || packs_changed || unknown_before;
     for p in &problems {
         ctx.note(
             "objects",
@@ -387,6 +390,18 @@ pub fn check_objects(
                 Severity::Alert,
                 "reported (objects cannot be restored from a snapshot)",
                 true,
+            );
+        }
+        if fp.is_empty() && problems.is_empty() && unknown_before {
+            ctx.note(
+                "objects",
+                u,
+                None,
+                "a fan-out directory known only from a damaged cache changed; the full connectivity check passed"
+                    .into(),
+                Severity::Info,
+                "none needed",
+                false,
             );
         }
         if fp.is_empty() && problems.is_empty() && packs_changed {

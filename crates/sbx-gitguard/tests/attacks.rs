@@ -65,6 +65,9 @@ attacks! {
     top_level_planted: "extra_files", "echo x > .git/planted && mkdir .git/stash-dir";
     bare_repo_planted: "bare_repo", "git init -q --bare evil.git && git -C evil.git config core.fsmonitor \"touch $MARK\"";
     bare_shape_by_hand: "bare_repo", "mkdir -p planted/objects planted/refs && echo 'ref: refs/heads/main' > planted/HEAD && printf '[core]\\n\\tfsmonitor = touch %s\\n' \"$MARK\" > planted/config";
+    // Unlistable (mode 0111) for a user: git still finds HEAD, objects and
+    // refs by path, so the scan must too.
+    bare_shape_unlistable: "bare_repo", "mkdir -p locked/objects locked/refs && echo 'ref: refs/heads/main' > locked/HEAD && printf '[core]\\n\\tfsmonitor = touch %s\\n' \"$MARK\" > locked/config && chmod 0111 locked";
     bare_shape_with_symlinks: "bare_repo", "git init -q --bare \"$D/real.git\" && mkdir -p sym && ln -s \"$D/real.git/objects\" sym/objects && ln -s \"$D/real.git/refs\" sym/refs && echo 'ref: refs/heads/main' > sym/HEAD && printf '[core]\\n\\tfsmonitor = touch %s\\n' \"$MARK\" > sym/config";
     nested_repo_planted: "bare_repo", "mkdir evil && cd evil && git init -q && git config core.fsmonitor \"touch $MARK\"";
     gitfile_outside: "bare_repo", "git init -q --bare \"$D/outside.git\" && git -C \"$D/outside.git\" config core.fsmonitor \"touch $MARK\" && mkdir -p evil && echo \"gitdir: $D/outside.git\" > evil/.git";

@@ -636,6 +636,61 @@ fn a_staged_run_during_a_run_without_the_overlay_leaves_no_cache_behind() {
     }
 }
 
+/// A registry cache damaged on disk (every fan-out directory's records
+/// zeroed, the head intact: a torn write) is no evidence: a directory known
+/// only from it, changed by a command run with `--stage` but without the
+/// overlay (a misuse), gets the full connectivity check, which finds the
+/// object the command deleted (before the fix: nothing was reported, exit
+/// 0, and `git fsck` found the commit missing).
+#[test]
+fn a_damaged_cache_never_hides_an_object_deleted_outside_the_overlay() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let old = loose_inner_commit(&f);
+        let o = f.sh(&f.dir, "mkdir -m 700 reg");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let reg = f.dir.join("reg");
+        let run = |stage: &str, cmd: &str| {
+            let s = stage_path(&f, stage);
+            let mut c = f.guard_cmd(&[
+                "run",
+                "--repo",
+                w_of(&f),
+                "--stage",
+                s.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                cmd,
+            ]);
+            c.env("SBX_REGISTRY_DIR", &reg);
+            common::within(60, c, "sbx-gitguard")
+        };
+        let out = run("first", "true");
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        // The cache: its head, then the records, which are zeroed.
+        let caches: Vec<PathBuf> = std::fs::read_dir(&reg)
+            .unwrap()
+            .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "bin"))
+            .collect();
+        assert_eq!(caches.len(), 1, "{who:?}: one cache expected: {caches:?}");
+        let mut data = std::fs::read(&caches[0]).unwrap();
+        let magic = b"sbx-gitguard loose cache 4\n".len();
+        let head = u64::from_le_bytes(data[magic..magic + 8].try_into().unwrap()) as usize;
+        assert!(head < data.len(), "{who:?}: the cache holds no records");
+        data[head..].fill(0);
+        std::fs::write(&caches[0], &data).unwrap();
+        let gone = format!(".git/objects/{}/{}", &old[..2], &old[2..]);
+        let out = run("misuse", &format!("rm -f {gone}"));
+        assert_eq!(code(&out), 125, "{who:?}: {}", stderr(&out));
+        assert_event(&f.audit, "git_integrity", "alert", |e| {
+            e["check"] == "objects" && e["found"].as_str().unwrap_or("").contains(&old)
+        });
+    }
+}
+
 /// A local clone shares the object files (hard links): a run without a
 /// stage over the clone writes them in place and drops only the clone's
 /// cache. A fan-out directory holding a file with more than one link is
