@@ -21,6 +21,23 @@ const HONEST: [i64; 7] = [
     0x2FC1_2FC1, // ZFS
 ];
 
+/// [`ctime_vouches`] for `fd` on device `dev` (its `st_dev`), asked of
+/// the kernel once per device in this process (a walk meets one or two).
+pub fn ctime_vouches_on(dev: u64, fd: BorrowedFd<'_>) -> bool {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static SEEN: OnceLock<Mutex<HashMap<u64, bool>>> = OnceLock::new();
+    let seen = SEEN.get_or_init(Default::default);
+    if let Some(v) = seen.lock().ok().and_then(|m| m.get(&dev).copied()) {
+        return v;
+    }
+    let v = ctime_vouches(fd);
+    if let Ok(mut m) = seen.lock() {
+        m.insert(dev, v);
+    }
+    v
+}
+
 /// Whether the file system of `fd` keeps honest directory ctimes (see the
 /// module documentation). False when it cannot be told.
 pub fn ctime_vouches(fd: BorrowedFd<'_>) -> bool {

@@ -852,7 +852,7 @@ fn listing(fd: &std::os::fd::OwnedFd) -> Option<Listing> {
     // (and only where the file system keeps honest ctimes: not FUSE or
     // NFS, whose server says what they are, nor FAT).
     if old
-        && sbx_core::fsstamp::ctime_vouches(std::os::fd::AsFd::as_fd(fd))
+        && sbx_core::fsstamp::ctime_vouches_on(st.st_dev, std::os::fd::AsFd::as_fd(fd))
         && let Ok(mut m) = memo.lock()
     {
         m.insert(key, (stamp, l.clone()));

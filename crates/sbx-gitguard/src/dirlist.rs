@@ -380,7 +380,7 @@ pub fn list_open(dir: &Path) -> io::Result<Listed> {
     let mut stat = DirStat::of(&f.metadata()?, before);
     // Only where the file system keeps honest ctimes (not FUSE or NFS,
     // whose server says what they are, nor FAT).
-    stat.trusted &= sbx_core::fsstamp::ctime_vouches(f.as_fd());
+    stat.trusted &= sbx_core::fsstamp::ctime_vouches_on(stat.dev, f.as_fd());
     let fd: OwnedFd = f.into();
     if let Some((_, entries)) = remembered(dir, Some(&stat)) {
         return Ok(Listed {
