@@ -407,10 +407,18 @@ pub fn list_open(dir: &Path) -> io::Result<Listed> {
 /// without `.` and `..`: `getdents64` straight on the fd (no duplicate fd,
 /// `fdopendir` or rewind: five system calls a directory fewer).
 fn read(fd: &OwnedFd) -> io::Result<Vec<(OsString, Kind)>> {
+    // One buffer for every listing of the thread (not 32 KiB allocated
+    // and zeroed per directory).
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 32 << 10]);
+    }
+    BUF.with_borrow_mut(|buf| read_into(fd, buf))
+}
+
+fn read_into(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Vec<(OsString, Kind)>> {
     use nix::fcntl::AtFlags;
     use nix::sys::stat::{SFlag, fstatat};
     use std::os::fd::AsRawFd;
-    let mut buf = vec![0u8; 32 << 10];
     let mut out = Vec::new();
     loop {
         // SAFETY: getdents64 writes at most `buf.len()` bytes into `buf`,
