@@ -562,7 +562,16 @@ fn random_kills_across_the_chain_leave_nothing() {
         if *who == As::User {
             chown_r(&tmp);
         }
+        // Its audit log (outside every run's TMPDIR and the project): what
+        // its reaping did, shown if anything is left.
+        let logs = f.base.join("final-log");
+        std::fs::create_dir(&logs).unwrap();
+        if *who == As::User {
+            chown_r(&logs);
+        }
+        let log = logs.join("audit.jsonl");
         let st = run_cmd(f, *who, &id, "FAULTFINAL", &tmp, bao)
+            .env("SBX_AUDIT_LOG", &log)
             .status()
             .unwrap();
         assert!(st.success(), "{who:?}: final run {st:?}");
@@ -587,7 +596,16 @@ fn random_kills_across_the_chain_leave_nothing() {
             })
             .map(|e| e.path())
             .collect();
-        assert!(reg.is_empty(), "{who:?}: registry entries left: {reg:?}");
+        assert!(
+            reg.is_empty(),
+            "{who:?}: registry entries left: {reg:?}; the final run's reaping: {}",
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("stale") || l.contains("revo") || l.contains("record"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
         let debris = |d: &Path, pre: &str| -> Vec<PathBuf> {
             std::fs::read_dir(d)
                 .unwrap()
