@@ -125,8 +125,11 @@ intercepted (certificate pinning keeps working) and so not checked; the placehol
         (
             "SECURITY",
             "Nothing leads out of the namespace but the gateway: there is no interface but lo, so even a \
-program that flushes the rules (as root inside) has no route anywhere. No host state is created (no \
-veth, no host firewall rules); when the supervisor dies the command is killed (PR_SET_PDEATHSIG) and \
+program that flushes the rules (as root inside) has no route anywhere. No host network state is \
+created (no veth, no host firewall rules). With --secret one file is: the sandbox's CA bundle (public \
+certificates only, mode 0644), sbx-net-ca-PID-TAG.pem in $TMPDIR, from start-up until the command \
+runs (its name is removed then; the bind keeps the content); it is registered before it is made, so \
+the bundle of an sbx-net killed in between is removed by the next sbx-net. When the supervisor dies the command is killed (PR_SET_PDEATHSIG) and \
 its connections die with the supervisor's sockets. Run as root, sbx-net alone does not stop a root \
 program from leaving through other namespaces: put sbx-fs (PID and mount namespaces) and sbx-seccomp \
 after it.",
