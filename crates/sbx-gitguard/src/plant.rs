@@ -324,16 +324,6 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
         // (directory, whether it lies inside a git dir)
         let mut stack = vec![(root.clone(), false)];
         while let Some((d, mut in_git)) = stack.pop() {
-            let entries = match list(&d) {
-                Ok(l) => l,
-                // Gone meanwhile (the command may still run): nothing below.
-                Err(ScanError::Unreadable { err, .. })
-                    if err.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
             if d.file_name() != Some(OsStr::new(".git")) && is_git_directory(&d) {
                 if let Ok(m) = fs::symlink_metadata(&d) {
                     inv.entries.push(Entry {
@@ -349,6 +339,16 @@ pub fn scan(roots: &[PathBuf], max_entries: u64) -> Result<Inventory, ScanError>
                 // and hooks, and a plant can hide in a user's repository.
                 in_git = true;
             }
+            let entries = match list(&d) {
+                Ok(l) => l,
+                // Gone meanwhile (the command may still run): nothing below.
+                Err(ScanError::Unreadable { err, .. })
+                    if err.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             for (name, ft) in entries.iter() {
                 inv.scanned += 1;
                 if inv.scanned > max_entries {

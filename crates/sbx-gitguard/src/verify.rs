@@ -1,7 +1,6 @@
 //! Compare a repository with its snapshot, repair what was tampered with,
 //! and report every finding.
 
-use crate::looseset::LooseSet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,6 +12,7 @@ use serde::Serialize;
 use crate::fsutil::{self, FileSnap};
 use crate::gitconfig;
 use crate::layout::{self, Layout, Scan, Unit, UnitKind};
+use crate::looseset::LooseSet;
 use crate::objects;
 use crate::refs::{self, Value};
 use crate::rules;
@@ -1769,14 +1769,10 @@ fn store_unit(
         )
     };
     let mut sub = Ctx::new(ctx.mode);
-    // The loose objects as `pre` saw them (nothing changed them since).
-    // (Copied only where it can be needed: a re-check after restoring
-    // from the kept links.)
-    let verified = if keep.is_some() {
-        pre.objs.clone()
-    } else {
-        LooseSet::default()
-    };
+    // The loose objects as `pre` saw them (nothing changed them since),
+    // for a re-check after restoring from the kept links (a clone per
+    // fan-out directory, shared, not per object).
+    let verified = pre.objs.clone();
     run_check(&mut sub, &repo, full, pre);
     let damaged = sub
         .report

@@ -45,6 +45,22 @@ fn staged(f: &Fixture, stage: &Path, extra: &[&str], agent: &str) -> Output {
     f.guard(&args)
 }
 
+/// `run --stage STAGE -- sh -c SCRIPT` WITHOUT sbx-fs's overlay (a
+/// misuse: the command writes the host's .git directly).
+fn staged_without_overlay(f: &Fixture, stage: &Path, script: &str) -> std::process::Command {
+    f.guard_cmd(&[
+        "run",
+        "--repo",
+        w_of(f),
+        "--stage",
+        stage.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        script,
+    ])
+}
+
 /// The host's index matches the imported HEAD and the work tree.
 fn clean_status(f: &Fixture) {
     assert_eq!(
@@ -405,24 +421,17 @@ fn objects_changed_outside_the_overlay_of_a_staged_run_are_found() {
         let tip = rev(&f, "HEAD");
         let tree = rev(&f, "HEAD^{tree}");
         let path = |o: &str| format!(".git/objects/{}/{}", &o[..2], &o[2..]);
-        let w = f.w.to_str().unwrap();
         let s = stage_path(&f, "rename");
         let swap = format!(
             "cp {t} x && chmod 444 x && mv -f x {p}",
             t = path(&tree),
             p = path(&tip)
         );
-        let out = f.guard(&[
-            "run",
-            "--repo",
-            w,
-            "--stage",
-            s.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            &swap,
-        ]);
+        let out = common::within(
+            common::LIMIT,
+            staged_without_overlay(&f, &s, &swap),
+            "sbx-gitguard",
+        );
         assert_eq!(code(&out), 125, "{who:?}: {}", stderr(&out));
         assert_event(&f.audit, "git_integrity", "alert", |e| {
             e["check"] == "objects" && e["found"].as_str().unwrap_or("").contains(&tip)
@@ -438,17 +447,11 @@ fn objects_changed_outside_the_overlay_of_a_staged_run_are_found() {
             "chmod u+w {p} && printf XXXX | dd of={p} bs=1 seek=4 conv=notrunc 2>/dev/null",
             p = path(&tip)
         );
-        let out = f.guard(&[
-            "run",
-            "--repo",
-            w_of(&f),
-            "--stage",
-            s.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            &poke,
-        ]);
+        let out = common::within(
+            common::LIMIT,
+            staged_without_overlay(&f, &s, &poke),
+            "sbx-gitguard",
+        );
         assert!(
             code(&out) == 0 || code(&out) == 125,
             "{who:?}: {}",
@@ -651,18 +654,7 @@ fn a_damaged_cache_never_hides_an_object_deleted_outside_the_overlay() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let reg = f.dir.join("reg");
         let run = |stage: &str, cmd: &str| {
-            let s = stage_path(&f, stage);
-            let mut c = f.guard_cmd(&[
-                "run",
-                "--repo",
-                w_of(&f),
-                "--stage",
-                s.to_str().unwrap(),
-                "--",
-                "sh",
-                "-c",
-                cmd,
-            ]);
+            let mut c = staged_without_overlay(&f, &stage_path(&f, stage), cmd);
             c.env("SBX_REGISTRY_DIR", &reg);
             common::within(60, c, "sbx-gitguard")
         };
