@@ -12,6 +12,7 @@ pub mod chain;
 pub mod child;
 pub mod cli;
 pub mod deathwatch;
+pub mod dirents;
 pub mod envpolicy;
 pub mod escape;
 pub mod exit;

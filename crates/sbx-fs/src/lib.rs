@@ -623,9 +623,13 @@ fn prepare(cli: &Cli) -> Result<Prepared, Failure> {
     let exec_fd = chain::open_tool(&cli.cmd[0], env_get(&env, "PATH").map(|p| p.as_os_str()));
     // --quarantine first: a bad one is refused before any walk.
     quarantine::check_flag(&spec)?;
+    // The walks below (deny patterns, control directories, the sweeps'
+    // records) share one listing of each writable tree.
+    let walks = protect::shared_walks();
     let plan = build_plan(&spec, &env)?;
     auditlog::refuse_log_in_writable_bind(&plan)?;
     let checks = start_sweeps(&spec, &plan)?;
+    drop(walks);
     let mut fallback_dirs = Vec::new();
     if let Ok(c) = std::env::current_dir() {
         fallback_dirs.push(c);
