@@ -848,6 +848,11 @@ fn finish(code: i32, mut watch: Watch, served: bool, host: &mut HostSetup, check
             serde_json::json!({ "left": left.iter().map(|p| p.display().to_string()).collect::<Vec<_>>() }),
         );
     }
+    // Our helpers are reaped by us, not left as init's zombies, which an
+    // enclosing sbx-cgroup would wait for.
+    if let Some(l) = watch.locks.take() {
+        l.reap();
+    }
     audit::emit("end", Severity::Info, serde_json::json!({ "status": code }));
 }
 

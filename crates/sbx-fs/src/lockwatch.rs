@@ -14,7 +14,10 @@
 //! events over a pipe: releasing an inotify instance waits for an SRCU
 //! grace period (10-20 ms here), which would otherwise delay sbx-fs's own
 //! exit on every run. The helper closes the event pipe before it exits,
-//! so sbx-fs never waits for that.
+//! so sbx-fs does not wait for that while it finishes; it reaps the
+//! helper last ([`LockWatch::reap`]), by when the grace period has mostly
+//! passed. Not reaped, the helper would be a zombie of init's, which an
+//! enclosing sbx-cgroup waits for (init reaps when it gets to it).
 
 use std::collections::HashMap;
 use std::io;
@@ -32,6 +35,8 @@ pub const LOCKS: &[(&str, &str)] = &[("config.lock", "config"), ("HEAD.lock", "H
 const EVENT_HEADER: usize = 16;
 
 pub struct LockWatch {
+    /// The helper.
+    pid: libc::pid_t,
     /// Read end of the helper's event pipe (non-blocking).
     events: Option<OwnedFd>,
     /// Dropped to tell the helper to drain and stop.
@@ -99,7 +104,7 @@ impl LockWatch {
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
             0 => helper(ino.as_raw_fd(), alive_r.as_raw_fd(), ev_w.as_raw_fd()),
-            _ => {
+            pid => {
                 drop(ev_w);
                 drop(alive_r);
                 // Our copy of the inotify fd is not the last: closing it is
@@ -108,6 +113,7 @@ impl LockWatch {
                 // SAFETY: ev_r is our open read end; only its flags change.
                 unsafe { libc::fcntl(ev_r.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
                 Ok(Some(LockWatch {
+                    pid,
                     events: Some(ev_r),
                     alive: Some(alive_w),
                     dirs: map,
@@ -153,6 +159,15 @@ impl LockWatch {
         while self.events.is_some() {
             self.drain(alerts);
         }
+    }
+
+    /// Waits for the helper to be gone (after [`Self::finish`]; it exits
+    /// once it has drained inotify, and its exit waits for the grace
+    /// period of the inotify instance).
+    pub fn reap(mut self) {
+        drop(self.alive.take());
+        // SAFETY: pid is our own child (forked by start), reaped only here.
+        unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
     }
 
     fn parse(&mut self, alerts: &Arc<Mutex<Alerts>>) {

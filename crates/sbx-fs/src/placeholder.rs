@@ -317,7 +317,9 @@ impl Placeholders {
         let left = remove_all(&self.list, std::time::Duration::ZERO);
         self.list.clear();
         if let Some(r) = self.reaper.take() {
-            r.guardian.release();
+            // Reaped here: an orphaned zombie is init's to reap, and an
+            // enclosing sbx-cgroup waits until it has.
+            r.guardian.release_and_reap();
         }
         left
     }
