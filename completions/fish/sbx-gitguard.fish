@@ -41,6 +41,9 @@ complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l lock-w
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l stage -d 'Create a git stage DIR (named sbx-git-stage-*, must not exist) for sbx-fs --git-stage; after the command, import it and remove it' -r -F
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l stage-max-objects -d 'Most files and objects an import reads from a stage' -r
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l stage-max-bytes -d 'Most bytes of object files (loose objects and packs) an import reads from a stage, and most bytes the new objects inflate to' -r
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l plants -d 'Also do what `plants --dir DIR` does (repeatable), in this process: the plant check right after the command, before the repository\'s own (one process and one walk of the work tree fewer than `plants` as a layer of its own)' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l plants-quarantine -d '`plants --quarantine` for --plants' -r -F
+complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l plants-max-entries -d '`plants --max-entries` for --plants' -r
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
 complete -c sbx-gitguard -n "__fish_sbx_gitguard_using_subcommand run" -l alert-only -d 'Report and alert only; repair nothing'

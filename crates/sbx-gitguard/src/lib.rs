@@ -53,7 +53,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
     extra: &[
         (
             "COMMANDS",
-            "run --repo DIR [--alert-only] [--full] [--lock-wait DURATION] [--stage DIR [--stage-max-objects N] [--stage-max-bytes SIZE]] -- CMD [ARGS...]\n\nSnapshot the repository, run CMD under supervision (signals forwarded, killed when sbx-gitguard dies), verify and repair, report. --alert-only reports and alerts but repairs nothing. --full checks the object store in full before and after the command (default: structurally, and in full on any sign of damage). --stage DIR creates a git stage for sbx-fs --git-stage DIR before the command and imports it after (see GIT STAGE), before the check.\n\nimport --repo DIR --stage DIR [--stage-max-objects N] [--stage-max-bytes SIZE]\n\nImport a git stage on its own (for a stage whose run died, or Makefile recipes), then remove it. Refused (125, the stage left as it is) when the stage is not 0700 and the caller's, names another git dir, or its lock is held by a live run.\n\nplants --dir DIR [--dir DIR]... [--quarantine Q] [--max-entries N] -- CMD [ARGS...]\n\nFor any project, git repository or not: list every entry of the --dir trees that git could take for a repository (as git's setup.c decides: a .git directory or a bare-shaped directory whose HEAD is valid and whose objects and refs, or those of the directory its commondir names, can be entered, executable files included; every .git file or symlink), run CMD, then move every new one into the quarantine Q (default $XDG_STATE_HOME/sbx/quarantine), put back a user's repository that was renamed away, restore one whose config, commondir or .git file changed and quarantine new hooks in it. The user's repositories are known by device, inode and content. Over --max-entries (default 1000000) the run refuses to start, or fails with 125 afterwards, with a plant_scan_budget alert.\n\nsnapshot --repo DIR -o FILE [--full] [--lock-wait DURATION]\n\nWrite a snapshot (0600, atomically) after checking the repository is sound.\n\ncheck --repo DIR [--against FILE] [--full] [--json] [--lock-wait DURATION]\n\nWithout --against: damage, dangerous configuration keys, installed hooks and repository-shaped directories in the work tree. With --against: everything that differs from the snapshot. Changes nothing. --json prints one JSON object: repo, mode, ok, unrecoverable, full_check, findings (check, repo, path, found, action, severity, dangerous_keys, unrecoverable).\n\nrepair --repo DIR --against FILE [--full] [--json] [--lock-wait DURATION]\n\nBring the repository back to the snapshot by the rules of WHAT IS KEPT.\n\n--repo is the top of a work tree (main or linked) or a bare git dir; there is no search upwards. --lock-wait (default 2s) bounds the wait for a concurrent git process. With --config FILE, the settings of the sbx-gitguard section apply to the subcommand named first (keys are its long flag names).",
+            "run --repo DIR [--alert-only] [--full] [--lock-wait DURATION] [--stage DIR [--stage-max-objects N] [--stage-max-bytes SIZE]] [--plants DIR... [--plants-quarantine Q] [--plants-max-entries N]] -- CMD [ARGS...]\n\nSnapshot the repository, run CMD under supervision (signals forwarded, killed when sbx-gitguard dies), verify and repair, report. --alert-only reports and alerts but repairs nothing. --full checks the object store in full before and after the command (default: structurally, and in full on any sign of damage). --stage DIR creates a git stage for sbx-fs --git-stage DIR before the command and imports it after (see GIT STAGE), before the check. --plants DIR (repeatable) does in the same process what `plants --dir DIR -- CMD` inside `run` would do, with the same events and exit status: the plant inventory after the snapshot (over --plants-max-entries nothing is run and no stage is made), and the plant check right after the command, before the import and the repository's check; --plants-quarantine and --plants-max-entries are plants' --quarantine and --max-entries. sbx-policy chain and scripts/sbx-run use it in a repository: one process and one walk of the work tree fewer.\n\nimport --repo DIR --stage DIR [--stage-max-objects N] [--stage-max-bytes SIZE]\n\nImport a git stage on its own (for a stage whose run died, or Makefile recipes), then remove it. Refused (125, the stage left as it is) when the stage is not 0700 and the caller's, names another git dir, or its lock is held by a live run.\n\nplants --dir DIR [--dir DIR]... [--quarantine Q] [--max-entries N] -- CMD [ARGS...]\n\nFor any project, git repository or not: list every entry of the --dir trees that git could take for a repository (as git's setup.c decides: a .git directory or a bare-shaped directory whose HEAD is valid and whose objects and refs, or those of the directory its commondir names, can be entered, executable files included; every .git file or symlink), run CMD, then move every new one into the quarantine Q (default $XDG_STATE_HOME/sbx/quarantine), put back a user's repository that was renamed away, restore one whose config, commondir or .git file changed and quarantine new hooks in it. The user's repositories are known by device, inode and content. Over --max-entries (default 1000000) the run refuses to start, or fails with 125 afterwards, with a plant_scan_budget alert.\n\nsnapshot --repo DIR -o FILE [--full] [--lock-wait DURATION]\n\nWrite a snapshot (0600, atomically) after checking the repository is sound.\n\ncheck --repo DIR [--against FILE] [--full] [--json] [--lock-wait DURATION]\n\nWithout --against: damage, dangerous configuration keys, installed hooks and repository-shaped directories in the work tree. With --against: everything that differs from the snapshot. Changes nothing. --json prints one JSON object: repo, mode, ok, unrecoverable, full_check, findings (check, repo, path, found, action, severity, dangerous_keys, unrecoverable).\n\nrepair --repo DIR --against FILE [--full] [--json] [--lock-wait DURATION]\n\nBring the repository back to the snapshot by the rules of WHAT IS KEPT.\n\n--repo is the top of a work tree (main or linked) or a bare git dir; there is no search upwards. --lock-wait (default 2s) bounds the wait for a concurrent git process. With --config FILE, the settings of the sbx-gitguard section apply to the subcommand named first (keys are its long flag names).",
         ),
         (
             "AUDIT EVENTS",
@@ -485,6 +485,13 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
         Severity::Info,
         json!({ "repo": jpath(&l.common_dir), "units": snap.units.len() }),
     );
+    // --plants: `plants` in this process (refused before the stage exists
+    // when its walk is over budget). Its walk lists the work tree through
+    // the same memo as the snapshot's.
+    let plants = a
+        .plants_spec()
+        .map(|p| plant::Plants::start(&p))
+        .transpose()?;
     let stage = match &stage_plan {
         Some((dir, git_dir)) => {
             for p in stage::reap_siblings(dir) {
@@ -548,6 +555,10 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
         sup.run_to_end()
             .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?
     };
+    // The plant check before the stage's import and the repository's
+    // check, as `plants` between `run` and the command has it; still with
+    // the signals held (it is the protection).
+    let plants_failed = plants.and_then(plant::Plants::finish);
     drop(hold);
 
     // The stage first: what it brings in is expected by the check below.
@@ -606,6 +617,9 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
         return Err(Failure::new(format!(
             "git stage not imported: {e}; the command's commits were dropped"
         )));
+    }
+    if let Some(e) = plants_failed {
+        return Err(e);
     }
     Ok(code)
 }

@@ -873,72 +873,7 @@ pub struct PlantsArgs {
 /// `sbx-gitguard plants --dir DIR... -- CMD`: snapshot the repositories of
 /// the writable directories, run the command, quarantine what was planted.
 pub fn cmd_plants(args: PlantsArgs) -> Result<i32, Failure> {
-    let a = &args.spec;
-    let mut roots = Vec::new();
-    for d in &a.dirs {
-        let c = fs::canonicalize(d)
-            .map_err(|e| Failure::new(format!("--dir {}: {e}", escape::path(d))))?;
-        if !c.is_dir() {
-            return Err(Failure::new(format!(
-                "--dir {}: not a directory",
-                escape::path(d)
-            )));
-        }
-        roots.push(c);
-    }
-    let qbases = match &a.quarantine {
-        Some(q) => vec![q.clone()],
-        None => sbx_core::registry::default_quarantines(),
-    };
-    let qbases: Vec<PathBuf> = if a.quarantine.is_some() {
-        qbases
-    } else {
-        // A default inside a writable directory (by path, identity or a
-        // bind mount aliasing it) is skipped, not refused.
-        qbases
-            .into_iter()
-            .filter(|q| quarantine_inside(q, &roots).is_none())
-            .collect()
-    };
-    for q in &qbases {
-        if !q.is_absolute() {
-            return Err(Failure::new(format!(
-                "--quarantine {}: must be an absolute path",
-                escape::path(q)
-            )));
-        }
-        if let Some(r) = quarantine_inside(q, &roots) {
-            return Err(Failure::new(format!(
-                "--quarantine {}: inside {}, where the command can write",
-                escape::path(q),
-                escape::path(r)
-            )));
-        }
-    }
-    let before = match scan(&roots, a.max_entries) {
-        Ok(b) => b,
-        Err(e) => {
-            crate::audit(
-                "plant_scan_budget",
-                Severity::Alert,
-                json!({ "reason": e.to_string(), "max_entries": a.max_entries, "action": "refused: the command did not run" }),
-            );
-            return Err(Failure::new(format!(
-                "{}; nothing was run (raise --max-entries or narrow the writable directories)",
-                escape::terminal(&e.to_string())
-            )));
-        }
-    };
-    if before.too_deep > 0 {
-        let f = too_deep_finding(&before);
-        crate::audit(f.event, f.severity, f.fields.clone());
-        eprintln!("{}: {}", crate::TOOL, f.line);
-    }
-    crate::audit(
-        "git_plant_snapshot",
-        Severity::Info,
-        json!({ "dirs": roots.iter().map(|r| crate::jpath(r)).collect::<Vec<_>>(), "repositories": before.entries.len(), "entries": before.scanned }),
-    );
+    let plants = Plants::start(&args.spec)?;
     // From here to the end, termination signals are held back: while the
     // command runs the supervisor forwards them (the command decides when
     // to end), and the check afterwards is the protection, so a SIGTERM
@@ -954,28 +889,123 @@ pub fn cmd_plants(args: PlantsArgs) -> Result<i32, Failure> {
         sup.run_to_end()
             .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?
     };
-    let mut q = Quarantine::new(qbases);
-    let after = check_after(&roots, &before, a.max_entries, &mut q);
-    for f in &after.findings {
-        crate::audit(f.event, f.severity, f.fields.clone());
-        eprintln!("{}: {}", crate::TOOL, f.line);
+    match plants.finish() {
+        Some(f) => Err(f),
+        None => Ok(code),
     }
-    crate::audit(
-        "git_plants_checked",
-        if after.findings.is_empty() {
-            Severity::Info
+}
+
+/// The plant check around one command: [`Plants::start`] before it,
+/// [`Plants::finish`] after it (`plants`, and `run --plants` in the same
+/// process as the repository's own check).
+pub struct Plants {
+    roots: Vec<PathBuf>,
+    qbases: Vec<PathBuf>,
+    max_entries: u64,
+    before: Inventory,
+}
+
+impl Plants {
+    /// Checks the flags and the quarantine, and takes the inventory of the
+    /// directories (refused, with a `plant_scan_budget` alert, over
+    /// `--max-entries`: nothing is run then).
+    pub fn start(a: &sbx_spec::PlantsSpec) -> Result<Plants, Failure> {
+        let mut roots = Vec::new();
+        for d in &a.dirs {
+            let c = fs::canonicalize(d)
+                .map_err(|e| Failure::new(format!("--dir {}: {e}", escape::path(d))))?;
+            if !c.is_dir() {
+                return Err(Failure::new(format!(
+                    "--dir {}: not a directory",
+                    escape::path(d)
+                )));
+            }
+            roots.push(c);
+        }
+        let qbases = match &a.quarantine {
+            Some(q) => vec![q.clone()],
+            None => sbx_core::registry::default_quarantines(),
+        };
+        let qbases: Vec<PathBuf> = if a.quarantine.is_some() {
+            qbases
         } else {
-            Severity::Alert
-        },
-        json!({ "dirs": roots.iter().map(|r| crate::jpath(r)).collect::<Vec<_>>(), "findings": after.findings.len(), "failed": after.failed }),
-    );
-    if let Some(f) = after.failed {
-        return Err(Failure::new(format!(
-            "planted repositories: {}",
-            escape::terminal(&f)
-        )));
+            // A default inside a writable directory (by path, identity or a
+            // bind mount aliasing it) is skipped, not refused.
+            qbases
+                .into_iter()
+                .filter(|q| quarantine_inside(q, &roots).is_none())
+                .collect()
+        };
+        for q in &qbases {
+            if !q.is_absolute() {
+                return Err(Failure::new(format!(
+                    "--quarantine {}: must be an absolute path",
+                    escape::path(q)
+                )));
+            }
+            if let Some(r) = quarantine_inside(q, &roots) {
+                return Err(Failure::new(format!(
+                    "--quarantine {}: inside {}, where the command can write",
+                    escape::path(q),
+                    escape::path(r)
+                )));
+            }
+        }
+        let before = match scan(&roots, a.max_entries) {
+            Ok(b) => b,
+            Err(e) => {
+                crate::audit(
+                    "plant_scan_budget",
+                    Severity::Alert,
+                    json!({ "reason": e.to_string(), "max_entries": a.max_entries, "action": "refused: the command did not run" }),
+                );
+                return Err(Failure::new(format!(
+                    "{}; nothing was run (raise --max-entries or narrow the writable directories)",
+                    escape::terminal(&e.to_string())
+                )));
+            }
+        };
+        if before.too_deep > 0 {
+            let f = too_deep_finding(&before);
+            crate::audit(f.event, f.severity, f.fields.clone());
+            eprintln!("{}: {}", crate::TOOL, f.line);
+        }
+        crate::audit(
+            "git_plant_snapshot",
+            Severity::Info,
+            json!({ "dirs": roots.iter().map(|r| crate::jpath(r)).collect::<Vec<_>>(), "repositories": before.entries.len(), "entries": before.scanned }),
+        );
+        Ok(Plants {
+            roots,
+            qbases,
+            max_entries: a.max_entries,
+            before,
+        })
     }
-    Ok(code)
+
+    /// After the command: quarantines what was planted, puts back and
+    /// restores the user's repositories, and reports. Some(failure) when
+    /// the check could not be completed (exit 125).
+    pub fn finish(self) -> Option<Failure> {
+        let mut q = Quarantine::new(self.qbases);
+        let after = check_after(&self.roots, &self.before, self.max_entries, &mut q);
+        for f in &after.findings {
+            crate::audit(f.event, f.severity, f.fields.clone());
+            eprintln!("{}: {}", crate::TOOL, f.line);
+        }
+        crate::audit(
+            "git_plants_checked",
+            if after.findings.is_empty() {
+                Severity::Info
+            } else {
+                Severity::Alert
+            },
+            json!({ "dirs": self.roots.iter().map(|r| crate::jpath(r)).collect::<Vec<_>>(), "findings": after.findings.len(), "failed": after.failed }),
+        );
+        after
+            .failed
+            .map(|f| Failure::new(format!("planted repositories: {}", escape::terminal(&f))))
+    }
 }
 
 #[cfg(test)]

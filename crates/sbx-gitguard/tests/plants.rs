@@ -554,3 +554,127 @@ fn plants_inside_known_repositories_are_found() {
         }
     }
 }
+
+impl Proj {
+    /// Makes the project itself a repository (one commit), as `run` needs.
+    fn make_repository(&self) {
+        let o = self.sh(
+            &self.p,
+            "set -e; git init -q; printf 'keep/\\n' > .gitignore; git add .gitignore notes.txt; git commit -qm top",
+        );
+        assert!(o.status.success(), "fixture: {}", stderr(&o));
+    }
+
+    /// `sbx-gitguard run --repo P --plants P --plants-quarantine Q [extra]
+    /// -- sh -c SCRIPT` in P: the plant check in `run`'s own process.
+    fn run_plants(&self, extra: &[&str], script: &str) -> Output {
+        let mut c = sbx_testutil::tool("sbx-gitguard");
+        c.arg("--audit-log")
+            .arg(&self.audit)
+            .arg("run")
+            .arg("--repo")
+            .arg(&self.p)
+            .arg("--plants")
+            .arg(&self.p)
+            .arg("--plants-quarantine")
+            .arg(&self.q)
+            .args(extra)
+            .args(["--", "sh", "-c", script])
+            .current_dir(&self.p);
+        self.env(&mut c);
+        sbx_testutil::output_within(&mut c, LIMIT)
+    }
+}
+
+/// `run --plants` (what sbx-policy chain and scripts/sbx-run use in a
+/// repository) is `plants` inside `run`, in one process: every planted
+/// shape is quarantined with its alert, before the repository's own check,
+/// and the user's repositories stay as they were.
+#[test]
+fn run_plants_quarantines_every_planted_shape_before_the_repository_check() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        pr.make_repository();
+        let keep_ino = ino(&pr.p.join("keep/.git"));
+        let out = pr.run_plants(&[], PLANTS);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        for (rel, tag) in PLANTED {
+            assert!(
+                !pr.git_runs_plant(rel, tag),
+                "{who:?}: git in {rel} ran the plant after run --plants"
+            );
+        }
+        for p in ["a/.git", "deep/b/.git", "c/.git", "d/.git", "x/y/z/e"] {
+            let full = pr.p.join(p);
+            assert_event(&pr.audit, "git_repo_planted", "alert", |e| {
+                e["path"] == full.to_str().unwrap()
+                    && e["action"]
+                        .as_str()
+                        .unwrap()
+                        .contains(pr.q.to_str().unwrap())
+            });
+        }
+        assert_eq!(ino(&pr.p.join("keep/.git")), keep_ino);
+        pr.keep_ok();
+        // One process: the plant events come between the snapshot and the
+        // repository's verdict, as with `plants` as the layer inside `run`.
+        let log = std::fs::read_to_string(&pr.audit).unwrap();
+        let at = |ev: &str| {
+            log.find(&format!("\"event\":\"{ev}\""))
+                .unwrap_or_else(|| panic!("{ev}: {log}"))
+        };
+        assert!(at("git_snapshot") < at("git_plant_snapshot"));
+        assert!(at("git_plant_snapshot") < at("git_plants_checked"));
+        assert!(at("git_plants_checked") < at("git_verified"));
+        let pids: std::collections::BTreeSet<String> = log
+            .lines()
+            .filter(|l| l.contains("\"event\":\"git_"))
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["pid"].to_string())
+            .collect();
+        assert_eq!(pids.len(), 1, "{who:?}: one sbx-gitguard process: {log}");
+    }
+}
+
+/// Over --plants-max-entries nothing runs and no git stage is made; a
+/// tree grown past it by the command fails the run (125) with the alert.
+#[test]
+fn run_plants_budget_fails_closed_before_the_stage_exists() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        pr.make_repository();
+        let stage = pr.dir.join("sbx-git-stage-budget");
+        let out = pr.run_plants(
+            &[
+                "--plants-max-entries",
+                "3",
+                "--stage",
+                stage.to_str().unwrap(),
+            ],
+            "touch ran",
+        );
+        assert_usage_error(&out, "--max-entries");
+        assert!(!pr.p.join("ran").exists());
+        assert!(!stage.exists(), "{who:?}: a stage was made for nothing");
+        assert_event(&pr.audit, "plant_scan_budget", "alert", |e| {
+            e["action"].as_str().unwrap().contains("did not run")
+        });
+        let out = pr.run_plants(
+            &["--plants-max-entries", "200"],
+            "mkdir many; cd many; for i in $(seq 1 300); do : > f$i; done",
+        );
+        assert_eq!(code(&out), 125, "{who:?}: {}", stderr(&out));
+        assert_event(&pr.audit, "plant_scan_budget", "alert", |e| {
+            e["action"].as_str().unwrap().contains("not fully checked")
+        });
+        // The repository's own check still ran.
+        assert_event(&pr.audit, "git_verified", "info", |_| true);
+        // --plants-quarantine and --plants-max-entries need --plants.
+        let mut c = sbx_testutil::tool("sbx-gitguard");
+        c.arg("run")
+            .arg("--repo")
+            .arg(&pr.p)
+            .args(["--plants-max-entries", "5", "--", "true"]);
+        run_as(&mut c, who);
+        assert_usage_error(&sbx_testutil::output_within(&mut c, LIMIT), "--plants");
+    }
+}

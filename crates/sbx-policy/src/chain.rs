@@ -619,7 +619,8 @@ pub fn gvisor_spec(
 }
 
 /// `sbx-gitguard run` when the project is a repository (with the git
-/// stage when there is one).
+/// stage when there is one), with the plant check of every writable
+/// directory in the same process (`--plants`).
 pub fn gitguard_spec(p: &Policy, stage: Option<&Path>) -> Option<GitguardRunSpec> {
     p.git_repo.then(|| GitguardRunSpec {
         repo: RepoSpec {
@@ -627,29 +628,34 @@ pub fn gitguard_spec(p: &Policy, stage: Option<&Path>) -> Option<GitguardRunSpec
             ..RepoSpec::default()
         },
         stage: stage.map(Path::to_path_buf),
+        plants: writable_dirs(p),
         ..GitguardRunSpec::default()
     })
 }
 
-/// sbx-gitguard's layers, in front of the sandbox: `run` (with the git
-/// stage) when the project is a repository, `plants` for every writable
-/// directory.
+/// Where the command can plant a repository: every writable directory
+/// (git runs a planted repository's fsmonitor and hooks on the host
+/// later), git project or not.
+fn writable_dirs(p: &Policy) -> Vec<PathBuf> {
+    p.rw.iter().filter(|r| r.is_dir()).cloned().collect()
+}
+
+/// sbx-gitguard's layer, in front of the sandbox: `run` when the project
+/// is a repository (its plant check included), else `plants` when
+/// something is writable. Either checks the plants right after the
+/// command, before the repository's own check.
 fn gitguard_layers(p: &Policy, stage: Option<&Path>) -> Vec<Layer> {
-    let mut layers: Vec<Layer> = gitguard_spec(p, stage)
-        .map(Layer::Gitguard)
-        .into_iter()
-        .collect();
-    // Repositories planted anywhere the command can write (git runs their
-    // fsmonitor and hooks on the host later), git project or not: checked
-    // right after the command, before the repository's own check.
-    let writable: Vec<PathBuf> = p.rw.iter().filter(|r| r.is_dir()).cloned().collect();
-    if !writable.is_empty() {
-        layers.push(Layer::Plants(PlantsSpec {
-            dirs: writable,
-            ..PlantsSpec::default()
-        }));
+    if let Some(run) = gitguard_spec(p, stage) {
+        return vec![Layer::Gitguard(run)];
     }
-    layers
+    let dirs = writable_dirs(p);
+    if dirs.is_empty() {
+        return Vec::new();
+    }
+    vec![Layer::Plants(PlantsSpec {
+        dirs,
+        ..PlantsSpec::default()
+    })]
 }
 
 /// The kernel execute allowlist's files for a command (None: none, the

@@ -101,7 +101,7 @@ impl StageLimits {
 }
 
 /// `sbx-gitguard run`: every flag but the command.
-#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", default)]
 pub struct GitguardRunSpec {
     #[command(flatten)]
@@ -124,6 +124,36 @@ pub struct GitguardRunSpec {
     #[command(flatten)]
     #[serde(flatten)]
     pub limits: StageLimits,
+    /// Also do what `plants --dir DIR` does (repeatable), in this process:
+    /// the plant check right after the command, before the repository's
+    /// own (one process and one walk of the work tree fewer than `plants`
+    /// as a layer of its own).
+    #[arg(long = "plants", value_name = "DIR")]
+    #[serde(rename = "plants", skip_serializing_if = "Vec::is_empty")]
+    pub plants: Vec<PathBuf>,
+    /// `plants --quarantine` for --plants.
+    #[arg(long, value_name = "DIR", requires = "plants")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plants_quarantine: Option<PathBuf>,
+    /// `plants --max-entries` for --plants.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_ENTRIES, requires = "plants")]
+    #[serde(skip_serializing_if = "is_default_entries")]
+    pub plants_max_entries: u64,
+}
+
+impl Default for GitguardRunSpec {
+    fn default() -> Self {
+        GitguardRunSpec {
+            repo: RepoSpec::default(),
+            alert_only: false,
+            full: false,
+            stage: None,
+            limits: StageLimits::default(),
+            plants: Vec::new(),
+            plants_quarantine: None,
+            plants_max_entries: DEFAULT_MAX_ENTRIES,
+        }
+    }
 }
 
 impl GitguardRunSpec {
@@ -136,7 +166,23 @@ impl GitguardRunSpec {
             .switch("--full", self.full)
             .opt("--stage", self.stage.as_ref());
         self.limits.push(&mut a);
+        a.each("--plants", &self.plants)
+            .opt("--plants-quarantine", self.plants_quarantine.as_ref())
+            .unless_default(
+                "--plants-max-entries",
+                &self.plants_max_entries,
+                DEFAULT_MAX_ENTRIES,
+            );
         a.done()
+    }
+
+    /// The plant check `--plants` asks for, as `plants` takes it.
+    pub fn plants_spec(&self) -> Option<PlantsSpec> {
+        (!self.plants.is_empty()).then(|| PlantsSpec {
+            dirs: self.plants.clone(),
+            quarantine: self.plants_quarantine.clone(),
+            max_entries: self.plants_max_entries,
+        })
     }
 }
 
@@ -205,9 +251,20 @@ mod tests {
                 stage_max_objects: 9,
                 stage_max_bytes: "1M".into(),
             },
+            plants: vec!["/r".into(), "/w".into()],
+            plants_quarantine: Some("/q".into()),
+            plants_max_entries: 7,
         };
         let args = full.args();
         assert_eq!(args[0], "run");
+        assert_eq!(
+            full.plants_spec(),
+            Some(PlantsSpec {
+                dirs: vec!["/r".into(), "/w".into()],
+                quarantine: Some("/q".into()),
+                max_entries: 7,
+            })
+        );
         crate::roundtrip::check(&full, args[1..].to_vec());
         let plain = GitguardRunSpec {
             repo: RepoSpec {
