@@ -97,7 +97,12 @@ where
             }
             // Messages name paths and values the sandbox may have chosen:
             // escaped, so no control sequence reaches the terminal.
-            eprintln!("{tool}: {}", crate::escape::terminal(&fail.message));
+            // (Not `eprintln!`, which panics when stderr is gone: the
+            // exit status stays the failure's.)
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!("{tool}: {}\n", crate::escape::terminal(&fail.message)).as_bytes(),
+            );
             fail.code
         }
     };

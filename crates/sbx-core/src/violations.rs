@@ -175,7 +175,9 @@ pub(crate) fn report(fd: RawFd, start: u64, file: Option<&std::path::Path>, mem:
         let end = block.len() - "</sandbox_violations>\n".len();
         block.insert_str(end, NO_LOG_NOTE);
     }
-    eprint!("{block}");
+    // Not `eprint!`: with stderr gone (a pipe whose reader left) that
+    // panics, and the tool's exit status would be 101 instead of its own.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), block.as_bytes());
     if let Some(p) = file {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
@@ -188,7 +190,7 @@ pub(crate) fn report(fd: RawFd, start: u64, file: Option<&std::path::Path>, mem:
             .open(p)
             .and_then(|mut f| writeln!(f, "{v}"));
         if let Err(e) = r {
-            eprintln!("write {}: {e}", p.display());
+            let _ = writeln!(std::io::stderr(), "write {}: {e}", p.display());
         }
     }
 }

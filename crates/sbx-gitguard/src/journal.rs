@@ -408,7 +408,7 @@ pub fn recover_at_start(git_dir: &Path) -> Result<(), sbx_core::Failure> {
     for (name, sev, fields) in &ev.list {
         crate::audit(name, *sev, fields.clone());
         if *sev != Severity::Info {
-            eprintln!(
+            say!(
                 "{}: {}: {}",
                 crate::TOOL,
                 name,

@@ -8,6 +8,16 @@
 //! repositories alike. `snapshot`, `check` and `repair` are the same steps
 //! one at a time.
 
+/// One line on stderr that never stops the run: with stderr gone (a pipe
+/// whose reader left), `eprintln!` panics, which in `run` would skip the
+/// import, the check and the repair after the command.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 mod dirlist;
 mod fsck;
 mod fsutil;
@@ -53,7 +63,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
     extra: &[
         (
             "COMMANDS",
-            "run --repo DIR [--alert-only] [--full] [--lock-wait DURATION] [--stage DIR [--stage-max-objects N] [--stage-max-bytes SIZE]] [--plants DIR... [--plants-quarantine Q] [--plants-max-entries N]] -- CMD [ARGS...]\n\nSnapshot the repository, run CMD under supervision (signals forwarded, killed when sbx-gitguard dies), verify and repair, report. --alert-only reports and alerts but repairs nothing. --full checks the object store in full before and after the command (default: structurally, and in full on any sign of damage). --stage DIR creates a git stage for sbx-fs --git-stage DIR before the command and imports it after (see GIT STAGE), before the check. --plants DIR (repeatable) does in the same process what `plants --dir DIR -- CMD` inside `run` would do, with the same events and exit status: the plant inventory after the snapshot (over --plants-max-entries nothing is run and no stage is made), and the plant check right after the command, before the import and the repository's check; --plants-quarantine and --plants-max-entries are plants' --quarantine and --max-entries. sbx-policy chain and scripts/sbx-run use it in a repository: one process and one walk of the work tree fewer.\n\nimport --repo DIR --stage DIR [--stage-max-objects N] [--stage-max-bytes SIZE]\n\nImport a git stage on its own (for a stage whose run died, or Makefile recipes), then remove it. Refused (125, the stage left as it is) when the stage is not 0700 and the caller's, names another git dir, or its lock is held by a live run.\n\nplants --dir DIR [--dir DIR]... [--quarantine Q] [--max-entries N] -- CMD [ARGS...]\n\nFor any project, git repository or not: list every entry of the --dir trees that git could take for a repository (as git's setup.c decides: a .git directory or a bare-shaped directory whose HEAD is valid and whose objects and refs, or those of the directory its commondir names, can be entered, executable files included; every .git file or symlink), run CMD, then move every new one into the quarantine Q (default $XDG_STATE_HOME/sbx/quarantine), put back a user's repository that was renamed away, restore one whose config, commondir or .git file changed and quarantine new hooks in it. The user's repositories are known by device, inode and content. Over --max-entries (default 1000000) the run refuses to start, or fails with 125 afterwards, with a plant_scan_budget alert.\n\nsnapshot --repo DIR -o FILE [--full] [--lock-wait DURATION]\n\nWrite a snapshot (0600, atomically) after checking the repository is sound.\n\ncheck --repo DIR [--against FILE] [--full] [--json] [--lock-wait DURATION]\n\nWithout --against: damage, dangerous configuration keys, installed hooks and repository-shaped directories in the work tree. With --against: everything that differs from the snapshot. Changes nothing. --json prints one JSON object: repo, mode, ok, unrecoverable, full_check, findings (check, repo, path, found, action, severity, dangerous_keys, unrecoverable).\n\nrepair --repo DIR --against FILE [--full] [--json] [--lock-wait DURATION]\n\nBring the repository back to the snapshot by the rules of WHAT IS KEPT.\n\n--repo is the top of a work tree (main or linked) or a bare git dir; there is no search upwards. --lock-wait (default 2s) bounds the wait for a concurrent git process. With --config FILE, the settings of the sbx-gitguard section apply to the subcommand named first (keys are its long flag names).",
+            "run --repo DIR [--alert-only] [--full] [--lock-wait DURATION] [--stage DIR [--stage-max-objects N] [--stage-max-bytes SIZE]] [--plants DIR... [--plants-quarantine Q] [--plants-max-entries N]] -- CMD [ARGS...]\n\nSnapshot the repository, run CMD under supervision (signals forwarded, killed when sbx-gitguard dies), verify and repair, report. --alert-only reports and alerts but repairs nothing. --full checks the object store in full before and after the command (default: structurally, and in full on any sign of damage). --stage DIR creates a git stage for sbx-fs --git-stage DIR before the command and imports it after (see GIT STAGE), before the check. --plants DIR (repeatable) does in the same process what `plants --dir DIR -- CMD` inside `run` would do, with the same events and exit status: the plant inventory just before the command starts (over --plants-max-entries nothing is run, and a stage made for it is removed), and the plant check right after the command, whose failure or panic never skips what follows and during which a termination signal is taken and reported as the exit status (128+N), before the import and the repository's check; --plants-quarantine and --plants-max-entries are plants' --quarantine and --max-entries. sbx-policy chain and scripts/sbx-run use it in a repository: one process and one walk of the work tree fewer.\n\nimport --repo DIR --stage DIR [--stage-max-objects N] [--stage-max-bytes SIZE]\n\nImport a git stage on its own (for a stage whose run died, or Makefile recipes), then remove it. Refused (125, the stage left as it is) when the stage is not 0700 and the caller's, names another git dir, or its lock is held by a live run.\n\nplants --dir DIR [--dir DIR]... [--quarantine Q] [--max-entries N] -- CMD [ARGS...]\n\nFor any project, git repository or not: list every entry of the --dir trees that git could take for a repository (as git's setup.c decides: a .git directory or a bare-shaped directory whose HEAD is valid and whose objects and refs, or those of the directory its commondir names, can be entered, executable files included; every .git file or symlink), run CMD, then move every new one into the quarantine Q (default $XDG_STATE_HOME/sbx/quarantine), put back a user's repository that was renamed away, restore one whose config, commondir or .git file changed and quarantine new hooks in it. The user's repositories are known by device, inode and content. Over --max-entries (default 1000000) the run refuses to start, or fails with 125 afterwards, with a plant_scan_budget alert.\n\nsnapshot --repo DIR -o FILE [--full] [--lock-wait DURATION]\n\nWrite a snapshot (0600, atomically) after checking the repository is sound.\n\ncheck --repo DIR [--against FILE] [--full] [--json] [--lock-wait DURATION]\n\nWithout --against: damage, dangerous configuration keys, installed hooks and repository-shaped directories in the work tree. With --against: everything that differs from the snapshot. Changes nothing. --json prints one JSON object: repo, mode, ok, unrecoverable, full_check, findings (check, repo, path, found, action, severity, dangerous_keys, unrecoverable).\n\nrepair --repo DIR --against FILE [--full] [--json] [--lock-wait DURATION]\n\nBring the repository back to the snapshot by the rules of WHAT IS KEPT.\n\n--repo is the top of a work tree (main or linked) or a bare git dir; there is no search upwards. --lock-wait (default 2s) bounds the wait for a concurrent git process. With --config FILE, the settings of the sbx-gitguard section apply to the subcommand named first (keys are its long flag names).",
         ),
         (
             "AUDIT EVENTS",
@@ -485,13 +495,6 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
         Severity::Info,
         json!({ "repo": jpath(&l.common_dir), "units": snap.units.len() }),
     );
-    // --plants: `plants` in this process (refused before the stage exists
-    // when its walk is over budget). Its walk lists the work tree through
-    // the same memo as the snapshot's.
-    let plants = a
-        .plants_spec()
-        .map(|p| plant::Plants::start(&p))
-        .transpose()?;
     let stage = match &stage_plan {
         Some((dir, git_dir)) => {
             for p in stage::reap_siblings(dir) {
@@ -545,20 +548,46 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
             objects::restat_loose(&u.path.join("objects"), &mut u.loose);
         }
     }
+    // --plants: `plants` in this process, its inventory taken of what the
+    // command will find (the keep links included), just before it starts.
+    // Its walks list the work tree through the same memo as the snapshot's.
+    let plants = match a.plants_spec().map(|p| plant::Plants::start(&p)) {
+        Some(Err(e)) => {
+            // Over budget: nothing runs, and the stage made for it goes.
+            if let Some(st) = stage {
+                let _ = st.remove();
+            }
+            return Err(e);
+        }
+        p => p.and_then(Result::ok),
+    };
     let mut cmd = sbx_core::supervise::command(&args.cmd, None)?;
     let keep: Vec<i32> = sbx_core::audit::get()
         .and_then(|au| au.handoff(&args.cmd[0], &mut cmd))
         .into_iter()
         .collect();
-    let code = {
+    let mut code = {
         let mut sup = sbx_core::supervise::Supervisor::spawn(cmd, &keep)?;
         sup.run_to_end()
             .map_err(|e| Failure::new(format!("waiting for the command: {e}")))?
     };
     // The plant check before the stage's import and the repository's
-    // check, as `plants` between `run` and the command has it; still with
-    // the signals held (it is the protection).
-    let plants_failed = plants.and_then(plant::Plants::finish);
+    // check, as `plants` between `run` and the command had it, with the
+    // signals still held. Nothing in it stops what follows: a panic is a
+    // failed check (exit 125), and a termination signal that came since
+    // the command ended is taken here and reported as the exit status
+    // (128+N, as the `plants` layer killed by it was), not delivered
+    // before the import and the check.
+    let plants_failed = plants.and_then(|p| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.finish())).unwrap_or_else(|_| {
+            Some(Failure::new(
+                "planted repositories: the check stopped half-way (see the audit log)",
+            ))
+        })
+    });
+    if let Some(sig) = hold.take() {
+        code = 128 + sig;
+    }
     drop(hold);
 
     // The stage first: what it brings in is expected by the check below.
@@ -590,13 +619,13 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
             .iter()
             .filter(|f| f.severity != Severity::Info)
         {
-            eprintln!("{TOOL}: {}", text_line(f));
+            say!("{TOOL}: {}", text_line(f));
         }
     }
     if let Some(st) = stage {
         let dir = st.paths.dir.clone();
         if let Err(e) = st.remove() {
-            eprintln!(
+            say!(
                 "{TOOL}: warn: cannot remove the stage {}: {e}",
                 dir.display()
             );
@@ -646,7 +675,7 @@ fn import_stage(
                 .and_then(|v| v.as_str())
                 .unwrap_or("");
             let why = fields.get("reason").and_then(|v| v.as_str()).unwrap_or("");
-            eprintln!(
+            say!(
                 "{TOOL}: alert: {name}: {}: {}",
                 sbx_core::escape::terminal(what),
                 sbx_core::escape::terminal(why)

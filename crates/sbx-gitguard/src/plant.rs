@@ -968,7 +968,7 @@ impl Plants {
         if before.too_deep > 0 {
             let f = too_deep_finding(&before);
             crate::audit(f.event, f.severity, f.fields.clone());
-            eprintln!("{}: {}", crate::TOOL, f.line);
+            say!("{}: {}", crate::TOOL, f.line);
         }
         crate::audit(
             "git_plant_snapshot",
@@ -991,7 +991,7 @@ impl Plants {
         let after = check_after(&self.roots, &self.before, self.max_entries, &mut q);
         for f in &after.findings {
             crate::audit(f.event, f.severity, f.fields.clone());
-            eprintln!("{}: {}", crate::TOOL, f.line);
+            say!("{}: {}", crate::TOOL, f.line);
         }
         crate::audit(
             "git_plants_checked",

@@ -41,6 +41,28 @@ impl Hold {
     }
 }
 
+impl Hold {
+    /// Takes the termination signal that came while held, if one did (it
+    /// is consumed: the end of the hold does not deliver it).
+    pub fn take(&self) -> Option<i32> {
+        let set = termination();
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let mut first = None;
+        loop {
+            // SAFETY: a valid signal set, no siginfo wanted (null), and a
+            // live zero timeout: returns at once, a pending signal or -1.
+            let s = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &zero) };
+            if s <= 0 {
+                return first;
+            }
+            first.get_or_insert(s);
+        }
+    }
+}
+
 impl Default for Hold {
     fn default() -> Self {
         Self::new()

@@ -668,6 +668,19 @@ fn run_plants_budget_fails_closed_before_the_stage_exists() {
         });
         // The repository's own check still ran.
         assert_event(&pr.audit, "git_verified", "info", |_| true);
+        // The inventory is of what the command finds: with 300 loose
+        // objects, `run`'s keep links (one per object, in .git) are in it,
+        // as they were for `plants` inside `run`: over budget, refused up
+        // front (helper-45: taken before the links, it let the command
+        // run and failed only after it).
+        let o = pr.sh(
+            &pr.dir,
+            "set -e; mkdir objs; for i in $(seq 1 300); do echo $i > objs/$i; done; ls -d \"$PWD\"/objs/* | git -C p hash-object -w --stdin-paths >/dev/null",
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = pr.run_plants(&["--plants-max-entries", "250"], "touch ran");
+        assert_usage_error(&out, "--max-entries");
+        assert!(!pr.p.join("ran").exists());
         // --plants-quarantine and --plants-max-entries need --plants.
         let mut c = sbx_testutil::tool("sbx-gitguard");
         c.arg("run")
@@ -676,5 +689,103 @@ fn run_plants_budget_fails_closed_before_the_stage_exists() {
             .args(["--plants-max-entries", "5", "--", "true"]);
         run_as(&mut c, who);
         assert_usage_error(&sbx_testutil::output_within(&mut c, LIMIT), "--plants");
+    }
+}
+
+/// The commit a hostile command moves `main` to (an empty tree).
+const EVIL_MAIN: &str = "t=$(git mktree </dev/null); c=$(echo evil | git commit-tree $t); git update-ref refs/heads/main $c";
+
+impl Proj {
+    fn main_is_top(&self) -> bool {
+        let o = self.sh(&self.p, "git log -1 --format=%s main");
+        String::from_utf8_lossy(&o.stdout).trim() == "top"
+    }
+}
+
+/// A termination signal that comes while `run --plants` checks the plants
+/// (after the command ended, the signals still held) is taken and
+/// reported as the exit status: it never skips the stage's import and the
+/// repository's check, as it did not when `plants` was a process of its
+/// own (helper-45: the command grows the tree to widen the window, moves
+/// `main`, and the signal came before the repair).
+#[test]
+fn run_plants_a_signal_during_the_check_skips_neither_the_import_nor_the_check() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        pr.make_repository();
+        let pidfile = pr.dir.join("gitguard.pid");
+        // A tree whose plant check takes long (40,000 directories), then
+        // the supervisor's pid for the test: the command's last act.
+        let script = format!(
+            "set -e; {EVIL_MAIN}; mkdir many; cd many; seq 1 40000 | xargs mkdir; echo $PPID > {}.tmp; mv {0}.tmp {0}",
+            pidfile.display()
+        );
+        let killer = {
+            let pidfile = pidfile.clone();
+            std::thread::spawn(move || {
+                let start = std::time::Instant::now();
+                while !pidfile.exists() {
+                    assert!(start.elapsed() < LIMIT, "the command never finished");
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                let pid = std::fs::read_to_string(&pidfile).unwrap();
+                let st = Command::new("kill")
+                    .args(["-TERM", pid.trim()])
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+            })
+        };
+        let out = pr.run_plants(&[], &script);
+        killer.join().unwrap();
+        assert_eq!(
+            code(&out),
+            143,
+            "{who:?}: the signal is the exit status: {}",
+            stderr(&out)
+        );
+        assert!(pr.main_is_top(), "{who:?}: main was not restored");
+        assert_event(&pr.audit, "git_plants_checked", "info", |_| true);
+        assert_event(&pr.audit, "git_verified", "alert", |_| true);
+    }
+}
+
+/// With stderr gone (a pipe whose reader left), the plant check's lines
+/// are lost, never the check: the plant is quarantined and the
+/// repository repaired (helper-45: `eprintln!` panicked in the plant
+/// check and `run` exited 101 before its repair).
+#[test]
+fn run_plants_a_closed_stderr_skips_neither_the_plants_nor_the_repair() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        pr.make_repository();
+        let (r, w) = std::io::pipe().unwrap();
+        drop(r);
+        let mut c = sbx_testutil::tool("sbx-gitguard");
+        c.arg("--audit-log")
+            .arg(&pr.audit)
+            .arg("run")
+            .arg("--repo")
+            .arg(&pr.p)
+            .arg("--plants")
+            .arg(&pr.p)
+            .arg("--plants-quarantine")
+            .arg(&pr.q)
+            .args(["--", "sh", "-c"])
+            .arg(format!("set -e; {EVIL_MAIN}; {}", PLANTS))
+            .current_dir(&pr.p)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(w);
+        pr.env(&mut c);
+        let out = sbx_testutil::wait_within(&mut c, LIMIT);
+        assert_eq!(code(&out), 0, "{who:?}");
+        assert!(pr.main_is_top(), "{who:?}: main was not restored");
+        for (rel, tag) in PLANTED {
+            assert!(!pr.git_runs_plant(rel, tag), "{who:?}: {rel}");
+        }
+        assert_event(&pr.audit, "git_plants_checked", "alert", |_| true);
+        assert_event(&pr.audit, "git_verified", "alert", |_| true);
     }
 }
