@@ -668,9 +668,10 @@ pub fn walk_links(
 
 /// The walk itself. Each directory is opened relative to its parent's fd
 /// (`openat`, never following a symlink) and listed on that fd, so no
-/// path longer than PATH_MAX is ever handed to the kernel: with `deep` the walk goes on below PATH_MAX (the end
-/// sweep, which reaches such entries through [`Reach`]); without it an
-/// entry deeper than [`START_PATH_MAX`] is an error. Directories are
+/// path longer than PATH_MAX is ever handed to the kernel: with `deep` the
+/// walk goes on below PATH_MAX (the end sweep, which reaches such entries
+/// through [`Reach`]); without it an entry deeper than [`START_PATH_MAX`]
+/// is an error. Directories are
 /// opened when they are walked, so the fds held are those of the
 /// directories with siblings still to walk (at most the depth).
 ///

@@ -567,7 +567,7 @@ impl Proj {
 
     /// `sbx-gitguard run --repo P --plants P --plants-quarantine Q [extra]
     /// -- sh -c SCRIPT` in P: the plant check in `run`'s own process.
-    fn run_plants(&self, extra: &[&str], script: &str) -> Output {
+    fn run_plants_cmd(&self, extra: &[&str], script: &str) -> Command {
         let mut c = sbx_testutil::tool("sbx-gitguard");
         c.arg("--audit-log")
             .arg(&self.audit)
@@ -582,7 +582,12 @@ impl Proj {
             .args(["--", "sh", "-c", script])
             .current_dir(&self.p);
         self.env(&mut c);
-        sbx_testutil::output_within(&mut c, LIMIT)
+        c
+    }
+
+    /// [`Proj::run_plants_cmd`], its output.
+    fn run_plants(&self, extra: &[&str], script: &str) -> Output {
+        sbx_testutil::output_within(&mut self.run_plants_cmd(extra, script), LIMIT)
     }
 }
 
@@ -762,23 +767,10 @@ fn run_plants_a_closed_stderr_skips_neither_the_plants_nor_the_repair() {
         pr.make_repository();
         let (r, w) = std::io::pipe().unwrap();
         drop(r);
-        let mut c = sbx_testutil::tool("sbx-gitguard");
-        c.arg("--audit-log")
-            .arg(&pr.audit)
-            .arg("run")
-            .arg("--repo")
-            .arg(&pr.p)
-            .arg("--plants")
-            .arg(&pr.p)
-            .arg("--plants-quarantine")
-            .arg(&pr.q)
-            .args(["--", "sh", "-c"])
-            .arg(format!("set -e; {EVIL_MAIN}; {}", PLANTS))
-            .current_dir(&pr.p)
-            .stdin(std::process::Stdio::null())
+        let mut c = pr.run_plants_cmd(&[], &format!("set -e; {EVIL_MAIN}; {PLANTS}"));
+        c.stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(w);
-        pr.env(&mut c);
         let out = sbx_testutil::wait_within(&mut c, LIMIT);
         assert_eq!(code(&out), 0, "{who:?}");
         assert!(pr.main_is_top(), "{who:?}: main was not restored");
