@@ -297,7 +297,11 @@ impl Audit {
             s
         });
         if let Err(e) = r {
-            eprintln!("{}: audit log write failed: {e}", self.tool);
+            // (Not `eprintln!`: it panics when stderr is gone too.)
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!("{}: audit log write failed: {e}\n", self.tool).as_bytes(),
+            );
         }
     }
 

@@ -431,6 +431,10 @@ pub fn init_tracing_quiet_level(verbose: u8, quiet: &str) {
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_ansi(false)
+        // A stderr that is gone (a pipe whose reader left) loses the
+        // lines, never the tool: tracing-subscriber would report the
+        // failed write with `eprintln!`, which panics there.
+        .log_internal_errors(false)
         .try_init();
 }
 

@@ -57,7 +57,7 @@ pub const TOOL: &str = "sbx-gitguard";
 
 pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
     about: "sbx-gitguard protects a git repository from the command it runs. `run` snapshots the repository's git dirs (HEAD, every ref and packed-refs, config and the files it includes, hooks and a core.hooksPath directory, info/, the other protected files of the clean-up list, the list of top-level entries, the pack checksums, and the repository-shaped directories already in the work tree), runs the command under supervision, then verifies and repairs: a deleted, unreadable or out-of-refs HEAD is restored; deleted or rewritten refs are restored (from the snapshot, else from the reflog); config and included files are reverted and the keys that make git run programs are named; new or changed hooks are removed or restored; files planted in the git dir are removed; bare-repository-shaped directories and new .git dirs or foreign .git files planted in the work tree are removed; linked worktrees, submodules (.git/modules) and nested repositories get the same checks. The object store gets a fast structural check every time and a full connectivity check (the equivalent of git fsck) with --full or on any sign of damage. Every finding is an audit alert saying what was found and what was done. `snapshot`, `check` and `repair` do the same steps separately, for Makefile targets and hooks that run between an agent's turns. With --stage, commits made inside an sbx-fs sandbox land in a stage (the upper layer of an overlay over the whole .git; the host's .git stays untouched) that sbx-gitguard imports afterwards, object by object and ref by ref, by the rules of GIT STAGE; `import` does that step alone.",
-    exit_status: "run: the command's status (128+N when it was killed by signal N, or when sbx-gitguard got termination signal N after the command ended and before its check: the import and the check still run); 125 when sbx-gitguard failed, when the repository was already damaged before the command (nothing is run then), or when the repository could not be brought back (objects gone, the git dir replaced, a repair that failed); 126/127 when the command could not be executed or found.\n\nsnapshot: 0, or 125 (not a repository, locked, already damaged, cannot write).\n\ncheck: 0 when nothing was found, 1 when something was (alerts or warnings), 125 on bad input.\n\nrepair: 0 when the repository matches the snapshot's rules afterwards (whether or not something was repaired), 125 when it could not be brought back or on bad input.",
+    exit_status: "run: the command's status (128+N when it was killed by signal N, or when sbx-gitguard got termination signal N after the command ended and before its check: the plant check, the import and the check still run; 128+N without running the command when the signal came while the run was being set up after the snapshot); 125 when sbx-gitguard failed, when the repository was already damaged before the command (nothing is run then), or when the repository could not be brought back (objects gone, the git dir replaced, a repair that failed); 126/127 when the command could not be executed or found.\n\nsnapshot: 0, or 125 (not a repository, locked, already damaged, cannot write).\n\ncheck: 0 when nothing was found, 1 when something was (alerts or warnings), 125 on bad input.\n\nrepair: 0 when the repository matches the snapshot's rules afterwards (whether or not something was repaired), 125 when it could not be brought back or on bad input.",
     inherited_state: "run: the command inherits everything sbx-gitguard has (environment, working directory, namespaces, limits) except the audit log, which only a next sbx tool receives (SBX_AUDIT_FD). sbx-gitguard changes nothing before the command; it only reads the repository, and writes after the command has exited.",
     environment: "- XDG_STATE_HOME: where keep directories and the plants quarantine go by default (else ~/.local/state/sbx).\n- GIT_OBJECT_DIRECTORY: honoured when telling a planted repository from a directory git cannot use.",
     extra: &[
@@ -515,9 +515,11 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
         None => None,
     };
 
-    // From here to the end of the command, signals are held back (the
-    // supervisor forwards them to the command); the check afterwards is
-    // stoppable again.
+    // From here to the end of the import, termination signals are held
+    // back: one that comes before the command starts stops the run there,
+    // the supervisor forwards those that come while it runs, and one that
+    // comes after it ended becomes the exit status. The check afterwards
+    // is stoppable again.
     let hold = sig::Hold::new();
     // Hard links to the object files, so objects the command deletes can
     // be linked back (repair mode only). Not for the git dirs a stage
@@ -561,6 +563,16 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
         }
         p => p.and_then(Result::ok),
     };
+    // A termination signal held since the hold began (the keep links, the
+    // plant inventory): the command is not started, as `plants` killed
+    // during its inventory did not start it.
+    if let Some(sig) = hold.take() {
+        drop(keeps);
+        if let Some(st) = stage {
+            let _ = st.remove();
+        }
+        return Ok(128 + sig);
+    }
     let mut cmd = sbx_core::supervise::command(&args.cmd, None)?;
     let keep: Vec<i32> = sbx_core::audit::get()
         .and_then(|au| au.handoff(&args.cmd[0], &mut cmd))
@@ -574,10 +586,7 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
     // The plant check before the stage's import and the repository's
     // check, as `plants` between `run` and the command had it, with the
     // signals still held. Nothing in it stops what follows: a panic is a
-    // failed check (exit 125), and a termination signal that came since
-    // the command ended is taken here and reported as the exit status
-    // (128+N, as the `plants` layer killed by it was), not delivered
-    // before the import and the check.
+    // failed check (exit 125).
     let plants_failed = plants.and_then(|p| {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.finish())).unwrap_or_else(|_| {
             Some(Failure::new(
@@ -585,10 +594,6 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
             ))
         })
     });
-    if let Some(sig) = hold.take() {
-        code = 128 + sig;
-    }
-    drop(hold);
 
     // The stage first: what it brings in is expected by the check below.
     let mut exceeded = None;
@@ -605,6 +610,15 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
             Err(e) => import_failed = Some(e),
         }
     }
+    // A termination signal that came since the command ended (during the
+    // plant check or the import) is taken and becomes the exit status
+    // (128+N, as the `plants` layer killed by it was): it is not
+    // delivered before the check, which it would skip. The check is
+    // stoppable again.
+    if let Some(sig) = hold.take() {
+        code = 128 + sig;
+    }
+    drop(hold);
     let mode = if a.alert_only {
         Mode::AlertOnly
     } else {

@@ -719,10 +719,10 @@ fn run_plants_a_signal_during_the_check_skips_neither_the_import_nor_the_check()
         let pr = Proj::new(who);
         pr.make_repository();
         let pidfile = pr.dir.join("gitguard.pid");
-        // A tree whose plant check takes long (40,000 directories), then
+        // A tree whose plant check takes a while (15,000 directories), then
         // the supervisor's pid for the test: the command's last act.
         let script = format!(
-            "set -e; {EVIL_MAIN}; mkdir many; cd many; seq 1 40000 | xargs mkdir; echo $PPID > {}.tmp; mv {0}.tmp {0}",
+            "set -e; {EVIL_MAIN}; mkdir many; cd many; seq 1 15000 | xargs mkdir; echo $PPID > {}.tmp; mv {0}.tmp {0}",
             pidfile.display()
         );
         let killer = {
@@ -779,5 +779,169 @@ fn run_plants_a_closed_stderr_skips_neither_the_plants_nor_the_repair() {
         }
         assert_event(&pr.audit, "git_plants_checked", "alert", |_| true);
         assert_event(&pr.audit, "git_verified", "alert", |_| true);
+    }
+}
+
+/// With stderr gone and the log at debug (every audit event is a tracing
+/// line too), tracing-subscriber reported its failed writes with
+/// `eprintln!`, which panicked `run` (exit 101) before the command or
+/// after it, skipping the plant check and the repair (helper-46). The
+/// lines are lost, never the run.
+#[test]
+fn run_plants_a_closed_stderr_with_tracing_on_skips_nothing() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        pr.make_repository();
+        let (r, w) = std::io::pipe().unwrap();
+        drop(r);
+        let mut c = pr.run_plants_cmd(&[], &format!("set -e; {EVIL_MAIN}; {PLANTS}"));
+        c.env("SBX_LOG", "debug")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(w);
+        let out = sbx_testutil::wait_within(&mut c, LIMIT);
+        assert_eq!(code(&out), 0, "{who:?}");
+        assert!(pr.main_is_top(), "{who:?}: main was not restored");
+        for (rel, tag) in PLANTED {
+            assert!(!pr.git_runs_plant(rel, tag), "{who:?}: {rel}");
+        }
+        assert_event(&pr.audit, "git_verified", "alert", |_| true);
+    }
+}
+
+/// A termination signal while `run --plants` takes its plant inventory
+/// (signals held, no command yet) stops the run there: the command never
+/// starts, the stage made for it is removed, exit 128+N, as when `plants`
+/// was a process of its own and died of it. Before, it stayed pending and
+/// was forwarded to the command, which could ignore it and run
+/// (helper-46).
+#[test]
+fn run_plants_a_signal_during_the_inventory_starts_no_command() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        pr.make_repository();
+        // A writable directory besides the project whose inventory takes
+        // a while (20,000 directories); the project's own snapshot does
+        // not walk it.
+        let big = pr.dir.join("big");
+        let o = pr.sh(
+            &pr.dir,
+            "set -e; mkdir big; cd big; seq 1 20000 | xargs mkdir",
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let stage = pr.dir.join("sbx-git-stage-inventory");
+        let killer = {
+            let stage = stage.clone();
+            std::thread::spawn(move || {
+                let start = std::time::Instant::now();
+                // The stage exists: the snapshot is done, the inventory
+                // is next.
+                while !stage.exists() {
+                    assert!(start.elapsed() < LIMIT, "no stage");
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                let pid = std::fs::read_dir("/proc")
+                    .unwrap()
+                    .flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                    .find(|p| {
+                        std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
+                            let c = String::from_utf8_lossy(&c);
+                            c.contains("sbx-git-stage-inventory") && c.contains("--plants")
+                        })
+                    })
+                    .expect("the sbx-gitguard run");
+                let st = Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+            })
+        };
+        let out = pr.run_plants(
+            &[
+                "--plants",
+                big.to_str().unwrap(),
+                "--plants-max-entries",
+                "10000000",
+                "--stage",
+                stage.to_str().unwrap(),
+            ],
+            "trap '' TERM; touch ran; sleep 1",
+        );
+        killer.join().unwrap();
+        assert_eq!(code(&out), 143, "{who:?}: {}", stderr(&out));
+        assert!(!pr.p.join("ran").exists(), "{who:?}: the command ran");
+        assert!(!stage.exists(), "{who:?}: the stage was left");
+    }
+}
+
+/// A termination signal during the stage's import (held there) no longer
+/// skips the repository's check: it becomes the exit status after it
+/// (helper-46: the check was skipped and a planted bare repository
+/// stayed, at 594e72b too).
+#[test]
+fn a_signal_during_the_import_skips_not_the_check() {
+    for who in identities() {
+        let pr = Proj::new(who);
+        pr.make_repository();
+        let stage = pr.dir.join("sbx-git-stage-import");
+        let mark = pr.dir.join("command-done");
+        // 5,000 objects for the import to read and verify, a repository
+        // planted in the work tree for the check to remove.
+        let script = format!(
+            "set -e; o={s}/git/upper/objects; mkdir -p $o ../objs; for i in $(seq 1 5000); do echo $i > ../objs/f$i; done; \
+             ls -d \"$(cd ../objs; pwd)\"/f* | GIT_OBJECT_DIRECTORY=$o git hash-object -w --stdin-paths >/dev/null; \
+             mkdir -p evil/objects evil/refs; echo 'ref: refs/heads/main' > evil/HEAD; touch {m}",
+            s = stage.display(),
+            m = mark.display()
+        );
+        let killer = {
+            let mark = mark.clone();
+            std::thread::spawn(move || {
+                let start = std::time::Instant::now();
+                while !mark.exists() {
+                    assert!(start.elapsed() < LIMIT, "the command never finished");
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                let pid = std::fs::read_dir("/proc")
+                    .unwrap()
+                    .flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                    .find(|p| {
+                        std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
+                            String::from_utf8_lossy(&c).contains("sbx-git-stage-import")
+                        })
+                    })
+                    .expect("the sbx-gitguard run");
+                let st = Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+            })
+        };
+        let mut c = sbx_testutil::tool("sbx-gitguard");
+        c.arg("--audit-log")
+            .arg(&pr.audit)
+            .arg("run")
+            .arg("--repo")
+            .arg(&pr.p)
+            .arg("--stage")
+            .arg(&stage)
+            .args(["--", "sh", "-c", &script])
+            .current_dir(&pr.p);
+        pr.env(&mut c);
+        let out = sbx_testutil::output_within(&mut c, LIMIT);
+        killer.join().unwrap();
+        assert_eq!(code(&out), 143, "{who:?}: {}", stderr(&out));
+        assert!(
+            !pr.p.join("evil").exists(),
+            "{who:?}: the check did not run: the planted repository stayed"
+        );
+        assert_event(&pr.audit, "objects_imported", "info", |_| true);
+        assert_event(&pr.audit, "git_verified", "alert", |_| true);
+        assert!(!stage.exists(), "{who:?}: the stage was left");
     }
 }
