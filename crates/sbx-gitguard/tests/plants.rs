@@ -756,57 +756,57 @@ fn run_plants_a_signal_during_the_check_skips_neither_the_import_nor_the_check()
     }
 }
 
-/// With stderr gone (a pipe whose reader left), the plant check's lines
-/// are lost, never the check: the plant is quarantined and the
-/// repository repaired (helper-45: `eprintln!` panicked in the plant
-/// check and `run` exited 101 before its repair).
+/// With stderr gone (a pipe whose reader left), lines are lost, never a
+/// step: the plants are quarantined and the repository repaired.
+/// helper-45: `eprintln!` panicked in the plant check and `run` exited 101
+/// before its repair; helper-46: with the log at debug (every audit event
+/// a tracing line too) tracing-subscriber's own `eprintln!` did.
 #[test]
 fn run_plants_a_closed_stderr_skips_neither_the_plants_nor_the_repair() {
     for who in identities() {
-        let pr = Proj::new(who);
-        pr.make_repository();
-        let (r, w) = std::io::pipe().unwrap();
-        drop(r);
-        let mut c = pr.run_plants_cmd(&[], &format!("set -e; {EVIL_MAIN}; {PLANTS}"));
-        c.stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(w);
-        let out = sbx_testutil::wait_within(&mut c, LIMIT);
-        assert_eq!(code(&out), 0, "{who:?}");
-        assert!(pr.main_is_top(), "{who:?}: main was not restored");
-        for (rel, tag) in PLANTED {
-            assert!(!pr.git_runs_plant(rel, tag), "{who:?}: {rel}");
+        for log in [None, Some("debug")] {
+            let pr = Proj::new(who);
+            pr.make_repository();
+            let (r, w) = std::io::pipe().unwrap();
+            drop(r);
+            let mut c = pr.run_plants_cmd(&[], &format!("set -e; {EVIL_MAIN}; {PLANTS}"));
+            if let Some(l) = log {
+                c.env("SBX_LOG", l);
+            }
+            c.stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(w);
+            let out = sbx_testutil::wait_within(&mut c, LIMIT);
+            assert_eq!(code(&out), 0, "{who:?} {log:?}");
+            assert!(pr.main_is_top(), "{who:?} {log:?}: main was not restored");
+            for (rel, tag) in PLANTED {
+                assert!(!pr.git_runs_plant(rel, tag), "{who:?} {log:?}: {rel}");
+            }
+            assert_event(&pr.audit, "git_plants_checked", "alert", |_| true);
+            assert_event(&pr.audit, "git_verified", "alert", |_| true);
         }
-        assert_event(&pr.audit, "git_plants_checked", "alert", |_| true);
-        assert_event(&pr.audit, "git_verified", "alert", |_| true);
     }
 }
 
-/// With stderr gone and the log at debug (every audit event is a tracing
-/// line too), tracing-subscriber reported its failed writes with
-/// `eprintln!`, which panicked `run` (exit 101) before the command or
-/// after it, skipping the plant check and the repair (helper-46). The
-/// lines are lost, never the run.
-#[test]
-fn run_plants_a_closed_stderr_with_tracing_on_skips_nothing() {
-    for who in identities() {
-        let pr = Proj::new(who);
-        pr.make_repository();
-        let (r, w) = std::io::pipe().unwrap();
-        drop(r);
-        let mut c = pr.run_plants_cmd(&[], &format!("set -e; {EVIL_MAIN}; {PLANTS}"));
-        c.env("SBX_LOG", "debug")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(w);
-        let out = sbx_testutil::wait_within(&mut c, LIMIT);
-        assert_eq!(code(&out), 0, "{who:?}");
-        assert!(pr.main_is_top(), "{who:?}: main was not restored");
-        for (rel, tag) in PLANTED {
-            assert!(!pr.git_runs_plant(rel, tag), "{who:?}: {rel}");
-        }
-        assert_event(&pr.audit, "git_verified", "alert", |_| true);
-    }
+/// SIGTERM to the sbx-gitguard whose command line holds `needle` (its
+/// stage's name: unique to the test).
+fn term_the_run(needle: &str) {
+    let pid = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains(needle) && c.contains("sbx-gitguard")
+            })
+        })
+        .expect("the sbx-gitguard run");
+    let st = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
 }
 
 /// A termination signal while `run --plants` takes its plant inventory
@@ -840,22 +840,7 @@ fn run_plants_a_signal_during_the_inventory_starts_no_command() {
                     assert!(start.elapsed() < LIMIT, "no stage");
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
-                let pid = std::fs::read_dir("/proc")
-                    .unwrap()
-                    .flatten()
-                    .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                    .find(|p| {
-                        std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
-                            let c = String::from_utf8_lossy(&c);
-                            c.contains("sbx-git-stage-inventory") && c.contains("--plants")
-                        })
-                    })
-                    .expect("the sbx-gitguard run");
-                let st = Command::new("kill")
-                    .args(["-TERM", &pid.to_string()])
-                    .status()
-                    .unwrap();
-                assert!(st.success());
+                term_the_run("sbx-git-stage-inventory");
             })
         };
         let out = pr.run_plants(
@@ -905,21 +890,7 @@ fn a_signal_during_the_import_skips_not_the_check() {
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 }
                 std::thread::sleep(std::time::Duration::from_millis(50));
-                let pid = std::fs::read_dir("/proc")
-                    .unwrap()
-                    .flatten()
-                    .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                    .find(|p| {
-                        std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
-                            String::from_utf8_lossy(&c).contains("sbx-git-stage-import")
-                        })
-                    })
-                    .expect("the sbx-gitguard run");
-                let st = Command::new("kill")
-                    .args(["-TERM", &pid.to_string()])
-                    .status()
-                    .unwrap();
-                assert!(st.success());
+                term_the_run("sbx-git-stage-import");
             })
         };
         let mut c = sbx_testutil::tool("sbx-gitguard");
