@@ -217,22 +217,22 @@ pub fn run(cli: &Cli, p: Prepared) -> Result<i32, Failure> {
         fields,
     );
     if let Err(e) = destroy_res {
-        eprintln!(
+        sbx_core::cli::stderr_line(&format!(
             "{}: {}",
             crate::TOOL,
             sbx_core::escape::terminal(&sbx_core::exit::error_chain(&e))
-        );
+        ));
     }
     Ok(code)
 }
 
 fn leave(leaf: Option<&Leaf>) {
     if let Some(Err(e)) = leaf.map(Leaf::leave) {
-        eprintln!(
+        sbx_core::cli::stderr_line(&format!(
             "{}: {}",
             crate::TOOL,
             sbx_core::escape::terminal(&sbx_core::exit::error_chain(&e))
-        );
+        ));
     }
 }
 

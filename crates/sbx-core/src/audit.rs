@@ -298,10 +298,7 @@ impl Audit {
         });
         if let Err(e) = r {
             // (Not `eprintln!`: it panics when stderr is gone too.)
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
-                format!("{}: audit log write failed: {e}\n", self.tool).as_bytes(),
-            );
+            crate::cli::stderr_line(&format!("{}: audit log write failed: {e}", self.tool));
         }
     }
 

@@ -99,14 +99,24 @@ where
             // escaped, so no control sequence reaches the terminal.
             // (Not `eprintln!`, which panics when stderr is gone: the
             // exit status stays the failure's.)
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
-                format!("{tool}: {}\n", crate::escape::terminal(&fail.message)).as_bytes(),
-            );
+            stderr_line(&format!(
+                "{tool}: {}",
+                crate::escape::terminal(&fail.message)
+            ));
             fail.code
         }
     };
     std::process::exit(code)
+}
+
+/// Writes `line` and a newline to stderr, ignoring a failure: with stderr
+/// gone (a pipe whose reader left) `eprintln!` panics, which would skip a
+/// tool's clean-up and make its exit status 101.
+pub fn stderr_line(line: &str) {
+    let mut b = Vec::with_capacity(line.len() + 1);
+    b.extend_from_slice(line.as_bytes());
+    b.push(b'\n');
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), &b);
 }
 
 /// Makes a broken stdout end the process quietly, the way coreutils end

@@ -67,7 +67,7 @@ fn wipe_environ_value(name: &str) {
 
 fn report_failures(rep: &RevokeReport) {
     for f in &rep.failed {
-        eprintln!("{TOOL}: revocation failed: {f}");
+        sbx_core::cli::stderr_line(&format!("{TOOL}: revocation failed: {f}"));
     }
 }
 

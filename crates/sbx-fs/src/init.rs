@@ -57,7 +57,10 @@ pub fn run(a: InitArgs) -> ! {
                     serde_json::json!({ "error": f.message }),
                 );
             }
-            eprintln!("sbx-fs: {}", sbx_core::escape::terminal(&f.message));
+            sbx_core::cli::stderr_line(&format!(
+                "sbx-fs: {}",
+                sbx_core::escape::terminal(&f.message)
+            ));
             f.code
         }
     };
@@ -226,14 +229,14 @@ fn exec_command(a: &InitArgs) -> ! {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
     }
     if let Err(e) = caps::drop_all(a.uid, a.gid, a.userns) {
-        eprintln!("sbx-fs: dropping privileges: {e}");
+        sbx_core::cli::stderr_line(&format!("sbx-fs: dropping privileges: {e}"));
         // SAFETY: the forked child leaves without running init's destructors.
         unsafe { libc::_exit(exit::TOOL_FAILED) }
     }
     let env = a.env.clone();
     // chain::exec/exec_fd hand the audit fd to a trusted sbx tool only.
     if let Err(e) = sbx_core::fds::cloexec_all_except(&[]) {
-        eprintln!("sbx-fs: fd hygiene: {e}");
+        sbx_core::cli::stderr_line(&format!("sbx-fs: fd hygiene: {e}"));
         // SAFETY: the forked child leaves without running init's destructors.
         unsafe { libc::_exit(exit::TOOL_FAILED) }
     }
@@ -241,7 +244,10 @@ fn exec_command(a: &InitArgs) -> ! {
         Some(fd) => chain::exec_fd(fd.as_fd(), &a.argv, &env),
         None => chain::exec(&a.argv, &env),
     };
-    eprintln!("sbx-fs: {}", sbx_core::escape::terminal(&f.message));
+    sbx_core::cli::stderr_line(&format!(
+        "sbx-fs: {}",
+        sbx_core::escape::terminal(&f.message)
+    ));
     // SAFETY: the forked child leaves without running init's destructors.
     unsafe { libc::_exit(f.code) }
 }

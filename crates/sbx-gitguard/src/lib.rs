@@ -12,10 +12,9 @@
 /// whose reader left), `eprintln!` panics, which in `run` would skip the
 /// import, the check and the repair after the command.
 macro_rules! say {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($t)*);
-    }};
+    ($($t:tt)*) => {
+        sbx_core::cli::stderr_line(&format!($($t)*))
+    };
 }
 
 mod dirlist;
