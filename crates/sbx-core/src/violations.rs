@@ -190,7 +190,7 @@ pub(crate) fn report(fd: RawFd, start: u64, file: Option<&std::path::Path>, mem:
             .open(p)
             .and_then(|mut f| writeln!(f, "{v}"));
         if let Err(e) = r {
-            let _ = writeln!(std::io::stderr(), "write {}: {e}", p.display());
+            crate::cli::stderr_line(&format!("write {}: {e}", p.display()));
         }
     }
 }

@@ -708,37 +708,44 @@ fn walk_at(
         }
         return Ok(());
     }
+    let mut left = limit;
+    traverse(root, &mut |rel, entries, descend| {
+        visit(
+            root, rel, entries, &mut left, limit, links, deep, f, descend,
+        )
+    })
+}
+
+/// The traversal under every walk: each directory opened relative to its
+/// parent's fd (`openat`, never following a symlink) and listed on it,
+/// then `on_dir(rel, entries, descend)`, where `descend(name)` enters a
+/// subdirectory. A directory that cannot be opened or listed is skipped;
+/// out of fds, or an error of `on_dir`, ends it. The fds held are those
+/// of the directories with siblings still to walk (at most the depth).
+type OnDir<'a> =
+    dyn FnMut(&Path, &Listing, &mut dyn FnMut(&OsString)) -> Result<(), ScanError> + 'a;
+
+fn traverse(root: &Path, on_dir: &mut OnDir<'_>) -> Result<(), ScanError> {
     use std::rc::Rc;
     let Ok(top) = open_dir_at(libc::AT_FDCWD, root.as_os_str(), root) else {
         return Ok(());
     };
-    let mut left = limit;
     // (the parent's fd, this directory's name, its path relative to root)
-    let mut stack: Vec<(Option<Rc<std::os::fd::OwnedFd>>, OsString, PathBuf)> = Vec::new();
+    let mut stack: Vec<(Option<Rc<std::os::fd::OwnedFd>>, OsString, PathBuf)> =
+        vec![(None, OsString::new(), PathBuf::new())];
     let mut first = Some(top);
-    stack.push((None, OsString::new(), PathBuf::new()));
     while let Some((parent, name, rel)) = stack.pop() {
-        let fd = match open_next(root, parent.as_deref(), &name, &rel, &mut first) {
-            Ok(Some(fd)) => fd,
-            Ok(None) => continue,
-            Err(e) => return Err(e),
+        let Some(fd) = open_next(root, parent.as_deref(), &name, &rel, &mut first)? else {
+            continue;
         };
         drop(parent);
         let fd = Rc::new(fd);
         let Some(entries) = listing(&fd) else {
             continue;
         };
-        visit(
-            root,
-            &rel,
-            &entries,
-            &mut left,
-            limit,
-            links,
-            deep,
-            f,
-            &mut |n| stack.push((Some(fd.clone()), n.clone(), rel.join(n))),
-        )?;
+        on_dir(&rel, &entries, &mut |n| {
+            stack.push((Some(fd.clone()), n.clone(), rel.join(n)))
+        })?;
     }
     Ok(())
 }
@@ -881,36 +888,24 @@ fn shared_tree(root: &Path, limit: usize) -> Option<std::rc::Rc<Tree>> {
 /// never following a symlink). None when it has more than `limit` entries
 /// or the fds run out.
 fn record(root: &Path, limit: usize) -> Option<Tree> {
-    use std::rc::Rc;
     let mut tree = Tree::new();
-    let Ok(top) = open_dir_at(libc::AT_FDCWD, root.as_os_str(), root) else {
-        return Some(tree);
-    };
     let base_len = root.as_os_str().len();
     let mut left = limit;
-    let mut stack: Vec<(Option<Rc<std::os::fd::OwnedFd>>, OsString, PathBuf)> =
-        vec![(None, OsString::new(), PathBuf::new())];
-    let mut first = Some(top);
-    while let Some((parent, name, rel)) = stack.pop() {
-        let fd = match open_next(root, parent.as_deref(), &name, &rel, &mut first) {
-            Ok(Some(fd)) => fd,
-            Ok(None) => continue,
-            Err(_) => return None,
-        };
-        drop(parent);
-        let fd = Rc::new(fd);
-        let Some(entries) = listing(&fd) else {
-            continue;
-        };
+    traverse(root, &mut |rel, entries, descend| {
         for (n, ft) in entries.iter() {
-            left = left.checked_sub(1)?;
+            left = left.checked_sub(1).ok_or_else(|| ScanError::Limit {
+                bind: root.to_path_buf(),
+                limit,
+            })?;
             let len = base_len + 1 + rel.as_os_str().len() + 1 + n.len();
             if ft.is_dir() && n != ".git" && len <= START_PATH_MAX {
-                stack.push((Some(fd.clone()), n.clone(), rel.join(n)));
+                descend(n);
             }
         }
-        tree.insert(rel, entries);
-    }
+        tree.insert(rel.to_path_buf(), entries.clone());
+        Ok(())
+    })
+    .ok()?;
     Some(tree)
 }
 
