@@ -153,7 +153,12 @@ pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
         };
         let rel = p.strip_prefix(root).unwrap().to_path_buf();
         let desc = if md.file_type().is_symlink() {
-            format!("link -> {}", std::fs::read_link(p).unwrap().display())
+            // Entries may vanish under the walk (a reaper still at work);
+            // what vanished is simply not in this snapshot.
+            match std::fs::read_link(p) {
+                Ok(t) => format!("link -> {}", t.display()),
+                Err(_) => return,
+            }
         } else if md.is_dir() {
             format!("dir {:o}", md.mode() & 0o7777)
         } else {
@@ -165,7 +170,10 @@ pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
         };
         m.insert(rel, desc);
         if md.is_dir() && !md.file_type().is_symlink() {
-            for e in std::fs::read_dir(p).unwrap().flatten() {
+            let Ok(dir) = std::fs::read_dir(p) else {
+                return;
+            };
+            for e in dir.flatten() {
                 walk(root, &e.path(), m);
             }
         }
