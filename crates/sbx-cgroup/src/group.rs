@@ -630,10 +630,12 @@ impl SandboxGroup {
             } else if let Some(d) = &freezer {
                 let _ = d.freezer().freeze();
             }
-            for pid in self.pids() {
-                // SAFETY: kill with integer arguments; the pids are the group's own members
-                // (frozen first when possible).
-                if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 && self.signalled.insert(pid) {
+            // Through pidfds, re-checked against the group after they are
+            // open: a member reaped between the reading and the signal
+            // whose pid went to a process outside is never signalled.
+            let members = sbx_core::pidfd::kill_listed(|| self.pids());
+            for (pid, _) in &members {
+                if self.signalled.insert(*pid) {
                     self.killed += 1;
                 }
             }
@@ -643,7 +645,14 @@ impl SandboxGroup {
             if let Some(d) = v2.as_ref().filter(|d| !d.path.join("cgroup.kill").exists()) {
                 let _ = d.freezer().thaw();
             }
-            std::thread::sleep(pause);
+            // Woken by their exits; the pause bounds the wait for members
+            // that joined after the reading (the loop reads again) and
+            // the loop when no pidfd could be opened.
+            if members.is_empty() {
+                std::thread::sleep(pause);
+            } else {
+                sbx_core::pidfd::wait_exited(&members, pause);
+            }
             pause = (pause * 2).min(Duration::from_millis(20));
         }
     }

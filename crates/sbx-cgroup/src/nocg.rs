@@ -93,15 +93,17 @@ fn kill_descendants(limit: Duration) -> u64 {
     let start = Instant::now();
     let mut killed = std::collections::HashSet::new();
     loop {
-        let kids = children_of(me);
-        // Reap whatever has exited.
+        // Reap whatever has exited, then list: a listed child is not reaped
+        // before its signal below, so its pid cannot have been reused.
         // SAFETY: waitpid with a valid status pointer.
         while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        let kids = children_of(me);
         if kids.is_empty() || start.elapsed() > limit {
             return killed.len() as u64;
         }
         for k in kids {
-            // SAFETY: kill of a child of ours (it cannot be reused before we reap it).
+            // SAFETY: kill of a child of ours, listed after the last reaping
+            // (its pid cannot be reused before we reap it).
             if unsafe { libc::kill(k, libc::SIGKILL) } == 0 {
                 killed.insert(k);
             }

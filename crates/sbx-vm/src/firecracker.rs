@@ -217,15 +217,11 @@ pub fn jailed_pids(id: &str) -> Vec<i32> {
 /// process stuck in uninterruptible sleep leaves its tap to the next
 /// start's reaping.
 fn kill_jailed(id: &str) {
-    for pid in jailed_pids(id) {
-        // SAFETY: kill with integer arguments; the pids are this jail's own processes (read
-        // from its cgroup/proc).
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !jailed_pids(id).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // Through pidfds re-checked against the jail's list: a pid reused by
+    // another process between the reading and the signal is not signalled.
+    // A pidfd polls readable once its process has exited, fds closed.
+    let jailed = sbx_core::pidfd::kill_listed(|| jailed_pids(id));
+    sbx_core::pidfd::wait_exited(&jailed, Duration::from_secs(5));
 }
 
 /// Removes jails (and their tap) whose sbx-vm no longer runs.
