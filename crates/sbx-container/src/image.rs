@@ -274,7 +274,9 @@ pub async fn build(docker: &bollard::Docker, inp: &Inputs) -> Result<(String, u6
             .build();
         // Progress on stderr: a first build takes a while, and a silent
         // wait looks like a hang. One line per Containerfile step.
-        eprintln!("sbx-container build: building {tag} (once per context; later runs reuse it)");
+        sbx_core::cli::stderr_line(&format!(
+            "sbx-container build: building {tag} (once per context; later runs reuse it)"
+        ));
         let mut s = docker.build_image(opts, None, Some(bollard::body_full(tar.into())));
         let mut last = String::new();
         while let Some(item) = s.next().await {
@@ -286,10 +288,10 @@ pub async fn build(docker: &bollard::Docker, inp: &Inputs) -> Result<(String, u6
                 let line = st.trim_end();
                 // Docker says "Step 2/6 : COPY ...", Podman "STEP 2/6: COPY ...".
                 if line.starts_with("Step ") || line.starts_with("STEP ") {
-                    eprintln!(
+                    sbx_core::cli::stderr_line(&format!(
                         "sbx-container build: {}",
                         sbx_core::violations::escape(line)
-                    );
+                    ));
                 }
                 tracing::debug!("build: {line}");
                 last = st;

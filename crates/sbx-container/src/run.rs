@@ -753,11 +753,11 @@ async fn run_attached(
         Ok(att) => att,
         Err(e) => {
             if let Some(code) = start_failure_code(&e) {
-                eprintln!(
+                sbx_core::cli::stderr_line(&format!(
                     "sbx-container: {}: {}",
                     spec.cmd.first().map(String::as_str).unwrap_or(""),
                     one_line(&e)
-                );
+                ));
                 emit(
                     "container_exit",
                     Severity::Info,

@@ -403,10 +403,10 @@ pub fn filter(env: Vec<(OsString, OsString)>, p: &Policy) -> Filtered {
 pub fn report(tool: &str, f: &Filtered) {
     let log = crate::audit::get().filter(|a| a.raw_fd().is_some());
     if !f.secrets_dropped.is_empty() {
-        eprintln!(
+        crate::cli::stderr_line(&format!(
             "{tool}: warning: not passed into the sandbox (they look like secrets): {}; --pass-env NAME passes one",
             f.secrets_dropped.join(", ")
-        );
+        ));
         if let Some(a) = log {
             a.record(
                 "env_secret_dropped",
@@ -421,10 +421,10 @@ pub fn report(tool: &str, f: &Filtered) {
             .iter()
             .map(|(n, _)| n.as_str())
             .collect();
-        eprintln!(
+        crate::cli::stderr_line(&format!(
             "{tool}: warning: not passed into the sandbox (their values hold credentials): {}; --pass-env NAME (exact) passes one",
             names.join(", ")
-        );
+        ));
         let kinds: Vec<&str> = f.secret_values_dropped.iter().map(|(_, k)| *k).collect();
         // An alert: an earlier layer's variable was about to carry a
         // credential into the sandbox under an innocent name.
@@ -680,5 +680,48 @@ mod tests {
             [Pass::Name("A".into()), Pass::Prefix("B_".into())]
         );
         assert!(parse_list("SBX_PASS_ENV", "A,B C").is_err());
+    }
+
+    /// The warnings return with stderr gone (a pipe whose reader left:
+    /// EPIPE; a full device: ENOSPC), where `eprintln!` panicked and ended
+    /// sbx-fs, sbx-gvisor and sbx-wasm with 101 before their command ran.
+    /// In a forked child, so that only its fd 2 is replaced.
+    #[test]
+    fn report_survives_a_gone_stderr() {
+        use std::os::fd::{AsRawFd, OwnedFd};
+        let f = Filtered {
+            secrets_dropped: vec!["GITHUB_TOKEN".into()],
+            secret_values_dropped: vec![("LC_EVIL".into(), "github_token")],
+            ..Default::default()
+        };
+        let (r, pipe) = crate::fds::pipe().unwrap();
+        drop(r);
+        let full: OwnedFd = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+            .into();
+        for gone in [pipe, full] {
+            // SAFETY: nextest runs this test alone in its process; the child only replaces its
+            // fd 2, reports and _exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: dup2 of an fd we own onto 2, in the child only.
+                unsafe { libc::dup2(gone.as_raw_fd(), 2) };
+                let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    report("sbx-test", &f)
+                }))
+                .is_ok();
+                // SAFETY: the forked child leaves without running the test harness's destructors.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            }
+            let mut st = 0;
+            // SAFETY: pid is our own child, reaped once; st is a live int.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+            assert!(
+                libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+                "status {st}"
+            );
+        }
     }
 }

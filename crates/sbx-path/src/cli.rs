@@ -252,7 +252,7 @@ fn check(a: CheckArgs) -> Result<i32, sbx_core::Failure> {
                 merge(&mut out, fields);
                 println!("{out}");
             }
-            eprintln!("{TOOL}: {}", one_line(&e.to_string()));
+            sbx_core::cli::stderr_line(&format!("{TOOL}: {}", one_line(&e.to_string())));
             Ok(DENIED)
         }
     }
@@ -277,7 +277,10 @@ fn normalise(a: NormaliseArgs) -> Result<i32, sbx_core::Failure> {
                 sbx_core::cli::write_stdout(&line)?;
             }
             Err(e) => {
-                eprintln!("{TOOL}: {}: {e}", one_line(&p.to_string_lossy()));
+                sbx_core::cli::stderr_line(&format!(
+                    "{TOOL}: {}: {e}",
+                    one_line(&p.to_string_lossy())
+                ));
                 code = DENIED;
             }
         }

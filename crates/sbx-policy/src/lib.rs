@@ -326,7 +326,7 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
         limits,
     })?;
     for w in &p.warnings {
-        eprintln!("sbx-policy: warning: {w}");
+        sbx_core::cli::stderr_line(&format!("sbx-policy: warning: {w}"));
     }
     p.start = proj.start;
     p.project_why = proj.why;

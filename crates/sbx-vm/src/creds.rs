@@ -180,7 +180,7 @@ impl Creds {
         }
         let rep = self.rt.block_on(self.session.revoke_all());
         for f in &rep.failed {
-            eprintln!("{}: revocation failed: {f}", crate::TOOL);
+            sbx_core::cli::stderr_line(&format!("{}: revocation failed: {f}", crate::TOOL));
         }
         self.rt.shutdown_timeout(Duration::from_secs(1));
     }

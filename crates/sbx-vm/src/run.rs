@@ -218,11 +218,13 @@ fn run_vm(
                        "vmm_status": vmm_status.map(|s| s.to_string())}),
             );
             if o.ttl_expired {
-                eprintln!(
-                    "sbx-vm: the session TTL (--ttl) was reached: the command and the VM were killed"
+                sbx_core::cli::stderr_line(
+                    "sbx-vm: the session TTL (--ttl) was reached: the command and the VM were killed",
                 );
             } else if o.timed_out {
-                eprintln!("sbx-vm: --timeout fired: the command and the VM were killed");
+                sbx_core::cli::stderr_line(
+                    "sbx-vm: --timeout fired: the command and the VM were killed",
+                );
             }
             Ok(code)
         }

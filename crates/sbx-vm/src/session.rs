@@ -170,11 +170,11 @@ fn export_audit_line(line: &str) -> bool {
     // With no log at all, a guest's alert is a line on stderr, as the host
     // tools' are; the in-memory log's summary lists it at the end.
     if a.alerts_live() && m.get("severity") == Some(&Value::from("alert")) {
-        eprintln!(
+        sbx_core::cli::stderr_line(&format!(
             "sbx-vm: ALERT (guest) {} {}",
             sbx_core::violations::escape(m.get("event").and_then(Value::as_str).unwrap_or("-")),
             sbx_core::violations::subject(&m)
-        );
+        ));
     }
     // Chained like every line (sbx_core::auditchain): the guest's own
     // seq/prev are replaced by ours.
