@@ -283,3 +283,35 @@ fn policy_compile_into_true_in_a_shell() {
         );
     }
 }
+
+/// The same invocations with stdout on a full device (`> /dev/full`): the
+/// write fails with ENOSPC, not EPIPE, so it is a failed run, said in one
+/// line that names stdout, status 125, never a panic, and never 0 as if
+/// the output had been written (clap's help, which ignores the error,
+/// aside).
+#[test]
+fn every_printing_subcommand_fails_in_one_line_on_a_full_device() {
+    let f = fixture();
+    let mut wrong = Vec::new();
+    for (tool, sub, mut cmd) in printing_cases(&f) {
+        let what = format!("{tool} {sub} {:?}", cmd.get_args().collect::<Vec<_>>());
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(full))
+            .stderr(Stdio::piped());
+        let out = sbx_testutil::wait_within(&mut cmd, Duration::from_secs(30));
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let help = sub == "--help" && out.status.code() == Some(0) && err.is_empty();
+        let failed = out.status.code() == Some(125)
+            && err.lines().count() == 1
+            && err.starts_with(&format!("{tool}: "))
+            && err.contains("stdout");
+        if !(help || failed) {
+            wrong.push(format!("{what}: {:?}: {err}", out.status));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -1,7 +1,7 @@
 //! sbx-audit: proves an sbx audit log was neither cut nor edited (its hash
 //! chain, see `sbx_core::auditchain`) and shows it for people.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -312,14 +312,15 @@ fn events(text: &[u8], f: &Filters) -> Vec<String> {
         .collect()
 }
 
+/// A closed pipe (`| head`) ends us quietly, as coreutils; another failed
+/// write (a full device) is a failure: the events were not shown.
 fn print(lines: &[String]) -> Result<i32, Failure> {
-    let mut out = std::io::stdout().lock();
+    let mut text = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
     for l in lines {
-        if writeln!(out, "{l}").is_err() {
-            // A closed pipe (| head) is not an error of ours.
-            return Ok(0);
-        }
+        text.push_str(l);
+        text.push('\n');
     }
+    sbx_core::cli::write_stdout(text.as_bytes())?;
     Ok(0)
 }
 

@@ -67,12 +67,13 @@ pub struct CommonArgs {
 /// [`Failure`] prints `tool: message` on stderr and exits with its code.
 /// Blocks the forwarded signals first, so every thread inherits the mask.
 /// A write to a closed stdout pipe (`sbx-policy compile | true`) ends the
-/// tool quietly by SIGPIPE, as coreutils do ([`quiet_broken_pipe`]).
+/// tool quietly by SIGPIPE, as coreutils do; any other failed write to
+/// stdout is one line and 125 ([`quiet_broken_pipe`]).
 pub fn run_main<F>(tool: &'static str, f: F) -> !
 where
     F: FnOnce() -> Result<i32, Failure>,
 {
-    quiet_broken_pipe();
+    quiet_broken_pipe(tool);
     let code = match crate::signals::block_forwarded()
         .map_err(|e| Failure::new(format!("sigprocmask: {e}")))
         .and_then(|()| f())
@@ -119,14 +120,16 @@ pub fn stderr_line(line: &str) {
     let _ = std::io::Write::write_all(&mut std::io::stderr(), &b);
 }
 
-/// Makes a broken stdout end the process quietly, the way coreutils end
-/// with SIGPIPE's default action: `println!` panics with "failed printing
-/// to stdout: Broken pipe" (the Rust runtime ignores SIGPIPE, so a write
-/// returns EPIPE), and that one panic becomes death by SIGPIPE, with no
-/// message and no backtrace. SIGPIPE itself stays ignored, so a supervisor
-/// writing to a dead socket or pipe still sees EPIPE and carries on; every
-/// other panic keeps the default report.
-pub fn quiet_broken_pipe() {
+/// Makes a failed `println!` end the process as a failed write, not as a
+/// panic (exit 101 and a backtrace). A broken stdout ends it quietly, the
+/// way coreutils end with SIGPIPE's default action: "failed printing to
+/// stdout: Broken pipe" (the Rust runtime ignores SIGPIPE, so a write
+/// returns EPIPE) becomes death by SIGPIPE, with no message. Any other
+/// write error (a full device, EIO) is one line naming stdout and exit
+/// 125, like [`write_stdout`]'s. SIGPIPE itself stays ignored, so a
+/// supervisor writing to a dead socket or pipe still sees EPIPE and
+/// carries on; every other panic keeps the default report.
+pub fn quiet_broken_pipe(tool: &'static str) {
     let prev = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let msg = info
@@ -135,8 +138,12 @@ pub fn quiet_broken_pipe() {
             .map(String::as_str)
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or("");
-        if msg.starts_with("failed printing to stdout") && is_epipe_text(msg) {
-            die_of_sigpipe();
+        if let Some(why) = msg.strip_prefix("failed printing to stdout: ") {
+            if is_epipe_text(msg) {
+                die_of_sigpipe();
+            }
+            stderr_line(&format!("{tool}: write stdout: {why}"));
+            std::process::exit(crate::exit::TOOL_FAILED);
         }
         prev(info)
     }));
