@@ -46,7 +46,7 @@ pub const MAN: sbx_core::man::ManInfo = sbx_core::man::ManInfo {
     about: "Run a command with default-deny network egress: a new network namespace whose only way out is an \
 allowlisting gateway (domains and IP:port) and an allowlisting DNS proxy; nothing can connect in.",
     exit_status: "The command's exit status; 128+N when it was killed by signal N. 125 when sbx-net itself \
-failed (bad allowlist entry, unreadable --allow-file, no libnftables, namespace set-up refused); 126 when \
+failed (bad allowlist entry, unreadable --allow-file, namespace or nf_tables set-up refused); 126 when \
 CMD is not executable; 127 when it is not found.",
     inherited_state: "The command gets a new network namespace (and, when sbx-net runs without \
 CAP_SYS_ADMIN, a new user namespace mapping the caller's uid and gid to themselves, so the command runs \
@@ -352,11 +352,9 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         ..Default::default()
     })
     .map_err(|e| Failure::new(e.to_string()))?;
-    let nft = nft::Nft::load().map_err(|e| Failure::new(e.to_string()))?;
     let layout = nft::Layout::default();
     let (ours, theirs) = netns::channel().map_err(|e| Failure::new(e.to_string()))?;
     let prep = Arc::new(netns::Prepared {
-        nft,
         ruleset: nft::ruleset(&layout),
         layout,
         chan: theirs,

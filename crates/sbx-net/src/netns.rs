@@ -4,7 +4,6 @@
 //! loads the nft rules, hands the sockets to the supervisor over SCM_RIGHTS
 //! and lets the exec go on. Nothing here touches the host namespace.
 
-use std::ffi::CString;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -13,7 +12,7 @@ use nix::sched::CloneFlags;
 use sbx_core::passfd;
 
 use crate::netlink::{LO_INDEX, Rtnl};
-use crate::nft::{Layout, Nft};
+use crate::nft::{Batch, Layout};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
@@ -28,8 +27,7 @@ pub enum NetnsError {
 /// What the child needs, prepared before fork (no allocation after it
 /// except on the error path).
 pub struct Prepared {
-    pub nft: Nft,
-    pub ruleset: CString,
+    pub ruleset: Batch,
     pub layout: Layout,
     /// The child's end of the hand-over socket.
     pub chan: OwnedFd,
@@ -321,12 +319,7 @@ impl Prepared {
         };
         why.clear();
         why.push_str("loading the nftables rules");
-        let mut err = String::new();
-        if let Err(e) = self.nft.run(&self.ruleset, &mut err) {
-            why.push_str(": ");
-            why.push_str(&err);
-            return Err(e);
-        }
+        self.ruleset.load()?;
         why.clear();
         why.push_str("setting up the SYN queue (nfnetlink_queue, NFQUEUE target)");
         let synq = crate::synq::child_setup(v6)?;

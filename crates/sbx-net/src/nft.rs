@@ -1,116 +1,14 @@
-//! The sandbox's nftables rules, loaded through libnftables in-process
-//! (dlopen'ed before fork; called in the child inside the new namespace), so
-//! no `nft` process is spawned and no capability has to survive an exec.
+//! The sandbox's nftables rules, as one nf_tables netlink batch built
+//! before the fork and sent by the child inside the new namespace. No `nft`
+//! process, no capability that must survive an exec, and no libnftables:
+//! the ruleset is fixed, so its expressions are written here directly,
+//! exactly those libnftables compiles the same rules to (a test loads both
+//! and compares `nft list ruleset`). Loading libnftables and parsing the
+//! text cost about 3.5 ms of every start (docs/bench-policy.md section 10).
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::io;
 
-#[derive(Debug, thiserror::Error)]
-pub enum NftError {
-    #[error("cannot load libnftables.so.1 (install the nftables package): {0}")]
-    Load(String),
-}
-
-type CtxNew = unsafe extern "C" fn(u32) -> *mut c_void;
-type CtxFree = unsafe extern "C" fn(*mut c_void);
-type BufferError = unsafe extern "C" fn(*mut c_void) -> c_int;
-type GetError = unsafe extern "C" fn(*mut c_void) -> *const c_char;
-type RunCmd = unsafe extern "C" fn(*mut c_void, *const c_char) -> c_int;
-
-/// libnftables entry points.
-#[derive(Clone, Copy)]
-pub struct Nft {
-    ctx_new: CtxNew,
-    ctx_free: CtxFree,
-    buffer_error: BufferError,
-    get_error: GetError,
-    buffer_output: BufferError,
-    run: RunCmd,
-}
-
-/// # Safety
-/// `h` is a live dlopen handle and `T` is a function-pointer type matching
-/// the C prototype of `name`.
-unsafe fn sym<T: Copy>(h: *mut c_void, name: &CStr) -> Result<T, NftError> {
-    // SAFETY: `h` is a live dlopen handle (caller's promise); `name` is a
-    // NUL-terminated CStr.
-    let p = unsafe { libc::dlsym(h, name.as_ptr()) };
-    if p.is_null() {
-        return Err(NftError::Load(format!("symbol {name:?} missing")));
-    }
-    // SAFETY: `p` is a non-null code address and `T` is a function pointer
-    // of the symbol's prototype (caller's promise), pointer-sized like `p`.
-    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
-}
-
-impl Nft {
-    pub fn load() -> Result<Self, NftError> {
-        let mut h = std::ptr::null_mut();
-        for name in [c"libnftables.so.1", c"libnftables.so"] {
-            // SAFETY: `name` is a NUL-terminated CStr; libnftables has no
-            // constructors that need more than a loaded libc.
-            h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-            if !h.is_null() {
-                break;
-            }
-        }
-        if h.is_null() {
-            // SAFETY: dlerror(3) takes no arguments; its string is read
-            // just below, before any other dl* call.
-            let e = unsafe { libc::dlerror() };
-            let msg = if e.is_null() {
-                "not found".to_string()
-            } else {
-                // SAFETY: `e` is non-null and dlerror returns a
-                // NUL-terminated string valid until the next dl* call.
-                unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-            };
-            return Err(NftError::Load(msg));
-        }
-        // SAFETY: `h` is a live handle, never dlclose'd (the pointers stay
-        // valid for the process's life); each type alias above is the
-        // prototype in <nftables/libnftables.h>.
-        unsafe {
-            Ok(Nft {
-                ctx_new: sym(h, c"nft_ctx_new")?,
-                ctx_free: sym(h, c"nft_ctx_free")?,
-                buffer_error: sym(h, c"nft_ctx_buffer_error")?,
-                get_error: sym(h, c"nft_ctx_get_error_buffer")?,
-                buffer_output: sym(h, c"nft_ctx_buffer_output")?,
-                run: sym(h, c"nft_run_cmd_from_buffer")?,
-            })
-        }
-    }
-
-    /// Runs a ruleset (nft syntax) in the current network namespace. On
-    /// failure, nft's own message goes into `err`.
-    pub fn run(&self, ruleset: &CStr, err: &mut String) -> io::Result<()> {
-        // SAFETY: the function pointers come from `load` (right prototypes,
-        // library never unloaded); `ctx` is checked non-null, used only
-        // here and freed once at the end; `ruleset` is NUL-terminated; the
-        // error buffer is NUL-terminated and read before ctx_free.
-        unsafe {
-            let ctx = (self.ctx_new)(0);
-            if ctx.is_null() {
-                return Err(io::Error::other("nft_ctx_new failed"));
-            }
-            (self.buffer_error)(ctx);
-            (self.buffer_output)(ctx);
-            let rc = (self.run)(ctx, ruleset.as_ptr());
-            let res = if rc != 0 {
-                let e = (self.get_error)(ctx);
-                if !e.is_null() {
-                    err.push_str(CStr::from_ptr(e).to_string_lossy().trim());
-                }
-                Err(io::Error::from_raw_os_error(libc::EPERM))
-            } else {
-                Ok(())
-            };
-            (self.ctx_free)(ctx);
-            res
-        }
-    }
-}
+use crate::synq;
 
 /// Addresses and ports of the sandbox side.
 #[derive(Debug, Clone, Copy)]
@@ -135,6 +33,271 @@ impl Default for Layout {
     }
 }
 
+// linux/netfilter/nf_tables.h and nfnetlink.h
+const NFPROTO_INET: u8 = 1;
+const NFPROTO_IPV4: u8 = 2;
+const NFPROTO_IPV6: u8 = 10;
+const NFT_MSG_NEWTABLE: u16 = 0;
+const NFT_MSG_NEWCHAIN: u16 = 3;
+const NFT_MSG_NEWRULE: u16 = 6;
+const NF_INET_LOCAL_OUT: u32 = 3;
+const NF_DROP: u32 = 0;
+const NF_ACCEPT: u32 = 1;
+const NFT_RETURN: i32 = -5;
+const NFT_JUMP: i32 = -3;
+const NFT_REG_VERDICT: u32 = 0;
+const NFT_REG_1: u32 = 1;
+const NFT_META_MARK: u32 = 3;
+const NFT_META_NFPROTO: u32 = 15;
+const NFT_META_L4PROTO: u32 = 16;
+const NFT_CMP_EQ: u32 = 0;
+const NFT_CMP_NEQ: u32 = 1;
+const NH: u32 = 1; // NFT_PAYLOAD_NETWORK_HEADER
+const TH: u32 = 2; // NFT_PAYLOAD_TRANSPORT_HEADER
+const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 2;
+const NFT_REJECT_TCP_RST: u32 = 1;
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+
+/// A batch of nf_tables messages: BATCH_BEGIN, the ruleset, BATCH_END,
+/// each message asking for its ack.
+pub struct Batch {
+    b: Vec<u8>,
+    /// Start of the message being built, and of the open nests.
+    msg: usize,
+    nests: Vec<usize>,
+    seq: u32,
+}
+
+/// One expression of a rule: its name and attributes.
+#[derive(Clone, Copy)]
+enum Expr<'a> {
+    Meta(u32),
+    Cmp(u32, &'a [u8]),
+    Payload(u32, u32, u32),
+    Bitwise(&'a [u8], &'a [u8]),
+    Imm(&'a [u8]),
+    Verdict(i32, Option<&'a str>),
+    /// `redirect to :port` (the port loaded into reg 1 just before).
+    Redir,
+    RejectTcpRst,
+}
+
+impl Batch {
+    fn new() -> Self {
+        let mut b = Batch {
+            b: Vec::with_capacity(6144),
+            msg: 0,
+            nests: Vec::new(),
+            seq: 0,
+        };
+        b.begin(synq::NFNL_MSG_BATCH_BEGIN, 0, 0, synq::NFNL_SUBSYS_NFTABLES);
+        b.end();
+        b
+    }
+
+    fn begin(&mut self, ty: u16, flags: u16, family: u8, res_id: u16) {
+        self.seq += 1;
+        self.msg = self.b.len();
+        self.b.extend_from_slice(&[0; 4]); // nlmsg_len, set by end()
+        self.b.extend_from_slice(&ty.to_ne_bytes());
+        self.b
+            .extend_from_slice(&(flags | synq::NLM_F_REQUEST).to_ne_bytes());
+        self.b.extend_from_slice(&self.seq.to_ne_bytes());
+        self.b.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_pid
+        // struct nfgenmsg: family, version, res_id (big-endian)
+        self.b.extend_from_slice(&[family, 0]);
+        self.b.extend_from_slice(&res_id.to_be_bytes());
+    }
+
+    /// Starts an nf_tables message of `family` that asks for its ack.
+    fn nft(&mut self, msg: u16, flags: u16, family: u8) {
+        self.begin(
+            (synq::NFNL_SUBSYS_NFTABLES << 8) | msg,
+            flags | synq::NLM_F_ACK,
+            family,
+            0,
+        );
+    }
+
+    fn end(&mut self) {
+        let l = (self.b.len() - self.msg) as u32;
+        self.b[self.msg..self.msg + 4].copy_from_slice(&l.to_ne_bytes());
+    }
+
+    fn attr(&mut self, ty: u16, data: &[u8]) {
+        let l = (4 + data.len()) as u16;
+        self.b.extend_from_slice(&l.to_ne_bytes());
+        self.b.extend_from_slice(&ty.to_ne_bytes());
+        self.b.extend_from_slice(data);
+        self.b.resize((self.b.len() + 3) & !3, 0);
+    }
+
+    fn str(&mut self, ty: u16, s: &str) {
+        let mut v = s.as_bytes().to_vec();
+        v.push(0);
+        self.attr(ty, &v);
+    }
+
+    fn be32(&mut self, ty: u16, v: u32) {
+        self.attr(ty, &v.to_be_bytes());
+    }
+
+    fn nest(&mut self, ty: u16) {
+        self.nests.push(self.b.len());
+        self.b.extend_from_slice(&[0, 0]);
+        self.b
+            .extend_from_slice(&(ty | synq::NLA_F_NESTED).to_ne_bytes());
+    }
+
+    fn unnest(&mut self) {
+        let s = self.nests.pop().expect("an open nest");
+        let l = (self.b.len() - s) as u16;
+        self.b[s..s + 2].copy_from_slice(&l.to_ne_bytes());
+    }
+
+    /// NFTA_DATA_VALUE in a nest of type `ty`.
+    fn value(&mut self, ty: u16, data: &[u8]) {
+        self.nest(ty);
+        self.attr(1, data);
+        self.unnest();
+    }
+
+    fn table(&mut self, family: u8, name: &str) {
+        self.nft(NFT_MSG_NEWTABLE, 0, family);
+        self.str(1, name); // NFTA_TABLE_NAME
+        self.be32(2, 0); // NFTA_TABLE_FLAGS
+        self.end();
+    }
+
+    /// A base chain on the output hook (`kind` "filter" or "nat").
+    fn base_chain(
+        &mut self,
+        family: u8,
+        table: &str,
+        name: &str,
+        kind: &str,
+        prio: i32,
+        policy: u32,
+    ) {
+        self.nft(NFT_MSG_NEWCHAIN, synq::NLM_F_CREATE, family);
+        self.str(1, table); // NFTA_CHAIN_TABLE
+        self.str(3, name); // NFTA_CHAIN_NAME
+        self.nest(4); // NFTA_CHAIN_HOOK
+        self.be32(1, NF_INET_LOCAL_OUT); // NFTA_HOOK_HOOKNUM
+        self.be32(2, prio as u32); // NFTA_HOOK_PRIORITY
+        self.unnest();
+        self.be32(5, policy); // NFTA_CHAIN_POLICY
+        self.str(7, kind); // NFTA_CHAIN_TYPE
+        self.end();
+    }
+
+    fn chain(&mut self, family: u8, table: &str, name: &str) {
+        self.nft(NFT_MSG_NEWCHAIN, synq::NLM_F_CREATE, family);
+        self.str(1, table);
+        self.str(3, name);
+        self.end();
+    }
+
+    fn rule(&mut self, family: u8, table: &str, chain: &str, exprs: &[Expr<'_>]) {
+        self.nft(
+            NFT_MSG_NEWRULE,
+            synq::NLM_F_CREATE | synq::NLM_F_APPEND,
+            family,
+        );
+        self.str(1, table); // NFTA_RULE_TABLE
+        self.str(2, chain); // NFTA_RULE_CHAIN
+        self.nest(4); // NFTA_RULE_EXPRESSIONS
+        for e in exprs {
+            self.nest(1); // NFTA_LIST_ELEM
+            self.expr(e);
+            self.unnest();
+        }
+        self.unnest();
+        self.end();
+    }
+
+    /// NFTA_EXPR_NAME and NFTA_EXPR_DATA; registers as libnftables 1.0
+    /// allocates them (reg 1 for data, the verdict register for verdicts).
+    fn expr(&mut self, e: &Expr<'_>) {
+        let name = match e {
+            Expr::Meta(_) => "meta",
+            Expr::Cmp(..) => "cmp",
+            Expr::Payload(..) => "payload",
+            Expr::Bitwise(..) => "bitwise",
+            Expr::Imm(_) | Expr::Verdict(..) => "immediate",
+            Expr::Redir => "redir",
+            Expr::RejectTcpRst => "reject",
+        };
+        self.str(1, name);
+        self.nest(2);
+        match *e {
+            Expr::Meta(key) => {
+                self.be32(1, NFT_REG_1); // NFTA_META_DREG
+                self.be32(2, key); // NFTA_META_KEY
+            }
+            Expr::Cmp(op, data) => {
+                self.be32(1, NFT_REG_1); // NFTA_CMP_SREG
+                self.be32(2, op); // NFTA_CMP_OP
+                self.value(3, data); // NFTA_CMP_DATA
+            }
+            Expr::Payload(base, offset, len) => {
+                self.be32(1, NFT_REG_1); // NFTA_PAYLOAD_DREG
+                self.be32(2, base);
+                self.be32(3, offset);
+                self.be32(4, len);
+            }
+            Expr::Bitwise(mask, xor) => {
+                self.be32(1, NFT_REG_1); // NFTA_BITWISE_SREG
+                self.be32(2, NFT_REG_1); // NFTA_BITWISE_DREG
+                self.be32(3, mask.len() as u32); // NFTA_BITWISE_LEN
+                self.value(4, mask); // NFTA_BITWISE_MASK
+                self.value(5, xor); // NFTA_BITWISE_XOR
+            }
+            Expr::Imm(data) => {
+                self.be32(1, NFT_REG_1); // NFTA_IMMEDIATE_DREG
+                self.value(2, data); // NFTA_IMMEDIATE_DATA
+            }
+            Expr::Verdict(code, chain) => {
+                self.be32(1, NFT_REG_VERDICT);
+                self.nest(2); // NFTA_IMMEDIATE_DATA
+                self.nest(2); // NFTA_DATA_VERDICT
+                self.be32(1, code as u32); // NFTA_VERDICT_CODE
+                if let Some(c) = chain {
+                    self.str(2, c); // NFTA_VERDICT_CHAIN
+                }
+                self.unnest();
+                self.unnest();
+            }
+            Expr::Redir => {
+                self.be32(1, NFT_REG_1); // NFTA_REDIR_REG_PROTO_MIN
+                self.be32(3, NF_NAT_RANGE_PROTO_SPECIFIED); // NFTA_REDIR_FLAGS
+            }
+            Expr::RejectTcpRst => {
+                self.be32(1, NFT_REJECT_TCP_RST); // NFTA_REJECT_TYPE
+                self.attr(2, &[0]); // NFTA_REJECT_ICMP_CODE
+            }
+        }
+        self.unnest();
+    }
+
+    fn finish(mut self) -> Self {
+        self.begin(synq::NFNL_MSG_BATCH_END, 0, 0, synq::NFNL_SUBSYS_NFTABLES);
+        self.end();
+        self
+    }
+
+    /// Sends the batch on a new NETLINK_NETFILTER socket in the current
+    /// network namespace and waits for every message's ack: the kernel
+    /// applies all of it or nothing. After fork: allocates nothing.
+    pub fn load(&self) -> io::Result<()> {
+        let fd = synq::netlink_socket()?;
+        // The last nf_tables message is the one before BATCH_END; an error
+        // in any message comes before its ack.
+        synq::request(&fd, &self.b, self.seq - 1)
+    }
+}
+
 /// The ruleset: every DNS packet (UDP or TCP port 53, loopback servers such
 /// as 127.0.0.53 included, so resolv.conf may say anything) and every TCP
 /// connection to a non-loopback address is redirected to the gateway's
@@ -142,10 +305,181 @@ impl Default for Layout {
 /// dropped. TCP SYNs to non-loopback addresses first pass the SYN queue
 /// (before the redirect, priority -150; [`crate::synq`] appends the queue
 /// rule to the empty chain): a denied one comes back marked and is rejected
-/// with a reset, so connect() is refused.
-pub fn ruleset(l: &Layout) -> CString {
-    let text = format!(
-        "table inet sbx_net {{
+/// with a reset, so connect() is refused. In nft's words:
+///
+/// ```text
+/// table inet sbx_net {
+///   chain nat_out {
+///     type nat hook output priority -100; policy accept;
+///     udp dport 53 redirect to :DNS_PORT
+///     tcp dport 53 redirect to :TCP_PORT
+///     ip daddr 127.0.0.0/8 return
+///     ip6 daddr ::1 return
+///     meta l4proto tcp redirect to :TCP_PORT
+///   }
+///   chain filter_out {
+///     type filter hook output priority 0; policy drop;
+///     ip daddr 127.0.0.0/8 accept
+///     ip daddr V4 accept
+///     ip6 daddr ::1 accept
+///     ip6 daddr V6 accept
+///   }
+/// }
+/// table ip sbx_syn {     (and table ip6 sbx_syn, with ip6 daddr != ::1)
+///   chain out {
+///     type filter hook output priority -150; policy accept;
+///     meta mark DENY_MARK reject with tcp reset
+///     ip daddr != 127.0.0.0/8 tcp dport != 53 tcp flags & (fin|syn|rst|ack) == syn meta mark 0 jump q
+///   }
+///   chain q {
+///   }
+/// }
+/// ```
+pub fn ruleset(l: &Layout) -> Batch {
+    use Expr::*;
+    let dns = l.dns_port.to_be_bytes();
+    let tcp = l.tcp_port.to_be_bytes();
+    let port53 = 53u16.to_be_bytes();
+    let v4 = l.v4.octets();
+    let v6 = l.v6.octets();
+    let lo6 = std::net::Ipv6Addr::LOCALHOST.octets();
+    let ipv4 = [NFPROTO_IPV4];
+    let ipv6 = [NFPROTO_IPV6];
+    let is_v4 = [Meta(NFT_META_NFPROTO), Cmp(NFT_CMP_EQ, &ipv4)];
+    let is_v6 = [Meta(NFT_META_NFPROTO), Cmp(NFT_CMP_EQ, &ipv6)];
+    let daddr4 = |len| Payload(NH, 16, len);
+    let daddr6 = Payload(NH, 24, 16);
+    let (t, nat, filter) = ("sbx_net", "nat_out", "filter_out");
+
+    let mut b = Batch::new();
+    b.table(NFPROTO_INET, t);
+    b.base_chain(NFPROTO_INET, t, nat, "nat", -100, NF_ACCEPT);
+    b.base_chain(NFPROTO_INET, t, filter, "filter", 0, NF_DROP);
+    for (proto, port) in [(UDP, &dns), (TCP, &tcp)] {
+        let p = [proto];
+        b.rule(
+            NFPROTO_INET,
+            t,
+            nat,
+            &[
+                Meta(NFT_META_L4PROTO),
+                Cmp(NFT_CMP_EQ, &p),
+                Payload(TH, 2, 2),
+                Cmp(NFT_CMP_EQ, &port53),
+                Imm(port),
+                Redir,
+            ],
+        );
+    }
+    let ret = Verdict(NFT_RETURN, None);
+    let accept = Verdict(NF_ACCEPT as i32, None);
+    let lo4 = [127u8];
+    let v4_lo = |v| [&is_v4[..], &[daddr4(1), Cmp(NFT_CMP_EQ, &lo4), v]].concat();
+    let v6_is = |a, v| [&is_v6[..], &[daddr6, Cmp(NFT_CMP_EQ, a), v]].concat();
+    b.rule(NFPROTO_INET, t, nat, &v4_lo(ret));
+    b.rule(NFPROTO_INET, t, nat, &v6_is(&lo6, ret));
+    let tcp_p = [TCP];
+    b.rule(
+        NFPROTO_INET,
+        t,
+        nat,
+        &[
+            Meta(NFT_META_L4PROTO),
+            Cmp(NFT_CMP_EQ, &tcp_p),
+            Imm(&tcp),
+            Redir,
+        ],
+    );
+    b.rule(NFPROTO_INET, t, filter, &v4_lo(accept));
+    b.rule(
+        NFPROTO_INET,
+        t,
+        filter,
+        &[&is_v4[..], &[daddr4(4), Cmp(NFT_CMP_EQ, &v4), accept]].concat(),
+    );
+    b.rule(NFPROTO_INET, t, filter, &v6_is(&lo6, accept));
+    b.rule(NFPROTO_INET, t, filter, &v6_is(&v6, accept));
+
+    let mark = synq::DENY_MARK.to_ne_bytes();
+    let unmarked = 0u32.to_ne_bytes();
+    let (mask, xor, syn) = ([0x17u8], [0u8], [0x02u8]);
+    for (fam, not_lo) in [
+        (NFPROTO_IPV4, [daddr4(1), Cmp(NFT_CMP_NEQ, &lo4)]),
+        (NFPROTO_IPV6, [daddr6, Cmp(NFT_CMP_NEQ, &lo6)]),
+    ] {
+        b.table(fam, synq::TABLE);
+        b.base_chain(fam, synq::TABLE, "out", "filter", -150, NF_ACCEPT);
+        b.chain(fam, synq::TABLE, synq::QCHAIN);
+        b.rule(
+            fam,
+            synq::TABLE,
+            "out",
+            &[
+                Meta(NFT_META_L4PROTO),
+                Cmp(NFT_CMP_EQ, &tcp_p),
+                Meta(NFT_META_MARK),
+                Cmp(NFT_CMP_EQ, &mark),
+                RejectTcpRst,
+            ],
+        );
+        b.rule(
+            fam,
+            synq::TABLE,
+            "out",
+            &[
+                &not_lo[..],
+                &[
+                    Meta(NFT_META_L4PROTO),
+                    Cmp(NFT_CMP_EQ, &tcp_p),
+                    Payload(TH, 2, 2),
+                    Cmp(NFT_CMP_NEQ, &port53),
+                    Payload(TH, 13, 1),
+                    Bitwise(&mask, &xor),
+                    Cmp(NFT_CMP_EQ, &syn),
+                    Meta(NFT_META_MARK),
+                    Cmp(NFT_CMP_EQ, &unmarked),
+                    Verdict(NFT_JUMP, Some(synq::QCHAIN)),
+                ],
+            ]
+            .concat(),
+        );
+    }
+    b.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
+
+    /// What `nft list ruleset` shows in a new network namespace after
+    /// `load` ran there (as root: CAP_NET_ADMIN over the namespace).
+    fn listed(load: impl Fn() -> io::Result<()> + Send + Sync + 'static) -> String {
+        let mut c = Command::new("nft");
+        c.args(["list", "ruleset"]);
+        // SAFETY: the child only unshares and loads (the test process is
+        // not multithreaded in a way the child depends on: it allocates,
+        // as the loader's callers after a fork of a single thread do).
+        unsafe {
+            c.pre_exec(move || {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
+                load()
+            });
+        }
+        let out = c.output().expect("nft (the nftables package) runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// The batch is exactly the ruleset its documentation gives in nft's
+    /// words: libnftables compiles that text (with the layout's values) to
+    /// the same expressions, so both namespaces list the same rules.
+    #[test]
+    fn the_batch_lists_as_the_documented_ruleset() {
+        let l = Layout::default();
+        let text = format!(
+            "table inet sbx_net {{
   chain nat_out {{
     type nat hook output priority -100; policy accept;
     udp dport 53 redirect to :{dns}
@@ -156,8 +490,10 @@ pub fn ruleset(l: &Layout) -> CString {
   }}
   chain filter_out {{
     type filter hook output priority 0; policy drop;
-    ip daddr {{ 127.0.0.0/8, {v4} }} accept
-    ip6 daddr {{ ::1, {v6} }} accept
+    ip daddr 127.0.0.0/8 accept
+    ip daddr {v4} accept
+    ip6 daddr ::1 accept
+    ip6 daddr {v6} accept
   }}
 }}
 table ip {syn} {{
@@ -179,13 +515,40 @@ table ip6 {syn} {{
   }}
 }}
 ",
-        tcp = l.tcp_port,
-        dns = l.dns_port,
-        v4 = l.v4,
-        v6 = l.v6,
-        syn = crate::synq::TABLE,
-        q = crate::synq::QCHAIN,
-        mark = crate::synq::DENY_MARK,
-    );
-    CString::new(text).expect("no NUL in ruleset")
+            tcp = l.tcp_port,
+            dns = l.dns_port,
+            v4 = l.v4,
+            v6 = l.v6,
+            syn = synq::TABLE,
+            q = synq::QCHAIN,
+            mark = synq::DENY_MARK,
+        );
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("rules.nft");
+        std::fs::write(&f, text).unwrap();
+        let want = listed(move || {
+            let st = Command::new("nft").arg("-f").arg(&f).status()?;
+            st.success()
+                .then_some(())
+                .ok_or_else(|| io::Error::other("nft -f failed"))
+        });
+        let batch = ruleset(&l);
+        let got = listed(move || batch.load());
+        assert!(want.contains("redirect to :61053"), "{want}");
+        assert_eq!(got, want);
+    }
+
+    /// A batch the kernel refuses is an error, and none of it stays.
+    #[test]
+    fn a_refused_batch_is_an_error_and_applies_nothing() {
+        let mut b = Batch::new();
+        b.table(NFPROTO_INET, "sbx_net");
+        b.rule(NFPROTO_INET, "sbx_net", "no_such_chain", &[Expr::Redir]);
+        let b = b.finish();
+        let got = listed(move || match b.load() {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            other => Err(io::Error::other(format!("expected ENOENT, got {other:?}"))),
+        });
+        assert_eq!(got, "", "a refused batch left: {got}");
+    }
 }

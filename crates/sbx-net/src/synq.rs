@@ -9,7 +9,7 @@
 //!
 //! This kernel family has no native nft `queue` expression everywhere
 //! (CONFIG_NFT_QUEUE), so the queue rule is the xtables NFQUEUE target
-//! through nft_compat, added here over raw netlink to a chain libnftables
+//! through nft_compat, added here over raw netlink to a chain the ruleset
 //! created ([`crate::nft::ruleset`]). Fail-closed: with the supervisor gone
 //! the queue has no listener and the kernel drops the SYN.
 //!
@@ -28,16 +28,16 @@ pub const TABLE: &str = "sbx_syn";
 pub const QCHAIN: &str = "q";
 
 const HDR: usize = 16;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_ACK: u16 = 4;
-const NLM_F_CREATE: u16 = 0x400;
-const NLM_F_APPEND: u16 = 0x800;
+pub(crate) const NLM_F_REQUEST: u16 = 1;
+pub(crate) const NLM_F_ACK: u16 = 4;
+pub(crate) const NLM_F_CREATE: u16 = 0x400;
+pub(crate) const NLM_F_APPEND: u16 = 0x800;
 const NLMSG_ERROR: u16 = 2;
-const NLA_F_NESTED: u16 = 0x8000;
-const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
-const NFNL_MSG_BATCH_END: u16 = 0x11;
+pub(crate) const NLA_F_NESTED: u16 = 0x8000;
+pub(crate) const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
+pub(crate) const NFNL_MSG_BATCH_END: u16 = 0x11;
 const NFNL_SUBSYS_QUEUE: u16 = 3;
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
+pub(crate) const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFT_MSG_NEWRULE: u16 = 6;
 const NFQNL_MSG_PACKET: u16 = 0;
 const NFQNL_MSG_VERDICT: u16 = 1;
@@ -121,7 +121,7 @@ impl Buf {
     }
 }
 
-fn netlink_socket() -> io::Result<OwnedFd> {
+pub(crate) fn netlink_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2); the fd is owned at once.
     let fd = unsafe {
         libc::socket(
@@ -147,7 +147,7 @@ fn send(fd: &OwnedFd, b: &[u8]) -> io::Result<()> {
 }
 
 /// Sends `b` and waits for the ack of the message numbered `seq`.
-fn request(fd: &OwnedFd, b: &[u8], seq: u32) -> io::Result<()> {
+pub(crate) fn request(fd: &OwnedFd, b: &[u8], seq: u32) -> io::Result<()> {
     send(fd, b)?;
     let mut rb = [0u8; 1024];
     loop {
