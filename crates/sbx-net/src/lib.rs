@@ -16,6 +16,7 @@ mod http;
 mod mitm;
 mod netlink;
 mod netns;
+mod nfnl;
 pub mod nft;
 mod phantom;
 mod relay;

@@ -8,7 +8,11 @@
 
 use std::io;
 
-use crate::synq;
+use crate::nfnl::{
+    Buf, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NLM_F_ACK, NLM_F_APPEND,
+    NLM_F_CREATE,
+};
+use crate::{nfnl, synq};
 
 /// Addresses and ports of the sandbox side.
 #[derive(Debug, Clone, Copy)]
@@ -60,12 +64,9 @@ const TCP: u8 = 6;
 const UDP: u8 = 17;
 
 /// A batch of nf_tables messages: BATCH_BEGIN, the ruleset, BATCH_END,
-/// each message asking for its ack.
+/// each message asking for its ack (the ruleset is about 4.7 KiB).
 pub struct Batch {
-    b: Vec<u8>,
-    /// Start of the message being built, and of the open nests.
-    msg: usize,
-    nests: Vec<usize>,
+    m: Box<Buf<8192>>,
     seq: u32,
 }
 
@@ -86,74 +87,51 @@ enum Expr<'a> {
 impl Batch {
     fn new() -> Self {
         let mut b = Batch {
-            b: Vec::with_capacity(6144),
-            msg: 0,
-            nests: Vec::new(),
+            m: Box::new(Buf::new()),
             seq: 0,
         };
-        b.begin(synq::NFNL_MSG_BATCH_BEGIN, 0, 0, synq::NFNL_SUBSYS_NFTABLES);
-        b.end();
+        b.begin(NFNL_MSG_BATCH_BEGIN, 0, 0, NFNL_SUBSYS_NFTABLES);
+        b.m.end();
         b
     }
 
     fn begin(&mut self, ty: u16, flags: u16, family: u8, res_id: u16) {
         self.seq += 1;
-        self.msg = self.b.len();
-        self.b.extend_from_slice(&[0; 4]); // nlmsg_len, set by end()
-        self.b.extend_from_slice(&ty.to_ne_bytes());
-        self.b
-            .extend_from_slice(&(flags | synq::NLM_F_REQUEST).to_ne_bytes());
-        self.b.extend_from_slice(&self.seq.to_ne_bytes());
-        self.b.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_pid
-        // struct nfgenmsg: family, version, res_id (big-endian)
-        self.b.extend_from_slice(&[family, 0]);
-        self.b.extend_from_slice(&res_id.to_be_bytes());
+        self.m.begin(ty, flags, self.seq, family, res_id);
     }
 
     /// Starts an nf_tables message of `family` that asks for its ack.
     fn nft(&mut self, msg: u16, flags: u16, family: u8) {
         self.begin(
-            (synq::NFNL_SUBSYS_NFTABLES << 8) | msg,
-            flags | synq::NLM_F_ACK,
+            (NFNL_SUBSYS_NFTABLES << 8) | msg,
+            flags | NLM_F_ACK,
             family,
             0,
         );
     }
 
     fn end(&mut self) {
-        let l = (self.b.len() - self.msg) as u32;
-        self.b[self.msg..self.msg + 4].copy_from_slice(&l.to_ne_bytes());
-    }
-
-    fn attr(&mut self, ty: u16, data: &[u8]) {
-        let l = (4 + data.len()) as u16;
-        self.b.extend_from_slice(&l.to_ne_bytes());
-        self.b.extend_from_slice(&ty.to_ne_bytes());
-        self.b.extend_from_slice(data);
-        self.b.resize((self.b.len() + 3) & !3, 0);
+        self.m.end();
     }
 
     fn str(&mut self, ty: u16, s: &str) {
-        let mut v = s.as_bytes().to_vec();
-        v.push(0);
-        self.attr(ty, &v);
+        self.m.attr_str(ty, s);
     }
 
     fn be32(&mut self, ty: u16, v: u32) {
-        self.attr(ty, &v.to_be_bytes());
+        self.m.attr_be32(ty, v);
+    }
+
+    fn attr(&mut self, ty: u16, data: &[u8]) {
+        self.m.attr(ty, data);
     }
 
     fn nest(&mut self, ty: u16) {
-        self.nests.push(self.b.len());
-        self.b.extend_from_slice(&[0, 0]);
-        self.b
-            .extend_from_slice(&(ty | synq::NLA_F_NESTED).to_ne_bytes());
+        self.m.nest(ty);
     }
 
     fn unnest(&mut self) {
-        let s = self.nests.pop().expect("an open nest");
-        let l = (self.b.len() - s) as u16;
-        self.b[s..s + 2].copy_from_slice(&l.to_ne_bytes());
+        self.m.unnest();
     }
 
     /// NFTA_DATA_VALUE in a nest of type `ty`.
@@ -180,7 +158,7 @@ impl Batch {
         prio: i32,
         policy: u32,
     ) {
-        self.nft(NFT_MSG_NEWCHAIN, synq::NLM_F_CREATE, family);
+        self.nft(NFT_MSG_NEWCHAIN, NLM_F_CREATE, family);
         self.str(1, table); // NFTA_CHAIN_TABLE
         self.str(3, name); // NFTA_CHAIN_NAME
         self.nest(4); // NFTA_CHAIN_HOOK
@@ -193,18 +171,14 @@ impl Batch {
     }
 
     fn chain(&mut self, family: u8, table: &str, name: &str) {
-        self.nft(NFT_MSG_NEWCHAIN, synq::NLM_F_CREATE, family);
+        self.nft(NFT_MSG_NEWCHAIN, NLM_F_CREATE, family);
         self.str(1, table);
         self.str(3, name);
         self.end();
     }
 
     fn rule(&mut self, family: u8, table: &str, chain: &str, exprs: &[Expr<'_>]) {
-        self.nft(
-            NFT_MSG_NEWRULE,
-            synq::NLM_F_CREATE | synq::NLM_F_APPEND,
-            family,
-        );
+        self.nft(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, family);
         self.str(1, table); // NFTA_RULE_TABLE
         self.str(2, chain); // NFTA_RULE_CHAIN
         self.nest(4); // NFTA_RULE_EXPRESSIONS
@@ -282,7 +256,7 @@ impl Batch {
     }
 
     fn finish(mut self) -> Self {
-        self.begin(synq::NFNL_MSG_BATCH_END, 0, 0, synq::NFNL_SUBSYS_NFTABLES);
+        self.begin(NFNL_MSG_BATCH_END, 0, 0, NFNL_SUBSYS_NFTABLES);
         self.end();
         self
     }
@@ -291,10 +265,10 @@ impl Batch {
     /// network namespace and waits for every message's ack: the kernel
     /// applies all of it or nothing. After fork: allocates nothing.
     pub fn load(&self) -> io::Result<()> {
-        let fd = synq::netlink_socket()?;
+        let fd = nfnl::netlink_socket()?;
         // The last nf_tables message is the one before BATCH_END; an error
         // in any message comes before its ack.
-        synq::request(&fd, &self.b, self.seq - 1)
+        nfnl::request(&fd, self.m.bytes(), self.seq - 1)
     }
 }
 

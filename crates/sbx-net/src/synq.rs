@@ -17,7 +17,12 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use crate::nfnl::{
+    Buf, HDR, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NLM_F_ACK,
+    NLM_F_APPEND, NLM_F_CREATE, netlink_socket, request, send,
+};
 
 /// The queue number (per network namespace).
 pub const QUEUE_NUM: u16 = 5153;
@@ -27,17 +32,7 @@ pub const DENY_MARK: u32 = 0x5b5b_0001;
 pub const TABLE: &str = "sbx_syn";
 pub const QCHAIN: &str = "q";
 
-const HDR: usize = 16;
-pub(crate) const NLM_F_REQUEST: u16 = 1;
-pub(crate) const NLM_F_ACK: u16 = 4;
-pub(crate) const NLM_F_CREATE: u16 = 0x400;
-pub(crate) const NLM_F_APPEND: u16 = 0x800;
-const NLMSG_ERROR: u16 = 2;
-pub(crate) const NLA_F_NESTED: u16 = 0x8000;
-pub(crate) const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
-pub(crate) const NFNL_MSG_BATCH_END: u16 = 0x11;
 const NFNL_SUBSYS_QUEUE: u16 = 3;
-pub(crate) const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFT_MSG_NEWRULE: u16 = 6;
 const NFQNL_MSG_PACKET: u16 = 0;
 const NFQNL_MSG_VERDICT: u16 = 1;
@@ -53,132 +48,6 @@ const NFQNL_COPY_PACKET: u8 = 2;
 const NF_ACCEPT: u32 = 1;
 const NF_REPEAT: u32 = 4;
 
-/// A netlink message (or a batch of them) built in a stack buffer.
-struct Buf {
-    b: [u8; 512],
-    len: usize,
-    /// Start of the message being built, and of the open nests.
-    msg: usize,
-    nests: [usize; 4],
-    depth: usize,
-}
-
-impl Buf {
-    fn new() -> Self {
-        Buf {
-            b: [0; 512],
-            len: 0,
-            msg: 0,
-            nests: [0; 4],
-            depth: 0,
-        }
-    }
-
-    /// Starts a message: nlmsghdr and nfgenmsg.
-    fn begin(&mut self, ty: u16, flags: u16, seq: u32, family: u8, res_id: u16) {
-        self.msg = self.len;
-        let s = self.len;
-        self.b[s + 4..s + 6].copy_from_slice(&ty.to_ne_bytes());
-        self.b[s + 6..s + 8].copy_from_slice(&(flags | NLM_F_REQUEST).to_ne_bytes());
-        self.b[s + 8..s + 12].copy_from_slice(&seq.to_ne_bytes());
-        self.b[s + 16] = family;
-        self.b[s + 18..s + 20].copy_from_slice(&res_id.to_be_bytes());
-        self.len = s + HDR + 4;
-    }
-
-    fn end(&mut self) {
-        let l = (self.len - self.msg) as u32;
-        self.b[self.msg..self.msg + 4].copy_from_slice(&l.to_ne_bytes());
-    }
-
-    fn attr(&mut self, ty: u16, data: &[u8]) {
-        let s = self.len;
-        let l = (4 + data.len()) as u16;
-        self.b[s..s + 2].copy_from_slice(&l.to_ne_bytes());
-        self.b[s + 2..s + 4].copy_from_slice(&ty.to_ne_bytes());
-        self.b[s + 4..s + 4 + data.len()].copy_from_slice(data);
-        self.len = (s + l as usize + 3) & !3;
-    }
-
-    fn attr_str(&mut self, ty: u16, s: &str) {
-        let mut t = [0u8; 32];
-        t[..s.len()].copy_from_slice(s.as_bytes());
-        self.attr(ty, &t[..s.len() + 1]);
-    }
-
-    fn nest(&mut self, ty: u16) {
-        self.nests[self.depth] = self.len;
-        self.depth += 1;
-        self.b[self.len + 2..self.len + 4].copy_from_slice(&(ty | NLA_F_NESTED).to_ne_bytes());
-        self.len += 4;
-    }
-
-    fn unnest(&mut self) {
-        self.depth -= 1;
-        let s = self.nests[self.depth];
-        let l = (self.len - s) as u16;
-        self.b[s..s + 2].copy_from_slice(&l.to_ne_bytes());
-    }
-}
-
-pub(crate) fn netlink_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2); the fd is owned at once.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_NETFILTER,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by socket(2) and is ours.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn send(fd: &OwnedFd, b: &[u8]) -> io::Result<()> {
-    // SAFETY: b is a valid buffer for its length.
-    let n = unsafe { libc::send(fd.as_raw_fd(), b.as_ptr().cast(), b.len(), 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Sends `b` and waits for the ack of the message numbered `seq`.
-pub(crate) fn request(fd: &OwnedFd, b: &[u8], seq: u32) -> io::Result<()> {
-    send(fd, b)?;
-    let mut rb = [0u8; 1024];
-    loop {
-        // SAFETY: rb is a valid buffer for its length.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), rb.as_mut_ptr().cast(), rb.len(), 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        let n = n as usize;
-        if n < HDR + 4 {
-            return Err(io::Error::other("short netlink reply"));
-        }
-        let ty = u16::from_ne_bytes([rb[4], rb[5]]);
-        let s = u32::from_ne_bytes([rb[8], rb[9], rb[10], rb[11]]);
-        if ty != NLMSG_ERROR {
-            continue;
-        }
-        let err = i32::from_ne_bytes([rb[16], rb[17], rb[18], rb[19]]);
-        if err != 0 {
-            return Err(io::Error::from_raw_os_error(-err));
-        }
-        if s == seq {
-            return Ok(());
-        }
-    }
-}
-
 /// Child side, after the ruleset is loaded: appends the NFQUEUE rule to
 /// the `ip` and (when `v6`) `ip6` queue chains, binds the queue, and
 /// returns the socket to hand out.
@@ -189,7 +58,7 @@ pub fn child_setup(v6: bool) -> io::Result<OwnedFd> {
         if fam == libc::AF_INET6 as u8 && !v6 {
             continue;
         }
-        let mut m = Buf::new();
+        let mut m = Buf::<512>::new();
         m.begin(NFNL_MSG_BATCH_BEGIN, 0, seq, 0, NFNL_SUBSYS_NFTABLES);
         m.end();
         m.begin(
@@ -219,11 +88,11 @@ pub fn child_setup(v6: bool) -> io::Result<OwnedFd> {
         m.end();
         m.begin(NFNL_MSG_BATCH_END, 0, seq + 2, 0, NFNL_SUBSYS_NFTABLES);
         m.end();
-        request(&fd, &m.b[..m.len], seq + 1)?;
+        request(&fd, m.bytes(), seq + 1)?;
         seq += 3;
     }
     // Bind the queue to this socket and ask for the packets' first bytes.
-    let mut m = Buf::new();
+    let mut m = Buf::<512>::new();
     m.begin(
         (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_CONFIG,
         NLM_F_ACK,
@@ -233,8 +102,8 @@ pub fn child_setup(v6: bool) -> io::Result<OwnedFd> {
     );
     m.attr(NFQA_CFG_CMD, &[NFQNL_CFG_CMD_BIND, 0, 0, 0]);
     m.end();
-    request(&fd, &m.b[..m.len], seq)?;
-    let mut m = Buf::new();
+    request(&fd, m.bytes(), seq)?;
+    let mut m = Buf::<512>::new();
     m.begin(
         (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_CONFIG,
         NLM_F_ACK,
@@ -247,7 +116,7 @@ pub fn child_setup(v6: bool) -> io::Result<OwnedFd> {
     p[4] = NFQNL_COPY_PACKET;
     m.attr(NFQA_CFG_PARAMS, &p);
     m.end();
-    request(&fd, &m.b[..m.len], seq + 1)?;
+    request(&fd, m.bytes(), seq + 1)?;
     Ok(fd)
 }
 
@@ -337,7 +206,7 @@ fn handle(fd: &OwnedFd, m: &[u8], allow: &impl Fn(Option<SocketAddr>) -> bool) {
     }
     let Some(id) = id else { return };
     let ok = allow(syn_dst(payload));
-    let mut b = Buf::new();
+    let mut b = Buf::<512>::new();
     b.begin(
         (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_VERDICT,
         0,
@@ -353,7 +222,7 @@ fn handle(fd: &OwnedFd, m: &[u8], allow: &impl Fn(Option<SocketAddr>) -> bool) {
         b.attr(NFQA_MARK, &DENY_MARK.to_be_bytes());
     }
     b.end();
-    if let Err(e) = send(fd, &b.b[..b.len]) {
+    if let Err(e) = send(fd, b.bytes()) {
         tracing::warn!("SYN queue verdict: {e}");
     }
 }
