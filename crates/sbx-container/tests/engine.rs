@@ -1271,38 +1271,6 @@ fn net_sbx_inside_sbx_net_allowlist_dns_and_alerts() {
     drop(th);
 }
 
-/// Ways stderr can be gone: closed (`2>&-`: the Rust runtime reopens fd 2
-/// on /dev/null), a pipe whose reader left (EPIPE) and a full device
-/// (ENOSPC). On the last two `eprintln!` panics: exit 101.
-const GONE: [&str; 3] = ["closed", "broken pipe", "full"];
-
-fn stderr_gone(c: &mut Command, how: &str) {
-    match how {
-        "closed" => {
-            // SAFETY: the pre_exec closure only closes fd 2 (async-signal-safe).
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(c, || {
-                    libc::close(2);
-                    Ok(())
-                });
-            }
-        }
-        "broken pipe" => {
-            let (r, w) = std::io::pipe().unwrap();
-            drop(r);
-            c.stderr(w);
-        }
-        _ => {
-            c.stderr(
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open("/dev/full")
-                    .unwrap(),
-            );
-        }
-    }
-}
-
 /// With stderr gone (and every log line too), bad input is still 125. No
 /// engine needed: a bad flag is refused before the engine is asked, and an
 /// unreachable one is the bad input.
@@ -1310,7 +1278,7 @@ fn stderr_gone(c: &mut Command, how: &str) {
 fn a_gone_stderr_keeps_bad_input_at_125() {
     let d = sbx_testutil::shared_tempdir();
     let engine = format!("unix://{}/nope.sock", d.path().display());
-    for how in GONE {
+    for how in sbx_testutil::STDERR_GONE {
         for log in [None, Some("debug")] {
             for args in [&["--memory", "12x"][..], &[]] {
                 let mut c = sbx_testutil::tool("sbx-container");
@@ -1322,7 +1290,7 @@ fn a_gone_stderr_keeps_bad_input_at_125() {
                 if let Some(l) = log {
                     c.env("SBX_LOG", l);
                 }
-                stderr_gone(&mut c, how);
+                sbx_testutil::stderr_gone(&mut c, how);
                 let out = c.output().unwrap();
                 assert_eq!(code(&out), 125, "{args:?} {how} {log:?}");
                 assert_eq!(stdout(&out), "", "{args:?} {how} {log:?}");

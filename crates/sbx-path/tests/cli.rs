@@ -349,38 +349,6 @@ fn normalise_prints_or_refuses() {
     }
 }
 
-/// Ways stderr can be gone: closed (`2>&-`: the Rust runtime reopens fd 2
-/// on /dev/null), a pipe whose reader left (EPIPE) and a full device
-/// (ENOSPC). On the last two `eprintln!` panics: exit 101.
-const GONE: [&str; 3] = ["closed", "broken pipe", "full"];
-
-fn stderr_gone(c: &mut Command, how: &str) {
-    match how {
-        "closed" => {
-            // SAFETY: the pre_exec closure only closes fd 2 (async-signal-safe).
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(c, || {
-                    libc::close(2);
-                    Ok(())
-                });
-            }
-        }
-        "broken pipe" => {
-            let (r, w) = std::io::pipe().unwrap();
-            drop(r);
-            c.stderr(w);
-        }
-        _ => {
-            c.stderr(
-                fs::OpenOptions::new()
-                    .write(true)
-                    .open("/dev/full")
-                    .unwrap(),
-            );
-        }
-    }
-}
-
 /// With stderr gone, a refusal keeps its status (1), its --json verdict
 /// and its alert, normalise goes on past a refused path, and bad input is
 /// 125: the refusal line was an `eprintln!` that panicked (101).
@@ -389,7 +357,7 @@ fn a_gone_stderr_changes_neither_the_status_nor_stdout() {
     let t = Tree::new();
     let secret = t.p("outside/secret");
     for who in identities() {
-        for how in GONE {
+        for how in sbx_testutil::STDERR_GONE {
             let log = t.log(who);
             let mut c = sbx_testutil::tool("sbx-path");
             c.args(["check", "--json", "--audit-log"])
@@ -398,7 +366,7 @@ fn a_gone_stderr_changes_neither_the_status_nor_stdout() {
                 .arg(t.p("ok"))
                 .arg(&secret)
                 .arg("read");
-            stderr_gone(&mut c, how);
+            sbx_testutil::stderr_gone(&mut c, how);
             let out = run(c, who);
             assert_eq!(code(&out), 1, "{who:?} {how}");
             assert!(
@@ -412,14 +380,14 @@ fn a_gone_stderr_changes_neither_the_status_nor_stdout() {
 
             let mut c = sbx_testutil::tool("sbx-path");
             c.args(["normalise", "/a/../b", "/x//y"]);
-            stderr_gone(&mut c, how);
+            sbx_testutil::stderr_gone(&mut c, how);
             let out = run(c, who);
             assert_eq!(code(&out), 1, "{who:?} {how}");
             assert_eq!(stdout(&out), "/x/y\n", "{who:?} {how}");
 
             let mut c = sbx_testutil::tool("sbx-path");
             c.args(["check", "--base", "rel"]).arg(&secret).arg("read");
-            stderr_gone(&mut c, how);
+            sbx_testutil::stderr_gone(&mut c, how);
             let out = run(c, who);
             assert_eq!(code(&out), 125, "{who:?} {how}");
             assert_eq!(stdout(&out), "", "{who:?} {how}");

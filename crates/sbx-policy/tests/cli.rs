@@ -590,38 +590,6 @@ fn network_and_bash_mapping() {
     );
 }
 
-/// Ways stderr can be gone: closed (`2>&-`: the Rust runtime reopens fd 2
-/// on /dev/null), a pipe whose reader left (EPIPE) and a full device
-/// (ENOSPC). On the last two `eprintln!` panics: exit 101.
-const GONE: [&str; 3] = ["closed", "broken pipe", "full"];
-
-fn stderr_gone(c: &mut Command, how: &str) {
-    match how {
-        "closed" => {
-            // SAFETY: the pre_exec closure only closes fd 2 (async-signal-safe).
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(c, || {
-                    libc::close(2);
-                    Ok(())
-                });
-            }
-        }
-        "broken pipe" => {
-            let (r, w) = std::io::pipe().unwrap();
-            drop(r);
-            c.stderr(w);
-        }
-        _ => {
-            c.stderr(
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open("/dev/full")
-                    .unwrap(),
-            );
-        }
-    }
-}
-
 /// With stderr gone, settings with a warning (a rule of an unknown tool)
 /// compile, explain and print the chain as with stderr open, and bad
 /// input is 125: the warning was an `eprintln!` that panicked (101).
@@ -646,17 +614,17 @@ fn a_gone_stderr_changes_neither_the_status_nor_stdout() {
             "{args:?}: {}",
             stderr(&open)
         );
-        for how in GONE {
+        for how in sbx_testutil::STDERR_GONE {
             let mut c = policy(&p, args);
-            stderr_gone(&mut c, how);
+            sbx_testutil::stderr_gone(&mut c, how);
             let out = c.output().unwrap();
             assert_eq!(code(&out), 0, "{args:?} {how}");
             assert_eq!(stdout(&out), stdout(&open), "{args:?} {how}");
         }
     }
-    for how in GONE {
+    for how in sbx_testutil::STDERR_GONE {
         let mut c = policy(&p, &["compile", "--memory", "lots"]);
-        stderr_gone(&mut c, how);
+        sbx_testutil::stderr_gone(&mut c, how);
         let out = c.output().unwrap();
         assert_eq!(code(&out), 125, "{how}");
         assert_eq!(stdout(&out), "", "{how}");

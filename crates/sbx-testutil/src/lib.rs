@@ -237,6 +237,40 @@ pub fn assert_event(
 }
 
 /// Whether a program is on PATH.
+/// Ways a tool's stderr can be gone: closed (`2>&-`: the Rust runtime
+/// reopens fd 2 on /dev/null), a pipe whose reader left (EPIPE) and a full
+/// device (ENOSPC). On the last two `eprintln!` panics: exit 101.
+pub const STDERR_GONE: [&str; 3] = ["closed", "broken pipe", "full"];
+
+/// Makes `c`'s stderr gone in the way `how` (one of [`STDERR_GONE`]) says.
+pub fn stderr_gone(c: &mut Command, how: &str) {
+    match how {
+        "closed" => {
+            // SAFETY: the pre_exec closure only closes fd 2 (async-signal-safe).
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(c, || {
+                    libc::close(2);
+                    Ok(())
+                });
+            }
+        }
+        "broken pipe" => {
+            let (r, w) = std::io::pipe().unwrap();
+            drop(r);
+            c.stderr(w);
+        }
+        "full" => {
+            c.stderr(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap(),
+            );
+        }
+        other => panic!("stderr_gone: unknown way {other:?}"),
+    }
+}
+
 pub fn have(prog: &str) -> bool {
     std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))

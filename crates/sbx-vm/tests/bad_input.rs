@@ -246,38 +246,6 @@ fn sigkill_of_sbx_vm_takes_the_vmm_and_next_run_reaps() {
     vm.assert_clean();
 }
 
-/// Ways stderr can be gone: closed (`2>&-`: the Rust runtime reopens fd 2
-/// on /dev/null), a pipe whose reader left (EPIPE) and a full device
-/// (ENOSPC). On the last two `eprintln!` panics: exit 101.
-const GONE: [&str; 3] = ["closed", "broken pipe", "full"];
-
-fn stderr_gone(c: &mut std::process::Command, how: &str) {
-    match how {
-        "closed" => {
-            // SAFETY: the pre_exec closure only closes fd 2 (async-signal-safe).
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(c, || {
-                    libc::close(2);
-                    Ok(())
-                });
-            }
-        }
-        "broken pipe" => {
-            let (r, w) = std::io::pipe().unwrap();
-            drop(r);
-            c.stderr(w);
-        }
-        _ => {
-            c.stderr(
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open("/dev/full")
-                    .unwrap(),
-            );
-        }
-    }
-}
-
 /// With stderr gone (and every log line too), bad input is still 125 with
 /// nothing left. Neither needs a VMM: the flag and the guest's files are
 /// refused before one starts.
@@ -285,7 +253,7 @@ fn stderr_gone(c: &mut std::process::Command, how: &str) {
 fn a_gone_stderr_keeps_bad_input_at_125() {
     let vm = Vm::new();
     let no_guest = vm.tmp.path().join("no-guest");
-    for how in GONE {
+    for how in sbx_testutil::STDERR_GONE {
         for log in [None, Some("debug")] {
             for args in [&["--vcpus", "0"][..], &[]] {
                 let mut c = vm.cmd(&no_guest);
@@ -293,7 +261,7 @@ fn a_gone_stderr_keeps_bad_input_at_125() {
                 if let Some(l) = log {
                     c.env("SBX_LOG", l);
                 }
-                stderr_gone(&mut c, how);
+                sbx_testutil::stderr_gone(&mut c, how);
                 let out = c.output().unwrap();
                 assert_eq!(code(&out), 125, "{args:?} {how} {log:?}");
                 assert_eq!(stdout(&out), "", "{args:?} {how} {log:?}");
