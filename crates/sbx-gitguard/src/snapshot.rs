@@ -424,6 +424,7 @@ pub fn save(s: &Snapshot, path: &Path) -> Result<(), SnapshotError> {
         source,
     };
     let data = serde_json::to_vec(s).map_err(|e| w(io::Error::other(e)))?;
+    let data = crate::snapmac::seal(&data).map_err(w)?;
     // The temp file is written and renamed in one go (no stray temp file).
     let _hold = crate::sig::Hold::new();
     let parent = match path.parent() {
@@ -458,13 +459,15 @@ pub fn load(path: &Path, l: &Layout) -> Result<Snapshot, SnapshotError> {
         path: path.to_path_buf(),
         what,
     };
+    // Nothing in it is looked at before its MAC verifies (snapmac.rs).
+    let data = crate::snapmac::open(&data).map_err(fmt)?;
     // The marker and version first (a small struct), then the whole.
     #[derive(Deserialize)]
     struct Head {
         format: Option<String>,
         version: Option<u64>,
     }
-    let h: Head = serde_json::from_slice(&data).map_err(|e| fmt(format!("not JSON: {e}")))?;
+    let h: Head = serde_json::from_slice(data).map_err(|e| fmt(format!("not JSON: {e}")))?;
     if h.format.as_deref() != Some(FORMAT) {
         return Err(fmt("no format marker".into()));
     }
@@ -474,7 +477,7 @@ pub fn load(path: &Path, l: &Layout) -> Result<Snapshot, SnapshotError> {
             "format version {ver}, this tool reads {VERSION}"
         )));
     }
-    let s: Snapshot = serde_json::from_slice(&data).map_err(|e| fmt(e.to_string()))?;
+    let s: Snapshot = serde_json::from_slice(data).map_err(|e| fmt(e.to_string()))?;
     let ours = identity(l)?;
     if s.identity.common_dir != ours.common_dir {
         return Err(SnapshotError::OtherRepo {

@@ -306,6 +306,67 @@ fn bad_snapshots_are_refused() {
     );
 }
 
+/// A snapshot file is believed only with its MAC (snapmac.rs): one that
+/// names paths outside the repository (`../`, absolute, an included
+/// config anywhere) was made to write or remove files there as the caller.
+/// Each forgery is one line, 125, a `setup_failed` event, and nothing is
+/// written; the sealed original still repairs.
+#[test]
+fn a_forged_snapshot_is_refused_before_any_path_in_it_is_used() {
+    for who in sbx_testutil::identities() {
+        let f = Fixture::new(who);
+        let w = f.w.to_str().unwrap();
+        let snap = f.dir.join("s.json");
+        let out = f.guard(&["snapshot", "--repo", w, "-o", snap.to_str().unwrap()]);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let sealed = std::fs::read_to_string(&snap).unwrap();
+        let (body, mac) = sealed.trim_end().rsplit_once('\n').unwrap();
+        assert!(mac.starts_with("{\"mac\":\""), "{who:?}: {mac}");
+        let mut v: serde_json::Value = serde_json::from_str(body).unwrap();
+        let outside = f.dir.join("PWNED");
+        let file =
+            serde_json::json!({"kind": "file", "mode": 420, "uid": 0, "gid": 0, "text": "x"});
+        v["units"][0]["files"]["../../PWNED"] = file.clone();
+        v["units"][0]["files"][outside.to_str().unwrap()] = file;
+        let forged = serde_json::to_string(&v).unwrap();
+        let cases = [
+            ("the old MAC kept", format!("{forged}\n{mac}\n")),
+            ("no MAC", forged.clone()),
+            (
+                "a MAC made up",
+                format!("{forged}\n{{\"mac\":\"{}\"}}\n", "0".repeat(64)),
+            ),
+        ];
+        for (what, text) in cases {
+            let bad = f.dir.join("forged.json");
+            std::fs::write(&bad, text).unwrap();
+            sbx_testutil::chown_to_test_user(&bad);
+            let listing = f.sh(&f.w, "find . -printf '%p %s\\n' | sort").stdout;
+            for sub in ["repair", "check"] {
+                let out = f.guard(&[sub, "--repo", w, "--against", bad.to_str().unwrap()]);
+                assert_usage_error(&out, "not an sbx-gitguard snapshot");
+                assert!(
+                    stderr(&out).contains("MAC"),
+                    "{who:?} {what}: {}",
+                    stderr(&out)
+                );
+            }
+            assert!(!outside.exists(), "{who:?} {what}: written outside");
+            assert!(!f.dir.parent().unwrap().join("PWNED").exists());
+            assert_eq!(
+                f.sh(&f.w, "find . -printf '%p %s\\n' | sort").stdout,
+                listing,
+                "{who:?} {what}: a refused repair changed files"
+            );
+            assert_event(&f.audit, "setup_failed", "warn", |e| {
+                e["error"].as_str().unwrap_or("").contains("MAC")
+            });
+        }
+        let out = f.guard(&["repair", "--repo", w, "--against", snap.to_str().unwrap()]);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+    }
+}
+
 #[test]
 fn locked_repository_waits_then_says_so() {
     let f = Fixture::new(user_first());
