@@ -287,3 +287,129 @@ fn config_dev_zero_is_refused_at_once_for_every_tool() {
         assert!(took < Duration::from_secs(3), "{took:?}");
     }
 }
+
+/// The audit log is appended to, never read from a FIFO, a device or a
+/// directory (a FIFO blocked the run once its pipe filled, with SIGTERM
+/// blocked for forwarding; /dev/full made every event a second stderr
+/// line), and a new one is never created through a dangling symlink: one
+/// line naming the log, 125, nothing run.
+#[test]
+fn the_audit_log_is_a_regular_file_or_the_run_does_not_start() {
+    let i = inputs();
+    let base = i.dir.parent().unwrap().to_path_buf();
+    let dangling = base.join("dangling");
+    let target = base.join("made-through-the-link");
+    std::os::unix::fs::symlink(&target, &dangling).unwrap();
+    for tool in ["sbx-seccomp", "sbx-cgroup", "sbx-net", "sbx-fs"] {
+        for (input, want) in [
+            (i.fifo.as_path(), "not a regular file (a FIFO)"),
+            (
+                Path::new("/dev/full"),
+                "not a regular file (a character device)",
+            ),
+            (i.dir.as_path(), "Is a directory"),
+            (dangling.as_path(), "File exists"),
+        ] {
+            let mut c = sbx_testutil::tool(tool);
+            c.arg("--audit-log")
+                .arg(input)
+                .args(["--", "sh", "-c", "echo RAN >&2"]);
+            let what = format!("{tool} --audit-log {}", input.display());
+            let (code, err, took) = run_bounded(c);
+            assert_eq!(code, Some(125), "{what}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{what}: one line: {err}");
+            assert!(
+                err.contains("audit log") && err.contains(want),
+                "{what}: {err}"
+            );
+            assert!(!err.contains("RAN"), "{what}: the command ran");
+            assert!(took < Duration::from_secs(5), "{what}: took {took:?}");
+            assert!(
+                !target.exists(),
+                "{what}: created through the dangling link"
+            );
+        }
+    }
+}
+
+/// sbx-audit reads the log it is given as every input is read: a FIFO,
+/// /dev/zero (it grew by a gigabyte a second), a directory or a log over
+/// 1 GiB is one line and 125 at once.
+#[test]
+fn sbx_audit_refuses_what_is_not_a_bounded_regular_log() {
+    let i = inputs();
+    let huge = i.dir.parent().unwrap().join("huge.jsonl");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len((1 << 30) + 1)
+        .unwrap();
+    for sub in ["verify", "show", "tail"] {
+        for (input, want) in [
+            (i.fifo.as_path(), "not a regular file (a FIFO)"),
+            (
+                Path::new("/dev/zero"),
+                "not a regular file (a character device)",
+            ),
+            (i.dir.as_path(), "not a regular file (a directory)"),
+            (huge.as_path(), "larger than the cap of"),
+        ] {
+            let mut c = sbx_testutil::tool("sbx-audit");
+            c.arg(sub).arg(input);
+            let what = format!("sbx-audit {sub} {}", input.display());
+            let (code, err, took) = run_bounded(c);
+            assert_eq!(code, Some(125), "{what}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{what}: one line: {err}");
+            assert!(err.contains(want), "{what}: {err}");
+            assert!(took < Duration::from_secs(5), "{what}: took {took:?}");
+        }
+    }
+}
+
+/// A settings file sbx-policy cannot tell is there (a directory the user
+/// cannot search, a symlink loop) is an error naming the flag, never
+/// skipped as absent: skipped, the managed file's denials were dropped.
+#[test]
+fn settings_that_cannot_be_told_absent_are_refused_not_skipped() {
+    let i = inputs();
+    let base = i.dir.parent().unwrap().to_path_buf();
+    let looped = base.join("loop1");
+    std::os::unix::fs::symlink(base.join("loop2"), &looped).unwrap();
+    std::os::unix::fs::symlink(&looped, base.join("loop2")).unwrap();
+    let mut cases = vec![(looped.clone(), "Too many levels of symbolic links")];
+    let closed = base.join("closed");
+    if sbx_testutil::is_root() && sbx_testutil::test_user().is_some() {
+        std::fs::create_dir(&closed).unwrap();
+        std::fs::write(
+            closed.join("managed.json"),
+            r#"{"permissions": {"deny": ["Read(./.env)"]}}"#,
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+        cases.push((closed.join("managed.json"), "Permission denied"));
+    }
+    for who in sbx_testutil::identities() {
+        for (p, want) in &cases {
+            if who == sbx_testutil::As::Root && want.contains("Permission") {
+                continue;
+            }
+            for flag in ["--managed", "--settings"] {
+                let mut c = sbx_testutil::tool("sbx-policy");
+                c.arg("compile")
+                    .arg("--chdir")
+                    .arg(&i.repo)
+                    .arg(flag)
+                    .arg(p);
+                if flag == "--settings" {
+                    c.args(["--managed", "/nonexistent"]);
+                }
+                sbx_testutil::run_as(&mut c, who);
+                let what = format!("{who:?} {flag} {}", p.display());
+                let (code, err, _) = run_bounded(c);
+                assert_eq!(code, Some(125), "{what}: {err}");
+                assert_eq!(err.trim_end().lines().count(), 1, "{what}: one line: {err}");
+                assert!(err.contains(flag) && err.contains(want), "{what}: {err}");
+            }
+        }
+    }
+}

@@ -207,8 +207,16 @@ fn parse_anchor(s: &str) -> Result<(u64, &str), Failure> {
     Ok((q, h))
 }
 
+/// Logs larger than this are refused whole (one line, 125), not read into
+/// memory: rotate them.
+const LOG_CAP: u64 = 1 << 30;
+
+/// The log, read as every file named on a command line is (a regular file,
+/// never a FIFO, /dev/zero or a directory; capped; a termination signal
+/// stops the read).
 fn read(p: &Path) -> Result<Vec<u8>, Failure> {
-    std::fs::read(p).map_err(|e| Failure::new(format!("read {}: {e}", p.display())))
+    sbx_core::input::read_regular(p, LOG_CAP)
+        .map_err(|e| Failure::new(format!("read {}: {e}", p.display())))
 }
 
 fn cmd_verify(a: VerifyArgs) -> Result<i32, Failure> {

@@ -129,19 +129,40 @@ pub fn init(tool: &'static str, path: Option<&Path>) -> Result<&'static Audit, A
 }
 
 fn open_log(path: &Path) -> Result<OwnedFd, AuditError> {
+    let err = |source| AuditError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
     // Readable too: each line is chained to the hash of the one before.
-    let f = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|source| AuditError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    Ok(f.into())
+    // Non-blocking until it is known to be a regular file: a FIFO, a
+    // device or /proc file would block the run or swallow its events.
+    let open = |create: bool| {
+        let mut o = OpenOptions::new();
+        o.read(true).append(true);
+        let mut flags = libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
+        if create {
+            // A new log: never through a dangling symlink.
+            o.create_new(true).mode(0o600);
+            flags |= libc::O_NOFOLLOW;
+        }
+        o.custom_flags(flags).open(path)
+    };
+    let f = match open(false) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => open(true),
+        other => other,
+    }
+    .map_err(err)?;
+    let m = f.metadata().map_err(err)?;
+    if !m.file_type().is_file() {
+        return Err(err(io::Error::other(format!(
+            "not a regular file ({})",
+            crate::input::kind_of(&m.file_type())
+        ))));
+    }
+    let fd: OwnedFd = f.into();
+    // SAFETY: F_SETFL on our own fd: only O_NONBLOCK is dropped.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_APPEND) };
+    Ok(fd)
 }
 
 /// The in-memory log of a run without `--audit-log` (None when memfds are

@@ -25,6 +25,23 @@ pub const LIST_CAP: u64 = 16 << 20;
 /// Bytes read between two looks for a pending signal.
 const CHUNK: u64 = 1 << 20;
 
+/// What a file that is not a regular one is, for a message.
+pub fn kind_of(ft: &std::fs::FileType) -> &'static str {
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    }
+}
+
 /// Reads the regular file `path` whole, at most `cap` bytes.
 pub fn read_regular(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     let f = std::fs::OpenOptions::new()
@@ -34,22 +51,9 @@ pub fn read_regular(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     let m = f.metadata()?;
     let ft = m.file_type();
     if !ft.is_file() {
-        let kind = if ft.is_dir() {
-            "a directory"
-        } else if ft.is_fifo() {
-            "a FIFO"
-        } else if ft.is_char_device() {
-            "a character device"
-        } else if ft.is_block_device() {
-            "a block device"
-        } else if ft.is_socket() {
-            "a socket"
-        } else {
-            "not a file"
-        };
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("not a regular file ({kind})"),
+            format!("not a regular file ({})", kind_of(&ft)),
         ));
     }
     if m.len() > cap {

@@ -239,10 +239,11 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
     let cwd = proj.root.clone();
     let mut files: Vec<(settings::Scope, PathBuf)> = if a.settings.is_empty() {
         settings::default_files(&cwd, home.as_deref(), Path::new("/nonexistent"))
+            .map_err(|e| Failure::new(format!("settings {e}")))?
     } else {
         let mut v = Vec::new();
         for (i, f) in a.settings.iter().enumerate() {
-            if !f.exists() {
+            if !settings::present(f).map_err(|e| Failure::new(format!("--settings {e}")))? {
                 return Err(Failure::new(format!(
                     "--settings {}: no such file",
                     f.display()
@@ -252,7 +253,7 @@ pub fn policy(a: &SourceArgs) -> Result<map::Policy, Failure> {
         }
         v
     };
-    if a.managed.exists() {
+    if settings::present(&a.managed).map_err(|e| Failure::new(format!("--managed {e}")))? {
         files.push((settings::Scope::Managed, a.managed.clone()));
     }
     let merged = settings::load(&files)?;

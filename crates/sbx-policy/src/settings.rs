@@ -171,8 +171,30 @@ fn managed_switch(m: &mut Merged, f: &FileCtx<'_>, v: Option<&Value>, key: &str)
     }
 }
 
+/// Whether a settings file is there: absent (nothing of its path, or a
+/// file where a directory of it should be) is `false`; one that cannot be
+/// told (unreadable directory, symlink loop) is an error, never silently
+/// absent (managed settings skipped that way would drop an admin's
+/// denials).
+pub fn present(p: &Path) -> Result<bool, String> {
+    match std::fs::metadata(p) {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ENOTDIR) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(format!("{}: {e}", p.display())),
+    }
+}
+
 /// The default files, lowest precedence first, that exist.
-pub fn default_files(cwd: &Path, home: Option<&Path>, managed: &Path) -> Vec<(Scope, PathBuf)> {
+pub fn default_files(
+    cwd: &Path,
+    home: Option<&Path>,
+    managed: &Path,
+) -> Result<Vec<(Scope, PathBuf)>, String> {
     let mut v = Vec::new();
     if let Some(h) = home {
         v.push((Scope::User, h.join(".claude/settings.json")));
@@ -180,7 +202,13 @@ pub fn default_files(cwd: &Path, home: Option<&Path>, managed: &Path) -> Vec<(Sc
     v.push((Scope::Project, cwd.join(".claude/settings.json")));
     v.push((Scope::Local, cwd.join(".claude/settings.local.json")));
     v.push((Scope::Managed, managed.to_path_buf()));
-    v.into_iter().filter(|(_, p)| p.exists()).collect()
+    let mut out = Vec::new();
+    for (scope, p) in v {
+        if present(&p)? {
+            out.push((scope, p));
+        }
+    }
+    Ok(out)
 }
 
 /// The directory `/path` rules of `file` are relative to.
