@@ -421,14 +421,17 @@ fn random_kills_across_the_chain_leave_nothing() {
                 victim = Some(format!("{name}@{}ms", at.as_millis()));
             }
         }
-        let ctx = format!("iteration {i} ({who:?}), killed {victim:?}");
+        // The kills so far in the context: damage found now may come from
+        // an earlier killed run's recovery (seen twice: refs naming objects
+        // that are not there after a run that was not killed).
+        let ctx = format!("iteration {i} ({who:?}), killed {victim:?}, earlier kills {killed:?}");
         let done = eventually(60, || child.try_wait().unwrap().is_some());
         if !done {
             let _ = child.kill();
             let _ = child.wait();
             panic!("{ctx}: sbx-run did not end within 60 s");
         }
-        killed.extend(victim.clone());
+        killed.extend(victim.as_ref().map(|v| format!("{i} ({who:?}): {v}")));
         let base = f.base.to_string_lossy().to_string();
         assert!(
             eventually(15, || procs_naming(&marker).is_empty()
