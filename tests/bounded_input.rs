@@ -308,7 +308,7 @@ fn the_audit_log_is_a_regular_file_or_the_run_does_not_start() {
                 "not a regular file (a character device)",
             ),
             (i.dir.as_path(), "Is a directory"),
-            (dangling.as_path(), "File exists"),
+            (dangling.as_path(), "a dangling symlink"),
         ] {
             let mut c = sbx_testutil::tool(tool);
             c.arg("--audit-log")

@@ -148,7 +148,19 @@ fn open_log(path: &Path) -> Result<OwnedFd, AuditError> {
         o.custom_flags(flags).open(path)
     };
     let f = match open(false) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => open(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match open(true) {
+            // Another run of the chain made it first: append to that one.
+            // Still not there: the name is a dangling symlink.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                open(false).map_err(|e| match e.kind() {
+                    io::ErrorKind::NotFound => io::Error::other(
+                        "a dangling symlink (a new log is never created through one)",
+                    ),
+                    _ => e,
+                })
+            }
+            other => other,
+        },
         other => other,
     }
     .map_err(err)?;
