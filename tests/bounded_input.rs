@@ -413,3 +413,34 @@ fn settings_that_cannot_be_told_absent_are_refused_not_skipped() {
         }
     }
 }
+
+/// `sbx-container build` reads what it puts into the image as every input
+/// is read: `--busybox` and `--ca-certs` given a FIFO or /dev/zero hung
+/// (memory growing for /dev/zero) with SIGTERM blocked.
+#[test]
+fn image_inputs_are_regular_files_or_one_line() {
+    let i = inputs();
+    for flag in ["--busybox", "--ca-certs"] {
+        for (input, want) in [
+            (i.fifo.as_path(), "not a regular file (a FIFO)"),
+            (
+                Path::new("/dev/zero"),
+                "not a regular file (a character device)",
+            ),
+            (i.dir.as_path(), "not a regular file (a directory)"),
+        ] {
+            let mut c = sbx_testutil::tool("sbx-container");
+            c.arg("build")
+                .arg("--tools")
+                .arg(&i.dir)
+                .arg(flag)
+                .arg(input);
+            let what = format!("build {flag} {}", input.display());
+            let (code, err, took) = run_bounded(c);
+            assert_eq!(code, Some(125), "{what}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{what}: one line: {err}");
+            assert!(err.contains(flag) && err.contains(want), "{what}: {err}");
+            assert!(took < Duration::from_secs(5), "{what}: took {took:?}");
+        }
+    }
+}

@@ -60,8 +60,11 @@ pub struct Inputs {
     pub ca_certs: PathBuf,
 }
 
+/// Files put into an image are read as every input is: a regular file
+/// (never a FIFO, /dev/zero or a directory), at most 1 GiB, a termination
+/// signal stops the read.
 fn read(what: &'static str, p: &Path) -> Result<Vec<u8>, ImageError> {
-    std::fs::read(p).map_err(|source| ImageError::Read {
+    sbx_core::input::read_regular(p, 1 << 30).map_err(|source| ImageError::Read {
         what,
         path: p.to_path_buf(),
         source,
