@@ -444,3 +444,30 @@ fn image_inputs_are_regular_files_or_one_line() {
         }
     }
 }
+
+/// A failure's line quotes the input that was wrong, at most 4 KiB of it:
+/// a one-megabyte allow-file entry made a two-megabyte stderr line.
+#[test]
+fn a_failure_line_quotes_at_most_4_kib_of_the_input() {
+    let i = inputs();
+    let long = i.dir.parent().unwrap().join("long.list");
+    std::fs::write(&long, format!("{}\n", "a".repeat(1 << 20))).unwrap();
+    for tool in ["sbx-net", "sbx-dnsproxy"] {
+        let mut c = sbx_testutil::tool(tool);
+        c.arg("--allow-file").arg(&long);
+        if tool == "sbx-net" {
+            c.args(["--", "true"]);
+        } else {
+            c.args(["--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9"]);
+        }
+        let (code, err, _) = run_bounded(c);
+        assert_eq!(code, Some(125), "{tool}: {}", &err[..err.len().min(300)]);
+        assert_eq!(err.trim_end().lines().count(), 1, "{tool}: one line");
+        assert!(err.len() < 4096 + 200, "{tool}: {} bytes", err.len());
+        assert!(
+            err.trim_end().ends_with("bytes more)"),
+            "{tool}: {}",
+            &err[err.len().saturating_sub(200)..]
+        );
+    }
+}

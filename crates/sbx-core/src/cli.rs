@@ -102,7 +102,7 @@ where
             // exit status stays the failure's.)
             stderr_line(&format!(
                 "{tool}: {}",
-                crate::escape::terminal(&fail.message)
+                crate::escape::terminal(&capped(&fail.message))
             ));
             fail.code
         }
@@ -118,6 +118,22 @@ pub fn stderr_line(line: &str) {
     b.extend_from_slice(line.as_bytes());
     b.push(b'\n');
     let _ = std::io::Write::write_all(&mut std::io::stderr(), &b);
+}
+
+/// A failure's message at most [`MESSAGE_CAP`] bytes: messages quote the
+/// input that was wrong, and a one-megabyte allow-file line is no line
+/// for a terminal (the audit log keeps the whole message).
+const MESSAGE_CAP: usize = 4096;
+
+fn capped(m: &str) -> std::borrow::Cow<'_, str> {
+    if m.len() <= MESSAGE_CAP {
+        return std::borrow::Cow::Borrowed(m);
+    }
+    let mut end = MESSAGE_CAP;
+    while !m.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}... ({} bytes more)", &m[..end], m.len() - end))
 }
 
 /// Makes a failed `println!` end the process as a failed write, not as a
