@@ -25,10 +25,12 @@ pub const LIST_CAP: u64 = 16 << 20;
 /// Bytes read between two looks for a pending signal.
 const CHUNK: u64 = 1 << 20;
 
-/// What a file that is not a regular one is, for a message.
+/// What kind of file `ft` is, for a message ("a FIFO", "a directory").
 pub fn kind_of(ft: &std::fs::FileType) -> &'static str {
     if ft.is_dir() {
         "a directory"
+    } else if ft.is_symlink() {
+        "a symlink"
     } else if ft.is_fifo() {
         "a FIFO"
     } else if ft.is_char_device() {
@@ -38,7 +40,7 @@ pub fn kind_of(ft: &std::fs::FileType) -> &'static str {
     } else if ft.is_socket() {
         "a socket"
     } else {
-        "not a file"
+        "a regular file"
     }
 }
 

@@ -180,23 +180,7 @@ pub fn open_regular(p: &Path) -> io::Result<(fs::File, fs::Metadata)> {
 
 /// What kind of file `md` describes (for messages).
 pub fn type_name(md: &fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = md.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_symlink() {
-        "a symlink"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else {
-        "a regular file"
-    }
+    sbx_core::input::kind_of(&md.file_type())
 }
 
 /// Reads a regular file of at most `max` bytes ([`open_regular`]; a file

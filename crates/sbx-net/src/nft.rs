@@ -110,42 +110,18 @@ impl Batch {
         );
     }
 
-    fn end(&mut self) {
-        self.m.end();
-    }
-
-    fn str(&mut self, ty: u16, s: &str) {
-        self.m.attr_str(ty, s);
-    }
-
-    fn be32(&mut self, ty: u16, v: u32) {
-        self.m.attr_be32(ty, v);
-    }
-
-    fn attr(&mut self, ty: u16, data: &[u8]) {
-        self.m.attr(ty, data);
-    }
-
-    fn nest(&mut self, ty: u16) {
-        self.m.nest(ty);
-    }
-
-    fn unnest(&mut self) {
-        self.m.unnest();
-    }
-
     /// NFTA_DATA_VALUE in a nest of type `ty`.
     fn value(&mut self, ty: u16, data: &[u8]) {
-        self.nest(ty);
-        self.attr(1, data);
-        self.unnest();
+        self.m.nest(ty);
+        self.m.attr(1, data);
+        self.m.unnest();
     }
 
     fn table(&mut self, family: u8, name: &str) {
         self.nft(NFT_MSG_NEWTABLE, 0, family);
-        self.str(1, name); // NFTA_TABLE_NAME
-        self.be32(2, 0); // NFTA_TABLE_FLAGS
-        self.end();
+        self.m.attr_str(1, name); // NFTA_TABLE_NAME
+        self.m.attr_be32(2, 0); // NFTA_TABLE_FLAGS
+        self.m.end();
     }
 
     /// A base chain on the output hook (`kind` "filter" or "nat").
@@ -159,36 +135,36 @@ impl Batch {
         policy: u32,
     ) {
         self.nft(NFT_MSG_NEWCHAIN, NLM_F_CREATE, family);
-        self.str(1, table); // NFTA_CHAIN_TABLE
-        self.str(3, name); // NFTA_CHAIN_NAME
-        self.nest(4); // NFTA_CHAIN_HOOK
-        self.be32(1, NF_INET_LOCAL_OUT); // NFTA_HOOK_HOOKNUM
-        self.be32(2, prio as u32); // NFTA_HOOK_PRIORITY
-        self.unnest();
-        self.be32(5, policy); // NFTA_CHAIN_POLICY
-        self.str(7, kind); // NFTA_CHAIN_TYPE
-        self.end();
+        self.m.attr_str(1, table); // NFTA_CHAIN_TABLE
+        self.m.attr_str(3, name); // NFTA_CHAIN_NAME
+        self.m.nest(4); // NFTA_CHAIN_HOOK
+        self.m.attr_be32(1, NF_INET_LOCAL_OUT); // NFTA_HOOK_HOOKNUM
+        self.m.attr_be32(2, prio as u32); // NFTA_HOOK_PRIORITY
+        self.m.unnest();
+        self.m.attr_be32(5, policy); // NFTA_CHAIN_POLICY
+        self.m.attr_str(7, kind); // NFTA_CHAIN_TYPE
+        self.m.end();
     }
 
     fn chain(&mut self, family: u8, table: &str, name: &str) {
         self.nft(NFT_MSG_NEWCHAIN, NLM_F_CREATE, family);
-        self.str(1, table);
-        self.str(3, name);
-        self.end();
+        self.m.attr_str(1, table);
+        self.m.attr_str(3, name);
+        self.m.end();
     }
 
     fn rule(&mut self, family: u8, table: &str, chain: &str, exprs: &[Expr<'_>]) {
         self.nft(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, family);
-        self.str(1, table); // NFTA_RULE_TABLE
-        self.str(2, chain); // NFTA_RULE_CHAIN
-        self.nest(4); // NFTA_RULE_EXPRESSIONS
+        self.m.attr_str(1, table); // NFTA_RULE_TABLE
+        self.m.attr_str(2, chain); // NFTA_RULE_CHAIN
+        self.m.nest(4); // NFTA_RULE_EXPRESSIONS
         for e in exprs {
-            self.nest(1); // NFTA_LIST_ELEM
+            self.m.nest(1); // NFTA_LIST_ELEM
             self.expr(e);
-            self.unnest();
+            self.m.unnest();
         }
-        self.unnest();
-        self.end();
+        self.m.unnest();
+        self.m.end();
     }
 
     /// NFTA_EXPR_NAME and NFTA_EXPR_DATA; registers as libnftables 1.0
@@ -203,61 +179,61 @@ impl Batch {
             Expr::Redir => "redir",
             Expr::RejectTcpRst => "reject",
         };
-        self.str(1, name);
-        self.nest(2);
+        self.m.attr_str(1, name);
+        self.m.nest(2);
         match *e {
             Expr::Meta(key) => {
-                self.be32(1, NFT_REG_1); // NFTA_META_DREG
-                self.be32(2, key); // NFTA_META_KEY
+                self.m.attr_be32(1, NFT_REG_1); // NFTA_META_DREG
+                self.m.attr_be32(2, key); // NFTA_META_KEY
             }
             Expr::Cmp(op, data) => {
-                self.be32(1, NFT_REG_1); // NFTA_CMP_SREG
-                self.be32(2, op); // NFTA_CMP_OP
+                self.m.attr_be32(1, NFT_REG_1); // NFTA_CMP_SREG
+                self.m.attr_be32(2, op); // NFTA_CMP_OP
                 self.value(3, data); // NFTA_CMP_DATA
             }
             Expr::Payload(base, offset, len) => {
-                self.be32(1, NFT_REG_1); // NFTA_PAYLOAD_DREG
-                self.be32(2, base);
-                self.be32(3, offset);
-                self.be32(4, len);
+                self.m.attr_be32(1, NFT_REG_1); // NFTA_PAYLOAD_DREG
+                self.m.attr_be32(2, base);
+                self.m.attr_be32(3, offset);
+                self.m.attr_be32(4, len);
             }
             Expr::Bitwise(mask, xor) => {
-                self.be32(1, NFT_REG_1); // NFTA_BITWISE_SREG
-                self.be32(2, NFT_REG_1); // NFTA_BITWISE_DREG
-                self.be32(3, mask.len() as u32); // NFTA_BITWISE_LEN
+                self.m.attr_be32(1, NFT_REG_1); // NFTA_BITWISE_SREG
+                self.m.attr_be32(2, NFT_REG_1); // NFTA_BITWISE_DREG
+                self.m.attr_be32(3, mask.len() as u32); // NFTA_BITWISE_LEN
                 self.value(4, mask); // NFTA_BITWISE_MASK
                 self.value(5, xor); // NFTA_BITWISE_XOR
             }
             Expr::Imm(data) => {
-                self.be32(1, NFT_REG_1); // NFTA_IMMEDIATE_DREG
+                self.m.attr_be32(1, NFT_REG_1); // NFTA_IMMEDIATE_DREG
                 self.value(2, data); // NFTA_IMMEDIATE_DATA
             }
             Expr::Verdict(code, chain) => {
-                self.be32(1, NFT_REG_VERDICT);
-                self.nest(2); // NFTA_IMMEDIATE_DATA
-                self.nest(2); // NFTA_DATA_VERDICT
-                self.be32(1, code as u32); // NFTA_VERDICT_CODE
+                self.m.attr_be32(1, NFT_REG_VERDICT);
+                self.m.nest(2); // NFTA_IMMEDIATE_DATA
+                self.m.nest(2); // NFTA_DATA_VERDICT
+                self.m.attr_be32(1, code as u32); // NFTA_VERDICT_CODE
                 if let Some(c) = chain {
-                    self.str(2, c); // NFTA_VERDICT_CHAIN
+                    self.m.attr_str(2, c); // NFTA_VERDICT_CHAIN
                 }
-                self.unnest();
-                self.unnest();
+                self.m.unnest();
+                self.m.unnest();
             }
             Expr::Redir => {
-                self.be32(1, NFT_REG_1); // NFTA_REDIR_REG_PROTO_MIN
-                self.be32(3, NF_NAT_RANGE_PROTO_SPECIFIED); // NFTA_REDIR_FLAGS
+                self.m.attr_be32(1, NFT_REG_1); // NFTA_REDIR_REG_PROTO_MIN
+                self.m.attr_be32(3, NF_NAT_RANGE_PROTO_SPECIFIED); // NFTA_REDIR_FLAGS
             }
             Expr::RejectTcpRst => {
-                self.be32(1, NFT_REJECT_TCP_RST); // NFTA_REJECT_TYPE
-                self.attr(2, &[0]); // NFTA_REJECT_ICMP_CODE
+                self.m.attr_be32(1, NFT_REJECT_TCP_RST); // NFTA_REJECT_TYPE
+                self.m.attr(2, &[0]); // NFTA_REJECT_ICMP_CODE
             }
         }
-        self.unnest();
+        self.m.unnest();
     }
 
     fn finish(mut self) -> Self {
         self.begin(NFNL_MSG_BATCH_END, 0, 0, NFNL_SUBSYS_NFTABLES);
-        self.end();
+        self.m.end();
         self
     }
 
