@@ -70,8 +70,13 @@ impl Upstream {
             .find(|p| Path::new(p).exists())?;
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("queries.log");
-        for _ in 0..5 {
+        for attempt in 0..5 {
             let port = free_port();
+            // free_port's port is free only when it looks: a parallel test
+            // may start its own dnsmasq there first, and ours then dies on
+            // the TCP bind while theirs answers. Ready means this
+            // instance answered, told by a record only it serves.
+            let nonce = format!("{}-{attempt}-{port}", std::process::id());
             let mut cmd = Command::new(bin);
             cmd.args([
                 "--keep-in-foreground",
@@ -87,6 +92,7 @@ impl Upstream {
             ])
             .arg(format!("--port={port}"))
             .arg(format!("--log-facility={}", log.display()))
+            .arg(format!("--txt-record=ready.test,{nonce}"))
             .args(ZONES)
             .args(extra)
             .stdin(Stdio::null())
@@ -103,14 +109,19 @@ impl Upstream {
                 if let Ok(Some(_)) = child.try_wait() {
                     break;
                 }
-                if udp_query(
+                let ours = udp_query(
                     addr,
-                    "exact.test",
-                    RecordType::A,
+                    "ready.test",
+                    RecordType::TXT,
                     Duration::from_millis(200),
                 )
-                .is_some()
-                {
+                .is_some_and(|m| {
+                    m.answers.iter().any(|r| match &r.data {
+                        RData::TXT(t) => t.to_string() == nonce,
+                        _ => false,
+                    })
+                });
+                if ours {
                     return Some(Upstream {
                         addr,
                         child,
