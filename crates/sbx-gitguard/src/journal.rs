@@ -27,6 +27,7 @@
 //! Test hook: `SBX_GITGUARD_CRASH_AT=N` makes sbx-gitguard SIGKILL itself at
 //! the N-th step of an import (tests/journal.rs kills it at every step).
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
@@ -168,10 +169,25 @@ impl Journal {
 
     /// Removes the journal (the import is complete, or undone).
     pub fn finish(self) -> io::Result<()> {
-        let r = crate::stage::remove_tree(&self.dir);
+        let r = dismantle(&self.dir);
         crash_point();
         r
     }
+}
+
+/// Removes a journal directory whose import is complete or undone.
+/// `pending.json` goes first, durably: the tree's removal order is the
+/// directory's, and a journal left with its pending list but without
+/// `journal.json` reads as "never committed", whose recovery deletes the
+/// listed objects that the applied refs now name (a SIGKILL there left
+/// `main` naming a missing commit).
+fn dismantle(dir: &Path) -> io::Result<()> {
+    match fs::remove_file(dir.join("pending.json")) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => fsync_dir(dir)?,
+    }
+    crash_point();
+    crate::stage::remove_tree(dir)
 }
 
 fn text(v: &Option<String>) -> serde_json::Value {
@@ -355,9 +371,16 @@ pub fn recover(git_dir: &Path, ev: &mut Events) -> io::Result<bool> {
             dir.display()
         )));
     };
-    let committed = crate::stage::read_small(&dir.join("journal.json"), 64 << 20)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Committed>(&b).ok());
+    // A commit record that is there but cannot be read is not "never
+    // committed": undoing it would delete objects its refs may already
+    // name. (It is written by rename, so it is never partial.)
+    let committed = match crate::stage::read_small(&dir.join("journal.json"), 64 << 20) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        r => Some(
+            r.and_then(|b| serde_json::from_slice::<Committed>(&b).map_err(io::Error::other))
+                .map_err(|e| io::Error::other(format!("{}/journal.json: {e}", dir.display())))?,
+        ),
+    };
     match committed {
         Some(c) => {
             let a = apply(git_dir, &dir, &c, ev);
@@ -374,29 +397,95 @@ pub fn recover(git_dir: &Path, ev: &mut Events) -> io::Result<bool> {
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Pending>(&b).ok())
                 .unwrap_or_default();
-            let mut removed = 0u64;
-            for o in &p.objects {
-                // Only names of the form git uses; nothing else is removed.
-                if o.len() < 40 || !o.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    continue;
+            // Only names of the form git uses; nothing else is removed.
+            let listed: HashSet<git2::Oid> = p
+                .objects
+                .iter()
+                .filter(|o| o.len() >= 40 && o.bytes().all(|b| b.is_ascii_hexdigit()))
+                .filter_map(|o| git2::Oid::from_str(o).ok())
+                .collect();
+            match named_by_repository(git_dir, &listed) {
+                None => {
+                    let mut removed = 0u64;
+                    for o in &listed {
+                        let o = o.to_string();
+                        let f = git_dir.join("objects").join(&o[..2]).join(&o[2..]);
+                        if fs::remove_file(&f).is_ok() {
+                            removed += 1;
+                        }
+                    }
+                    ev.push(
+                        "import_recovered",
+                        Severity::Warn,
+                        json!({ "journal": dir, "state": "pending", "action": "undone",
+                                "objects_removed": removed,
+                                "reason": "an sbx-gitguard died before its import was committed: it never happened" }),
+                    );
                 }
-                let f = git_dir.join("objects").join(&o[..2]).join(&o[2..]);
-                if fs::remove_file(&f).is_ok() {
-                    removed += 1;
-                }
+                Some(by) => ev.push(
+                    "import_recovered",
+                    Severity::Alert,
+                    json!({ "journal": dir, "state": "pending", "action": "objects_kept",
+                            "reason": format!("an uncommitted import's objects are named by {by}: \
+                                               they are kept (removing them would break the repository)") }),
+                ),
             }
-            ev.push(
-                "import_recovered",
-                Severity::Warn,
-                json!({ "journal": dir, "state": "pending", "action": "undone",
-                        "objects_removed": removed,
-                        "reason": "an sbx-gitguard died before its import was committed: it never happened" }),
-            );
         }
     }
-    crate::stage::remove_tree(&dir)?;
+    dismantle(&dir)?;
     fsync_dir(git_dir)?;
     Ok(true)
+}
+
+/// What in the repository names one of `ids` directly (a ref, HEAD, an
+/// index entry), or why that cannot be told; None when nothing does.
+/// The objects of an uncommitted import are new to the store, so only an
+/// applied import (or the host's own git writing the same content since)
+/// can name them: then undoing it would break the repository. Tips and
+/// index entries only, so O(refs + index), never a walk of history.
+fn named_by_repository(git_dir: &Path, ids: &HashSet<git2::Oid>) -> Option<String> {
+    if ids.is_empty() {
+        return None;
+    }
+    let repo = match crate::verify::open(git_dir) {
+        Ok(r) => r,
+        Err(e) => {
+            return Some(format!(
+                "a repository that cannot be read ({})",
+                e.message()
+            ));
+        }
+    };
+    let refs = match repo.references() {
+        Ok(r) => r,
+        Err(e) => return Some(format!("refs that cannot be listed ({})", e.message())),
+    };
+    for r in refs {
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => return Some(format!("a ref that cannot be read ({})", e.message())),
+        };
+        if r.target().is_some_and(|t| ids.contains(&t)) {
+            return Some(format!("ref {}", String::from_utf8_lossy(r.name_bytes())));
+        }
+    }
+    if let Ok(h) = repo.find_reference("HEAD")
+        && h.target().is_some_and(|t| ids.contains(&t))
+    {
+        return Some("HEAD".into());
+    }
+    let index = git_dir.join("index");
+    if index.exists() {
+        match git2::Index::open(&index) {
+            Ok(ix) => {
+                if let Some(e) = ix.iter().find(|e| ids.contains(&e.id)) {
+                    return Some(format!("index entry {}", String::from_utf8_lossy(&e.path)));
+                }
+            }
+            Err(e) => return Some(format!("an index that cannot be read ({})", e.message())),
+        }
+    }
+    None
 }
 
 /// [`recover`] at the start of `run` and `import`, its events logged (and

@@ -191,3 +191,50 @@ fn killed_at_every_step_the_import_is_all_or_nothing() {
         );
     }
 }
+
+/// A journal that still lists its objects as pending after its import was
+/// applied is never undone. Removing the journal directory in its own
+/// order once left exactly that (journal.json gone first, pending.json
+/// kept), and the next start deleted the commit, tree and blobs that
+/// `main` and the index named. Now the pending list goes first; and a
+/// recovery that finds the listed objects named by a ref, HEAD or the
+/// index keeps them, with an alert.
+#[test]
+fn an_applied_import_is_never_undone() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let stage = f.dir.join("sbx-git-stage-j");
+        let out = staged(&f, &stage, None);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        let after = view(&f);
+        consistent(&f, "imported");
+        // The objects the import wrote that refs and the index name.
+        let ids = f.git_ok(&f.w, &["rev-parse", "HEAD", "HEAD^{tree}", "HEAD:d", ":s"]);
+        let ids: Vec<&str> = ids.split_whitespace().collect();
+        assert_eq!(ids.len(), 4, "{ids:?}");
+        let pending = serde_json::json!({ "version": 1, "objects": ids }).to_string();
+        let mut c = std::process::Command::new("sh");
+        c.args([
+            "-ec",
+            "umask 077; mkdir .git/sbx-gitguard-import; printf %s \"$1\" > .git/sbx-gitguard-import/pending.json",
+            "sh",
+            &pending,
+        ])
+        .current_dir(&f.w);
+        sbx_testutil::run_as(&mut c, who);
+        assert!(c.status().unwrap().success());
+
+        let o = f.run(&[], "true");
+        assert_eq!(code(&o), 0, "{who:?}: {}", stderr(&o));
+        let ctx = format!("{who:?}: after the recovery");
+        consistent(&f, &ctx);
+        assert_eq!(view(&f), after, "{ctx}");
+        for id in &ids {
+            let t = f.git(&f.w, &["cat-file", "-t", id]);
+            assert!(t.status.success(), "{ctx}: object {id} is gone");
+        }
+        assert_event(&f.audit, "import_recovered", "alert", |e| {
+            e["action"] == "objects_kept" && e["reason"].as_str().unwrap_or("").contains("named by")
+        });
+    }
+}
