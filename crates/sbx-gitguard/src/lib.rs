@@ -681,17 +681,18 @@ fn import_stage(
     ev.finish();
     for (name, sev, fields) in &ev.list {
         audit(name, *sev, fields.clone());
-        if *sev == Severity::Alert {
+        // A limit exceeded is the run's failure line, said once there.
+        if *sev == Severity::Alert && *name != "stage_limit_exceeded" {
             let what = fields
                 .get("ref")
                 .or_else(|| fields.get("object"))
                 .or_else(|| fields.get("path"))
                 .and_then(|v| v.as_str())
-                .unwrap_or("");
+                .map(|w| format!("{}: ", sbx_core::escape::terminal(w)))
+                .unwrap_or_default();
             let why = fields.get("reason").and_then(|v| v.as_str()).unwrap_or("");
             say!(
-                "{TOOL}: alert: {name}: {}: {}",
-                sbx_core::escape::terminal(what),
+                "{TOOL}: alert: {name}: {what}{}",
                 sbx_core::escape::terminal(why)
             );
         }

@@ -31,25 +31,45 @@ fn key(create: bool) -> io::Result<[u8; KEY_LEN]> {
     }
     let mut k = [0u8; KEY_LEN];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut k)?;
-    // Written under a temporary name and linked into place: a concurrent
-    // maker's key wins whole, and a reader never sees a short one.
-    let tmp = p.with_file_name(format!(".{KEY_FILE}.{}", std::process::id()));
+    // Written into a file with no name (O_TMPFILE) and linked into place:
+    // a concurrent maker's key wins whole, a reader never sees a short
+    // one, and a SIGKILL halfway leaves nothing behind.
+    let dir = p.parent().unwrap_or(std::path::Path::new("/"));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create_new(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)?;
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .open(dir)?;
     let made = f
         .write_all(&k)
         .and_then(|()| f.sync_all())
-        .and_then(|()| std::fs::hard_link(&tmp, &p));
-    let _ = std::fs::remove_file(&tmp);
+        .and_then(|()| link_unnamed(&f, &p));
     match made {
         Ok(()) => Ok(k),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => read_key(&p),
         Err(e) => Err(e),
     }
+}
+
+/// Gives the O_TMPFILE file `f` the name `to` (never replacing one).
+fn link_unnamed(f: &std::fs::File, to: &std::path::Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let from = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+    let to = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(to.as_os_str()))?;
+    // SAFETY: both paths are NUL-ended and alive for the call.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn read_key(p: &std::path::Path) -> io::Result<[u8; KEY_LEN]> {
