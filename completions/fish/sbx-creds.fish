@@ -1,7 +1,7 @@
 complete -c sbx-creds -l audit-log -d 'Append audit events (JSON lines) to PATH; the file is created 0600' -r -F
 complete -c sbx-creds -l config -d 'Read settings from FILE (JSON; the section named after the tool, keys are the long flag names)' -r -F
 complete -c sbx-creds -l vault-addr -d 'Server address (http:// or https://)' -r
-complete -c sbx-creds -l ca-cert -d 'PEM file of the CA(s) to trust for an https:// server (VAULT_SKIP_VERIFY is never honoured)' -r -F
+complete -c sbx-creds -l ca-cert -d 'PEM file of the CA(s) to trust for an https:// server, instead of the system roots (VAULT_SKIP_VERIFY is never honoured)' -r -F
 complete -c sbx-creds -l namespace -d 'Vault Enterprise / OpenBao namespace' -r
 complete -c sbx-creds -l auth -d 'How to authenticate' -r -f -a "token\t'A token from --token-file or VAULT_TOKEN'
 approle\t'AppRole login with --role-id-file and --secret-id-file'

@@ -30,7 +30,7 @@ complete -c sbx-vm -l vault-timeout -d 'Bound on each request to the Vault/OpenB
 complete -c sbx-vm -l copy-in -d 'Copy DIR into the guest\'s /work before CMD starts' -r -F
 complete -c sbx-vm -l copy-out -d 'Copy the guest\'s /work into DIR (empty or new) after CMD exits' -r -F
 complete -c sbx-vm -l vault-addr -d 'Server address (http:// or https://)' -r
-complete -c sbx-vm -l ca-cert -d 'PEM file of the CA(s) to trust for an https:// server (VAULT_SKIP_VERIFY is never honoured)' -r -F
+complete -c sbx-vm -l ca-cert -d 'PEM file of the CA(s) to trust for an https:// server, instead of the system roots (VAULT_SKIP_VERIFY is never honoured)' -r -F
 complete -c sbx-vm -l namespace -d 'Vault Enterprise / OpenBao namespace' -r
 complete -c sbx-vm -l auth -d 'How to authenticate' -r -f -a "token\t'A token from --token-file or VAULT_TOKEN'
 approle\t'AppRole login with --role-id-file and --secret-id-file'

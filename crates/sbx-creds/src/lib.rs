@@ -25,7 +25,7 @@ pub use auth::{AuthConfig, AuthMethod, Login};
 pub use run::take_env_token;
 pub use session::{ChildTokenSpec, Request, RevokeReport, Session, SessionError};
 pub use spec::{LeaseSpec, SecretAllSpec, SecretSpec};
-pub use vault::ServerConfig;
+pub use vault::{CaCert, ServerConfig};
 
 pub const TOOL: &str = "sbx-creds";
 
@@ -109,8 +109,8 @@ pub struct Args {
     #[arg(long, value_name = "URL", env = "VAULT_ADDR")]
     pub vault_addr: Option<String>,
 
-    /// PEM file of the CA(s) to trust for an https:// server (VAULT_SKIP_VERIFY
-    /// is never honoured).
+    /// PEM file of the CA(s) to trust for an https:// server, instead of the
+    /// system roots (VAULT_SKIP_VERIFY is never honoured).
     #[arg(long, value_name = "FILE", env = "VAULT_CACERT")]
     pub ca_cert: Option<PathBuf>,
 
@@ -350,10 +350,17 @@ impl Args {
             ttl: child_ttl,
             num_uses: self.child_num_uses,
         });
+        // Read once, here, before any request: what is checked is what the
+        // TLS client trusts.
+        let ca_cert = self
+            .ca_cert
+            .as_deref()
+            .map(|p| vault::CaCert::load(p, &addr))
+            .transpose()?;
         let req = Request {
             server: ServerConfig {
                 addr,
-                ca_cert: self.ca_cert.clone(),
+                ca_cert,
                 namespace: self.namespace.clone(),
                 timeout,
             },

@@ -2,7 +2,7 @@
 //! raw calls vaultrs has no typed endpoint for (health, mount lookup, any
 //! engine path, leases), made on the same HTTP client.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
@@ -56,11 +56,141 @@ impl VaultError {
     }
 }
 
+/// The CAs of `--ca-cert`: the file read once (a bounded regular file) and
+/// checked when the flags are, so the certificates checked are the very
+/// ones the TLS client trusts (no second read, nothing to swap between
+/// check and use), and only those: the system roots are not used with them.
+#[derive(Clone)]
+pub struct CaCert {
+    path: PathBuf,
+    certs: Vec<reqwest::Certificate>,
+}
+
+impl std::fmt::Debug for CaCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaCert")
+            .field("path", &self.path)
+            .field("certs", &self.certs.len())
+            .finish()
+    }
+}
+
+/// What the PEM blocks of `text` are ("PRIVATE KEY", ...), for a message.
+fn pem_labels(text: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(text);
+    let mut out: Vec<String> = Vec::new();
+    for part in text.split("-----BEGIN ").skip(1) {
+        let Some(end) = part.find("-----") else {
+            continue;
+        };
+        let label = one_line(&part[..end]);
+        if !label.is_empty() && label.len() <= 60 && !out.contains(&label) {
+            out.push(label);
+        }
+        if out.len() == 4 {
+            break;
+        }
+    }
+    out
+}
+
+/// The TLS client that trusts exactly `certs` (the only place one is made,
+/// so what `CaCert::load` checks is what `Vault::new` uses).
+fn tls_client(
+    certs: Option<&[reqwest::Certificate]>,
+    timeout: Option<Duration>,
+) -> reqwest::Result<reqwest::Client> {
+    let mut b = reqwest::ClientBuilder::new()
+        .tls_backend_rustls()
+        .tls_danger_accept_invalid_certs(false);
+    if let Some(t) = timeout {
+        b = b.timeout(t);
+    }
+    if let Some(c) = certs {
+        b = b.tls_certs_only(c.iter().cloned());
+    }
+    b.build()
+}
+
+impl CaCert {
+    /// Reads `path` once (a regular file of at most 4 MiB; a FIFO, a device
+    /// or /proc file is refused without reading it) and checks that it
+    /// holds at least one PEM certificate and that every certificate in it
+    /// is one rustls can trust. `addr` is the server address: a CA file
+    /// for an http:// address is a mistake (it would be ignored).
+    pub fn load(path: &Path, addr: &str) -> Result<CaCert, VaultError> {
+        let bad = |why: String| VaultError::CaCert {
+            path: path.to_path_buf(),
+            why,
+        };
+        if url::Url::parse(addr).is_ok_and(|u| u.scheme() == "http") {
+            return Err(bad(format!("given for an http:// address ({addr})")));
+        }
+        // Zeroed when dropped: a key file named by mistake is a secret.
+        let text = sbx_core::input::read_regular(path, sbx_core::input::CONFIG_CAP)
+            .map(zeroize::Zeroizing::new)
+            .map_err(|e| bad(e.to_string()))?;
+        if text.iter().all(u8::is_ascii_whitespace) {
+            return Err(bad(
+                "empty: expected PEM certificates (-----BEGIN CERTIFICATE-----)".into(),
+            ));
+        }
+        let certs = reqwest::Certificate::from_pem_bundle(&text)
+            .map_err(|e| bad(format!("not a PEM certificate bundle: {}", chain(&e))))?;
+        if certs.is_empty() {
+            let labels = pem_labels(&text);
+            return Err(bad(if labels.is_empty() {
+                "holds no PEM certificate (no -----BEGIN CERTIFICATE----- block)".into()
+            } else {
+                format!(
+                    "holds no PEM certificate, only {} (expected -----BEGIN CERTIFICATE-----)",
+                    labels.join(", ")
+                )
+            }));
+        }
+        // rustls parses each certificate into a trust anchor when the
+        // client is built: one that fails is named.
+        if let Err(e) = tls_client(Some(&certs), None) {
+            let n = certs.len();
+            let which = (0..n)
+                .find(|&i| tls_client(Some(&certs[i..=i]), None).is_err())
+                .map(|i| format!("certificate {} of {n}", i + 1))
+                .unwrap_or_else(|| "the certificates".into());
+            // The innermost cause says what rustls found wrong.
+            let mut why = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(x) = src {
+                why = x.to_string();
+                src = x.source();
+            }
+            return Err(bad(format!(
+                "{which} is not a usable X.509 CA certificate ({})",
+                one_line(&why)
+            )));
+        }
+        Ok(CaCert {
+            path: path.to_path_buf(),
+            certs,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How many certificates the file held.
+    pub fn count(&self) -> usize {
+        self.certs.len()
+    }
+}
+
 /// Where the server is and how to reach it.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub addr: String,
-    pub ca_cert: Option<PathBuf>,
+    /// The CAs to trust (only these) for an https:// server; None: the
+    /// system roots.
+    pub ca_cert: Option<CaCert>,
     pub namespace: Option<String>,
     /// Bound on each request (connect included).
     pub timeout: Duration,
@@ -135,30 +265,27 @@ impl Vault {
         if url.host_str().is_none() {
             return Err(VaultError::BadAddr(cfg.addr.clone(), "no host".into()));
         }
-        let mut ca = Vec::new();
-        if let Some(p) = &cfg.ca_cert {
-            let text =
-                sbx_core::input::read_regular(p, sbx_core::input::CONFIG_CAP).map_err(|e| {
-                    VaultError::CaCert {
-                        path: p.clone(),
-                        why: e.to_string(),
-                    }
-                })?;
-            reqwest::Certificate::from_pem_bundle(&text).map_err(|e| VaultError::CaCert {
-                path: p.clone(),
-                why: format!("not a PEM certificate bundle: {e}"),
-            })?;
-            if url.scheme() != "https" {
-                return Err(VaultError::CaCert {
-                    path: p.clone(),
-                    why: "given for an http:// address".into(),
-                });
-            }
-            ca.push(p.to_string_lossy().into_owned());
+        if let Some(ca) = &cfg.ca_cert
+            && url.scheme() != "https"
+        {
+            return Err(VaultError::CaCert {
+                path: ca.path.clone(),
+                why: "given for an http:// address".into(),
+            });
         }
+        // The HTTP client is ours (vaultrs would read the CA file again, by
+        // path): it trusts the certificates read and checked once.
+        let certs: Option<&[reqwest::Certificate]> = if url.scheme() == "http" {
+            // No roots to load for plain http (reqwest#2988).
+            Some(&[])
+        } else {
+            cfg.ca_cert.as_ref().map(|c| c.certs.as_slice())
+        };
+        let http = tls_client(certs, Some(cfg.timeout))
+            .map_err(|e| VaultError::Client(crate::vault::chain(&e)))?;
         let mut b = VaultClientSettingsBuilder::default();
         b.address(url.as_str().trim_end_matches('/'))
-            .ca_certs(ca)
+            .ca_certs(Vec::new())
             .timeout(Some(cfg.timeout))
             .token(String::new())
             .verify(true)
@@ -167,8 +294,17 @@ impl Vault {
             b.set_namespace(ns.clone());
         }
         let settings = b.build().map_err(|e| VaultError::Client(e.to_string()))?;
-        let client =
-            VaultClient::new(settings).map_err(|e| VaultError::Client(crate::vault::chain(&e)))?;
+        let middle = vaultrs::api::EndpointMiddleware {
+            token: String::new(),
+            version: format!("v{}", settings.version),
+            wrap: None,
+            namespace: settings.namespace.clone(),
+        };
+        let client = VaultClient {
+            http: rustify::clients::reqwest::Client::new(settings.address.as_str(), http),
+            middle,
+            settings,
+        };
         Ok(Vault {
             client,
             addr: url.as_str().trim_end_matches('/').to_string(),

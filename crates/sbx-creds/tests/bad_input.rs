@@ -322,3 +322,117 @@ fn command_not_found_revokes() {
     assert_eq!(b.accessor_ttl(r["id"].as_str().unwrap()), None);
     let _ = Command::new("true");
 }
+
+/// --ca-cert (and VAULT_CACERT) naming anything but a readable PEM bundle
+/// of usable certificates: one line naming the flag, the file and what is
+/// wrong, 125, within a moment (a FIFO without a writer, /dev/zero and a
+/// 2 GB sparse file are not read), before any connection to the server,
+/// the command never started.
+#[test]
+fn ca_cert_without_a_usable_certificate_is_refused_before_any_request() {
+    let w = Work::new();
+    let d = w.dir.path();
+    let file = |name: &str, text: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let empty = file("empty.pem", "");
+    let blank = file("blank.pem", " \n\t\n");
+    let garbage = file("garbage.pem", "this is not a certificate\n");
+    let key = file("key.pem", KEY_ONLY);
+    // Base64 that is no certificate; PEM whose base64 is broken.
+    let bad_der = file(
+        "bad-der.pem",
+        "-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n",
+    );
+    let bad_b64 = file(
+        "bad-b64.pem",
+        "-----BEGIN CERTIFICATE-----\n!!!not base64!!!\n-----END CERTIFICATE-----\n",
+    );
+    let unended = file("unended.pem", "-----BEGIN CERTIFICATE-----\nMIIB\n");
+    // A good CA first, then a bad one: the bad one is named.
+    let second_bad = file(
+        "second-bad.pem",
+        &format!(
+            "{OTHER_CA}-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n"
+        ),
+    );
+    let fifo = d.join("fifo.pem");
+    mkfifo(&fifo);
+    let fifo = fifo.display().to_string();
+    let sparse = d.join("sparse.pem");
+    std::fs::File::create(&sparse)
+        .unwrap()
+        .set_len(2 << 30)
+        .unwrap();
+    let sparse = sparse.display().to_string();
+    let dir = d.display().to_string();
+    let cases: Vec<(&str, &str)> = vec![
+        (&empty, "empty"),
+        (&blank, "empty"),
+        (&garbage, "holds no PEM certificate"),
+        (&key, "holds no PEM certificate, only PRIVATE KEY"),
+        (
+            &bad_der,
+            "certificate 1 of 1 is not a usable X.509 CA certificate",
+        ),
+        (
+            &second_bad,
+            "certificate 2 of 2 is not a usable X.509 CA certificate",
+        ),
+        (&bad_b64, "not a PEM certificate bundle"),
+        (&unended, "not a PEM certificate bundle"),
+        (&fifo, "not a regular file (a FIFO)"),
+        ("/dev/zero", "not a regular file (a character device)"),
+        (&sparse, "larger than the cap of 4 MiB"),
+        (&dir, "not a regular file (a directory)"),
+        ("/proc/self/status", "(not an input)"),
+        ("/nonexistent/ca.pem", "No such file"),
+    ];
+    // The server: a listener that must see no connection.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let addr = format!("https://{}", l.local_addr().unwrap());
+    let marker = w.path("started");
+    for via_env in [false, true] {
+        for (path, why) in &cases {
+            let mut c = tool("sbx-creds");
+            c.env("VAULT_ADDR", &addr)
+                .env("VAULT_TOKEN", "t")
+                .env_remove("BAO_TOKEN")
+                .env_remove("VAULT_CACERT");
+            if via_env {
+                c.env("VAULT_CACERT", path);
+            } else {
+                c.args(["--ca-cert", path]);
+            }
+            c.args(["--secret", "A=secret/app#db", "--", "touch"])
+                .arg(&marker);
+            let t0 = Instant::now();
+            let out = output_within(&mut c, Duration::from_secs(30));
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "{path}: took {:?}",
+                t0.elapsed()
+            );
+            assert_usage_error(&out, &format!("--ca-cert {path}: "));
+            assert_usage_error(&out, why);
+            assert!(!marker.exists(), "the command ran with --ca-cert {path}");
+            assert!(
+                l.accept().is_err(),
+                "--ca-cert {path}: sbx-creds connected to the server"
+            );
+        }
+    }
+    // A CA file for a plain http:// server is a mistake, not ignored.
+    let ca = file("ca.pem", OTHER_CA);
+    let out = refused(
+        &format!("http://{}", l.local_addr().unwrap()),
+        Some("t"),
+        &["--ca-cert", &ca, "--secret", "A=secret/app#db"],
+        "given for an http:// address",
+    );
+    assert!(stderr(&out).contains(&format!("--ca-cert {ca}")));
+    assert!(l.accept().is_err());
+}

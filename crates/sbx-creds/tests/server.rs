@@ -2,7 +2,8 @@
 
 mod common;
 
-use std::process::Stdio;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -690,6 +691,78 @@ fn tls_with_ca_cert() {
             .unwrap();
         assert_usage_error(&out, "certificate");
         assert!(!marker.exists());
+    }
+}
+
+/// --ca-cert is read once (the guardian, forked with the checked
+/// certificates, never reads it again) and what it holds is all the TLS
+/// client trusts: a bundle with the server's CA among others works, a CA
+/// that did not sign the server's certificate is refused.
+#[test]
+fn ca_cert_read_once_and_only_its_cas_trusted() {
+    let _ = bao_or_skip!();
+    let dir = shared_tempdir();
+    let b = match common::start_tls(dir.path()) {
+        Ok(b) => b,
+        Err(e) => skip!("{e}"),
+    };
+    let server_ca = std::fs::read_to_string(dir.path().join("vault-ca.pem")).unwrap();
+    let w = Work::new();
+    let tf = w.cred("token", &b.root, As::Root);
+    let bundle = w.path("bundle.pem");
+    std::fs::write(&bundle, format!("{OTHER_CA}{server_ca}")).unwrap();
+    let other = w.path("other.pem");
+    std::fs::write(&other, OTHER_CA).unwrap();
+    let run = |ca: &Path, strace_log: Option<&Path>| {
+        let mut c = match strace_log {
+            Some(log) => {
+                let mut c = Command::new("strace");
+                c.args(["-f", "-qq", "-e", "trace=open,openat,openat2", "-o"])
+                    .arg(log)
+                    .arg(bin("sbx-creds"));
+                c
+            }
+            None => tool("sbx-creds"),
+        };
+        c.env("VAULT_ADDR", &b.addr)
+            .env_remove("VAULT_TOKEN")
+            .env_remove("BAO_TOKEN")
+            .env_remove("VAULT_CACERT")
+            .arg("--token-file")
+            .arg(&tf)
+            .arg("--ca-cert")
+            .arg(ca)
+            .args([
+                "--child-token",
+                "CT",
+                "--",
+                "sh",
+                "-c",
+                "test -n \"$CT\" && echo ct-ok",
+            ]);
+        output_within(&mut c, Duration::from_secs(60))
+    };
+    let out = run(&bundle, None);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("ct-ok"));
+    // The system roots are not added to it either; a CA that did not sign
+    // the server's certificate is no trust at all.
+    let out = run(&other, None);
+    assert_usage_error(&out, "certificate");
+    if have("strace") {
+        let log = w.path("strace.log");
+        let out = run(&bundle, Some(&log));
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let trace = std::fs::read_to_string(&log).unwrap();
+        let needle = format!("\"{}\"", bundle.display());
+        let opens: Vec<&str> = trace.lines().filter(|l| l.contains(&needle)).collect();
+        assert_eq!(
+            opens.len(),
+            1,
+            "--ca-cert opened more than once: {opens:#?}"
+        );
+    } else if must_work() {
+        panic!("strace not installed: the read-once check cannot run");
     }
 }
 

@@ -436,6 +436,9 @@ fn wait_socket(p: &Path, limit: Duration) -> Result<(), FcError> {
     Err(FcError::NoSocket(p.to_path_buf()))
 }
 
+/// Firecracker's default --http-api-max-payload-size (and MMDS size limit).
+const FC_DEFAULT_PAYLOAD: usize = 51200;
+
 /// Starts Firecracker (under the jailer when root), configures it, and
 /// starts the instance. Returns the control-channel listener and the VMM.
 pub fn start(
@@ -524,6 +527,19 @@ pub fn start(
         cmd = Command::new(&plan.vmm_bin);
         cmd.arg("--api-sock").arg(&api_sock);
     }
+    // Firecracker refuses an API body (and an MMDS store) over 51200 bytes
+    // by default: the secrets document, checked against the guest's exec
+    // limits before anything was created, must not fail here.
+    let payload = plan
+        .secrets
+        .as_ref()
+        .map_or(0, |doc| doc.len() + 4096)
+        .max(FC_DEFAULT_PAYLOAD)
+        .to_string();
+    cmd.arg("--http-api-max-payload-size")
+        .arg(&payload)
+        .arg("--mmds-size-limit")
+        .arg(&payload);
     let chan = root.join(format!("vsock.sock_{port}"));
     let listener = UnixListener::bind(&chan)
         .map_err(|e| Failure::new(format!("bind {}: {e}", chan.display())))?;

@@ -18,6 +18,7 @@ pub mod firecracker;
 mod guestfiles;
 pub mod jailcg;
 pub mod kvm;
+mod limits;
 mod options;
 mod qemu;
 mod run;
@@ -89,7 +90,12 @@ configuration path on such hosts; the guest then never reports back).",
 (tar -c on the host, busybox tar -x in the guest) into /work, which lives in the tmpfs layer, before CMD starts. \
 --copy-out DIR receives /work back as a tar archive after CMD exited and extracts it into DIR, which must be \
 empty or not exist; owners are not restored and GNU tar's protections against absolute names, .. and \
-symlinks pointing out apply. A run that fails or times out writes nothing to DIR beyond what arrived.",
+symlinks pointing out apply. A run that fails or times out writes nothing to DIR beyond what arrived. \
+The --copy-in tree is checked before the VM starts, from its metadata (symlinks are not followed, FIFOs and \
+devices are entries that are never read): its file data must fit in the guest's tmpfs (--tmpfs, and the guest's \
+memory), its entries in the tmpfs' inodes (about one per 8 KiB of --memory), every file must be readable and \
+no path longer than 4095 bytes; otherwise it is refused (125, one line naming the file or the limit) without a boot, \
+and the archive sent is cut off at what was checked should the tree grow meanwhile.",
         ),
         (
             "SECRETS",
@@ -99,7 +105,10 @@ sbx-vm's own environment, for sbx-creds ... -- sbx-vm --secret-env NAME -- CMD (
 around the VM); the VMM itself gets an empty environment. The values reach CMD's environment only: \
 on QEMU through fw_cfg (unloaded after reading), on Firecracker through MMDS v2 (read by the guest init with a \
 session token, after which the guest's network interface is taken down). The audit log records the names, \
-never the values. --env K=V sets plain settings.\n\n\
+never the values. --env K=V sets plain settings. What the guest cannot put into CMD's environment is refused \
+before the VM starts (125, one line naming the file and the variable, never the value): a value with a NUL byte, \
+a NAME=VALUE over 128 KiB, or secrets that with CMD and --setenv pass the guest kernel's 2 MiB limit for \
+execve; secrets fetched with the sbx-creds options are checked after the fetch, and revoked when refused.\n\n\
 The sbx-creds options (--vault-addr, --ca-cert, --namespace, --auth, --token-file, --role-id-file, --secret-id-file, \
 --secret-id-wrapped, --approle-mount, --kubernetes-role, --kubernetes-token-file, --kubernetes-mount, --secret, --secret-all, --kv1, --lease, --child-token, --policy, --child-orphan, \
 --child-ttl, --child-num-uses, --ttl, --no-enforce-ttl; sbx-creds' own flag definitions, see sbx-creds(1)) make \

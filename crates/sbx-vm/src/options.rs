@@ -10,6 +10,7 @@ use zeroize::Zeroizing;
 
 use crate::guestfiles::{self, GuestFiles};
 use crate::kvm::{self, KvmState};
+use crate::limits;
 use crate::{Accel, Backend, Cli, Net};
 
 /// Smallest guest memory the guest kernel + init + tmpfs are run with.
@@ -43,6 +44,9 @@ pub struct Plan {
     pub secrets: Option<Zeroizing<String>>,
     pub secret_names: Vec<String>,
     pub copy_in: Option<PathBuf>,
+    /// The most bytes of tar archive --copy-in may send (what the tree
+    /// checked before boot makes, and some slack).
+    pub copy_in_cap: u64,
     pub copy_out: Option<PathBuf>,
     pub argv: Vec<String>,
     pub jail_base: PathBuf,
@@ -186,6 +190,16 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
             d.display()
         )));
     }
+    // What the guest's tmpfs cannot take is refused now, not after the
+    // boot and a copy that fills it.
+    let copy_in_cap = match &cli.spec.copy_in {
+        Some(d) => {
+            let lim =
+                limits::CopyInLimits::new(mem, tmpfs, &cli.spec.memory, cli.spec.tmpfs.is_some());
+            limits::scan_copy_in(d, &lim)?.archive + (1 << 20)
+        }
+        None => 0,
+    };
     if let Some(d) = &cli.spec.copy_out {
         match std::fs::read_dir(d) {
             Ok(mut rd) => {
@@ -222,6 +236,13 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
             }
         }
     }
+    limits::check_spec_frame(&argv, &env)?;
+    let origin = match (&cli.spec.secrets_from, cli.spec.secret_env.is_empty()) {
+        (Some(f), true) => format!("--secrets-from {}", f.display()),
+        (Some(f), false) => format!("--secrets-from {} and --secret-env", f.display()),
+        (None, _) => "--secret-env".to_string(),
+    };
+    limits::check_exec(&argv, &env, secrets.as_deref().map(String::as_str), &origin)?;
 
     // The backend.
     let kvm = kvm::probe();
@@ -341,6 +362,7 @@ pub fn plan(cli: &Cli, env_token: Option<SecretString>) -> Result<Plan, Failure>
         secrets,
         secret_names,
         copy_in: cli.spec.copy_in.clone(),
+        copy_in_cap,
         copy_out: cli.spec.copy_out.clone(),
         argv,
         jail_base: cli.spec.jail_base.clone(),
@@ -381,6 +403,14 @@ pub fn read_secrets(p: &Path) -> Result<(String, Vec<String>), Failure> {
                 p.display()
             )));
         }
+        // What the guest cannot put into an environment variable fails
+        // now, not as an exec error in the guest (the value is never shown).
+        if let Some(why) = val.as_str().and_then(|v| limits::env_value_problem(k, v)) {
+            return Err(Failure::new(format!(
+                "--secrets-from {}: env.{k}: {why}",
+                p.display()
+            )));
+        }
         names.push(k.clone());
     }
     let doc = serde_json::json!({ "env": env }).to_string();
@@ -405,6 +435,9 @@ fn collect_secrets(cli: &Cli) -> Result<(Option<Zeroizing<String>>, Vec<String>)
         }
         match std::env::var(name) {
             Ok(v) => {
+                if let Some(why) = limits::env_value_problem(name, &v) {
+                    return Err(Failure::new(format!("--secret-env {name}: {why}")));
+                }
                 env.insert(name.clone(), serde_json::Value::String(v));
             }
             Err(_) => {

@@ -71,7 +71,20 @@ pub fn run(mut plan: Plan) -> Result<i32, Failure> {
         creds.close();
         return Ok(128 + sig);
     }
-    let r = match creds.document(plan.secrets.as_deref().map(String::as_str)) {
+    // The fetched values are checked as --secrets-from's are, before the
+    // VM starts (a failure revokes them below).
+    let doc = creds
+        .document(plan.secrets.as_deref().map(String::as_str))
+        .and_then(|(doc, names)| {
+            crate::limits::check_exec(
+                &plan.argv,
+                &plan.env,
+                Some(&doc),
+                "the secrets fetched with the sbx-creds options",
+            )?;
+            Ok((doc, names))
+        });
+    let r = match doc {
         Ok((doc, names)) => {
             plan.secrets = Some(doc);
             plan.secret_names = names;
@@ -163,6 +176,7 @@ fn run_vm(
         vmm: &vmm,
         spec,
         copy_in: plan.copy_in.clone(),
+        copy_in_cap: plan.copy_in_cap,
         copy_out: plan.copy_out.clone(),
         boot_timeout: plan.boot_timeout,
         timeout: plan.timeout,

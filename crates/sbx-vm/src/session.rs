@@ -33,6 +33,8 @@ pub enum SessionError {
     Lost(String),
     #[error("control channel: {0}")]
     Proto(String),
+    #[error("{0}")]
+    CopyIn(String),
     #[error("{what}")]
     Io {
         what: String,
@@ -187,6 +189,8 @@ pub struct Session<'a> {
     pub vmm: &'a Vmm,
     pub spec: Spec,
     pub copy_in: Option<PathBuf>,
+    /// The most archive bytes --copy-in may send (checked before boot).
+    pub copy_in_cap: u64,
     pub copy_out: Option<PathBuf>,
     pub boot_timeout: Duration,
     pub timeout: Option<Duration>,
@@ -258,11 +262,14 @@ fn send(c: &mut UnixStream, k: u8, data: &[u8]) -> Result<(), SessionError> {
         .map_err(io_err("write to the guest"))
 }
 
-fn send_copy_in(c: &mut UnixStream, dir: &Path) -> Result<(), SessionError> {
+/// Sends `dir` as a GNU tar archive, at most `cap` bytes of it: the tree
+/// was checked before boot against what the guest can take; one that grew
+/// since is cut off here instead of filling the guest.
+fn send_copy_in(c: &mut UnixStream, dir: &Path, cap: u64) -> Result<(), SessionError> {
     let mut tar = Command::new("tar")
         .arg("-C")
         .arg(dir)
-        .args(["-c", "-f", "-", "--numeric-owner", "."])
+        .args(["-c", "-f", "-", "--format=gnu", "--numeric-owner", "."])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -270,10 +277,21 @@ fn send_copy_in(c: &mut UnixStream, dir: &Path) -> Result<(), SessionError> {
         .map_err(io_err("copy-in: tar"))?;
     let mut out = tar.stdout.take().expect("piped");
     let mut buf = vec![0u8; proto::CHUNK];
+    let mut sent = 0u64;
     loop {
         let n = out.read(&mut buf).map_err(io_err("copy-in: read tar"))?;
         if n == 0 {
             break;
+        }
+        sent += n as u64;
+        if sent > cap {
+            let _ = tar.kill();
+            let _ = tar.wait();
+            return Err(SessionError::CopyIn(format!(
+                "--copy-in {}: grew past what was checked before the boot while it was copied (archive over {} bytes)",
+                dir.display(),
+                cap
+            )));
         }
         send(c, kind::COPY_IN, &buf[..n])?;
     }
@@ -357,7 +375,7 @@ pub fn run(mut s: Session) -> Result<Outcome, SessionError> {
     let spec = serde_json::to_vec(&s.spec).map_err(|e| SessionError::Proto(e.to_string()))?;
     send(&mut c, kind::START, &spec)?;
     if let Some(d) = s.copy_in.clone() {
-        send_copy_in(&mut c, &d)?;
+        send_copy_in(&mut c, &d, s.copy_in_cap)?;
     }
 
     // From here on: a writer thread owns the sending side; stdin is read by

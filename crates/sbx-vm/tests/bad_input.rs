@@ -270,3 +270,39 @@ fn a_gone_stderr_keeps_bad_input_at_125() {
         }
     }
 }
+
+/// The sbx-creds options' --ca-cert is read and checked with the other
+/// flags: a file holding no usable certificate (or none at all: a FIFO,
+/// /dev/zero) is one line naming it, 125, before any connection and any
+/// VM (no guest or VMM needed).
+#[test]
+fn ca_cert_without_a_certificate_is_refused_before_any_request() {
+    let vm = Vm::new();
+    let no_guest = vm.tmp.path().join("no-guest");
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let addr = format!("https://{}", l.local_addr().unwrap());
+    let empty = vm.tmp.path().join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let fifo = vm.tmp.path().join("ca.fifo");
+    mkfifo(&fifo);
+    for (ca, why) in [
+        (empty.as_path(), "empty"),
+        (fifo.as_path(), "not a regular file (a FIFO)"),
+        (std::path::Path::new("/dev/zero"), "not a regular file"),
+    ] {
+        let mut c = vm.cmd(&no_guest);
+        c.env("VAULT_TOKEN", "t")
+            .env_remove("VAULT_CACERT")
+            .args(["--vault-addr", &addr, "--secret", "S=secret/x#k"])
+            .arg("--ca-cert")
+            .arg(ca)
+            .args(["--", "true"]);
+        let t0 = std::time::Instant::now();
+        let out = output_within(&mut c, Duration::from_secs(30));
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        assert_usage_error(&out, &format!("--ca-cert {}: {why}", ca.display()));
+        assert!(l.accept().is_err(), "{}: connected", ca.display());
+        vm.assert_clean();
+    }
+}

@@ -429,6 +429,47 @@ fn creds_bad_input() {
     vm.assert_clean();
 }
 
+/// A fetched value the guest cannot put into the command's environment (a
+/// NUL byte) is refused as --secrets-from's is: one line naming the
+/// variable (never the value), 125, no VM started, and what the session
+/// created (the child token) revoked.
+#[test]
+fn creds_value_the_guest_cannot_carry_is_refused_before_boot() {
+    let guest = need_guest!();
+    if !is_root() {
+        skip!("runs as root");
+    }
+    let b = match bao() {
+        Ok(b) => b,
+        Err(e) => skip!("{e}"),
+    };
+    b.call(
+        "POST",
+        "secret/data/nul",
+        Some(json!({"data": {"k": "do-not-print-me\u{0}tail"}})),
+    );
+    let vm = Vm::new();
+    let token = b.session_token();
+    let mut c = vm_with_creds(&vm, &guest, b, &token);
+    c.args(["--secret", "S=secret/nul#k"])
+        .args(["--child-token", "CHILD", "--policy", "child"])
+        .args(["--", "true"]);
+    let out = output_within(&mut c, Duration::from_secs(60));
+    assert_usage_error(
+        &out,
+        "the secrets fetched with the sbx-creds options: env.S: the value contains a NUL byte",
+    );
+    assert!(!stderr(&out).contains("do-not-print-me"));
+    let log = std::fs::read_to_string(&vm.audit).unwrap();
+    assert!(!log.contains("vm_started"), "a VM was started");
+    assert!(!log.contains("do-not-print-me"), "value in the audit log");
+    let child = assert_event(&vm.audit, "revoked", "info", |e| e["kind"] == "child_token");
+    let accessor = child["id"].as_str().unwrap();
+    assert!(!b.accessor_alive(accessor), "child token still alive");
+    assert!(b.token_works(&token), "the given token was revoked");
+    vm.assert_clean();
+}
+
 /// Firecracker (real binary, jailer; the guest does not boot here): the
 /// session's secrets, merged with --secrets-from, are what MMDS holds
 /// (read back from the API); the session's child token is alive while the

@@ -49,7 +49,13 @@ fn api_configuration_jail_and_mmds() {
     let vm = Vm::new();
     let jail_base = vm.tmp.path().join("jail");
     let secrets = vm.tmp.path().join("s.json");
-    std::fs::write(&secrets, r#"{"env":{"FC_SECRET":"mmds-value-1"}}"#).unwrap();
+    // Beyond Firecracker's default API body and MMDS limits (51200 bytes).
+    let big = "b".repeat(60_000);
+    std::fs::write(
+        &secrets,
+        format!(r#"{{"env":{{"FC_SECRET":"mmds-value-1","FC_BIG":"{big}"}}}}"#),
+    )
+    .unwrap();
     let mut c = vm.cmd(&guest);
     c.args([
         "--backend",
@@ -121,6 +127,7 @@ fn api_configuration_jail_and_mmds() {
     assert_eq!(st, 200);
     let mmds: serde_json::Value = serde_json::from_str(&mmds).unwrap();
     assert_eq!(mmds["sbx"]["secrets"]["env"]["FC_SECRET"], "mmds-value-1");
+    assert_eq!(mmds["sbx"]["secrets"]["env"]["FC_BIG"], big.as_str());
     // The audit log has the configuration but never the MMDS contents.
     assert!(
         !std::fs::read_to_string(&vm.audit)

@@ -69,6 +69,29 @@ fn start_with(tls: Option<&Path>) -> Result<Bao, String> {
     Ok(b)
 }
 
+/// A self-signed CA no server uses (a well-formed trust anchor).
+pub const OTHER_CA: &str = "-----BEGIN CERTIFICATE-----
+MIIBuTCCAV+gAwIBAgIUDhnGK2vOFQFoeKYnbya2kg5AVjYwCgYIKoZIzj0EAwIw
+MTEvMC0GA1UEAwwmc2J4LWNyZWRzIHRlc3QgQ0EgKHRydXN0ZWQgYnkgbm90aGlu
+ZykwIBcNMjYxMjA3MTIxOTUwWhgPMjEyNjExMTMxMjE5NTBaMDExLzAtBgNVBAMM
+JnNieC1jcmVkcyB0ZXN0IENBICh0cnVzdGVkIGJ5IG5vdGhpbmcpMFkwEwYHKoZI
+zj0CAQYIKoZIzj0DAQcDQgAEqUYuejvNsp5SoX7hYOiSozs71fOj0dAoELcvjNkg
+Vs5sOQmoJFa1WSzoeKhiC2DCZevSqa22ie+RudG5+5u6RKNTMFEwHQYDVR0OBBYE
+FPuvFGkwVC/wKsKHRQ9O1NzIhI2FMB8GA1UdIwQYMBaAFPuvFGkwVC/wKsKHRQ9O
+1NzIhI2FMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIgakPkfEi9
+S1ISvF7L2p7s5oMUy/XJIIpKnGNk4OQoA8UCIQDeltYIUxHTM3SJTTPMRy5zzcWd
+BdFVzeDgE+seylhweg==
+-----END CERTIFICATE-----
+";
+
+/// A private key alone (no certificate).
+pub const KEY_ONLY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg6DMJYhxNXlzkW//4
+8FLGQYBjnrSOtX1tXIl3eLy6uoihRANCAASpRi56O82ynlKhfuFg6JKjOzvV86PR
+0CgQty+M2SBWzmw5CagkVrVZLOh4qGILYMJl69KprbaJ75G50bn7m7pE
+-----END PRIVATE KEY-----
+";
+
 pub const DB_PASS: &str = "db-pw-7f3e9a1c5b";
 pub const API_KEY: &str = "api-key-2d8c4e6f0a";
 pub const KV1_PASS: &str = "kv1-pw-91b3d5f7a2";
