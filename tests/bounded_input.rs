@@ -157,7 +157,13 @@ fn cases(i: &Inputs) -> Vec<Case> {
             false,
             Box::new(move |p| {
                 let mut c = sbx_testutil::tool("sbx-creds");
-                c.args(["--vault-addr", "http://127.0.0.1:9", "--secret", "A=kv/x#y"]);
+                // A CA file for an http:// address is refused unread.
+                let addr = if flag == "--ca-cert" {
+                    "https://127.0.0.1:9"
+                } else {
+                    "http://127.0.0.1:9"
+                };
+                c.args(["--vault-addr", addr, "--secret", "A=kv/x#y"]);
                 if flag == "--ca-cert" {
                     c.arg("--token-file").arg(&ok);
                 }
@@ -470,4 +476,397 @@ fn a_failure_line_quotes_at_most_4_kib_of_the_input() {
             &err[err.len().saturating_sub(200)..]
         );
     }
+}
+
+/// The attacker's string: a newline, a carriage return, ESC and another C0
+/// control (no NUL: argv cannot hold one).
+const NASTY: &str = "a\nb\rc\x1bd\x01e";
+/// How every stderr line shows [`NASTY`]: escaped once
+/// (`sbx_core::escape::terminal`), never a space, never `\\e`.
+const NASTY_SHOWN: &str = "a\\nb\\rc\\ed\\x01e";
+
+/// Asserts one line, exit 125, no raw control character and no sign of a
+/// second escaping.
+fn assert_one_escaped_line(what: &str, code: Option<i32>, err: &str) {
+    assert_eq!(code, Some(125), "{what}: {err:?}");
+    assert!(err.ends_with('\n'), "{what}: {err:?}");
+    let body = &err[..err.len() - 1];
+    assert!(
+        !body.chars().any(char::is_control),
+        "{what}: one line, no control character: {err:?}"
+    );
+    for twice in ["\\\\n", "\\\\e", "\\\\x01", "\\\\u{"] {
+        assert!(!body.contains(twice), "{what}: escaped twice: {err:?}");
+    }
+}
+
+/// Attack 1: a reader's lock on the audit log cannot hang a tool: anyone who can
+/// open the log for reading can hold an F_RDLCK on it (the sandbox too: a
+/// log outside its writable binds is still readable), and appends waited
+/// in F_SETLKW with no bound. Now a tool waits at most 2 s, writes its
+/// line anyway (no event lost), says so in one stderr line naming the log
+/// and the holder, and logs an `audit_lock_timeout` alert. Cases: root's
+/// 0644 log locked by sbxtest, root's log locked by another root process,
+/// sbxtest's own 0600 log locked by an sbxtest process (the sandboxed
+/// program's case).
+#[test]
+fn a_read_lock_on_the_audit_log_never_hangs_a_tool() {
+    use sbx_testutil::As;
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let mut cases = vec![];
+    if sbx_testutil::is_root() {
+        cases.push((As::Root, As::Root));
+        if sbx_testutil::test_user().is_some() {
+            cases.push((As::Root, As::User));
+            cases.push((As::User, As::User));
+        } else if sbx_testutil::must_work() {
+            panic!("test user missing");
+        }
+    } else {
+        cases.push((As::User, As::User));
+    }
+    for (tool_as, locker_as) in cases {
+        let d = sbx_testutil::shared_tempdir();
+        let log = d.path().canonicalize().unwrap().join("audit.jsonl");
+        std::fs::write(&log, "").unwrap();
+        if tool_as == As::User {
+            sbx_testutil::chown_to_test_user(&log);
+            std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o600)).unwrap();
+        } else {
+            std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let what = format!("tool as {tool_as:?}, read lock held as {locker_as:?}");
+        // The locker: `sleep` holding a read lock it took (as its user,
+        // after the switch) just before exec; the fd survives exec, so
+        // does the lock.
+        let mut locker = Command::new("sleep");
+        locker.arg("60");
+        sbx_testutil::run_as(&mut locker, locker_as);
+        let c = std::ffi::CString::new(log.to_str().unwrap()).unwrap();
+        // SAFETY: open and fcntl on a path prepared before the fork are
+        // async-signal-safe; an error fails the spawn.
+        unsafe {
+            locker.pre_exec(move || {
+                let fd = libc::open(c.as_ptr(), libc::O_RDONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let mut fl: libc::flock = std::mem::zeroed();
+                fl.l_type = libc::F_RDLCK as libc::c_short;
+                fl.l_whence = libc::SEEK_SET as libc::c_short;
+                if libc::fcntl(fd, libc::F_SETLK, &fl) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut locker = locker.spawn().unwrap();
+        let holder = locker.id() as i32;
+        // The lock is there before the tool starts.
+        let probe = std::fs::File::open(&log).unwrap();
+        let t0 = Instant::now();
+        loop {
+            // SAFETY: plain integers: all-zero is a valid flock.
+            let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+            fl.l_type = libc::F_WRLCK as libc::c_short;
+            // SAFETY: F_GETLK on an open fd with a live struct.
+            let r = unsafe {
+                libc::fcntl(
+                    std::os::fd::AsRawFd::as_raw_fd(&probe),
+                    libc::F_GETLK,
+                    &mut fl,
+                )
+            };
+            if r == 0 && fl.l_pid == holder {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "{what}: no lock");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut c = sbx_testutil::tool("sbx-seccomp");
+        c.arg("--audit-log")
+            .arg(&log)
+            .args(["--", "sh", "-c", "echo RAN"]);
+        sbx_testutil::run_as(&mut c, tool_as);
+        let t0 = Instant::now();
+        let out = sbx_testutil::output_within(&mut c, Duration::from_secs(20));
+        let took = t0.elapsed();
+        let _ = locker.kill();
+        let _ = locker.wait();
+        let err = sbx_testutil::stderr(&out);
+        assert_eq!(sbx_testutil::code(&out), 0, "{what}: {err}");
+        assert!(sbx_testutil::stdout(&out).contains("RAN"), "{what}: {err}");
+        assert!(took < Duration::from_secs(8), "{what}: took {took:?}");
+        assert!(took >= Duration::from_secs(2), "{what}: no wait? {took:?}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{what}: one line: {err}");
+        let want = format!(
+            "sbx-seccomp: audit log {}: a lock on it held by pid {holder} for over 2s",
+            log.display()
+        );
+        assert!(err.contains(&want), "{what}: {err}");
+        // No event lost, and the lock holder is an alert in the log.
+        sbx_testutil::assert_event(&log, "seccomp_applied", "info", |_| true);
+        sbx_testutil::assert_event(&log, "audit_lock_timeout", "alert", |e| {
+            e["holder_pid"] == holder && e["path"] == log.to_str().unwrap()
+        });
+        // One writer: the chain holds.
+        let mut v = sbx_testutil::tool("sbx-audit");
+        v.arg("verify").arg(&log);
+        let o = sbx_testutil::output_within(&mut v, Duration::from_secs(10));
+        assert_eq!(
+            sbx_testutil::code(&o),
+            0,
+            "{what}: {}",
+            sbx_testutil::stdout(&o)
+        );
+    }
+}
+
+/// Attack 2: a file of /proc (or /sys, or another kernel interface) is "regular"
+/// by type and passed the audit log's check: `--audit-log /proc/self/comm`
+/// renamed the tool at each event. Given as --audit-log, SBX_AUDIT_LOG or
+/// an SBX_AUDIT_FD open on it: one line naming the log and the file
+/// system, 125, nothing run.
+#[test]
+fn the_audit_log_is_no_file_of_proc_or_sys() {
+    let mut logs = vec![(PathBuf::from("/proc/self/comm"), "procfs")];
+    if sbx_testutil::is_root() {
+        for (p, fs) in [
+            ("/sys/kernel/mm/transparent_hugepage/enabled", "sysfs"),
+            ("/sys/fs/cgroup/unified/cgroup.max.depth", "cgroup2fs"),
+            ("/sys/fs/cgroup/pids/notify_on_release", "cgroupfs"),
+        ] {
+            if std::fs::OpenOptions::new().append(true).open(p).is_ok() {
+                logs.push((PathBuf::from(p), fs));
+            }
+        }
+    }
+    for who in sbx_testutil::identities() {
+        for tool in ["sbx-seccomp", "sbx-cgroup", "sbx-net", "sbx-fs"] {
+            for (log, fs) in &logs {
+                if who == sbx_testutil::As::User && log.starts_with("/sys") {
+                    continue;
+                }
+                for how in ["flag", "env", "fd"] {
+                    let mut c = match how {
+                        "fd" => {
+                            let mut c = Command::new("sh");
+                            c.arg("-c")
+                                .arg(r#"exec 7>>"$1"; SBX_AUDIT_FD=7 exec "$2" -- sh -c 'echo RAN >&2'"#)
+                                .arg("sh")
+                                .arg(log)
+                                .arg(sbx_testutil::bin(tool));
+                            c.env_remove("SBX_AUDIT_LOG").env_remove("SBX_ID");
+                            c
+                        }
+                        _ => {
+                            let mut c = sbx_testutil::tool(tool);
+                            if how == "flag" {
+                                c.arg("--audit-log").arg(log);
+                            } else {
+                                c.env("SBX_AUDIT_LOG", log);
+                            }
+                            c.args(["--", "sh", "-c", "echo RAN >&2"]);
+                            c
+                        }
+                    };
+                    sbx_testutil::run_as(&mut c, who);
+                    let what = format!("{who:?} {tool} {how} {}", log.display());
+                    let (code, err, took) = run_bounded(c);
+                    assert_eq!(code, Some(125), "{what}: {err}");
+                    assert_eq!(err.trim_end().lines().count(), 1, "{what}: one line: {err}");
+                    let want = format!("a file of {fs} (a kernel interface, not a log)");
+                    assert!(err.contains(&want), "{what}: {err}");
+                    if how == "fd" {
+                        assert!(err.contains("SBX_AUDIT_FD '7'"), "{what}: {err}");
+                    } else {
+                        assert!(
+                            err.contains(&format!("audit log {}", log.display())),
+                            "{what}: {err}"
+                        );
+                    }
+                    assert!(!err.contains("RAN"), "{what}: the command ran");
+                    assert!(took < Duration::from_secs(5), "{what}: took {took:?}");
+                }
+            }
+        }
+    }
+}
+
+/// Attack 3: clap's message for a flag value holding a newline was cut at it
+/// (and clap's rendering drops ESC sequences): the value is now quoted
+/// whole, escaped, on the one line. For every tool (an unknown flag) and
+/// for values clap parses (sbx-dnsproxy's --listen, --upstream).
+#[test]
+fn a_flag_value_with_control_characters_is_quoted_whole_on_one_line() {
+    let mut cmds: Vec<(String, Command)> = Vec::new();
+    for (cmd, _) in xtask::tools() {
+        let tool = cmd.get_name().to_string();
+        let mut c = sbx_testutil::tool(&tool);
+        c.arg(format!("--x{NASTY}")).args(["--", "true"]);
+        cmds.push((format!("{tool} --x..."), c));
+    }
+    for flag in ["--listen", "--upstream"] {
+        let mut c = sbx_testutil::tool("sbx-dnsproxy");
+        c.args(["--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9"])
+            .arg(flag)
+            .arg(NASTY);
+        cmds.push((format!("sbx-dnsproxy {flag}"), c));
+    }
+    for (what, c) in cmds {
+        let (code, err, _) = run_bounded(c);
+        assert_one_escaped_line(&what, code, &err);
+        assert!(
+            err.contains(NASTY_SHOWN),
+            "{what}: the whole value: {err:?}"
+        );
+    }
+}
+
+/// Attack 4: SBX_LOG and SBX_KILL_AFTER that are not what they must be (a
+/// diagnostics filter, a duration) were ignored or a warning (a mistyped
+/// grace meant 10 s): one line naming the variable and the value, 125,
+/// before anything is set up (no audit log created, nothing run), for
+/// every tool. Empty is unset; good values still work.
+#[test]
+fn bad_sbx_log_and_sbx_kill_after_are_one_line_before_anything_runs() {
+    let d = tempfile::tempdir().unwrap();
+    for (cmd, _) in xtask::tools() {
+        let tool = cmd.get_name().to_string();
+        for (var, val, want) in [
+            ("SBX_LOG", "sbx=verbose", "not a diagnostics filter"),
+            ("SBX_LOG", "debug\n", "a control character"),
+            ("SBX_KILL_AFTER", "10x", "invalid duration"),
+            ("SBX_KILL_AFTER", "-1s", "invalid duration"),
+        ] {
+            let log = d.path().join(format!("{tool}.jsonl"));
+            let mut c = sbx_testutil::tool(&tool);
+            c.env(var, val)
+                .arg("--audit-log")
+                .arg(&log)
+                .args(["--", "sh", "-c", "echo RAN >&2"]);
+            let what = format!("{tool} {var}={val:?}");
+            let (code, err, took) = run_bounded(c);
+            assert_one_escaped_line(&what, code, &err);
+            let shown = val.replace('\n', "\\n");
+            assert!(
+                err.contains(&format!("{tool}: {var} '{shown}': {want}")),
+                "{what}: {err}"
+            );
+            assert!(!err.contains("RAN"), "{what}: the command ran");
+            assert!(!log.exists(), "{what}: the audit log was set up");
+            assert!(took < Duration::from_secs(5), "{what}: took {took:?}");
+        }
+    }
+    for (var, val) in [
+        ("SBX_LOG", "debug"),
+        ("SBX_LOG", ""),
+        ("SBX_KILL_AFTER", "1500ms"),
+        ("SBX_KILL_AFTER", ""),
+    ] {
+        let mut c = sbx_testutil::tool("sbx-seccomp");
+        c.env(var, val).args(["--", "true"]);
+        let (code, err, _) = run_bounded(c);
+        assert_eq!(code, Some(0), "{var}={val:?}: {err}");
+    }
+}
+
+/// Attack 5: one escaping for every untrusted string: a name holding a newline, a
+/// carriage return, ESC and a C0 control reads the same in each tool's
+/// line (sbx-creds made the newline a space, sbx-dnsproxy escaped the
+/// character twice, `'\\u{1b}'`).
+#[test]
+fn a_nasty_name_reads_the_same_in_every_tools_line() {
+    let mut cmds: Vec<(&str, Command)> = Vec::new();
+    let mut c = sbx_testutil::tool("sbx-creds");
+    c.args(["--vault-addr", "http://127.0.0.1:9", "--secret"])
+        .arg(format!("{NASTY}=kv/x#y"))
+        .args(["--", "true"]);
+    cmds.push(("sbx-creds --secret", c));
+    let mut c = sbx_testutil::tool("sbx-dnsproxy");
+    c.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "127.0.0.1:9",
+        "--allow",
+    ])
+    .arg(NASTY);
+    cmds.push(("sbx-dnsproxy --allow", c));
+    let mut c = sbx_testutil::tool("sbx-fs");
+    c.arg("--hostname").arg(NASTY).args(["--", "true"]);
+    cmds.push(("sbx-fs --hostname", c));
+    let mut c = sbx_testutil::tool("sbx-gitguard");
+    c.arg("check")
+        .arg("--repo")
+        .arg(format!("/nonexistent/{NASTY}"));
+    cmds.push(("sbx-gitguard check --repo", c));
+    for (what, c) in cmds {
+        let (code, err, _) = run_bounded(c);
+        assert_one_escaped_line(what, code, &err);
+        assert!(err.contains(NASTY_SHOWN), "{what}: {err:?}");
+    }
+    // sbx-dnsproxy's quoted character: escaped once too.
+    let mut c = sbx_testutil::tool("sbx-dnsproxy");
+    c.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "127.0.0.1:9",
+        "--allow",
+    ])
+    .arg("a\x1bb");
+    let (code, err, _) = run_bounded(c);
+    assert_one_escaped_line("sbx-dnsproxy ESC", code, &err);
+    assert!(err.contains("character '\\e' not allowed"), "{err:?}");
+}
+
+/// Attack 5b: a query name whose label holds control bytes is logged as it is (the
+/// log's JSON escapes it; `sbx-audit show` escapes it once), not as
+/// hickory's `\033`, which every reader then escaped a second time.
+#[test]
+fn a_bad_wire_name_is_logged_as_it_is() {
+    use std::io::BufRead;
+    let d = tempfile::tempdir().unwrap();
+    let log = d.path().join("dns.jsonl");
+    let mut c = sbx_testutil::tool("sbx-dnsproxy");
+    c.arg("--audit-log")
+        .arg(&log)
+        .args(["--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9"])
+        .args(["--allow", "example.com"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut p = c.spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(p.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.trim().strip_prefix("listening ").unwrap().to_string();
+    // A query: id 0x1234, RD, one question: "a<ESC>b<CR>c.test" A IN.
+    let mut q = vec![0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    for l in [&b"a\x1bb\rc"[..], b"test"] {
+        q.push(l.len() as u8);
+        q.extend_from_slice(l);
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.send_to(&q, &addr).unwrap();
+    let mut buf = [0u8; 512];
+    let n = s.recv(&mut buf);
+    let _ = p.kill();
+    let _ = p.wait();
+    let n = n.unwrap();
+    assert!(n >= 12 && buf[3] & 0xf == 5, "REFUSED: {:?}", &buf[..n]);
+    sbx_testutil::assert_event(&log, "dns_refused", "alert", |e| {
+        e["reason"] == "bad_name" && e["name"] == "a\u{1b}b\rc.test"
+    });
+    let mut show = sbx_testutil::tool("sbx-audit");
+    show.args(["show", "--color", "never"]).arg(&log);
+    let o = sbx_testutil::output_within(&mut show, Duration::from_secs(10));
+    let out = sbx_testutil::stdout(&o);
+    assert!(out.contains("a\\eb\\rc.test"), "{out}");
+    assert!(!out.contains("\\\\"), "escaped twice: {out}");
 }

@@ -46,6 +46,8 @@ pub enum AuditError {
     },
     #[error("SBX_AUDIT_FD '{0}' is not an open, writable fd")]
     BadFd(String),
+    #[error("SBX_AUDIT_FD '{0}': a file of {1} (a kernel interface, not a log)")]
+    KernelFd(String, &'static str),
 }
 
 /// The name of the in-memory log (memfd) of a run without `--audit-log`.
@@ -171,6 +173,13 @@ fn open_log(path: &Path) -> Result<OwnedFd, AuditError> {
             crate::input::kind_of(&m.file_type())
         ))));
     }
+    // A file of /proc or /sys is "regular" by type, but no log: writes to
+    // it change the kernel or vanish, and reading it back is no chain.
+    if let Some(fs) = crate::input::kernel_fs(f.as_raw_fd()) {
+        return Err(err(io::Error::other(format!(
+            "a file of {fs} (a kernel interface, not a log)"
+        ))));
+    }
     let fd: OwnedFd = f.into();
     // SAFETY: F_SETFL on our own fd: only O_NONBLOCK is dropped.
     unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_APPEND) };
@@ -214,6 +223,10 @@ fn inherited_fd() -> Result<Option<OwnedFd>, AuditError> {
     let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     if fl < 0 || (fl & libc::O_ACCMODE) == libc::O_RDONLY {
         return Err(AuditError::BadFd(v));
+    }
+    // As for --audit-log: a file of /proc or /sys is no log.
+    if let Some(fs) = crate::input::kernel_fs(fd) {
+        return Err(AuditError::KernelFd(v, fs));
     }
     // Mark it CLOEXEC at once: only an explicit handoff passes it on.
     // SAFETY: fd is open (checked above) and handed to us; only its flag changes.
@@ -321,18 +334,59 @@ impl Audit {
             return;
         }
         let mut w = self.chain.lock().unwrap_or_else(|e| e.into_inner());
-        let r = w.append(fd.as_raw_fd(), move |seq, prev| {
-            let mut m = m;
-            m.insert("seq".into(), Value::from(seq));
-            m.insert("prev".into(), Value::String(prev.to_string()));
-            let mut s = Value::Object(m).to_string();
-            s.push('\n');
-            s
-        });
-        if let Err(e) = r {
+        match w.append(fd.as_raw_fd(), chained(m)) {
+            Ok(None) => {}
+            Ok(Some(u)) => {
+                if u.first {
+                    self.lock_timeout(&mut w, fd.as_raw_fd(), &u);
+                }
+            }
             // (Not `eprintln!`: it panics when stderr is gone too.)
-            crate::cli::stderr_line(&format!("{}: audit log write failed: {e}", self.tool));
+            Err(e) => crate::cli::stderr_line(&crate::cli::fail_line(
+                self.tool,
+                &format!("audit log {}: write failed: {e}", self.log_name()),
+            )),
         }
+    }
+
+    /// The first line written without the log's lock (see
+    /// [`crate::auditchain`]): one line on stderr naming the log and why,
+    /// and an `audit_lock_timeout` alert in the log itself (written the
+    /// same way: a holder that never lets go must cost no event).
+    fn lock_timeout(
+        &self,
+        w: &mut crate::auditchain::Writer,
+        fd: RawFd,
+        u: &crate::auditchain::Unlocked,
+    ) {
+        let log = self.log_name();
+        crate::cli::stderr_line(&crate::cli::fail_line(
+            self.tool,
+            &format!(
+                "audit log {log}: {}: its lines are appended without the lock \
+                 (a reader can hold one; the chain may show a break)",
+                u.why
+            ),
+        ));
+        let m = common(
+            self.tool,
+            "audit_lock_timeout",
+            Severity::Alert,
+            serde_json::json!({"path": log, "reason": u.why, "holder_pid": u.holder}),
+        );
+        let _ = w.append(fd, chained(m));
+    }
+
+    /// What to call the log in a message: its path (what /proc says the
+    /// open file is), or "(in memory)".
+    fn log_name(&self) -> String {
+        if self.mem {
+            return format!("({MEM_NAME}, in memory)");
+        }
+        self.fd
+            .as_ref()
+            .and_then(|f| std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())).ok())
+            .map_or_else(|| "(fd)".to_string(), |p| p.to_string_lossy().into_owned())
     }
 
     /// Environment for the next command spawned as `cmd` (built by
@@ -403,6 +457,19 @@ pub(crate) fn prepare_exec_env(
         // SAFETY: clears FD_CLOEXEC on our own open fd, just before exec.
         unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
         crate::chain::set_env(env, ENV_FD, fd.to_string());
+    }
+}
+
+/// The line builder for [`crate::auditchain::Writer::append`]: the event
+/// with its `seq` and `prev`.
+fn chained(m: Map<String, Value>) -> impl FnOnce(u64, &str) -> String {
+    move |seq, prev| {
+        let mut m = m;
+        m.insert("seq".into(), Value::from(seq));
+        m.insert("prev".into(), Value::String(prev.to_string()));
+        let mut s = Value::Object(m).to_string();
+        s.push('\n');
+        s
     }
 }
 

@@ -16,8 +16,24 @@
 //! lock on the file (per process, unlike flock on a shared open file
 //! description, which every tool of a chain shares), reads the last line,
 //! and writes its line with one `write(2)` on the `O_APPEND` fd.
+//!
+//! The wait for that lock is bounded ([`LOCK_WAIT`]): anyone who can open
+//! the log for reading can hold a read lock on it (F_RDLCK needs no write
+//! access, and a log outside the writable binds is still readable inside
+//! the sandbox), and an unbounded F_SETLKW would then hang every tool at
+//! its next event. A writer holds the lock for the microseconds of one
+//! append, so a lock held for seconds is no writer: the line is written
+//! anyway (an event is never dropped, the `O_APPEND` write keeps it whole),
+//! chained to the last line as read, and the append reports it
+//! ([`Unlocked`]) so the tool says so on stderr and logs an
+//! `audit_lock_timeout` alert. Two writers racing meanwhile may chain to
+//! the same line, which `sbx-audit verify` reports: the holder can make
+//! the chain look broken, never make lines go missing or a tool hang.
+//! Later appends of the same writer wait at most [`LOCK_WAIT_AFTER_TIMEOUT`]
+//! until they get the lock again.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
@@ -42,6 +58,32 @@ pub struct Writer {
     /// (file size after our last line, its hash, its seq): when the size
     /// is unchanged nobody appended since, and nothing needs reading.
     last: Option<(u64, String, u64)>,
+    /// The bound on the wait for the lock ([`LOCK_WAIT`]).
+    lock_wait: Duration,
+    /// The last append went without the lock: the next ones wait at most
+    /// [`LOCK_WAIT_AFTER_TIMEOUT`].
+    degraded: bool,
+    /// An append without the lock was reported already.
+    reported: bool,
+}
+
+/// How long an append waits for the log's lock before it writes its line
+/// without it (a writer holds it for one append: microseconds).
+pub const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// The wait of the appends after one went without the lock: a holder that
+/// never lets go must not cost every later line [`LOCK_WAIT`].
+pub const LOCK_WAIT_AFTER_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// An append that went without the lock, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unlocked {
+    /// The first such append of this writer (the one to report).
+    pub first: bool,
+    /// What kept the lock: "held by pid N for 2s", or the lock's error.
+    pub why: String,
+    /// The pid holding a conflicting lock, when the kernel names one.
+    pub holder: Option<i32>,
 }
 
 enum ReadFd {
@@ -63,22 +105,53 @@ impl Writer {
             // SAFETY: a fresh fd nobody else owns.
             (r >= 0).then(|| ReadFd::Own(unsafe { OwnedFd::from_raw_fd(r) }))
         });
-        Writer { read, last: None }
+        Writer {
+            read,
+            last: None,
+            lock_wait: LOCK_WAIT,
+            degraded: false,
+            reported: false,
+        }
     }
 
-    /// Appends the line `build(seq, prev)` to `fd` under the file lock.
+    /// Appends the line `build(seq, prev)` to `fd` under the file lock,
+    /// waiting for it at most [`LOCK_WAIT`]. The line is written even when
+    /// the lock cannot be had: `Ok(Some(_))` says so (see the module doc).
     pub fn append(
         &mut self,
         fd: RawFd,
         build: impl FnOnce(u64, &str) -> String,
-    ) -> std::io::Result<()> {
-        lock(fd, libc::F_WRLCK)?;
-        let r = self.append_locked(fd, build);
-        let _ = lock(fd, libc::F_UNLCK);
-        r
+    ) -> std::io::Result<Option<Unlocked>> {
+        let wait = if self.degraded {
+            LOCK_WAIT_AFTER_TIMEOUT.min(self.lock_wait)
+        } else {
+            self.lock_wait
+        };
+        let unlocked = match lock_within(fd, wait) {
+            Ok(None) => None,
+            Ok(Some(holder)) => Some((
+                match holder {
+                    Some(p) => format!("a lock on it held by pid {p} for over {wait:?}"),
+                    None => format!("a lock on it held by another process for over {wait:?}"),
+                },
+                holder,
+            )),
+            Err(e) => Some((format!("cannot lock it: {e}"), None)),
+        };
+        let r = self.append_line(fd, build);
+        if unlocked.is_none() {
+            let _ = setlk(fd, libc::F_UNLCK);
+        }
+        r?;
+        self.degraded = unlocked.is_some();
+        Ok(unlocked.map(|(why, holder)| {
+            let first = !self.reported;
+            self.reported = true;
+            Unlocked { first, why, holder }
+        }))
     }
 
-    fn append_locked(
+    fn append_line(
         &mut self,
         fd: RawFd,
         build: impl FnOnce(u64, &str) -> String,
@@ -189,15 +262,54 @@ fn file_size(fd: RawFd) -> std::io::Result<u64> {
     Ok(st.st_size as u64)
 }
 
-/// A POSIX record lock on the whole file (waits; EINTR retried).
-fn lock(fd: RawFd, kind: i32) -> std::io::Result<()> {
+/// Takes the write lock on the whole file, waiting at most `wait`:
+/// `Ok(None)` when held, `Ok(Some(holder))` when another process kept it
+/// that long (its pid when the kernel names one), `Err` when the file
+/// cannot be locked at all. Polls (F_SETLK) rather than blocks: a wait in
+/// F_SETLKW has no bound, and the forwarded signals are blocked.
+fn lock_within(fd: RawFd, wait: Duration) -> std::io::Result<Option<Option<i32>>> {
+    let start = Instant::now();
+    let mut pause = Duration::from_micros(50);
+    loop {
+        match setlk(fd, libc::F_WRLCK) {
+            Ok(()) => return Ok(None),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {}
+            Err(e) => return Err(e),
+        }
+        let spent = start.elapsed();
+        if spent >= wait {
+            return Ok(Some(holder(fd)));
+        }
+        std::thread::sleep(pause.min(wait - spent));
+        pause = (pause * 2).min(Duration::from_millis(10));
+    }
+}
+
+/// The pid of a process holding a lock that conflicts with a write lock on
+/// the whole file (None for an OFD lock, or when it cannot be told).
+fn holder(fd: RawFd) -> Option<i32> {
+    let mut fl = whole_file(libc::F_WRLCK);
+    // SAFETY: F_GETLK with a filled flock struct, which it overwrites.
+    if unsafe { libc::fcntl(fd, libc::F_GETLK, &mut fl) } != 0 {
+        return None;
+    }
+    (i32::from(fl.l_type) != libc::F_UNLCK && fl.l_pid > 0).then_some(fl.l_pid)
+}
+
+fn whole_file(kind: i32) -> libc::flock {
     // SAFETY: libc::flock is plain integers: all-zero is a valid value.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = kind as libc::c_short;
     fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl
+}
+
+/// One non-blocking F_SETLK on the whole file (EINTR retried).
+fn setlk(fd: RawFd, kind: i32) -> std::io::Result<()> {
+    let fl = whole_file(kind);
     loop {
-        // SAFETY: F_SETLKW with a filled flock struct.
-        if unsafe { libc::fcntl(fd, libc::F_SETLKW, &fl) } == 0 {
+        // SAFETY: F_SETLK with a filled flock struct.
+        if unsafe { libc::fcntl(fd, libc::F_SETLK, &fl) } == 0 {
             return Ok(());
         }
         let e = std::io::Error::last_os_error();
@@ -271,6 +383,56 @@ mod tests {
         assert_eq!(v.len(), 5);
         assert_eq!(v[0]["prev"], ZERO);
         for i in 1..5 {
+            assert_eq!(v[i]["seq"], i as u64);
+            assert_eq!(v[i]["prev"], line_hash(raw[i - 1].as_bytes()));
+        }
+    }
+
+    /// A read lock held by someone else (an OFD lock here: it conflicts
+    /// with this process's own record locks, as another process's would)
+    /// costs one bounded wait; the line is written and chained all the
+    /// same, and the append says it went without the lock.
+    #[test]
+    fn a_held_read_lock_bounds_the_wait_and_loses_no_line() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let f = open(&p, true);
+        let reader = std::fs::File::open(&p).unwrap();
+        let ofd = |kind: i32| {
+            let fl = whole_file(kind);
+            // SAFETY: F_OFD_SETLK with a filled flock struct (l_pid 0).
+            unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_OFD_SETLK, &fl) }
+        };
+        assert_eq!(ofd(libc::F_RDLCK), 0);
+        let mut w = Writer::new(Some(f.as_raw_fd()));
+        w.lock_wait = Duration::from_millis(300);
+        let line = |seq: u64, prev: &str| format!("{{\"seq\":{seq},\"prev\":\"{prev}\"}}\n");
+        let t0 = Instant::now();
+        let u = w.append(f.as_raw_fd(), line).unwrap().expect("unlocked");
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+        assert!(u.first && u.why.contains("held by"), "{u:?}");
+        let t0 = Instant::now();
+        let u = w
+            .append(f.as_raw_fd(), line)
+            .unwrap()
+            .expect("still unlocked");
+        assert!(!u.first);
+        assert!(
+            t0.elapsed() < Duration::from_millis(250),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert_eq!(ofd(libc::F_UNLCK), 0);
+        assert_eq!(w.append(f.as_raw_fd(), line).unwrap(), None);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let raw: Vec<&str> = text.split_inclusive('\n').collect();
+        let v = lines(&p);
+        assert_eq!(v.len(), 3);
+        for i in 1..3 {
             assert_eq!(v[i]["seq"], i as u64);
             assert_eq!(v[i]["prev"], line_hash(raw[i - 1].as_bytes()));
         }

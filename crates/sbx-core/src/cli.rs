@@ -74,8 +74,11 @@ where
     F: FnOnce() -> Result<i32, Failure>,
 {
     quiet_broken_pipe(tool);
-    let code = match crate::signals::block_forwarded()
-        .map_err(|e| Failure::new(format!("sigprocmask: {e}")))
+    // The environment settings first: bad input, before anything is set up.
+    let code = match check_env()
+        .and_then(|()| {
+            crate::signals::block_forwarded().map_err(|e| Failure::new(format!("sigprocmask: {e}")))
+        })
         .and_then(|()| f())
     {
         // A run that went through: what the sandbox was refused (a tool
@@ -96,14 +99,9 @@ where
                     serde_json::json!({ "error": fail.message }),
                 );
             }
-            // Messages name paths and values the sandbox may have chosen:
-            // escaped, so no control sequence reaches the terminal.
             // (Not `eprintln!`, which panics when stderr is gone: the
             // exit status stays the failure's.)
-            stderr_line(&format!(
-                "{tool}: {}",
-                crate::escape::terminal(&capped(&fail.message))
-            ));
+            stderr_line(&fail_line(tool, &fail.message));
             fail.code
         }
     };
@@ -118,6 +116,15 @@ pub fn stderr_line(line: &str) {
     b.extend_from_slice(line.as_bytes());
     b.push(b'\n');
     let _ = std::io::Write::write_all(&mut std::io::stderr(), &b);
+}
+
+/// `tool: message` as one stderr line: the message holds the raw text
+/// (paths and values the sandbox or the caller may have chosen) and is
+/// escaped here, once ([`crate::escape::terminal`]: a newline is `\n`, ESC
+/// `\e`, never a space or a second line), and capped at [`MESSAGE_CAP`].
+/// Escape nothing before: a message escaped twice shows `\\e`.
+pub fn fail_line(tool: &str, message: &str) -> String {
+    format!("{tool}: {}", crate::escape::terminal(&capped(message)))
 }
 
 /// A failure's message at most [`MESSAGE_CAP`] bytes: messages quote the
@@ -236,21 +243,12 @@ fn clap_failure(e: clap::Error) -> Failure {
             std::process::exit(0);
         }
         _ => {
-            // One line: clap's first line, without its "error: " prefix.
-            let rendered = e.render().to_string();
-            let mut lines = rendered.lines();
-            let first = lines.next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            // "the following required arguments were not provided:" lists
-            // them on the next lines: keep them on the one line.
-            let mut first = first.to_string();
-            if first.ends_with(':') {
-                for l in lines.take_while(|l| !l.trim().is_empty()) {
-                    first.push(' ');
-                    first.push_str(l.trim());
-                }
+            let kind = e.kind();
+            let mut first = clap_message(e);
+            if first.is_empty() {
+                first = "invalid arguments".into();
             }
-            let hint = if e.kind() == ErrorKind::MissingRequiredArgument && first.contains("CMD") {
+            let hint = if kind == ErrorKind::MissingRequiredArgument && first.contains("CMD") {
                 " (usage: ... -- CMD [ARGS...])"
             } else {
                 ""
@@ -259,6 +257,112 @@ fn clap_failure(e: clap::Error) -> Failure {
         }
     }
 }
+
+/// clap's message on one line, without its "error: " prefix, usage and
+/// tips, quoting every value whole: a value holding a newline cut the
+/// message at it, and clap's rendering drops an ESC sequence or a control
+/// character from the text (so `'a\x1b[2Kb'` was shown as `'ab'`). The
+/// caller's strings are swapped for tokens before clap renders them and put
+/// back raw after; the one stderr line escapes them ([`fail_line`]).
+fn clap_message(mut e: clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let text = |e: &clap::Error, k| match e.get(k) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    // A value parser's error is clap's source, not a context value: the
+    // message is clap's wording, made here with the error whole.
+    if e.kind() == ErrorKind::ValueValidation
+        && let (Some(arg), Some(v), Some(src)) = (
+            text(&e, ContextKind::InvalidArg),
+            text(&e, ContextKind::InvalidValue),
+            std::error::Error::source(&e),
+        )
+    {
+        return format!("invalid value '{v}' for '{arg}': {src}");
+    }
+    let nonce = crate::id::random_suffix();
+    let mut held: Vec<(String, String)> = Vec::new();
+    let mut hold = |v: String| -> String {
+        if !v.chars().any(char::is_control) {
+            return v;
+        }
+        let token = format!("\u{e000}{nonce}{}\u{e001}", held.len());
+        held.push((token.clone(), v));
+        token
+    };
+    for k in [
+        ContextKind::InvalidValue,
+        ContextKind::InvalidArg,
+        ContextKind::InvalidSubcommand,
+    ] {
+        let swapped = match e.get(k) {
+            Some(ContextValue::String(v)) => ContextValue::String(hold(v.clone())),
+            Some(ContextValue::Strings(v)) => {
+                ContextValue::Strings(v.iter().cloned().map(&mut hold).collect())
+            }
+            _ => continue,
+        };
+        e.insert(k, swapped);
+    }
+    let rendered = e.render().to_string();
+    let mut lines = rendered.lines();
+    let first = lines.next().unwrap_or("");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    // "the following required arguments were not provided:" lists them on
+    // the next lines: keep them on the one line.
+    let mut first = first.to_string();
+    if first.ends_with(':') {
+        for l in lines.take_while(|l| !l.trim().is_empty()) {
+            first.push(' ');
+            first.push_str(l.trim());
+        }
+    }
+    for (token, v) in &held {
+        first = first.replace(token.as_str(), v);
+    }
+    first
+}
+
+/// The environment settings every tool reads, checked before anything is
+/// set up: a bad one is one line naming the variable and its value, exit
+/// 125, never ignored or only warned about (`SBX_KILL_AFTER=10x` used to
+/// mean 10 s, `SBX_LOG=sbx=verbose` the default level). Empty is unset.
+pub fn check_env() -> Result<(), Failure> {
+    for name in [LOG_ENV, crate::supervise::ENV_KILL_AFTER, crate::id::ENV] {
+        let Some(raw) = std::env::var_os(name) else {
+            continue;
+        };
+        let Some(v) = raw.to_str() else {
+            return Err(Failure::new(format!(
+                "{name} '{}': not UTF-8",
+                raw.to_string_lossy()
+            )));
+        };
+        // SBX_ID's value is checked by `id::ensure` (only a value that is
+        // not UTF-8 was taken for unset).
+        if v.is_empty() || name == crate::id::ENV {
+            continue;
+        }
+        let bad = |why: String| Err(Failure::new(format!("{name} '{v}': {why}")));
+        if name == LOG_ENV {
+            if v.chars().any(char::is_control) {
+                return bad("a control character in a diagnostics filter".into());
+            }
+            if let Err(e) = tracing_subscriber::EnvFilter::try_new(v) {
+                return bad(format!(
+                    "not a diagnostics filter (e.g. debug, sbx_fs=trace): {e}"
+                ));
+            }
+        } else if let Err(e) = crate::units::parse_duration(v) {
+            return bad(e.to_string());
+        }
+    }
+    Ok(())
+}
+
+/// The diagnostics filter variable.
+pub const LOG_ENV: &str = "SBX_LOG";
 
 /// Inserts the `--config` section's settings as flags after argv[0] (and
 /// after a leading subcommand name, for tools with subcommands).
@@ -447,7 +551,8 @@ pub fn init_tracing_quiet_level(verbose: u8, quiet: &str) {
     use tracing_subscriber::EnvFilter;
     const SILENCED: &str =
         "vaultrs=off,rustify=off,reqwest=off,hyper=off,hyper_util=off,rustls=off,h2=off";
-    let base = match std::env::var("SBX_LOG") {
+    // SBX_LOG was checked by `run_main` ([`check_env`]).
+    let base = match std::env::var(LOG_ENV) {
         Ok(f) if !f.is_empty() => f,
         _ => match verbose {
             0 => quiet,
@@ -461,14 +566,52 @@ pub fn init_tracing_quiet_level(verbose: u8, quiet: &str) {
         .unwrap_or_else(|_| EnvFilter::new(format!("warn,{SILENCED}")));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(EscapedStderr)
         .with_target(false)
         .with_ansi(false)
+        // Escaped by the writer, the one way every stderr line is.
+        .with_ansi_sanitization(false)
         // A stderr that is gone (a pipe whose reader left) loses the
         // lines, never the tool: tracing-subscriber would report the
         // failed write with `eprintln!`, which panics there.
         .log_internal_errors(false)
         .try_init();
+}
+
+/// stderr for tracing: each event is one line whose control characters
+/// are escaped ([`crate::escape::controls`]: a name holding a newline or a
+/// carriage return in a warning neither makes a second line nor paints
+/// over this one).
+struct EscapedStderr;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for EscapedStderr {
+    type Writer = EscapedLine;
+    fn make_writer(&'a self) -> EscapedLine {
+        EscapedLine
+    }
+}
+
+struct EscapedLine;
+
+impl std::io::Write for EscapedLine {
+    /// tracing-subscriber writes each event whole, newline last.
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let (body, nl) = match buf.strip_suffix(b"\n") {
+            Some(b) => (b, true),
+            None => (buf, false),
+        };
+        let text = String::from_utf8_lossy(body);
+        let mut out = crate::escape::controls(&text).into_owned().into_bytes();
+        if nl {
+            out.push(b'\n');
+        }
+        std::io::Write::write_all(&mut std::io::stderr(), &out)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::Write::flush(&mut std::io::stderr())
+    }
 }
 
 #[cfg(test)]
@@ -524,6 +667,49 @@ mod tests {
         let f = parse_from::<Demo>("sbx-demo", args(&["x", "--bogus", "--", "true"])).unwrap_err();
         assert_eq!(f.code, 125);
         assert!(f.message.contains("--bogus"), "{}", f.message);
+    }
+
+    /// A value holding a newline (or any control character) is quoted whole
+    /// on one line, whatever part of clap's message quotes it: the value
+    /// itself, a value parser's error, an unknown flag.
+    #[test]
+    fn a_value_with_control_characters_is_quoted_whole() {
+        #[derive(Parser, Debug)]
+        #[command(name = "sbx-demo")]
+        struct Typed {
+            #[arg(long)]
+            listen: Option<std::net::SocketAddr>,
+            #[arg(long, value_parser = ["a", "b"])]
+            mode: Option<String>,
+            #[arg(long, value_parser = |s: &str| -> Result<String, String> {
+                Err(format!("'{s}' is not a name\nsecond line"))
+            })]
+            name: Option<String>,
+        }
+        let v = "a\nb\rc\u{1b}d\u{1}e";
+        for (argv, want) in [
+            (vec!["x", "--listen", v], v.to_string()),
+            (vec!["x", "--mode", v], v.to_string()),
+            (
+                vec!["x", "--name", v],
+                format!("'{v}' is not a name\nsecond line"),
+            ),
+        ] {
+            let f = parse_from::<Typed>("sbx-demo", args(&argv)).unwrap_err();
+            assert_eq!(f.code, 125);
+            assert!(f.message.contains(&want), "{argv:?}: {:?}", f.message);
+            assert!(
+                !f.message.contains("For more information"),
+                "{:?}",
+                f.message
+            );
+            let line = fail_line("sbx-demo", &f.message);
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+            assert!(line.contains("a\\nb\\rc\\ed\\x01e"), "{line}");
+        }
+        let arg = format!("--bo{v}gus");
+        let f = parse_from::<Typed>("sbx-demo", args(&["x", &arg])).unwrap_err();
+        assert!(f.message.contains(&arg), "{:?}", f.message);
     }
 
     #[test]

@@ -39,6 +39,24 @@ pub fn terminal(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// [`terminal`] for a line whose backslashes are escapes of its own (a
+/// tracing line quoting JSON or `{:?}` text, already escaped): control and
+/// bidi characters are shown the same way, a backslash is left as it is
+/// (doubled, `\"` in a JSON field would read `\\\"`).
+pub fn controls(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(dangerous) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push(c),
+            c => push(&mut out, c),
+        }
+    }
+    Cow::Owned(out)
+}
+
 fn push(out: &mut String, c: char) {
     match c {
         '\\' => out.push_str("\\\\"),
@@ -148,6 +166,14 @@ mod tests {
         assert_eq!(terminal("a\u{9b}b\u{7f}"), "a\\x9bb\\x7f");
         assert_eq!(terminal("a\u{202e}b"), "a\\u{202e}b");
         assert_eq!(terminal("a\\b"), "a\\\\b");
+    }
+
+    #[test]
+    fn controls_escapes_the_same_and_keeps_backslashes() {
+        let s = "a\nb\rc\u{1b}d\u{1}e\\f";
+        assert_eq!(terminal(s), "a\\nb\\rc\\ed\\x01e\\\\f");
+        assert_eq!(controls(s), "a\\nb\\rc\\ed\\x01e\\f");
+        assert!(matches!(controls("x\\y"), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -69,7 +69,9 @@ impl<E: std::error::Error> From<E> for Failure {
     }
 }
 
-/// `err: source: source ...` on one line.
+/// `err: source: source ...`, the raw text: a newline in a message stays
+/// one (never a space), and the one stderr line escapes it as `\n`
+/// ([`crate::cli::fail_line`]), as it escapes every other control character.
 pub fn error_chain(err: &dyn std::error::Error) -> String {
     let mut msg = err.to_string();
     let mut src = err.source();
@@ -81,7 +83,7 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
         }
         src = s.source();
     }
-    msg.replace('\n', " ")
+    msg
 }
 
 #[cfg(test)]

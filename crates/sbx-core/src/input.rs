@@ -44,6 +44,49 @@ pub fn kind_of(ft: &std::fs::FileType) -> &'static str {
     }
 }
 
+/// The kernel-interface file systems whose "regular" files are no data:
+/// reading one may block or consume (/proc/kmsg, a tracefs pipe), writing
+/// one changes the kernel. (magic from linux/magic.h, name)
+const KERNEL_FS: &[(u32, &str)] = &[
+    (0x9fa0, "procfs"),
+    (0x6265_6572, "sysfs"),
+    (0x6462_6720, "debugfs"),
+    (0x7472_6163, "tracefs"),
+    (0x7363_6673, "securityfs"),
+    (0x0027_e0eb, "cgroupfs"),
+    (0x6367_7270, "cgroup2fs"),
+    (0xcafe_4a11, "bpffs"),
+    (0x6265_6570, "configfs"),
+    (0xde5e_81e4, "efivarfs"),
+    (0x6165_676c, "pstore"),
+    (0xf97c_ff8c, "selinuxfs"),
+    (0x4341_5d53, "smackfs"),
+    (0x6573_5543, "fusectl"),
+    (0x4249_4e4d, "binfmt_misc"),
+    (0x6e73_6673, "nsfs"),
+    (0x1980_0202, "mqueue"),
+    (0x0904_1934, "anon_inodefs"),
+    (0x5049_5045, "pipefs"),
+    (0x534f_434b, "sockfs"),
+    (0x1cd1, "devpts"),
+    (0x6759_6969, "rpc_pipefs"),
+];
+
+/// The name of the kernel-interface file system `fd` is on (procfs, sysfs,
+/// debugfs, cgroupfs...), None for a file system that holds data (or when
+/// fstatfs fails: the caller's other checks still apply).
+pub fn kernel_fs(fd: std::os::fd::RawFd) -> Option<&'static str> {
+    // SAFETY: statfs is plain integers: all-zero is a valid value.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs fills the live struct; a bad fd is an error return.
+    if unsafe { libc::fstatfs(fd, &mut fs) } != 0 {
+        return None;
+    }
+    // The magic numbers are 32-bit; f_type's width varies by target.
+    let magic = fs.f_type as u32;
+    KERNEL_FS.iter().find(|(m, _)| *m == magic).map(|(_, n)| *n)
+}
+
 /// Reads the regular file `path` whole, at most `cap` bytes.
 pub fn read_regular(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     let f = std::fs::OpenOptions::new()
@@ -58,21 +101,17 @@ pub fn read_regular(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
             format!("not a regular file ({})", kind_of(&ft)),
         ));
     }
-    if m.len() > cap {
-        return Err(too_large(cap));
-    }
-    // Files of /proc say size 0 and some block or consume (/proc/kmsg):
-    // none is an input.
-    // SAFETY: statfs is plain integers: all-zero is a valid value.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatfs fills the live struct for an fd that f keeps open.
-    if unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&f), &mut fs) } == 0
-        && fs.f_type == libc::PROC_SUPER_MAGIC
-    {
+    // Files of /proc say size 0 and some block or consume (/proc/kmsg);
+    // sysfs, debugfs and the like are kernel interfaces too: none is an
+    // input.
+    if let Some(fs) = kernel_fs(std::os::fd::AsRawFd::as_raw_fd(&f)) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "a file of /proc (not an input)",
+            format!("a file of {fs} (not an input)"),
         ));
+    }
+    if m.len() > cap {
+        return Err(too_large(cap));
     }
     let mut out = Vec::with_capacity(m.len() as usize);
     let mut f = f;
@@ -139,6 +178,15 @@ mod tests {
         ] {
             let e = read_regular(p, 1024).unwrap_err();
             assert!(e.to_string().contains(want), "{}: {e}", p.display());
+        }
+        for (p, want) in [
+            ("/proc/self/status", "a file of procfs"),
+            ("/sys/kernel/uevent_seqnum", "a file of sysfs"),
+        ] {
+            if Path::new(p).exists() {
+                let e = read_regular(Path::new(p), 1024).unwrap_err();
+                assert!(e.to_string().contains(want), "{p}: {e}");
+            }
         }
         assert!(t0.elapsed() < Duration::from_secs(2));
         std::fs::write(&big, b"ok").unwrap();

@@ -190,7 +190,11 @@ pub(crate) fn report(fd: RawFd, start: u64, file: Option<&std::path::Path>, mem:
             .open(p)
             .and_then(|mut f| writeln!(f, "{v}"));
         if let Err(e) = r {
-            crate::cli::stderr_line(&format!("write {}: {e}", p.display()));
+            let tool = crate::audit::get().map_or("sbx", |a| a.tool());
+            crate::cli::stderr_line(&crate::cli::fail_line(
+                tool,
+                &format!("{ENV_FILE} {}: {e}", p.display()),
+            ));
         }
     }
 }

@@ -156,7 +156,9 @@ pub fn normalize_name(s: &str) -> Result<String, String> {
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
         {
-            return Err(format!("character {c:?} not allowed in a name"));
+            // The character itself: the one stderr line escapes it
+            // (sbx_core::escape), `{c:?}` escaped it a first time.
+            return Err(format!("character '{c}' not allowed in a name"));
         }
         if label.starts_with('-') || label.ends_with('-') {
             return Err(format!("label '{label}' starts or ends with '-'"));
@@ -184,6 +186,47 @@ pub fn name_from_wire(name: &hickory_proto::rr::Name) -> Option<String> {
         out.extend(label.iter().map(|c| c.to_ascii_lowercase() as char));
     }
     Some(out)
+}
+
+/// A wire name as an audit field or a message: the DNS presentation form
+/// (labels joined by '.', a '.' or '\\' inside a label as `\.` and `\\`,
+/// so `x\.allowed.test` is one label), every other byte as it is. A
+/// control byte is not pre-escaped (hickory's `to_ascii` made ESC `\033`,
+/// shown `\\033` once a reader escaped the field): whatever shows the field
+/// escapes it, once (`sbx_core::escape`). Bytes that are not UTF-8 are
+/// `\DDD` (decimal), as in a zone file.
+pub fn name_shown(name: &hickory_proto::rr::Name) -> String {
+    let mut b: Vec<u8> = Vec::with_capacity(name.len());
+    for (i, label) in name.iter().enumerate() {
+        if i > 0 {
+            b.push(b'.');
+        }
+        for &c in label {
+            if c == b'.' || c == b'\\' {
+                b.push(b'\\');
+            }
+            b.push(c);
+        }
+    }
+    let mut out = String::with_capacity(b.len());
+    let mut rest = b.as_slice();
+    loop {
+        match std::str::from_utf8(rest) {
+            Ok(s) => {
+                out.push_str(s);
+                return out;
+            }
+            Err(e) => {
+                let (good, bad) = rest.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(good).unwrap_or(""));
+                let n = e.error_len().unwrap_or(bad.len()).max(1);
+                for x in &bad[..n] {
+                    out.push_str(&format!("\\{x:03}"));
+                }
+                rest = &bad[n..];
+            }
+        }
+    }
 }
 
 /// Whether `name` (normalised) is itself a public suffix (`com`, `co.uk`,
@@ -373,6 +416,26 @@ impl DomainSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wire name's control bytes reach the audit field as they are (the
+    /// reader escapes them once), a dot inside a label stays `\.`, and a
+    /// byte that is not UTF-8 is `\DDD`; the allowlist error quotes the
+    /// character itself (escaped once, by the stderr line).
+    #[test]
+    fn wire_names_are_shown_unescaped_but_unambiguous() {
+        let n = hickory_proto::rr::Name::from_labels(vec![
+            b"a\x1bb\nc".to_vec(),
+            b"x.y".to_vec(),
+            b"\xff\x01".to_vec(),
+            b"test".to_vec(),
+        ])
+        .unwrap();
+        assert_eq!(name_shown(&n), "a\u{1b}b\nc.x\\.y.\\255\u{1}.test");
+        assert_eq!(
+            normalize_name("a\u{1b}b").unwrap_err(),
+            "character '\u{1b}' not allowed in a name"
+        );
+    }
 
     #[test]
     fn entries_parse() {

@@ -493,8 +493,8 @@ impl DnsProxy {
         // a dot in it) is refused before anything else looks at it.
         let Some(name) = crate::allow::name_from_wire(q.name()) else {
             Stats::inc(&self.stats.refused_not_allowlisted);
-            let ascii = q.name().to_ascii();
-            let shown = ascii.strip_suffix('.').unwrap_or(&ascii);
+            let shown = crate::allow::name_shown(q.name());
+            let shown = shown.as_str();
             let r = Refusal {
                 reason: "bad_name",
                 detail: "a label holds a byte that is not a hostname character".into(),
@@ -1155,7 +1155,8 @@ fn record_ips(r: &Record) -> Vec<IpAddr> {
 /// A name of an upstream answer as the allowlist sees it; one that is not
 /// a hostname becomes a string no allowlist entry or chain name equals.
 fn lc(n: &Name) -> String {
-    crate::allow::name_from_wire(n).unwrap_or_else(|| format!("\\bad:{}", n.to_ascii()))
+    crate::allow::name_from_wire(n)
+        .unwrap_or_else(|| format!("\\bad:{}", crate::allow::name_shown(n)))
 }
 
 fn alert_refused(name: &str, qtype: &str, client: SocketAddr, reason: &str, detail: &str) {
