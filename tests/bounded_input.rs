@@ -802,6 +802,12 @@ fn a_nasty_name_reads_the_same_in_every_tools_line() {
         .arg("--repo")
         .arg(format!("/nonexistent/{NASTY}"));
     cmds.push(("sbx-gitguard check --repo", c));
+    let mut c = sbx_testutil::tool("sbx-gitguard");
+    c.arg("plants")
+        .arg("--dir")
+        .arg(format!("/nonexistent/{NASTY}"))
+        .args(["--", "true"]);
+    cmds.push(("sbx-gitguard plants --dir", c));
     for (what, c) in cmds {
         let (code, err, _) = run_bounded(c);
         assert_one_escaped_line(what, code, &err);

@@ -557,9 +557,9 @@ fn any_id(s: &str, want: Want, objs: &dyn Objects) -> Result<Vec<git2::Oid>, Str
     Err(format!("'{}' is not an object id", shorten(s)))
 }
 
+/// At most 60 characters of `s`, raw: the line that shows it escapes it.
 fn shorten(s: &str) -> String {
-    let t: String = s.chars().take(60).collect();
-    sbx_core::escape::terminal(&t).into_owned()
+    s.chars().take(60).collect()
 }
 
 fn branch_ref(s: &str) -> bool {

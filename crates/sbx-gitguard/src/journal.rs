@@ -501,16 +501,12 @@ pub fn recover_at_start(git_dir: &Path) -> Result<(), sbx_core::Failure> {
                 "{}: {}: {}",
                 crate::TOOL,
                 name,
-                sbx_core::escape::terminal(&fields.to_string())
+                sbx_core::escape::controls(&fields.to_string())
             );
         }
     }
     r.map(|_| ()).map_err(|e| {
-        sbx_core::Failure::new(format!(
-            "{}: unfinished git import: {}",
-            sbx_core::escape::path(git_dir),
-            sbx_core::escape::terminal(&e.to_string())
-        ))
+        sbx_core::Failure::new(format!("{}: unfinished git import: {e}", git_dir.display()))
     })
 }
 

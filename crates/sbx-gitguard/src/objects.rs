@@ -574,7 +574,7 @@ fn parse_header(h: &[u8]) -> Result<u64, String> {
         || !size.bytes().all(|b| b.is_ascii_digit())
         || (size.len() > 1 && size.starts_with('0'))
     {
-        return Err(format!("bad header '{}'", h.escape_default()));
+        return Err(format!("bad header '{h}'"));
     }
     size.parse().map_err(|_| "bad header".to_string())
 }

@@ -913,11 +913,11 @@ impl Plants {
         let mut roots = Vec::new();
         for d in &a.dirs {
             let c = fs::canonicalize(d)
-                .map_err(|e| Failure::new(format!("--dir {}: {e}", escape::path(d))))?;
+                .map_err(|e| Failure::new(format!("--dir {}: {e}", d.display())))?;
             if !c.is_dir() {
                 return Err(Failure::new(format!(
                     "--dir {}: not a directory",
-                    escape::path(d)
+                    d.display()
                 )));
             }
             roots.push(c);
@@ -940,14 +940,14 @@ impl Plants {
             if !q.is_absolute() {
                 return Err(Failure::new(format!(
                     "--quarantine {}: must be an absolute path",
-                    escape::path(q)
+                    q.display()
                 )));
             }
             if let Some(r) = quarantine_inside(q, &roots) {
                 return Err(Failure::new(format!(
                     "--quarantine {}: inside {}, where the command can write",
-                    escape::path(q),
-                    escape::path(r)
+                    q.display(),
+                    r.display()
                 )));
             }
         }
@@ -961,7 +961,7 @@ impl Plants {
                 );
                 return Err(Failure::new(format!(
                     "{}; nothing was run (raise --max-entries or narrow the writable directories)",
-                    escape::terminal(&e.to_string())
+                    e
                 )));
             }
         };
@@ -1004,7 +1004,7 @@ impl Plants {
         );
         after
             .failed
-            .map(|f| Failure::new(format!("planted repositories: {}", escape::terminal(&f))))
+            .map(|f| Failure::new(format!("planted repositories: {}", f)))
     }
 }
 
