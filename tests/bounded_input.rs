@@ -876,3 +876,21 @@ fn a_bad_wire_name_is_logged_as_it_is() {
     assert!(out.contains("a\\eb\\rc.test"), "{out}");
     assert!(!out.contains("\\\\"), "escaped twice: {out}");
 }
+
+/// A variable name is the caller's text too: the warning that names the
+/// secrets sbx-fs did not pass shows a name with control characters
+/// escaped once, on one line (it printed them raw).
+#[test]
+fn a_dropped_variable_name_is_shown_escaped() {
+    let name = format!("{NASTY}_TOKEN");
+    let mut c = sbx_testutil::tool("sbx-fs");
+    c.env(&name, "x").args(["--", "true"]);
+    let (code, err, _) = run_bounded(c);
+    assert_eq!(code, Some(0), "{err:?}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("look like secrets"))
+        .unwrap_or_else(|| panic!("no warning: {err:?}"));
+    assert!(line.contains(&format!("{NASTY_SHOWN}_TOKEN")), "{err:?}");
+    assert!(!line.chars().any(char::is_control), "{err:?}");
+}

@@ -397,6 +397,15 @@ pub fn filter(env: Vec<(OsString, OsString)>, p: &Policy) -> Filtered {
     out
 }
 
+/// Variable names for a stderr line, each escaped (a name may hold any
+/// byte but `=` and NUL).
+fn shown<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    names
+        .map(|n| crate::escape::terminal(n).into_owned())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Reports a filtering: one warning line on stderr naming the secrets
 /// dropped (never a value) and an `env_secret_dropped` warn event; an
 /// `env` info event with the names passed and dropped.
@@ -405,7 +414,7 @@ pub fn report(tool: &str, f: &Filtered) {
     if !f.secrets_dropped.is_empty() {
         crate::cli::stderr_line(&format!(
             "{tool}: warning: not passed into the sandbox (they look like secrets): {}; --pass-env NAME passes one",
-            f.secrets_dropped.join(", ")
+            shown(f.secrets_dropped.iter().map(String::as_str))
         ));
         if let Some(a) = log {
             a.record(
@@ -423,7 +432,7 @@ pub fn report(tool: &str, f: &Filtered) {
             .collect();
         crate::cli::stderr_line(&format!(
             "{tool}: warning: not passed into the sandbox (their values hold credentials): {}; --pass-env NAME (exact) passes one",
-            names.join(", ")
+            shown(names.iter().copied())
         ));
         let kinds: Vec<&str> = f.secret_values_dropped.iter().map(|(_, k)| *k).collect();
         // An alert: an earlier layer's variable was about to carry a

@@ -180,7 +180,10 @@ impl Creds {
         }
         let rep = self.rt.block_on(self.session.revoke_all());
         for f in &rep.failed {
-            sbx_core::cli::stderr_line(&format!("{}: revocation failed: {f}", crate::TOOL));
+            sbx_core::cli::stderr_line(&sbx_core::cli::fail_line(
+                crate::TOOL,
+                &format!("revocation failed: {f}"),
+            ));
         }
         self.rt.shutdown_timeout(Duration::from_secs(1));
     }
