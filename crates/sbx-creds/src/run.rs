@@ -13,6 +13,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::json;
 
 use crate::session::{RevokeReport, Session};
+use crate::spec;
 use crate::{Cli, TOOL};
 
 /// Variables that hold the token sbx-creds authenticates with: never passed on.
@@ -63,6 +64,87 @@ fn wipe_environ_value(name: &str) {
             p = p.add(1);
         }
     }
+}
+
+/// Kept back, within the kernel's execve limit, for what is added after
+/// the check: the program's path (the kernel copies it onto the new stack
+/// too), a script's interpreter line and path, the variables the
+/// supervisor and the audit hand-off set (as sbx-vm keeps for its guest).
+const EXEC_RESERVE: u64 = 8 << 10;
+
+/// What one execve takes in all, strings and the argv/envp pointers
+/// (fs/exec.c, bprm_stack_limits): a quarter of the stack rlimit (which
+/// the command inherits), at most three quarters of the kernel's 8 MiB
+/// `_STK_LIM`, at least `ARG_MAX` (32 pages); glibc's
+/// `sysconf(_SC_ARG_MAX)` is the same without the 6 MiB cap. Measured by
+/// `tests::exec_limit_is_the_kernels`.
+fn exec_limit() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct it is given, alive for the call.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut r) } == 0;
+    let stack = if ok && r.rlim_cur != libc::RLIM_INFINITY {
+        r.rlim_cur
+    } else {
+        u64::MAX
+    };
+    (stack / 4).clamp(32 * 4096, 6 << 20)
+}
+
+/// Bytes of the new stack `NAME=VALUE` takes: the string, its NUL, its
+/// envp pointer.
+fn env_cost(k: &[u8], v: &[u8]) -> u64 {
+    (k.len() + v.len() + 2 + std::mem::size_of::<usize>()) as u64
+}
+
+/// Bytes of the new stack argv and envp take in all.
+fn exec_cost(argv: &[OsString], env: &[(OsString, OsString)]) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let ptr = std::mem::size_of::<usize>() as u64;
+    argv.iter().map(|a| a.len() as u64 + 1 + ptr).sum::<u64>()
+        + env
+            .iter()
+            .map(|(k, v)| env_cost(k.as_bytes(), v.as_bytes()))
+            .sum::<u64>()
+}
+
+/// The secrets one by one ([`Session::check_env`]), then CMD and the whole
+/// environment against the kernel's execve limit: bad input is one line
+/// now, not an E2BIG (or std's "nul byte found") when CMD is spawned.
+fn check_exec(
+    session: &Session,
+    argv: &[OsString],
+    env: &[(OsString, OsString)],
+) -> Result<(), Failure> {
+    session.check_env()?;
+    let limit = exec_limit();
+    let total = exec_cost(argv, env) + EXEC_RESERVE;
+    if total <= limit {
+        return Ok(());
+    }
+    let secrets = session.env();
+    let cost =
+        |(k, v): &(String, SecretString)| env_cost(k.as_bytes(), v.expose_secret().as_bytes());
+    let of_secrets: u64 = secrets.iter().map(cost).sum();
+    // The first of the largest (max_by_key keeps the last).
+    let what = match secrets.iter().rev().max_by_key(|kv| cost(kv)) {
+        Some(kv) => format!(
+            "the secrets ({} in all; the largest {} at {}, from {}) with CMD and the rest of the environment",
+            spec::human(of_secrets),
+            spec::shown(&kv.0),
+            spec::human(cost(kv)),
+            session.origin(&kv.0).unwrap_or("?")
+        ),
+        None => "CMD and the environment".to_string(),
+    };
+    Err(Failure::new(format!(
+        "{what} come to {}, over the kernel's limit of {} for a command's arguments and environment together (a quarter of the stack limit, ulimit -s, at most 6 MiB; {} of it kept for the program's path and the tools' own variables)",
+        spec::human(total),
+        spec::human(limit),
+        spec::human(EXEC_RESERVE)
+    )))
 }
 
 fn report_failures(rep: &RevokeReport) {
@@ -157,7 +239,10 @@ pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
     if !names.is_empty() {
         sbx_core::chain::set_env(&mut env, sbx_core::envpolicy::ENV_PASS, names.join(","));
     }
-    let cmd = supervise::command(&cli.cmd, Some(&env));
+    // The server's answer is untrusted input: checked before anything of
+    // the command exists (the failure revokes everything, in `finish`).
+    let cmd = check_exec(&session, &cli.cmd, &env)
+        .and_then(|()| supervise::command(&cli.cmd, Some(&env)));
     for (_, v) in env.drain(..) {
         let mut b = std::os::unix::ffi::OsStringExt::into_vec(v);
         zeroize::Zeroize::zeroize(&mut b);
@@ -214,4 +299,55 @@ pub fn run(cli: Cli, env_token: Option<SecretString>) -> Result<i32, Failure> {
     let out = finish(code);
     rt.shutdown_timeout(Duration::from_secs(1));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An environment whose strings and pointers (with `argv`'s) cost
+    /// exactly `target` bytes, in values of about 100 KiB.
+    fn env_of_cost(target: u64, argv: &[OsString]) -> Vec<(OsString, OsString)> {
+        let left = target - exec_cost(argv, &[]);
+        let each = env_cost(b"V0000", b"");
+        let n = left.div_ceil(100 << 10);
+        let room = left - n * each;
+        (0..n)
+            .map(|i| {
+                let len = room / n + if i == 0 { room % n } else { 0 };
+                (
+                    OsString::from(format!("V{i:04}")),
+                    OsString::from("x".repeat(len as usize)),
+                )
+            })
+            .collect()
+    }
+
+    /// The bound is the kernel's, measured: argv and envp (with the
+    /// program's path, which the kernel copies too) exactly at the limit
+    /// start; one byte more is E2BIG.
+    #[test]
+    fn exec_limit_is_the_kernels() {
+        let limit = exec_limit();
+        let prog = "/bin/true";
+        let argv = vec![OsString::from(prog)];
+        let path = prog.len() as u64 + 1;
+        for (cost, fits) in [(limit - path, true), (limit - path + 1, false)] {
+            let env = env_of_cost(cost, &argv);
+            assert_eq!(exec_cost(&argv, &env), cost);
+            let r = std::process::Command::new(prog)
+                .env_clear()
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .status();
+            if fits {
+                assert!(r.unwrap().success(), "limit {limit}: refused at the limit");
+            } else {
+                assert_eq!(
+                    r.map(|_| ()).unwrap_err().raw_os_error(),
+                    Some(libc::E2BIG),
+                    "limit {limit}: one byte over it started"
+                );
+            }
+        }
+    }
 }

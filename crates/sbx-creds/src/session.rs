@@ -57,6 +57,17 @@ pub enum SessionError {
     NoChildToken(String),
     #[error("--ttl: must be at least 1s")]
     TtlTooShort,
+    /// A value (or a name derived from the answer) the command's
+    /// environment cannot hold: `origin` names the flag, path and key,
+    /// never the value.
+    #[error("{origin}: {why}")]
+    Unusable { origin: String, why: String },
+    #[error("environment variable {env} is set by more than one secret: {first}, and {second}")]
+    Collision {
+        env: String,
+        first: String,
+        second: String,
+    },
 }
 
 /// `--child-token ENV --policy P ...`
@@ -179,6 +190,9 @@ struct InjectMeta {
     /// Accessor of a child token.
     accessor: Option<String>,
     ttl: u64,
+    /// Where the value comes from, for a message: the flag, its variable
+    /// or prefix, the path and the key (never the value).
+    origin: String,
 }
 
 struct MountInfo {
@@ -579,6 +593,7 @@ impl Session {
                 lease_id: None,
                 accessor: None,
                 ttl: 0,
+                origin: format!("--secret {}: key '{}' of secret {}", s.env, s.key, s.path),
             };
             self.push(s.env.clone(), val.0.clone(), meta);
         }
@@ -602,6 +617,13 @@ impl Session {
                     lease_id: None,
                     accessor: None,
                     ttl: 0,
+                    origin: format!(
+                        "--secret-all {}: key '{}' of secret {} (variable {})",
+                        s.prefix,
+                        spec::shown(k),
+                        s.path,
+                        spec::shown(&env)
+                    ),
                 };
                 self.push(env, val.0.clone(), meta);
             }
@@ -654,8 +676,46 @@ impl Session {
         if let Some(e) = first_err {
             return Err(e);
         }
-        spec::check_unique(self.env.iter().map(|(k, _)| k.as_str()))?;
+        // A --secret-all name is derived from a key the server chose: two
+        // keys ("a-b", "a_b") or a key and another flag's variable can give
+        // the same name. Said with both sources.
+        let mut seen: HashMap<&str, &InjectMeta> = HashMap::new();
+        for m in &self.meta {
+            if let Some(first) = seen.insert(m.env.as_str(), m) {
+                return Err(SessionError::Collision {
+                    env: spec::shown(&m.env),
+                    first: first.origin.clone(),
+                    second: m.origin.clone(),
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// Checks every variable the command would get before it starts (the
+    /// server's answer is untrusted input): a valid name, no NUL byte in
+    /// the value, `NAME=VALUE` within the kernel's limit for one
+    /// environment string. The error names the flag, path and key, never
+    /// the value. The total (with CMD and the rest of the environment) is
+    /// the caller's to check ([`Session::origin`] names a variable's source).
+    pub fn check_env(&self) -> Result<(), SessionError> {
+        for ((name, value), m) in self.env.iter().zip(&self.meta) {
+            if let Some(why) = spec::env_problem(name, value.expose_secret()) {
+                return Err(SessionError::Unusable {
+                    origin: m.origin.clone(),
+                    why,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Where variable `env` comes from (flag, path, key), for a message.
+    pub fn origin(&self, env: &str) -> Option<&str> {
+        self.meta
+            .iter()
+            .find(|m| m.env == env)
+            .map(|m| m.origin.as_str())
     }
 
     /// Mount of every path: one lookup per distinct first component, all in
@@ -859,6 +919,7 @@ impl Session {
             lease_id: (!resp.lease_id.is_empty()).then(|| resp.lease_id.clone()),
             accessor: None,
             ttl,
+            origin: format!("--lease {}: field '{}' of {}", l.env, l.field, l.path),
         };
         let value = match resp.data {
             None => Err(VaultError::Malformed {
@@ -1003,6 +1064,7 @@ impl Session {
             lease_id: None,
             accessor: Some(auth.accessor.clone()),
             ttl: auth.lease_duration,
+            origin: format!("--child-token {}: the token from {}", c.env, tracked.path),
         };
         if auth.lease_duration > cap + 1 || auth.lease_duration == 0 {
             // Tracked by the caller? Not yet: revoke it here before failing.

@@ -208,6 +208,64 @@ pub fn all_env_name(prefix: &str, key: &str) -> String {
     format!("{prefix}_{k}")
 }
 
+/// Linux's MAX_ARG_STRLEN (32 pages): the longest argument or
+/// `NAME=VALUE` string execve takes, its NUL included. sbx-vm's limit for
+/// one environment string is the same.
+pub const MAX_ENV_STRING: usize = 32 * 4096;
+
+/// `n` bytes for a message: "128 KiB", "1.5 MiB", "100 bytes".
+pub fn human(n: u64) -> String {
+    const K: u64 = 1 << 10;
+    const M: u64 = 1 << 20;
+    if n >= M && n.is_multiple_of(M) {
+        format!("{} MiB", n / M)
+    } else if n >= M {
+        format!("{:.1} MiB", n as f64 / M as f64)
+    } else if n >= K && n.is_multiple_of(K) {
+        format!("{} KiB", n / K)
+    } else if n >= K {
+        format!("{:.1} KiB", n as f64 / K as f64)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// A name the server chose (a key of a secret, a variable derived from
+/// one), cut for a message: at most 64 characters and the length. The one
+/// stderr line escapes control characters; this keeps a huge key from
+/// pushing the reason out of it.
+pub fn shown(s: &str) -> String {
+    const MAX: usize = 64;
+    match s.char_indices().nth(MAX) {
+        None => s.to_string(),
+        Some((end, _)) => format!("{}... ({} bytes)", &s[..end], s.len()),
+    }
+}
+
+/// Why `NAME=VALUE` cannot go into a command's environment (checked after
+/// the fetch, before the command starts, so that execve cannot fail
+/// late), or None. Never quotes the value: it is a secret.
+pub fn env_problem(name: &str, value: &str) -> Option<String> {
+    if !valid_env_name(name) {
+        return Some(format!(
+            "'{}' is not a valid environment variable name (letters, digits, '_', not starting with a digit)",
+            shown(name)
+        ));
+    }
+    if value.contains('\0') {
+        return Some(
+            "the value contains a NUL byte (an environment variable cannot hold one)".into(),
+        );
+    }
+    let n = name.len() + 1 + value.len() + 1;
+    (n > MAX_ENV_STRING).then(|| {
+        format!(
+            "NAME=VALUE would be {n} bytes, over the kernel's limit of {MAX_ENV_STRING} bytes ({}) for one environment string",
+            human(MAX_ENV_STRING as u64)
+        )
+    })
+}
+
 /// Checks that no variable is set twice among the fixed names.
 pub fn check_unique<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), SpecError> {
     let mut seen = BTreeSet::new();
@@ -282,5 +340,29 @@ mod tests {
         assert!(!valid_env_name("A B"));
         assert_eq!(all_env_name("APP", "db-pass.x"), "APP_DB_PASS_X");
         assert!(check_unique(["A", "B", "A"]).is_err());
+    }
+
+    #[test]
+    fn environment_strings() {
+        assert!(env_problem("K", "plain").is_none());
+        assert!(env_problem("K", "").is_none());
+        let nul = env_problem("K", "s3cr3t\0tail").unwrap();
+        assert!(nul.contains("NUL byte") && !nul.contains("s3cr3t"), "{nul}");
+        for bad in ["", "A=B", "A\0B", "1A", "A B", "É"] {
+            assert!(
+                env_problem(bad, "v").unwrap().contains("not a valid"),
+                "{bad:?}"
+            );
+        }
+        // K=VALUE and its NUL: exactly MAX_ENV_STRING passes.
+        let edge = "x".repeat(MAX_ENV_STRING - 3);
+        assert!(env_problem("K", &edge).is_none());
+        let over = env_problem("K", &format!("{edge}x")).unwrap();
+        assert!(over.contains("128 KiB") && !over.contains("xxxx"), "{over}");
+        assert_eq!(shown("short"), "short");
+        let long = shown(&"k".repeat(1000));
+        assert!(long.len() < 100 && long.ends_with("(1000 bytes)"), "{long}");
+        assert_eq!(human(128 << 10), "128 KiB");
+        assert_eq!(human(3 << 19), "1.5 MiB");
     }
 }
