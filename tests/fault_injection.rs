@@ -528,7 +528,7 @@ fn random_kills_across_the_chain_leave_nothing() {
                     "{ctx}: tokens alive although sbx-creds was not killed: {alive:?}"
                 );
                 assert_eq!(alive.len(), 1, "{ctx}: tokens alive: {alive:?}");
-                let (_, v) = b
+                let (code, v) = b
                     .server
                     .try_call(
                         "POST",
@@ -537,6 +537,19 @@ fn random_kills_across_the_chain_leave_nothing() {
                         Some(&serde_json::json!({"accessor": alive[0]})),
                     )
                     .unwrap();
+                if code != 200 {
+                    // It ended between the listing and the lookup (its TTL
+                    // ran out or a revocation finished): OpenBao answers
+                    // "permission denied" while the accessor is still
+                    // indexed. Gone is what this check wants.
+                    let a = alive[0].clone();
+                    assert!(
+                        eventually(5, || !accessors(b).contains(&a)),
+                        "{ctx}: the lookup of a listed token failed ({code}) and it stays: {v}"
+                    );
+                    in_flight += 1;
+                    continue;
+                }
                 let path = v["data"]["path"].as_str().unwrap_or("");
                 assert!(
                     path == "auth/approle/login" || path == "auth/token/create-orphan",
