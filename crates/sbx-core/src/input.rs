@@ -145,16 +145,8 @@ pub fn read_regular_string(path: &Path, cap: u64) -> io::Result<String> {
 fn too_large(cap: u64) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
-        format!("larger than the cap of {}", human(cap)),
+        format!("larger than the cap of {}", crate::units::human_bytes(cap)),
     )
-}
-
-fn human(n: u64) -> String {
-    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
-        format!("{} MiB", n >> 20)
-    } else {
-        format!("{n} bytes")
-    }
 }
 
 #[cfg(test)]
@@ -174,7 +166,7 @@ mod tests {
             (Path::new("/dev/zero"), "character device"),
             (fifo.as_path(), "FIFO"),
             (d.path(), "directory"),
-            (big.as_path(), "larger than the cap of 1024 bytes"),
+            (big.as_path(), "larger than the cap of 1 KiB"),
         ] {
             let e = read_regular(p, 1024).unwrap_err();
             assert!(e.to_string().contains(want), "{}: {e}", p.display());

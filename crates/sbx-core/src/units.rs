@@ -42,6 +42,27 @@ pub fn parse_size(s: &str) -> Result<u64, UnitError> {
     }
 }
 
+/// `n` bytes for a message: "2.0 GiB", "128 MiB", "1.5 KiB", "100 bytes"
+/// (a whole number of MiB or KiB without a fraction).
+pub fn human_bytes(n: u64) -> String {
+    const K: u64 = 1 << 10;
+    const M: u64 = 1 << 20;
+    const G: u64 = 1 << 30;
+    if n >= G {
+        format!("{:.1} GiB", n as f64 / G as f64)
+    } else if n >= M && n.is_multiple_of(M) {
+        format!("{} MiB", n / M)
+    } else if n >= M {
+        format!("{:.1} MiB", n as f64 / M as f64)
+    } else if n >= K && n.is_multiple_of(K) {
+        format!("{} KiB", n / K)
+    } else if n >= K {
+        format!("{:.1} KiB", n as f64 / K as f64)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
 /// `30` (seconds), `30s`, `1500ms`, `5m`, `1h30m`, `2d`.
 pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
     let err = || UnitError::Duration(s.to_string());

@@ -213,22 +213,7 @@ pub fn all_env_name(prefix: &str, key: &str) -> String {
 /// one environment string is the same.
 pub const MAX_ENV_STRING: usize = 32 * 4096;
 
-/// `n` bytes for a message: "128 KiB", "1.5 MiB", "100 bytes".
-pub fn human(n: u64) -> String {
-    const K: u64 = 1 << 10;
-    const M: u64 = 1 << 20;
-    if n >= M && n.is_multiple_of(M) {
-        format!("{} MiB", n / M)
-    } else if n >= M {
-        format!("{:.1} MiB", n as f64 / M as f64)
-    } else if n >= K && n.is_multiple_of(K) {
-        format!("{} KiB", n / K)
-    } else if n >= K {
-        format!("{:.1} KiB", n as f64 / K as f64)
-    } else {
-        format!("{n} bytes")
-    }
-}
+pub use sbx_core::units::human_bytes as human;
 
 /// A name the server chose (a key of a secret, a variable derived from
 /// one), cut for a message: at most 64 characters and the length. The one

@@ -37,25 +37,7 @@ const INODE_RESERVE: u64 = 64;
 /// RAM the guest keeps for itself beyond what the kernel reserves.
 const GUEST_HEADROOM: u64 = 32 << 20;
 
-/// `n` bytes for a message: "2.0 GiB", "128 MiB", "12 KiB", "100 bytes".
-pub fn human(n: u64) -> String {
-    const K: u64 = 1 << 10;
-    const M: u64 = 1 << 20;
-    const G: u64 = 1 << 30;
-    if n >= G {
-        format!("{:.1} GiB", n as f64 / G as f64)
-    } else if n >= M && n.is_multiple_of(M) {
-        format!("{} MiB", n / M)
-    } else if n >= M {
-        format!("{:.1} MiB", n as f64 / M as f64)
-    } else if n >= K && n.is_multiple_of(K) {
-        format!("{} KiB", n / K)
-    } else if n >= K {
-        format!("{:.1} KiB", n as f64 / K as f64)
-    } else {
-        format!("{n} bytes")
-    }
-}
+pub use sbx_core::units::human_bytes as human;
 
 /// Why the guest cannot put `value` into the command's environment as
 /// `name` (never quoting the value: it may be a secret).
