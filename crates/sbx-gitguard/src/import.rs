@@ -421,28 +421,59 @@ impl Quarantine {
                 continue;
             }
             out.push(o);
-            let obj = self.q.find_object(o, None).map_err(|_| o.to_string())?;
-            match obj.kind() {
-                Some(git2::ObjectType::Commit) => {
-                    let c = obj.as_commit().ok_or_else(|| o.to_string())?;
-                    todo.push(c.tree_id());
-                    todo.extend(c.parent_ids());
-                }
-                Some(git2::ObjectType::Tree) => {
-                    let t = obj.as_tree().ok_or_else(|| o.to_string())?;
-                    for e in t.iter() {
-                        if e.kind() != Some(git2::ObjectType::Commit) {
-                            todo.push(e.id());
-                        }
-                    }
-                }
-                Some(git2::ObjectType::Tag) => {
-                    todo.push(obj.as_tag().ok_or_else(|| o.to_string())?.target_id())
-                }
-                _ => {}
-            }
+            todo.extend(self.links(o).ok_or_else(|| o.to_string())?);
         }
         Ok(out)
+    }
+
+    /// `ids` ordered so that each comes after the ones of `ids` it names
+    /// (a depth-first post-order: trees after their entries, commits after
+    /// their tree and parents, tags after their target).
+    fn links_first(&self, ids: &[git2::Oid]) -> Vec<git2::Oid> {
+        let set: HashSet<git2::Oid> = ids.iter().copied().collect();
+        let mut done: HashSet<git2::Oid> = HashSet::new();
+        let mut out = Vec::with_capacity(ids.len());
+        for &root in ids {
+            // (object, its links expanded)
+            let mut stack = vec![(root, false)];
+            while let Some((o, expanded)) = stack.pop() {
+                if done.contains(&o) {
+                    continue;
+                }
+                if expanded {
+                    done.insert(o);
+                    out.push(o);
+                    continue;
+                }
+                stack.push((o, true));
+                for l in self.links(o).unwrap_or_default() {
+                    if set.contains(&l) && !done.contains(&l) {
+                        stack.push((l, false));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The objects `id` names (a gitlink names none here: it is another
+    /// repository's commit); None when it cannot be read.
+    fn links(&self, id: git2::Oid) -> Option<Vec<git2::Oid>> {
+        let obj = self.q.find_object(id, None).ok()?;
+        Some(match obj.kind() {
+            Some(git2::ObjectType::Commit) => {
+                let c = obj.as_commit()?;
+                std::iter::once(c.tree_id()).chain(c.parent_ids()).collect()
+            }
+            Some(git2::ObjectType::Tree) => obj
+                .as_tree()?
+                .iter()
+                .filter(|e| e.kind() != Some(git2::ObjectType::Commit))
+                .map(|e| e.id())
+                .collect(),
+            Some(git2::ObjectType::Tag) => vec![obj.as_tag()?.target_id()],
+            _ => Vec::new(),
+        })
     }
 
     /// Moves objects from the quarantine into the real store.
@@ -927,6 +958,11 @@ pub fn import(
     );
     let mut seen = HashSet::new();
     to_migrate.retain(|id| seen.insert(*id) && !real.exists(*id));
+    // Written in an order where every object comes after those it names:
+    // any prefix that a SIGKILL leaves is closed under links (git fsck
+    // checks the links of unreachable objects too), so an undone import
+    // can leave what it wrote (journal.rs).
+    let to_migrate = quar.links_first(&to_migrate);
 
     // The transaction (journal.rs): pending (objects listed) -> objects
     // written, index prepared -> committed -> refs, HEAD, index -> done.

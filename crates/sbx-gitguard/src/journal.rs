@@ -19,15 +19,16 @@
 //!
 //! Recovery ([`recover`], at the start of `run` and `import`): with a
 //! `journal.json`, step 5 is done again and the journal removed (`completed`);
-//! with only `pending.json`, the objects it lists are removed and the
-//! journal with them (`undone`: the import never happened; the stage, left
-//! in place by the dead run, can be imported again). A journal whose lock
+//! with only `pending.json`, the journal is removed (`undone`: no ref,
+//! HEAD or index of the import was applied; the verified objects it wrote
+//! stay until `git gc`, since the user's git or another import may use them
+//! by then; the stage, left in place by the dead run, can be imported
+//! again). A journal whose lock
 //! is held belongs to a live import and is left alone.
 //!
 //! Test hook: `SBX_GITGUARD_CRASH_AT=N` makes sbx-gitguard SIGKILL itself at
 //! the N-th step of an import (tests/journal.rs kills it at every step).
 
-use std::collections::HashSet;
 use std::fs;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
@@ -178,9 +179,9 @@ impl Journal {
 /// Removes a journal directory whose import is complete or undone.
 /// `pending.json` goes first, durably: the tree's removal order is the
 /// directory's, and a journal left with its pending list but without
-/// `journal.json` reads as "never committed", whose recovery deletes the
-/// listed objects that the applied refs now name (a SIGKILL there left
-/// `main` naming a missing commit).
+/// `journal.json` reads as never committed, although its refs were applied
+/// (its undo once deleted the objects they named; it deletes nothing now,
+/// but would report an applied import as undone).
 fn dismantle(dir: &Path) -> io::Result<()> {
     match fs::remove_file(dir.join("pending.json")) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
@@ -393,99 +394,31 @@ pub fn recover(git_dir: &Path, ev: &mut Events) -> io::Result<bool> {
             );
         }
         None => {
-            let p = crate::stage::read_small(&dir.join("pending.json"), 256 << 20)
+            // The objects it wrote stay: each was verified (hash, git fsck
+            // --strict's checks) before it was written, and nothing this
+            // import decided names them. Removing them was not safe: since
+            // then the user's own git may have found one present and used
+            // it (a commit of the same content: git writes no object it
+            // already has), or a second import counted on it, and either
+            // lost it (attacker helper-52). `git gc` prunes them once
+            // nothing names them.
+            let listed = crate::stage::read_small(&dir.join("pending.json"), 256 << 20)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Pending>(&b).ok())
-                .unwrap_or_default();
-            // Only names of the form git uses; nothing else is removed.
-            let listed: HashSet<git2::Oid> = p
-                .objects
-                .iter()
-                .filter(|o| o.len() >= 40 && o.bytes().all(|b| b.is_ascii_hexdigit()))
-                .filter_map(|o| git2::Oid::from_str(o).ok())
-                .collect();
-            match named_by_repository(git_dir, &listed) {
-                None => {
-                    let mut removed = 0u64;
-                    for o in &listed {
-                        let o = o.to_string();
-                        let f = git_dir.join("objects").join(&o[..2]).join(&o[2..]);
-                        if fs::remove_file(&f).is_ok() {
-                            removed += 1;
-                        }
-                    }
-                    ev.push(
-                        "import_recovered",
-                        Severity::Warn,
-                        json!({ "journal": dir, "state": "pending", "action": "undone",
-                                "objects_removed": removed,
-                                "reason": "an sbx-gitguard died before its import was committed: it never happened" }),
-                    );
-                }
-                Some(by) => ev.push(
-                    "import_recovered",
-                    Severity::Alert,
-                    json!({ "journal": dir, "state": "pending", "action": "objects_kept",
-                            "reason": format!("an uncommitted import's objects are named by {by}: \
-                                               they are kept (removing them would break the repository)") }),
-                ),
-            }
+                .map(|p| p.objects.len());
+            ev.push(
+                "import_recovered",
+                Severity::Warn,
+                json!({ "journal": dir, "state": "pending", "action": "undone",
+                        "objects_left": listed,
+                        "reason": "an sbx-gitguard died before its import was committed: no ref, HEAD or index \
+                                   of it was applied; the verified objects it wrote stay until git gc" }),
+            );
         }
     }
     dismantle(&dir)?;
     fsync_dir(git_dir)?;
     Ok(true)
-}
-
-/// What in the repository names one of `ids` directly (a ref, HEAD, an
-/// index entry), or why that cannot be told; None when nothing does.
-/// The objects of an uncommitted import are new to the store, so only an
-/// applied import (or the host's own git writing the same content since)
-/// can name them: then undoing it would break the repository. Tips and
-/// index entries only, so O(refs + index), never a walk of history.
-fn named_by_repository(git_dir: &Path, ids: &HashSet<git2::Oid>) -> Option<String> {
-    if ids.is_empty() {
-        return None;
-    }
-    let repo = match crate::verify::open(git_dir) {
-        Ok(r) => r,
-        Err(e) => {
-            return Some(format!(
-                "a repository that cannot be read ({})",
-                e.message()
-            ));
-        }
-    };
-    let refs = match repo.references() {
-        Ok(r) => r,
-        Err(e) => return Some(format!("refs that cannot be listed ({})", e.message())),
-    };
-    for r in refs {
-        let r = match r {
-            Ok(r) => r,
-            Err(e) => return Some(format!("a ref that cannot be read ({})", e.message())),
-        };
-        if r.target().is_some_and(|t| ids.contains(&t)) {
-            return Some(format!("ref {}", String::from_utf8_lossy(r.name_bytes())));
-        }
-    }
-    if let Ok(h) = repo.find_reference("HEAD")
-        && h.target().is_some_and(|t| ids.contains(&t))
-    {
-        return Some("HEAD".into());
-    }
-    let index = git_dir.join("index");
-    if index.exists() {
-        match git2::Index::open(&index) {
-            Ok(ix) => {
-                if let Some(e) = ix.iter().find(|e| ids.contains(&e.id)) {
-                    return Some(format!("index entry {}", String::from_utf8_lossy(&e.path)));
-                }
-            }
-            Err(e) => return Some(format!("an index that cannot be read ({})", e.message())),
-        }
-    }
-    None
 }
 
 /// [`recover`] at the start of `run` and `import`, its events logged (and
