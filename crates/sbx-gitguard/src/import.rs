@@ -348,19 +348,54 @@ fn copy_nofollow(from: &Path, to: &Path) -> io::Result<()> {
 /// As root for another user's repository: gives what libgit2 created
 /// (owned by root) to the owner of the git dir, from `base` down to `p`.
 pub(crate) fn give_back(git_dir: &Path, rel_path: &str, owner: Option<(u32, u32)>) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let Some((u, g)) = owner else { return };
     if nix::unistd::geteuid().as_raw() != 0 || u == 0 {
         return;
     }
-    let mut p = git_dir.to_path_buf();
-    for c in rel_path.split('/') {
-        p.push(c);
-        if let Ok(m) = fs::symlink_metadata(&p)
-            && m.uid() == 0
-            && !m.file_type().is_symlink()
-        {
-            let _ = std::os::unix::fs::lchown(&p, Some(u), Some(g));
+    // Walked by fd, never by path: the repository's owner can swap a
+    // component for a symlink meanwhile, and root must not chown what it
+    // names. A symlink is neither followed nor changed.
+    let open = |at: libc::c_int, name: &std::ffi::CStr| -> Option<OwnedFd> {
+        // SAFETY: name is NUL-ended and alive for the call; `at` is an open
+        // fd or AT_FDCWD.
+        let fd = unsafe {
+            libc::openat(
+                at,
+                name.as_ptr(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        // SAFETY: a new fd that nothing else owns.
+        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let Ok(top) = std::ffi::CString::new(git_dir.as_os_str().as_bytes()) else {
+        return;
+    };
+    let Some(mut at) = open(libc::AT_FDCWD, &top) else {
+        return;
+    };
+    for c in rel_path.split('/').filter(|c| !c.is_empty()) {
+        let Ok(name) = std::ffi::CString::new(c) else {
+            return;
+        };
+        let Some(fd) = open(at.as_raw_fd(), &name) else {
+            return;
+        };
+        let Ok(m) = nix::sys::stat::fstat(&fd) else {
+            return;
+        };
+        if m.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return;
         }
+        if m.st_uid == 0 {
+            // SAFETY: `fd` is open; the empty path with AT_EMPTY_PATH names
+            // it; no pointer is kept.
+            unsafe {
+                libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), u, g, libc::AT_EMPTY_PATH);
+            }
+        }
+        at = fd;
     }
 }
 
@@ -974,9 +1009,6 @@ pub fn import(
     let mut quar = quar;
     let written = write_objects(git_dir, journal, &mut quar, &real, &to_migrate, ev)?;
     let journal = written.journal;
-    for w in &written.paths {
-        give_back(git_dir, w, owner);
-    }
     out.objects_written = written.paths.len() as u64;
     if !quar.new.is_empty() || found.skipped > 0 || found.whiteouts > 0 {
         ev.push(
@@ -1550,7 +1582,14 @@ fn write_objects(
 ) -> Result<Written, ImportError> {
     let mut paths = Vec::new();
     for (i, id) in ids.iter().enumerate() {
-        if let Err(e) = quar.migrate(std::slice::from_ref(id), real, &mut paths) {
+        let before = paths.len();
+        let r = quar.migrate(std::slice::from_ref(id), real, &mut paths);
+        // Given back at once: a SIGKILL after this object must not leave
+        // root's fan-out directory in a user's store.
+        for w in &paths[before..] {
+            give_back(git_dir, w, crate::fsutil::owner(git_dir));
+        }
+        if let Err(e) = r {
             // Not committed: undone now (the journal's lock goes first).
             drop(journal);
             let _ = crate::journal::recover(git_dir, ev);

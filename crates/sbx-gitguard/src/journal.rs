@@ -123,8 +123,15 @@ fn lock(dir: &Path) -> io::Result<Option<fs::File>> {
         .truncate(false)
         .write(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        // Non-blocking: a FIFO planted as `lock` hung every run.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(dir.join("lock"))?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::other(format!(
+            "{}: not a regular file",
+            dir.join("lock").display()
+        )));
+    }
     // SAFETY: flock(2) on `f`, which we opened and keep open across the
     // call; no pointers.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
@@ -148,6 +155,10 @@ impl Journal {
             objects: objects.iter().map(|o| o.to_string()).collect(),
         };
         write_durable(&dir, "pending.json", &serde_json::to_vec(&p)?)?;
+        // Root importing into a user's repository: a journal root's SIGKILL
+        // leaves must be the owner's to recover (it stopped every run of
+        // theirs with EACCES: attacker helper-52).
+        own(git_dir, &["lock", "pending.json"]);
         fsync_dir(git_dir)?;
         crash_point();
         Ok(Journal { dir, _lock: l })
@@ -164,6 +175,9 @@ impl Journal {
             fs::File::open(self.index_new())?.sync_all()?;
         }
         write_durable(&self.dir, "journal.json", &serde_json::to_vec(c)?)?;
+        if let Some(git_dir) = self.dir.parent() {
+            own(git_dir, &["index.new", "journal.json"]);
+        }
         crash_point();
         Ok(())
     }
@@ -189,6 +203,16 @@ fn dismantle(dir: &Path) -> io::Result<()> {
     }
     crash_point();
     crate::stage::remove_tree(dir)
+}
+
+/// Gives the journal directory and `names` in it to the git dir's owner
+/// (only when root writes another user's repository).
+fn own(git_dir: &Path, names: &[&str]) {
+    let owner = crate::fsutil::owner(git_dir);
+    crate::import::give_back(git_dir, DIR, owner);
+    for n in names {
+        crate::import::give_back(git_dir, &format!("{DIR}/{n}"), owner);
+    }
 }
 
 fn text(v: &Option<String>) -> serde_json::Value {

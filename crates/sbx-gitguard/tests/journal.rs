@@ -262,3 +262,94 @@ fn an_undone_import_never_removes_what_is_used() {
 fn stage_of(f: &Fixture) -> PathBuf {
     f.dir.join("sbx-git-stage-j")
 }
+
+/// Root importing into a user's repository and killed halfway leaves
+/// nothing of root's there: the journal and the objects written so far are
+/// the owner's, so the owner's next run recovers it (it stopped every run
+/// of theirs with EACCES, and a fan-out directory stayed root's: attacker
+/// helper-52).
+#[test]
+fn a_killed_import_by_root_leaves_the_owner_in_charge() {
+    if !sbx_testutil::is_root() {
+        sbx_testutil::skip!("needs root");
+    }
+    let f = Fixture::new(As::User);
+    let (w, s) = (f.w.to_str().unwrap(), stage_of(&f));
+    let s = s.to_str().unwrap();
+    let mut c = sbx_testutil::tool("sbx-gitguard");
+    c.args(["run", "--audit-log"])
+        .arg(f.dir.join("root-audit.jsonl"))
+        .args(["--repo", w, "--stage", s, "--", "unshare", "-m"])
+        .args(["sh", "-c", MOUNT, "sh", s, w, AGENT])
+        .current_dir(&f.w)
+        .env("GIT_CONFIG_GLOBAL", f.dir.join("gitconfig"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        // Root's git in the user's repository (the sandbox's, here).
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "safe.directory")
+        .env("GIT_CONFIG_VALUE_0", "*")
+        .env("SBX_GITGUARD_CRASH_AT", "3")
+        .env_remove("GIT_DIR");
+    let out = common::within(common::LIMIT, c, "sbx-gitguard run --stage as root");
+    assert_eq!(code(&out), 128 + 9, "{}", stderr(&out));
+    assert!(f.w.join(".git/sbx-gitguard-import/pending.json").exists());
+    let mut root_owned = Vec::new();
+    let mut todo = vec![f.w.join(".git")];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let m = e.metadata().unwrap();
+            if std::os::unix::fs::MetadataExt::uid(&m) == 0 {
+                root_owned.push(e.path());
+            }
+            if m.is_dir() {
+                todo.push(e.path());
+            }
+        }
+    }
+    assert!(
+        root_owned.is_empty(),
+        "root's in the user's .git: {root_owned:?}"
+    );
+    let o = f.run(&[], "true");
+    assert_eq!(code(&o), 0, "the owner's next run: {}", stderr(&o));
+    // Undone: the work tree keeps what the command wrote (docs/gitguard.md
+    // "Limits"), the store is whole.
+    let fsck = f.git(&f.w, &["fsck", "--strict", "--no-dangling"]);
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    assert!(!f.w.join(".git/sbx-gitguard-import").exists());
+    assert_event(&f.audit, "import_recovered", "warn", |e| {
+        e["action"] == "undone"
+    });
+}
+
+/// A FIFO planted as the journal's lock is one line and 125, never a hang
+/// (opening it for writing blocked every run and import).
+#[test]
+fn a_fifo_as_the_journal_lock_is_refused_at_once() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let o = f.sh(
+            &f.w,
+            "mkdir .git/sbx-gitguard-import && mkfifo .git/sbx-gitguard-import/lock",
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let t0 = Instant::now();
+        let o = f.run(&[], "true");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{who:?}: took {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(code(&o), 125, "{who:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{who:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("unfinished git import"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
