@@ -463,7 +463,12 @@ pub fn recover_at_start(git_dir: &Path) -> Result<(), sbx_core::Failure> {
         }
     }
     r.map(|_| ()).map_err(|e| {
-        sbx_core::Failure::new(format!("{}: unfinished git import: {e}", git_dir.display()))
+        sbx_core::Failure::new(format!(
+            "{}: unfinished git import: {e} (the import journal {DIR}/ blocks every run \
+             until it is gone: check `git status` and `git log`, then remove it by hand; \
+             the objects stay either way)",
+            git_dir.display()
+        ))
     })
 }
 
