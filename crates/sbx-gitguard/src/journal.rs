@@ -205,6 +205,24 @@ fn dismantle(dir: &Path) -> io::Result<()> {
     crate::stage::remove_tree(dir)
 }
 
+/// Whether `dir` is the journal of an import that is alive now (its lock
+/// is held). After a sandbox is gone nothing of it can hold one: only an
+/// sbx-gitguard outside does. Never blocks, never creates anything.
+pub fn live(dir: &Path) -> bool {
+    let Ok(f) = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(dir.join("lock"))
+    else {
+        return false;
+    };
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    // SAFETY: flock(2) on `f`, open for the call; no pointers.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
+}
+
 /// Gives the journal directory and `names` in it to the git dir's owner
 /// (only when root writes another user's repository).
 fn own(git_dir: &Path, names: &[&str]) {

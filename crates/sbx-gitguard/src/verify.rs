@@ -955,6 +955,10 @@ fn raw_unit(ctx: &mut Ctx, us: &UnitSnap) {
             || rules::is_lock(&name)
             || covered.contains(name.as_str())
             || name.starts_with(".sbx-gitguard")
+            // A concurrent import's journal (attacker helper-52: removing
+            // it failed that import halfway); one nothing holds is judged
+            // like any other entry.
+            || (name == crate::journal::DIR && crate::journal::live(&u.join(&name)))
         {
             continue;
         }

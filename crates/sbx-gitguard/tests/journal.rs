@@ -353,3 +353,72 @@ fn a_fifo_as_the_journal_lock_is_refused_at_once() {
         );
     }
 }
+
+/// A run's check of the git dir leaves alone the journal of an import that
+/// is alive (its lock held outside the sandbox): removing it as a planted
+/// file failed that import halfway (attacker helper-52). One nothing holds
+/// is still removed as planted.
+#[test]
+fn a_live_imports_journal_is_not_taken_for_a_planted_file() {
+    use std::os::fd::AsRawFd;
+    for who in identities() {
+        for held in [true, false] {
+            let f = Fixture::new(who);
+            let j = f.w.join(".git/sbx-gitguard-import");
+            let go = f.dir.join("go");
+            let script = format!(
+                "mkdir .git/sbx-gitguard-import && : > .git/sbx-gitguard-import/lock && \
+                 while [ ! -e {} ]; do sleep 0.01; done",
+                go.display()
+            );
+            let child = {
+                let mut c = f.guard_cmd(&[
+                    "run",
+                    "--repo",
+                    f.w.to_str().unwrap(),
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ]);
+                c.stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped());
+                c.spawn().unwrap()
+            };
+            let t0 = Instant::now();
+            while !j.join("lock").exists() {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "the command never made the lock"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            // The "import": this process holds the lock.
+            let lock = std::fs::File::open(j.join("lock")).unwrap();
+            if held {
+                // SAFETY: flock on an fd this test opened and keeps open.
+                assert_eq!(
+                    unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+                    0
+                );
+            }
+            std::fs::write(&go, "").unwrap();
+            let o = child.wait_with_output().unwrap();
+            drop(lock);
+            let ctx = format!("{who:?} held {held}: {}", stderr(&o));
+            if held {
+                assert_eq!(code(&o), 0, "{ctx}");
+                assert!(j.exists(), "{ctx}: the live journal was removed");
+            } else {
+                assert!(!j.exists(), "{ctx}: a planted journal stayed");
+                assert_event(&f.audit, "git_integrity", "alert", |e| {
+                    e["check"] == "extra_files"
+                        && e["path"]
+                            .as_str()
+                            .unwrap_or("")
+                            .ends_with("sbx-gitguard-import")
+                });
+            }
+        }
+    }
+}
