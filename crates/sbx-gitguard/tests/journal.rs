@@ -397,10 +397,8 @@ fn a_live_imports_journal_is_not_taken_for_a_planted_file() {
             let lock = std::fs::File::open(j.join("lock")).unwrap();
             if held {
                 // SAFETY: flock on an fd this test opened and keeps open.
-                assert_eq!(
-                    unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
-                    0
-                );
+                let r = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+                assert_eq!(r, 0);
             }
             std::fs::write(&go, "").unwrap();
             let o = child.wait_with_output().unwrap();
