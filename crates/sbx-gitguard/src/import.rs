@@ -149,6 +149,14 @@ pub enum ImportError {
     Write(String),
 }
 
+impl ImportError {
+    /// Another import of the repository held it too long: nothing was
+    /// written, the stage can be imported later.
+    pub fn busy(&self) -> bool {
+        matches!(self, ImportError::Io { source, .. } if source.kind() == io::ErrorKind::WouldBlock)
+    }
+}
+
 /// Namespaces the sandbox may write (and, as commit ids only, the bisect
 /// marks and rebase labels of an operation in progress:
 /// `inprogress::commit_ref`). Everything else (refs/replace changes what

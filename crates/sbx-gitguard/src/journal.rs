@@ -28,6 +28,8 @@
 //!
 //! Test hook: `SBX_GITGUARD_CRASH_AT=N` makes sbx-gitguard SIGKILL itself at
 //! the N-th step of an import (tests/journal.rs kills it at every step).
+//! An import waits up to 60 s for another import of the same repository
+//! (`SBX_GITGUARD_BUSY_WAIT_MS`, a test hook, shortens it).
 
 use std::fs;
 use std::io::{self, Write};
@@ -42,6 +44,9 @@ use serde_json::json;
 
 use crate::import::Events;
 use crate::refs::Value;
+
+/// How long an import waits for another import of the same repository.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The journal directory's name inside the git dir.
 pub const DIR: &str = "sbx-gitguard-import";
@@ -118,8 +123,14 @@ pub struct Journal {
 }
 
 fn lock(dir: &Path) -> io::Result<Option<fs::File>> {
+    lock_at(dir, true)
+}
+
+/// The journal's lock, taken without waiting (None: held); made when
+/// `create`.
+fn lock_at(dir: &Path, create: bool) -> io::Result<Option<fs::File>> {
     let f = fs::OpenOptions::new()
-        .create(true)
+        .create(create)
         .truncate(false)
         .write(true)
         .mode(0o600)
@@ -146,7 +157,17 @@ impl Journal {
     pub fn begin(git_dir: &Path, objects: &[git2::Oid], ev: &mut Events) -> io::Result<Journal> {
         recover(git_dir, ev)?;
         let dir = git_dir.join(DIR);
-        fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| match e.kind() {
+                // Another import made it since the recovery above.
+                io::ErrorKind::AlreadyExists => io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!("{}: another import of this repository began", dir.display()),
+                ),
+                _ => e,
+            })?;
         let Some(l) = lock(&dir)? else {
             return Err(io::Error::other("another import holds the journal"));
         };
@@ -408,15 +429,65 @@ pub fn recover(git_dir: &Path, ev: &mut Events) -> io::Result<bool> {
         }
         Ok(_) => {}
     }
-    let Some(_l) = lock(&dir)? else {
-        return Err(io::Error::other(format!(
-            "{}: an import is in progress (its lock is held)",
-            dir.display()
-        )));
+    // Another import of this repository is alive (two sandboxes that end
+    // together): it is waited for, bounded; failing at once lost the
+    // second one's work (attacker helper-52).
+    let wait = std::env::var("SBX_GITGUARD_BUSY_WAIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(BUSY_WAIT, std::time::Duration::from_millis);
+    let deadline = std::time::Instant::now() + wait;
+    let _l = loop {
+        match fs::symlink_metadata(&dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            _ => {}
+        }
+        // The lock is never created here while it may still come: an
+        // import between its mkdir and its lock, or one removing its
+        // journal (a file made in it then fails its removal).
+        match lock_at(&dir, false) {
+            Ok(Some(l)) => break l,
+            Ok(None) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if fs::symlink_metadata(&dir).is_err() {
+                    return Ok(false);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                if fs::symlink_metadata(&dir).is_err() {
+                    return Ok(false);
+                }
+                if fs::symlink_metadata(dir.join("lock")).is_err() {
+                    // Still none: a journal whose maker died before its
+                    // lock.
+                    if let Some(l) = lock_at(&dir, true)? {
+                        break l;
+                    }
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "{}: another import of this repository is in progress (its lock is held \
+                     for more than {} ms)",
+                    dir.display(),
+                    wait.as_millis()
+                ),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     };
+    // It may have finished meanwhile and removed the directory (our lock
+    // is then on a file of a removed directory): nothing to recover.
+    if fs::symlink_metadata(dir.join("lock")).is_err() {
+        return Ok(false);
+    }
     // A commit record that is there but cannot be read is not "never
-    // committed": undoing it would delete objects its refs may already
-    // name. (It is written by rename, so it is never partial.)
+    // committed": its refs may be half applied, and only the user can tell.
+    // (It is written by rename, so it is never partial.)
     let committed = match crate::stage::read_small(&dir.join("journal.json"), 64 << 20) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         r => Some(
@@ -481,6 +552,9 @@ pub fn recover_at_start(git_dir: &Path) -> Result<(), sbx_core::Failure> {
         }
     }
     r.map(|_| ()).map_err(|e| {
+        if e.kind() == io::ErrorKind::WouldBlock {
+            return sbx_core::Failure::new(format!("{}: {e}", git_dir.display()));
+        }
         sbx_core::Failure::new(format!(
             "{}: unfinished git import: {e} (the import journal {DIR}/ blocks every run \
              until it is gone: check `git status` and `git log`, then remove it by hand; \

@@ -697,7 +697,20 @@ fn import_stage(
             );
         }
     }
-    let o = r.map_err(|e| Failure::new(format!("git stage import: {e}")))?;
+    let o = r.map_err(|e| {
+        if e.busy() {
+            // Nothing written: the stage stays for a later import.
+            st.keep();
+            let (d, g) = (st.paths.dir.display(), git_dir.display());
+            Failure::new(format!(
+                "git stage import: {e}; the stage is kept: `sbx-gitguard import --repo {g} \
+                 --stage {d}` imports it (before the next `run --stage` of the repository, \
+                 which reaps it)"
+            ))
+        } else {
+            Failure::new(format!("git stage import: {e}"))
+        }
+    })?;
     audit(
         "git_stage_imported",
         if ev.alerts().next().is_some() {
@@ -768,7 +781,11 @@ fn cmd_import(a: ImportArgs) -> Result<i32, Failure> {
     let l = open_layout(&a.repo)?;
     let git_dir = stage::plain_git_dir(&l)?;
     let st = stage::Stage::open(&a.stage, &git_dir)?;
-    journal::recover_at_start(&git_dir)?;
+    if let Err(f) = journal::recover_at_start(&git_dir) {
+        // Nothing of it was imported: it stays for a later import.
+        st.keep();
+        return Err(f);
+    }
     ensure_unlocked(&l, wait)?;
     let o = import_stage(&git_dir, &st, &limits)?;
     let dir = st.paths.dir.clone();

@@ -167,6 +167,9 @@ pub struct Stage {
     pub paths: Paths,
     lock: Option<fs::File>,
     removed: bool,
+    /// Left in place for a later `import` (another import held the
+    /// repository too long).
+    kept: std::cell::Cell<bool>,
     /// Dropped after the stage is removed (field order).
     _entry: Option<sbx_core::registry::Entry>,
 }
@@ -174,7 +177,7 @@ pub struct Stage {
 impl Drop for Stage {
     /// Error paths remove the stage too.
     fn drop(&mut self) {
-        if !self.removed {
+        if !self.removed && !self.kept.get() {
             let _ = remove_tree(&self.paths.dir);
         }
     }
@@ -278,6 +281,7 @@ impl Stage {
             paths: Paths::new(&dir),
             lock: Some(lock),
             removed: false,
+            kept: std::cell::Cell::new(false),
             _entry: entry,
         })
     }
@@ -331,6 +335,7 @@ impl Stage {
             paths: p,
             lock,
             removed: false,
+            kept: std::cell::Cell::new(false),
             _entry: None,
         })
     }
@@ -338,10 +343,20 @@ impl Stage {
     /// Removes the whole stage (overlay work dirs included), then drops
     /// the lock.
     pub fn remove(mut self) -> io::Result<()> {
+        if self.kept.get() {
+            return Ok(());
+        }
         let r = remove_tree(&self.paths.dir);
         self.removed = true;
         self.lock.take();
         r
+    }
+}
+
+impl Stage {
+    /// Leaves the stage in place when it is dropped or removed.
+    pub fn keep(&self) {
+        self.kept.set(true);
     }
 }
 

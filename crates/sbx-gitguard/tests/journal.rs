@@ -420,3 +420,53 @@ fn a_live_imports_journal_is_not_taken_for_a_planted_file() {
         }
     }
 }
+
+/// An import that finds another import of the repository alive waits for
+/// it (two sandboxes ending together); past the wait it is one line, 125,
+/// nothing written and its stage kept for a later import (it was deleted:
+/// attacker helper-52).
+#[test]
+fn an_import_waits_for_another_and_never_drops_its_stage() {
+    use std::os::fd::AsRawFd;
+    for who in identities() {
+        let f = Fixture::new(who);
+        let stage = stage_of(&f);
+        // A dead run's stage and journal (killed right after its pending
+        // list), the journal's lock then taken by "another import".
+        let out = staged(&f, &stage, Some(1));
+        assert_eq!(code(&out), 128 + 9, "{who:?}: {}", stderr(&out));
+        let before = view(&f);
+        let lock = std::fs::File::open(f.w.join(".git/sbx-gitguard-import/lock")).unwrap();
+        // SAFETY: flock on an fd this test opened and keeps open.
+        let r = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(r, 0);
+        let args = [
+            "import",
+            "--repo",
+            f.w.to_str().unwrap(),
+            "--stage",
+            stage.to_str().unwrap(),
+        ];
+        let mut c = f.guard_cmd(&args);
+        c.env("SBX_GITGUARD_BUSY_WAIT_MS", "300");
+        let o = common::within(common::LIMIT, c, "import while another holds the journal");
+        let ctx = format!("{who:?}: {}", stderr(&o));
+        assert_eq!(code(&o), 125, "{ctx}");
+        assert_eq!(stderr(&o).lines().count(), 1, "{ctx}");
+        assert!(stderr(&o).contains("another import"), "{ctx}");
+        assert!(stage.exists(), "{ctx}: the stage was dropped");
+        assert_eq!(view(&f), before, "{ctx}");
+        // Released while the next import waits: it goes on and imports.
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(700));
+            drop(lock);
+        });
+        let mut c = f.guard_cmd(&args);
+        c.env("SBX_GITGUARD_BUSY_WAIT_MS", "30000");
+        let o = common::within(common::LIMIT, c, "import after the other one");
+        t.join().unwrap();
+        assert_eq!(code(&o), 0, "{who:?}: {}", stderr(&o));
+        assert!(!stage.exists());
+        consistent(&f, &format!("{who:?}: imported after the wait"));
+    }
+}
