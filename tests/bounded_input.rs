@@ -739,6 +739,14 @@ fn bad_sbx_log_and_sbx_kill_after_are_one_line_before_anything_runs() {
             ("SBX_LOG", "debug\n", "a control character"),
             ("SBX_KILL_AFTER", "10x", "invalid duration"),
             ("SBX_KILL_AFTER", "-1s", "invalid duration"),
+            // Past a century: it overflowed (a panic, exit 101) in the
+            // check or at the first SIGTERM (attacker helper-52).
+            (
+                "SBX_KILL_AFTER",
+                "10000000000000000000s10000000000000000000s",
+                "invalid duration",
+            ),
+            ("SBX_KILL_AFTER", "18446744073709551615", "invalid duration"),
         ] {
             let log = d.path().join(format!("{tool}.jsonl"));
             let mut c = sbx_testutil::tool(&tool);

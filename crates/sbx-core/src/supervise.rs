@@ -51,12 +51,12 @@ pub fn set_kill_after(d: Duration) {
 
 /// The grace: `--kill-after`, else `SBX_KILL_AFTER`, else 10 s.
 pub fn kill_after() -> Duration {
-    *KILL_AFTER.get_or_init(|| match std::env::var(ENV_KILL_AFTER) {
-        Ok(v) => crate::units::parse_duration(&v).unwrap_or_else(|_| {
-            tracing::warn!("{ENV_KILL_AFTER}={v:?} is not a duration; using 10s");
-            DEFAULT_KILL_AFTER
-        }),
-        Err(_) => DEFAULT_KILL_AFTER,
+    // SBX_KILL_AFTER was checked by `cli::check_env` (empty is unset).
+    *KILL_AFTER.get_or_init(|| {
+        std::env::var(ENV_KILL_AFTER)
+            .ok()
+            .and_then(|v| crate::units::parse_duration(&v).ok())
+            .unwrap_or(DEFAULT_KILL_AFTER)
     })
 }
 

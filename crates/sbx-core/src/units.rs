@@ -71,7 +71,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
         return Err(err());
     }
     if let Ok(secs) = t.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
+        return bounded(Duration::from_secs(secs)).ok_or_else(err);
     }
     let mut total = Duration::ZERO;
     let mut rest = t;
@@ -97,14 +97,40 @@ pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
             "d" => num * 86400.0,
             _ => return Err(err()),
         };
-        total += Duration::try_from_secs_f64(secs).map_err(|_| err())?;
+        total = Duration::try_from_secs_f64(secs)
+            .ok()
+            .and_then(|d| total.checked_add(d))
+            .and_then(bounded)
+            .ok_or_else(err)?;
     }
     Ok(total)
+}
+
+/// The longest duration taken: a hundred years. Longer ones are typos, and
+/// `Instant::now() + d` would overflow (a panic) for the largest.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86400);
+
+fn bounded(d: Duration) -> Option<Duration> {
+    (d <= MAX_DURATION).then_some(d)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_past_a_century_are_refused_not_overflowed() {
+        for v in [
+            "18446744073709551615",
+            "10000000000000000000s10000000000000000000s",
+            "101y",
+            "36600d",
+            "1e300s",
+        ] {
+            assert!(parse_duration(v).is_err(), "{v}");
+        }
+        assert_eq!(parse_duration("36500d").unwrap(), MAX_DURATION);
+    }
 
     #[test]
     fn sizes() {

@@ -33,22 +33,56 @@ fn key(create: bool) -> io::Result<[u8; KEY_LEN]> {
     std::fs::File::open("/dev/urandom")?.read_exact(&mut k)?;
     // Written into a file with no name (O_TMPFILE) and linked into place:
     // a concurrent maker's key wins whole, a reader never sees a short
-    // one, and a SIGKILL halfway leaves nothing behind.
+    // one, and a SIGKILL halfway leaves nothing behind. Where O_TMPFILE or
+    // /proc is missing (FUSE, older overlayfs), under a temporary name.
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("the key {}: {e}", p.display()));
+    let made = match unnamed_key(&p, &k) {
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL | libc::ENOENT)
+            ) =>
+        {
+            named_key(&p, &k)
+        }
+        r => r,
+    };
+    match made {
+        Ok(()) => Ok(k),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => read_key(&p).map_err(named),
+        Err(e) => Err(named(e)),
+    }
+}
+
+fn unnamed_key(p: &std::path::Path, k: &[u8]) -> io::Result<()> {
     let dir = p.parent().unwrap_or(std::path::Path::new("/"));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .mode(0o600)
         .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
         .open(dir)?;
-    let made = f
-        .write_all(&k)
+    f.write_all(k)?;
+    f.sync_all()?;
+    link_unnamed(&f, p)
+}
+
+/// The same under a temporary name, removed after the link (a SIGKILL in
+/// between leaves it: the next maker uses another name).
+fn named_key(p: &std::path::Path, k: &[u8]) -> io::Result<()> {
+    let tmp = p.with_file_name(format!(".{KEY_FILE}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)?;
+    let r = f
+        .write_all(k)
         .and_then(|()| f.sync_all())
-        .and_then(|()| link_unnamed(&f, &p));
-    match made {
-        Ok(()) => Ok(k),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => read_key(&p),
-        Err(e) => Err(e),
-    }
+        .and_then(|()| std::fs::hard_link(&tmp, p));
+    let _ = std::fs::remove_file(&tmp);
+    r
 }
 
 /// Gives the O_TMPFILE file `f` the name `to` (never replacing one).
@@ -163,6 +197,46 @@ pub fn open(file: &[u8]) -> Result<&[u8], String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both ways of making the key leave exactly the key (0600, whole) and
+    /// no temporary; the named one is the fallback where O_TMPFILE or /proc
+    /// is missing (attacker helper-52: snapshots failed on FUSE).
+    #[test]
+    fn both_key_makers_leave_only_the_key() {
+        use std::os::unix::fs::PermissionsExt;
+        for unnamed in [true, false] {
+            let d = tempfile::tempdir().unwrap();
+            let p = d.path().join(KEY_FILE);
+            let k = [7u8; KEY_LEN];
+            if unnamed {
+                unnamed_key(&p, &k).unwrap();
+            } else {
+                named_key(&p, &k).unwrap();
+            }
+            assert_eq!(read_key(&p).unwrap(), k);
+            let names: Vec<_> = std::fs::read_dir(d.path())
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
+            assert_eq!(
+                names,
+                [std::ffi::OsString::from(KEY_FILE)],
+                "unnamed {unnamed}"
+            );
+            assert_eq!(
+                std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
+            // A second maker finds it there.
+            let again = if unnamed {
+                unnamed_key(&p, &k)
+            } else {
+                named_key(&p, &k)
+            };
+            assert_eq!(again.unwrap_err().kind(), io::ErrorKind::AlreadyExists);
+        }
+    }
 
     #[test]
     fn hmac_matches_rfc_4231_case_2_shape() {
