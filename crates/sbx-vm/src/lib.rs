@@ -49,7 +49,7 @@ below what the guest needs, a guest that panicked or never reported back within 
 126 when CMD was found in the guest but could not be executed, 127 when it was not found there.",
     inherited_state: "CMD runs as root in the guest (uid 0 of the guest kernel, not of the host), in /work when \
 --copy-in was given, else in /. Its environment is only PATH, HOME=/root, TERM (from the caller), SBX_ID, \
-the --env settings and the secrets; nothing else of the host's environment crosses. No fd of the host \
+the --setenv settings and the secrets; nothing else of the host's environment crosses. No fd of the host \
 crosses: its stdin, stdout and stderr are pipes in the guest relayed through the control channel. It sees \
 no host filesystem (only what --copy-in copied) and no network (--net none: the VM has no network device; \
 --net sbx-net: QEMU user-mode networking inside sbx-net's namespace, so every connection and DNS query goes \
@@ -105,7 +105,7 @@ sbx-vm's own environment, for sbx-creds ... -- sbx-vm --secret-env NAME -- CMD (
 around the VM); the VMM itself gets an empty environment. The values reach CMD's environment only: \
 on QEMU through fw_cfg (unloaded after reading), on Firecracker through MMDS v2 (read by the guest init with a \
 session token, after which the guest's network interface is taken down). The audit log records the names, \
-never the values. --env K=V sets plain settings. What the guest cannot put into CMD's environment is refused \
+never the values. --setenv K=V sets plain settings. What the guest cannot put into CMD's environment is refused \
 before the VM starts (125, one line naming the file and the variable, never the value): a value with a NUL byte, \
 a NAME=VALUE over 128 KiB, or secrets that with CMD and --setenv pass the guest kernel's 2 MiB limit for \
 execve; secrets fetched with the sbx-creds options are checked after the fetch, and revoked when refused.\n\n\
