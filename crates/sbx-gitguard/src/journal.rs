@@ -23,8 +23,9 @@
 //! HEAD or index of the import was applied; the verified objects it wrote
 //! stay until `git gc`, since the user's git or another import may use them
 //! by then; the stage, left in place by the dead run, can be imported
-//! again). A journal whose lock
-//! is held belongs to a live import and is left alone.
+//! again). A journal whose lock is held belongs to a live import: the
+//! recovery waits for it (bounded), and a run's check of the git dir
+//! leaves it alone.
 //!
 //! Test hook: `SBX_GITGUARD_CRASH_AT=N` makes sbx-gitguard SIGKILL itself at
 //! the N-th step of an import (tests/journal.rs kills it at every step).
