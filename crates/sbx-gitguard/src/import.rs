@@ -502,6 +502,10 @@ impl Quarantine {
     /// The objects `id` names (a gitlink names none here: it is another
     /// repository's commit); None when it cannot be read.
     fn links(&self, id: git2::Oid) -> Option<Vec<git2::Oid>> {
+        // A blob names nothing: not read again (it may be large).
+        if self.new.get(&id) == Some(&git2::ObjectType::Blob) {
+            return Some(Vec::new());
+        }
         let obj = self.q.find_object(id, None).ok()?;
         Some(match obj.kind() {
             Some(git2::ObjectType::Commit) => {
