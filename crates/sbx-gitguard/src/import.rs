@@ -383,7 +383,11 @@ pub(crate) fn give_back(git_dir: &Path, rel_path: &str, owner: Option<(u32, u32)
     let Some(mut at) = open(libc::AT_FDCWD, &top) else {
         return;
     };
-    for c in rel_path.split('/').filter(|c| !c.is_empty()) {
+    for c in rel_path.split('/') {
+        // Only names below the git dir: never up or in place.
+        if c.is_empty() || c == "." || c == ".." {
+            return;
+        }
         let Ok(name) = std::ffi::CString::new(c) else {
             return;
         };

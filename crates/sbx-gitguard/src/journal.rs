@@ -35,7 +35,7 @@
 use std::fs;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -212,6 +212,37 @@ impl Journal {
     }
 }
 
+/// Whether a ref update read from a journal is one the import could have
+/// decided: a valid name in the namespaces it writes, and a new value that
+/// is an object of the repository (a commit for a branch).
+fn journal_op_ok(repo: &git2::Repository, name: &str, new: Option<&str>) -> Result<(), String> {
+    if !(crate::import::allowed_name(name) || crate::inprogress::commit_ref(name))
+        || !crate::refs::valid_refname(name)
+        || !git2::Reference::is_valid_name(name)
+    {
+        return Err(format!("'{name}' is not a ref the import writes"));
+    }
+    let Some(v) = new else { return Ok(()) };
+    match Value::parse(v) {
+        Value::Oid(o) => journal_object_ok(repo, &o, name.starts_with("refs/heads/")),
+        Value::Sym(t) => journal_op_ok(repo, &t, None),
+        Value::Invalid(s) => Err(format!("invalid value '{s}'")),
+    }
+}
+
+/// `o` is an object of the repository (a commit, when `commit`).
+fn journal_object_ok(repo: &git2::Repository, o: &str, commit: bool) -> Result<(), String> {
+    let id = git2::Oid::from_str(o).map_err(|_| format!("'{o}' is not an object id"))?;
+    let kind = repo
+        .find_object(id, None)
+        .map_err(|_| format!("object {o} is not in the repository"))?
+        .kind();
+    if commit && kind != Some(git2::ObjectType::Commit) {
+        return Err(format!("{o} is not a commit"));
+    }
+    Ok(())
+}
+
 /// Removes a journal directory whose import is complete or undone.
 /// `pending.json` goes first, durably: the tree's removal order is the
 /// directory's, and a journal left with its pending list but without
@@ -238,7 +269,10 @@ pub fn live(dir: &Path) -> bool {
     else {
         return false;
     };
-    if !f.metadata().is_ok_and(|m| m.is_file()) {
+    // One made by an import has one name: a hard link to a file some
+    // sbx-gitguard holds locked (its own registry entry) made a planted
+    // journal look alive (attacker helper-53).
+    if !f.metadata().is_ok_and(|m| m.is_file() && m.nlink() == 1) {
         return false;
     }
     // SAFETY: flock(2) on `f`, open for the call; no pointers.
@@ -294,6 +328,18 @@ pub fn apply(git_dir: &Path, dir: &Path, c: &Committed, ev: &mut Events) -> Appl
         }
     };
     for op in &c.refs {
+        // The journal is a file in the repository: what it asks for is
+        // checked again, as the import checked it (a name outside the
+        // import's namespaces, or with `..`, had root chown files
+        // anywhere; attacker helper-53).
+        if let Err(reason) = journal_op_ok(&repo, &op.name, op.new.as_deref()) {
+            ev.push(
+                "ref_refused",
+                Severity::Alert,
+                json!({ "ref": op.name, "reason": format!("in the import journal: {reason}") }),
+            );
+            continue;
+        }
         let cur = current(&repo, &op.name);
         let done = cur == op.new;
         let r: Result<(), String> = if done {
@@ -357,7 +403,23 @@ pub fn apply(git_dir: &Path, dir: &Path, c: &Committed, ev: &mut Events) -> Appl
             ),
         }
     }
-    if let Some((old, new)) = &c.head {
+    let head_ok = c.head.as_ref().map(|(_, new)| match Value::parse(new) {
+        Value::Sym(t) => journal_op_ok(&repo, &t, None).and_then(|()| {
+            t.starts_with("refs/heads/")
+                .then_some(())
+                .ok_or_else(|| format!("HEAD to '{t}', not a branch"))
+        }),
+        Value::Oid(o) => journal_object_ok(&repo, &o, true),
+        Value::Invalid(s) => Err(format!("invalid HEAD '{s}'")),
+    });
+    if let Some(Err(reason)) = &head_ok {
+        ev.push(
+            "ref_refused",
+            Severity::Alert,
+            json!({ "ref": "HEAD", "reason": format!("in the import journal: {reason}") }),
+        );
+    }
+    if let (Some((old, new)), Some(Ok(()))) = (&c.head, &head_ok) {
         let cur = fs::read(git_dir.join("HEAD"))
             .map(|b| Value::parse(&String::from_utf8_lossy(&b)).to_text())
             .unwrap_or_default();

@@ -470,3 +470,111 @@ fn an_import_waits_for_another_and_never_drops_its_stage() {
         consistent(&f, &format!("{who:?}: imported after the wait"));
     }
 }
+
+/// A journal is a file in the repository, so what it asks for is checked
+/// again before it is completed: a ref name with `..` had root (recovering
+/// in a user's repository) chown root's files anywhere to that user, and
+/// names or values outside what the import writes are refused with an
+/// alert, changing nothing (attacker helper-53).
+#[test]
+fn a_forged_journal_cannot_chown_or_move_refs_past_the_rules() {
+    use std::os::unix::fs::MetadataExt;
+    if !sbx_testutil::is_root() {
+        sbx_testutil::skip!("needs root");
+    }
+    let mut f = Fixture::new(As::User);
+    let outside = f.dir.join("rootdir");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("secret"), "s").unwrap();
+    let before = view(&f);
+    let journal = serde_json::json!({
+        "version": 1, "sbx_id": "x", "index": false, "head": ["ref: refs/heads/main", "ref: refs/remotes/x"],
+        "refs": [
+            {"name": "../../rootdir/secret", "old": null, "new": null, "fast_forward": null},
+            {"name": "refs/replace/0000000000000000000000000000000000000001", "old": null,
+             "new": "0000000000000000000000000000000000000002", "fast_forward": null},
+        ],
+    })
+    .to_string();
+    let o = f.sh(
+        &f.w,
+        &format!(
+            "mkdir -m700 .git/sbx-gitguard-import && printf %s '{journal}' > .git/sbx-gitguard-import/journal.json"
+        ),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    f.who = As::Root;
+    let mut c = f.guard_cmd(&["run", "--repo", f.w.to_str().unwrap(), "--", "true"]);
+    c.env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "safe.directory")
+        .env("GIT_CONFIG_VALUE_0", "*");
+    let o = common::within(common::LIMIT, c, "root's run over a forged journal");
+    f.who = As::User;
+    for p in [outside.clone(), outside.join("secret")] {
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().uid(),
+            0,
+            "{} was given away: {}",
+            p.display(),
+            stderr(&o)
+        );
+    }
+    assert_eq!(view(&f), before, "{}", stderr(&o));
+    for r in ["../../rootdir/secret", "refs/replace/", "HEAD"] {
+        assert_event(&f.audit, "ref_refused", "alert", |e| {
+            e["ref"].as_str().unwrap_or("").starts_with(r)
+        });
+    }
+}
+
+/// A planted journal whose `lock` is a hard link to a file that some
+/// process holds locked is not taken for a live import: the run's check
+/// removes it (alert) and nothing of it is ever applied (attacker
+/// helper-53: the run's own registry entry served as the lock).
+#[test]
+fn a_planted_journal_with_a_borrowed_lock_is_removed() {
+    use std::os::fd::AsRawFd;
+    for who in identities() {
+        let f = Fixture::new(who);
+        let held = f.dir.join("held");
+        let o = f.sh(&f.w, &format!(": > {}", held.display()));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let h = std::fs::File::open(&held).unwrap();
+        // SAFETY: flock on an fd this test opened and keeps open.
+        let r = unsafe { libc::flock(h.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(r, 0);
+        let main = f.git_ok(&f.w, &["rev-parse", "main"]);
+        let first = f.git_ok(&f.w, &["rev-list", "--max-parents=0", "main"]);
+        let journal = serde_json::json!({
+            "version": 1, "sbx_id": "x", "index": false, "head": null,
+            "refs": [{"name": "refs/heads/main", "old": main.trim(), "new": first.trim(), "fast_forward": false}],
+        })
+        .to_string();
+        let script = format!(
+            "mkdir -m700 .git/sbx-gitguard-import && printf %s '{journal}' > .git/sbx-gitguard-import/journal.json \
+             && ln {} .git/sbx-gitguard-import/lock",
+            held.display()
+        );
+        let o = f.run(&[], &script);
+        let ctx = format!("{who:?}: {}", stderr(&o));
+        assert!(
+            !f.w.join(".git/sbx-gitguard-import").exists(),
+            "{ctx}: the planted journal stayed"
+        );
+        assert_event(&f.audit, "git_integrity", "alert", |e| {
+            e["check"] == "extra_files"
+                && e["path"]
+                    .as_str()
+                    .unwrap_or("")
+                    .ends_with("sbx-gitguard-import")
+        });
+        drop(h);
+        let o = f.run(&[], "true");
+        assert_eq!(code(&o), 0, "{who:?}: {}", stderr(&o));
+        assert_eq!(
+            f.git_ok(&f.w, &["rev-parse", "main"]),
+            main,
+            "{ctx}: main moved"
+        );
+    }
+}
