@@ -526,10 +526,11 @@ pub fn recover(git_dir: &Path, ev: &mut Events) -> io::Result<bool> {
                         break l;
                     }
                 }
-                continue;
             }
             Err(e) => return Err(e),
         }
+        // Checked on every way round the loop: a lock that keeps coming
+        // and going never holds a run past the wait.
         if std::time::Instant::now() >= deadline {
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
