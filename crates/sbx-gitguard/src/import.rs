@@ -1023,7 +1023,7 @@ pub fn import(
     };
     let journal = crate::journal::Journal::begin(git_dir, &to_migrate, ev).map_err(jio)?;
     let mut quar = quar;
-    let written = write_objects(git_dir, journal, &mut quar, &real, &to_migrate, ev)?;
+    let written = write_objects(git_dir, owner, journal, &mut quar, &real, &to_migrate, ev)?;
     let journal = written.journal;
     out.objects_written = written.paths.len() as u64;
     if !quar.new.is_empty() || found.skipped > 0 || found.whiteouts > 0 {
@@ -1590,6 +1590,7 @@ struct Written {
 /// journal's pending step); a failure undoes them (nothing is committed).
 fn write_objects(
     git_dir: &Path,
+    owner: Option<(u32, u32)>,
     journal: crate::journal::Journal,
     quar: &mut Quarantine,
     real: &git2::Odb,
@@ -1603,7 +1604,7 @@ fn write_objects(
         // Given back at once: a SIGKILL after this object must not leave
         // root's fan-out directory in a user's store.
         for w in &paths[before..] {
-            give_back(git_dir, w, crate::fsutil::owner(git_dir));
+            give_back(git_dir, w, owner);
         }
         if let Err(e) = r {
             // Not committed: undone now (the journal's lock goes first).

@@ -123,10 +123,6 @@ pub struct Journal {
     _lock: fs::File,
 }
 
-fn lock(dir: &Path) -> io::Result<Option<fs::File>> {
-    lock_at(dir, true)
-}
-
 /// The journal's lock, taken without waiting (None: held); made when
 /// `create`.
 fn lock_at(dir: &Path, create: bool) -> io::Result<Option<fs::File>> {
@@ -169,7 +165,7 @@ impl Journal {
                 ),
                 _ => e,
             })?;
-        let Some(l) = lock(&dir)? else {
+        let Some(l) = lock_at(&dir, true)? else {
             return Err(io::Error::other("another import holds the journal"));
         };
         let p = Pending {

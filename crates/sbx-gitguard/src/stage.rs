@@ -340,6 +340,11 @@ impl Stage {
         })
     }
 
+    /// Leaves the stage in place when it is dropped or removed.
+    pub fn keep(&self) {
+        self.kept.set(true);
+    }
+
     /// Removes the whole stage (overlay work dirs included), then drops
     /// the lock.
     pub fn remove(mut self) -> io::Result<()> {
@@ -350,13 +355,6 @@ impl Stage {
         self.removed = true;
         self.lock.take();
         r
-    }
-}
-
-impl Stage {
-    /// Leaves the stage in place when it is dropped or removed.
-    pub fn keep(&self) {
-        self.kept.set(true);
     }
 }
 

@@ -360,7 +360,6 @@ fn a_fifo_as_the_journal_lock_is_refused_at_once() {
 /// is still removed as planted.
 #[test]
 fn a_live_imports_journal_is_not_taken_for_a_planted_file() {
-    use std::os::fd::AsRawFd;
     for who in identities() {
         for held in [true, false] {
             let f = Fixture::new(who);
@@ -396,9 +395,7 @@ fn a_live_imports_journal_is_not_taken_for_a_planted_file() {
             // The "import": this process holds the lock.
             let lock = std::fs::File::open(j.join("lock")).unwrap();
             if held {
-                // SAFETY: flock on an fd this test opened and keeps open.
-                let r = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-                assert_eq!(r, 0);
+                take_lock(&lock);
             }
             std::fs::write(&go, "").unwrap();
             let o = child.wait_with_output().unwrap();
@@ -408,14 +405,7 @@ fn a_live_imports_journal_is_not_taken_for_a_planted_file() {
                 assert_eq!(code(&o), 0, "{ctx}");
                 assert!(j.exists(), "{ctx}: the live journal was removed");
             } else {
-                assert!(!j.exists(), "{ctx}: a planted journal stayed");
-                assert_event(&f.audit, "git_integrity", "alert", |e| {
-                    e["check"] == "extra_files"
-                        && e["path"]
-                            .as_str()
-                            .unwrap_or("")
-                            .ends_with("sbx-gitguard-import")
-                });
+                assert_planted_journal_removed(&f, &ctx);
             }
         }
     }
@@ -427,7 +417,6 @@ fn a_live_imports_journal_is_not_taken_for_a_planted_file() {
 /// attacker helper-52).
 #[test]
 fn an_import_waits_for_another_and_never_drops_its_stage() {
-    use std::os::fd::AsRawFd;
     for who in identities() {
         let f = Fixture::new(who);
         let stage = stage_of(&f);
@@ -437,9 +426,7 @@ fn an_import_waits_for_another_and_never_drops_its_stage() {
         assert_eq!(code(&out), 128 + 9, "{who:?}: {}", stderr(&out));
         let before = view(&f);
         let lock = std::fs::File::open(f.w.join(".git/sbx-gitguard-import/lock")).unwrap();
-        // SAFETY: flock on an fd this test opened and keeps open.
-        let r = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        assert_eq!(r, 0);
+        take_lock(&lock);
         let args = [
             "import",
             "--repo",
@@ -533,16 +520,13 @@ fn a_forged_journal_cannot_chown_or_move_refs_past_the_rules() {
 /// helper-53: the run's own registry entry served as the lock).
 #[test]
 fn a_planted_journal_with_a_borrowed_lock_is_removed() {
-    use std::os::fd::AsRawFd;
     for who in identities() {
         let f = Fixture::new(who);
         let held = f.dir.join("held");
         let o = f.sh(&f.w, &format!(": > {}", held.display()));
         assert!(o.status.success(), "{}", stderr(&o));
         let h = std::fs::File::open(&held).unwrap();
-        // SAFETY: flock on an fd this test opened and keeps open.
-        let r = unsafe { libc::flock(h.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        assert_eq!(r, 0);
+        take_lock(&h);
         let main = f.git_ok(&f.w, &["rev-parse", "main"]);
         let first = f.git_ok(&f.w, &["rev-list", "--max-parents=0", "main"]);
         let journal = serde_json::json!({
@@ -557,17 +541,7 @@ fn a_planted_journal_with_a_borrowed_lock_is_removed() {
         );
         let o = f.run(&[], &script);
         let ctx = format!("{who:?}: {}", stderr(&o));
-        assert!(
-            !f.w.join(".git/sbx-gitguard-import").exists(),
-            "{ctx}: the planted journal stayed"
-        );
-        assert_event(&f.audit, "git_integrity", "alert", |e| {
-            e["check"] == "extra_files"
-                && e["path"]
-                    .as_str()
-                    .unwrap_or("")
-                    .ends_with("sbx-gitguard-import")
-        });
+        assert_planted_journal_removed(&f, &ctx);
         drop(h);
         let o = f.run(&[], "true");
         assert_eq!(code(&o), 0, "{who:?}: {}", stderr(&o));
@@ -577,4 +551,28 @@ fn a_planted_journal_with_a_borrowed_lock_is_removed() {
             "{ctx}: main moved"
         );
     }
+}
+
+/// Takes an exclusive flock on `f` (held while it stays open), as an
+/// import holds its journal's lock.
+fn take_lock(f: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on an fd the caller opened and keeps open.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(r, 0, "flock: {}", std::io::Error::last_os_error());
+}
+
+/// The run's check removed a planted journal, with its alert.
+fn assert_planted_journal_removed(f: &Fixture, ctx: &str) {
+    assert!(
+        !f.w.join(".git/sbx-gitguard-import").exists(),
+        "{ctx}: the planted journal stayed"
+    );
+    assert_event(&f.audit, "git_integrity", "alert", |e| {
+        e["check"] == "extra_files"
+            && e["path"]
+                .as_str()
+                .unwrap_or("")
+                .ends_with("sbx-gitguard-import")
+    });
 }
