@@ -207,6 +207,15 @@ impl Layout {
     /// Every git dir: the common one, linked worktrees, submodules (and
     /// theirs), and the repositories nested in the work trees (`nested`).
     pub fn units(&self, nested: &BTreeSet<PathBuf>) -> Vec<Unit> {
+        let mut out = self.own_units();
+        out.extend(nested_units(nested));
+        out
+    }
+
+    /// The git dirs known without a scan of the work trees: the common
+    /// one, linked worktrees, submodules (and theirs). [`Layout::units`]
+    /// starts with these.
+    pub fn own_units(&self) -> Vec<Unit> {
         let mut out = vec![Unit {
             path: self.common_dir.clone(),
             kind: UnitKind::Main,
@@ -220,17 +229,24 @@ impl Layout {
             });
         }
         modules(&self.common_dir, &mut out);
-        for n in nested {
-            let wt = n.parent().map(Path::to_path_buf);
-            out.push(Unit {
-                path: n.clone(),
-                kind: UnitKind::Nested,
-                work_tree: wt,
-            });
-            modules(n, &mut out);
-        }
         out
     }
+}
+
+/// The repositories nested in the work trees (found by their scans), and
+/// their submodules: the rest of [`Layout::units`].
+pub fn nested_units(nested: &BTreeSet<PathBuf>) -> Vec<Unit> {
+    let mut out = Vec::new();
+    for n in nested {
+        let wt = n.parent().map(Path::to_path_buf);
+        out.push(Unit {
+            path: n.clone(),
+            kind: UnitKind::Nested,
+            work_tree: wt,
+        });
+        modules(n, &mut out);
+    }
+    out
 }
 
 /// `worktrees/*` of a common dir.

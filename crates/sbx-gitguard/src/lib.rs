@@ -304,17 +304,14 @@ fn take_snapshot(
             dirlist::seed(&g.join("objects").join(name), seen);
         }
     }
-    let mut snap = snapshot::capture(l)?;
-    let units: Vec<layout::Unit> = snap
-        .units
-        .iter()
-        .map(|u| layout::Unit {
-            path: u.path.clone(),
-            kind: u.kind,
-            work_tree: u.work_tree.clone(),
-        })
-        .collect();
-    let (report, stats) = verify::assess(l, &units, full, &cache);
+    let (mut snap, checked) =
+        snapshot::capture_checked(l, |units| verify::assess(l, units, full, &cache))?;
+    let mut report = verify::Report::default();
+    let mut stats = BTreeMap::new();
+    for (r, s) in checked {
+        report.absorb(r);
+        stats.extend(s);
+    }
     if let Some(first) = report
         .findings
         .iter()
@@ -334,7 +331,6 @@ fn take_snapshot(
             }
         )));
     }
-    let mut stats = stats;
     for u in &mut snap.units {
         let Some(s) = stats.remove(&u.path) else {
             continue;
@@ -610,6 +606,14 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
             Err(e) => import_failed = Some(e),
         }
     }
+    // The check below does not look at the stage (it is outside the work
+    // tree): it is removed meanwhile, on a second thread (an unlink or
+    // rmdir per entry of the overlay's layers, on the stage's file system:
+    // a tenth of a staged run, issue 19).
+    let removal = stage.map(|st| {
+        let dir = st.paths.dir.clone();
+        (dir, std::thread::spawn(move || st.remove()))
+    });
     // A termination signal that came since the command ended (during the
     // plant check or the import) is taken and becomes the exit status
     // (128+N, as the `plants` layer killed by it was): it is not
@@ -636,9 +640,12 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
             say!("{TOOL}: {}", text_line(f));
         }
     }
-    if let Some(st) = stage {
-        let dir = st.paths.dir.clone();
-        if let Err(e) = st.remove() {
+    if let Some((dir, removing)) = removal {
+        let failed = match removing.join() {
+            Ok(r) => r.err().map(|e| e.to_string()),
+            Err(_) => Some("the removal stopped half-way".to_string()),
+        };
+        if let Some(e) = failed {
             say!(
                 "{TOOL}: warn: cannot remove the stage {}: {e}",
                 dir.display()

@@ -384,8 +384,9 @@ pub fn capture_unit(u: &Unit) -> Result<UnitSnap, SnapshotError> {
     })
 }
 
-/// Scans the work trees and lists every git dir.
-pub fn discover(l: &Layout) -> (BTreeMap<PathBuf, Scan>, Vec<Unit>) {
+/// Scans the work trees: each one's scan, and the directories in them
+/// shaped as git dirs (nested repositories).
+pub fn scan_work_trees(l: &Layout) -> (BTreeMap<PathBuf, Scan>, BTreeSet<PathBuf>) {
     let mut scans = BTreeMap::new();
     let mut nested = BTreeSet::new();
     for wt in l.work_trees() {
@@ -398,23 +399,59 @@ pub fn discover(l: &Layout) -> (BTreeMap<PathBuf, Scan>, Vec<Unit>) {
         );
         scans.insert(wt, s);
     }
+    (scans, nested)
+}
+
+/// Scans the work trees and lists every git dir.
+pub fn discover(l: &Layout) -> (BTreeMap<PathBuf, Scan>, Vec<Unit>) {
+    let (scans, nested) = scan_work_trees(l);
     (scans, l.units(&nested))
 }
 
-pub fn capture(l: &Layout) -> Result<Snapshot, SnapshotError> {
-    let (scans, units) = discover(l);
-    let mut snaps = Vec::new();
-    for u in &units {
-        snaps.push(capture_unit(u)?);
+/// Captures every git dir, and runs `check` over them (the snapshot's
+/// soundness check), its results returned in the order of the units. The
+/// work trees are scanned on a second thread meanwhile (issue 19: the scan
+/// and the git dirs' capture were a third of a staged run each, one after
+/// the other): the git dirs known without the scan are captured and
+/// checked first, then the nested ones the scan found. Both only read;
+/// nothing else writes the repository now (its locks were waited for).
+pub fn capture_checked<T>(
+    l: &Layout,
+    check: impl Fn(&[Unit]) -> T,
+) -> Result<(Snapshot, Vec<T>), SnapshotError> {
+    let own = l.own_units();
+    let ((scans, nested), first) = std::thread::scope(|s| {
+        let scan = s.spawn(|| scan_work_trees(l));
+        let first = own
+            .iter()
+            .map(capture_unit)
+            .collect::<Result<Vec<_>, _>>()
+            .map(|snaps| (snaps, check(&own)));
+        match scan.join() {
+            Ok(found) => (found, first),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    });
+    let (mut snaps, first) = first?;
+    let mut checked = vec![first];
+    let more = layout::nested_units(&nested);
+    if !more.is_empty() {
+        for u in &more {
+            snaps.push(capture_unit(u)?);
+        }
+        checked.push(check(&more));
     }
-    Ok(Snapshot {
-        format: FORMAT.into(),
-        version: VERSION,
-        created: sbx_core::audit::timestamp_now(),
-        identity: identity(l)?,
-        units: snaps,
-        scans,
-    })
+    Ok((
+        Snapshot {
+            format: FORMAT.into(),
+            version: VERSION,
+            created: sbx_core::audit::timestamp_now(),
+            identity: identity(l)?,
+            units: snaps,
+            scans,
+        },
+        checked,
+    ))
 }
 
 /// Writes the snapshot 0600, atomically (a temp file beside it, renamed).

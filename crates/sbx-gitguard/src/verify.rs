@@ -54,6 +54,12 @@ pub struct Report {
 }
 
 impl Report {
+    /// Adds `other`'s findings after this one's.
+    pub fn absorb(&mut self, other: Report) {
+        self.full_check |= other.full_check;
+        self.findings.extend(other.findings);
+    }
+
     pub fn unrecoverable(&self) -> Option<&Finding> {
         self.findings.iter().find(|f| f.unrecoverable)
     }
@@ -1832,8 +1838,7 @@ fn store_unit(
             }
         }
     }
-    ctx.report.full_check |= sub.report.full_check;
-    ctx.report.findings.extend(sub.report.findings);
+    ctx.report.absorb(sub.report);
 }
 
 /// The standalone check (no snapshot): damage, dangerous config, hooks,
