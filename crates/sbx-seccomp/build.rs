@@ -49,6 +49,40 @@ fn main() {
         }
     }
     out.push_str("];\n");
+    // The number of every syscall the built-in profiles name, found as at
+    // run time (compile::syscall_nr: a one-rule filter, its comparison
+    // read): seccompiler builds its whole table for every compile, and the
+    // notifier numbered each name at every start (issue 19).
+    let mut names = std::collections::BTreeSet::new();
+    for name in ["default", "strict"] {
+        let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
+        let doc: model::Document = serde_json::from_str(&text).unwrap();
+        for f in doc.values() {
+            names.extend(f.rules.iter().map(|r| r.syscall.clone()));
+        }
+    }
+    out.push_str("/// (syscall, number) of every syscall the built-in profiles name, sorted.\n");
+    out.push_str("pub static BUILTIN_NRS: &[(&str, u32)] = &[\n");
+    for n in &names {
+        let probe = model::Filter {
+            mismatch_action: model::Action::Allow,
+            match_action: model::Action::Trap,
+            rules: vec![model::Rule {
+                syscall: n.clone(),
+                args: None,
+                comment: None,
+            }],
+        };
+        let one: model::Document = [("probe".to_string(), probe)].into();
+        let json = serde_json::to_string(&one).unwrap();
+        let map = seccompiler::compile_from_json(json.as_bytes(), target)
+            .unwrap_or_else(|e| panic!("syscall {n}: {e}"));
+        // Arch check (3 instructions), load nr, JEQ nr.
+        let i = &map["probe"][4];
+        assert_eq!(i.code, 0x05 | 0x10, "syscall {n}: not a JEQ");
+        out.push_str(&format!("    ({n:?}, {}),\n", i.k));
+    }
+    out.push_str("];\n");
     let dst = Path::new(&std::env::var("OUT_DIR").unwrap()).join("builtin_bpf.rs");
     std::fs::write(dst, out).expect("write builtin_bpf.rs");
 }

@@ -162,6 +162,10 @@ pub fn programs(
 /// own table: a one-rule filter is compiled and the number read from its
 /// first comparison (arch check: 3 instructions, load nr, JEQ nr).
 pub fn syscall_nr(name: &str) -> Option<u32> {
+    // The built-in profiles' names were numbered by build.rs the same way.
+    if let Ok(i) = BUILTIN_NRS.binary_search_by(|(n, _)| (*n).cmp(name)) {
+        return Some(BUILTIN_NRS[i].1);
+    }
     static CACHE: OnceLock<std::sync::Mutex<std::collections::HashMap<String, Option<u32>>>> =
         OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
@@ -195,6 +199,39 @@ mod tests {
         assert_eq!(syscall_nr("clone3"), Some(libc::SYS_clone3 as u32));
         assert_eq!(syscall_nr("read"), Some(libc::SYS_read as u32));
         assert_eq!(syscall_nr("no_such_call"), None);
+    }
+
+    /// build.rs numbered the built-in profiles' syscalls as a compile of
+    /// a one-rule filter does now, and every name of them is there.
+    #[test]
+    fn the_built_in_numbers_are_seccompilers() {
+        assert!(BUILTIN_NRS.windows(2).all(|w| w[0].0 < w[1].0), "sorted");
+        for (name, nr) in BUILTIN_NRS {
+            let f = Filter {
+                mismatch_action: Action::Allow,
+                match_action: Action::Trap,
+                rules: vec![crate::model::Rule {
+                    syscall: (*name).into(),
+                    args: None,
+                    comment: None,
+                }],
+            };
+            assert_eq!(filter_bpf("probe", &f).unwrap()[4].k, *nr, "{name}");
+        }
+        for p in [
+            crate::policy::Profile::Default,
+            crate::policy::Profile::Strict,
+        ] {
+            for f in crate::policy::builtin(p).values() {
+                for r in &f.rules {
+                    assert!(
+                        BUILTIN_NRS.iter().any(|(n, _)| *n == r.syscall),
+                        "{}",
+                        r.syscall
+                    );
+                }
+            }
+        }
     }
 
     #[cfg(target_arch = "x86_64")]
