@@ -12,12 +12,23 @@
 //!
 //! The inotify fd lives in a small forked helper that forwards the raw
 //! events over a pipe: releasing an inotify instance waits for an SRCU
-//! grace period (10-20 ms here), which would otherwise delay sbx-fs's own
-//! exit on every run. The helper closes the event pipe before it exits,
-//! so sbx-fs does not wait for that while it finishes; it reaps the
-//! helper last ([`LockWatch::reap`]), by when the grace period has mostly
-//! passed. Not reaped, the helper would be a zombie of init's, which an
-//! enclosing sbx-cgroup waits for (init reaps when it gets to it).
+//! grace period, which would otherwise delay sbx-fs's own exit on every
+//! run. The helper closes the event pipe before it exits, so sbx-fs does
+//! not wait for that while it finishes; it reaps the helper last
+//! ([`LockWatch::reap`]). Not reaped, the helper would be a zombie of
+//! init's, which an enclosing sbx-cgroup waits for (init reaps when it
+//! gets to it).
+//!
+//! At the end the helper removes its watches before it closes the
+//! instance. Closing an instance that still has them frees each inode's
+//! mark list and then the marks, two grace periods asked for back to
+//! back, and the second was then a normal one of a few scheduler ticks:
+//! 14-17 ms median at the end of sbx-fs in a chain in a repository, most
+//! runs (issue 19). Removed first, and the instance closed a millisecond
+//! later (a kernel worker must run meanwhile: closed at once, most runs
+//! were as slow as before), the mark list's grace period has passed by
+//! the close, and the close's is usually an expedited one: 4-6 ms median
+//! for the whole end of sbx-fs (docs/bench-policy.md section 11).
 
 use std::collections::HashMap;
 use std::io;
@@ -103,7 +114,12 @@ impl LockWatch {
         // threads exist) and never returns.
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
-            0 => helper(ino.as_raw_fd(), alive_r.as_raw_fd(), ev_w.as_raw_fd()),
+            0 => helper(
+                ino.as_raw_fd(),
+                alive_r.as_raw_fd(),
+                ev_w.as_raw_fd(),
+                map.keys().copied().max().unwrap_or(0),
+            ),
             pid => {
                 drop(ev_w);
                 drop(alive_r);
@@ -213,7 +229,7 @@ impl LockWatch {
 /// The helper: forwards inotify records until `alive` hangs up, then
 /// forwards what is left, closes the event pipe and exits. Only raw
 /// syscalls and stack buffers (it was forked).
-fn helper(ino: RawFd, alive: RawFd, ev: RawFd) -> ! {
+fn helper(ino: RawFd, alive: RawFd, ev: RawFd, last_wd: i32) -> ! {
     // SAFETY: prctl with integer arguments, on this process only.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
@@ -253,10 +269,24 @@ fn helper(ino: RawFd, alive: RawFd, ev: RawFd) -> ! {
         }
         if fds[1].revents != 0 {
             forward(&mut buf);
-            // SAFETY: ev is ours and not used after; the forked helper leaves without
-            // destructors.
+            // The watches go first, the instance after (module doc).
+            for wd in 1..=last_wd {
+                // SAFETY: ino is open; a wd that is not ours fails EINVAL.
+                unsafe { libc::inotify_rm_watch(ino, wd) };
+            }
+            forward(&mut buf);
+            // A millisecond for the mark lists' grace period (module doc;
+            // sbx-fs's end checks take longer, it is not waited for).
+            let pause = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 1_000_000,
+            };
+            // SAFETY: both fds are ours and not used after; pause is a live timespec;
+            // the forked helper leaves without destructors.
             unsafe {
                 libc::close(ev);
+                libc::nanosleep(&pause, std::ptr::null_mut());
+                libc::close(ino);
                 libc::_exit(0)
             }
         }
