@@ -114,6 +114,14 @@ impl Request {
                 }
                 .into());
             }
+            if spec::reserved_env_name(&c.env) {
+                return Err(SpecError::Reserved {
+                    flag: "child-token",
+                    spec: c.env.clone(),
+                    name: c.env.clone(),
+                }
+                .into());
+            }
             names.push(&c.env);
         }
         spec::check_unique(names)?;

@@ -19,6 +19,14 @@ pub enum SpecError {
         spec: String,
         name: String,
     },
+    #[error(
+        "--{flag} '{spec}': '{name}' is reserved: names starting with SBX_ are the sbx tools' own variables (SBX_AUDIT_FD, SBX_TOOL_IDS, SBX_PASS_ENV, ...), which no secret may set"
+    )]
+    Reserved {
+        flag: &'static str,
+        spec: String,
+        name: String,
+    },
     #[error("--{flag} '{spec}': path '{path}' {why}")]
     BadPath {
         flag: &'static str,
@@ -61,6 +69,13 @@ pub fn valid_env_name(s: &str) -> bool {
     let mut b = s.bytes();
     matches!(b.next(), Some(c) if c == b'_' || c.is_ascii_alphabetic())
         && b.all(|c| c == b'_' || c.is_ascii_alphanumeric())
+}
+
+/// Whether `s` is one of the names the sbx tools pass among themselves
+/// (SBX_AUDIT_FD, SBX_TOOL_IDS, SBX_PASS_ENV, SBX_SUPERVISOR, ...): a
+/// secret that set one would steer the next tools of the chain.
+pub fn reserved_env_name(s: &str) -> bool {
+    s.starts_with("SBX_")
 }
 
 fn check_path(flag: &'static str, spec: &str, path: &str, need_two: bool) -> Result<(), SpecError> {
@@ -110,6 +125,18 @@ fn split_env<'a>(
             flag,
             spec: spec.to_string(),
             name: env.to_string(),
+        });
+    }
+    // (For --secret-all, every name is PREFIX_KEY.)
+    if reserved_env_name(env) || (flag == "secret-all" && reserved_env_name(&format!("{env}_"))) {
+        return Err(SpecError::Reserved {
+            flag,
+            spec: spec.to_string(),
+            name: if flag == "secret-all" {
+                format!("{env}_*")
+            } else {
+                env.to_string()
+            },
         });
     }
     Ok((env, rest))
@@ -237,6 +264,12 @@ pub fn env_problem(name: &str, value: &str) -> Option<String> {
             shown(name)
         ));
     }
+    if reserved_env_name(name) {
+        return Some(format!(
+            "'{}' is reserved: names starting with SBX_ are the sbx tools' own variables",
+            shown(name)
+        ));
+    }
     if value.contains('\0') {
         return Some(
             "the value contains a NUL byte (an environment variable cannot hold one)".into(),
@@ -325,6 +358,34 @@ mod tests {
         assert!(!valid_env_name("A B"));
         assert_eq!(all_env_name("APP", "db-pass.x"), "APP_DB_PASS_X");
         assert!(check_unique(["A", "B", "A"]).is_err());
+        for (flag, spec) in [
+            ("--secret", "SBX_AUDIT_FD=secret/app#k"),
+            ("--secret-all", "SBX=secret/app"),
+            ("--secret-all", "SBX_X=secret/app"),
+            (
+                "--lease",
+                "SBX_PASS_ENV=pki/issue/web?common_name=a#certificate",
+            ),
+        ] {
+            let e = match flag {
+                "--secret" => spec.parse::<SecretSpec>().map(drop),
+                "--secret-all" => spec.parse::<SecretAllSpec>().map(drop),
+                _ => spec.parse::<LeaseSpec>().map(drop),
+            };
+            assert!(
+                matches!(e, Err(SpecError::Reserved { .. })),
+                "{flag} {spec}: {e:?}"
+            );
+        }
+        // Only the prefix the tools use: SBXA, Sbx_ and SBX itself are names.
+        assert!("SBXA=secret/app#k".parse::<SecretSpec>().is_ok());
+        assert!("SBX=secret/app#k".parse::<SecretSpec>().is_ok());
+        assert!("SBXA=secret/app".parse::<SecretAllSpec>().is_ok());
+        assert!(
+            env_problem("SBX_PASS_ENV", "A")
+                .unwrap()
+                .contains("reserved")
+        );
     }
 
     #[test]

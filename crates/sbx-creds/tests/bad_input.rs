@@ -69,6 +69,17 @@ fn malformed_specs_and_flags() {
             &["--child-token", "9X"],
             "not a valid environment variable name",
         ),
+        // The chain's own variables (a secret named SBX_TOOL_IDS would
+        // steer which tool gets the audit log).
+        (
+            &["--secret", "SBX_TOOL_IDS=secret/app#db"],
+            "'SBX_TOOL_IDS' is reserved",
+        ),
+        (&["--secret-all", "SBX=secret/app"], "'SBX_*' is reserved"),
+        (
+            &["--child-token", "SBX_PASS_ENV"],
+            "'SBX_PASS_ENV' is reserved",
+        ),
         (
             &[
                 "--secret",
