@@ -26,6 +26,8 @@ fn main() {
         "/// (profile, filter, BPF as (code, jt, jf, k)), compiled by build.rs.\n\
          pub static BUILTIN_BPF: &[(&str, &str, &[Insn])] = &[\n",
     );
+    // Every syscall the profiles name (numbered below).
+    let mut names = std::collections::BTreeSet::new();
     for name in ["default", "strict"] {
         let path = dir.join(format!("{name}.json"));
         println!("cargo:rerun-if-changed={}", path.display());
@@ -34,6 +36,9 @@ fn main() {
         let doc: model::Document = serde_json::from_str(&text)
             .unwrap_or_else(|e| panic!("profile {}: {e}", path.display()));
         assert!(!doc.is_empty(), "profile {}: no filters", path.display());
+        for f in doc.values() {
+            names.extend(f.rules.iter().map(|r| r.syscall.clone()));
+        }
         for (fname, filter) in &doc {
             let one: model::Document = [(fname.clone(), filter.clone())].into();
             let json = serde_json::to_string(&one).unwrap();
@@ -53,14 +58,6 @@ fn main() {
     // run time (compile::syscall_nr: a one-rule filter, its comparison
     // read): seccompiler builds its whole table for every compile, and the
     // notifier numbered each name at every start (issue 19).
-    let mut names = std::collections::BTreeSet::new();
-    for name in ["default", "strict"] {
-        let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
-        let doc: model::Document = serde_json::from_str(&text).unwrap();
-        for f in doc.values() {
-            names.extend(f.rules.iter().map(|r| r.syscall.clone()));
-        }
-    }
     out.push_str("/// (syscall, number) of every syscall the built-in profiles name, sorted.\n");
     out.push_str("pub static BUILTIN_NRS: &[(&str, u32)] = &[\n");
     for n in &names {
