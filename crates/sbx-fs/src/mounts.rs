@@ -644,7 +644,7 @@ impl Root {
 /// CAP_SYS_ADMIN of the initial user namespace; inside one of our own,
 /// user.overlay.* is used (`userxattr`).
 ///
-/// `volatile` (Linux 5.10+, else mounted without it): the upper layer is
+/// `volatile` (Linux 5.10+; a kernel without the option mounts without it): the upper layer is
 /// not synced when the overlay goes with the sandbox's mount namespace.
 /// On the git stage's ext4 that sync was a disk cache flush at the end of
 /// every run (issue 19). Nothing needs it: each upper layer serves one run,
@@ -660,7 +660,15 @@ fn new_overlay(mut opts: Vec<(&str, &str)>) -> std::io::Result<OwnedFd> {
     let mut fast = opts.clone();
     fast.push(("volatile", ""));
     match sys::new_fs("overlay", &fast, attrs) {
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => sys::new_fs("overlay", &opts, attrs),
+        // Only when the kernel lacks the option: any other EINVAL is the
+        // mount's own, and a retry would fail on the work directory the
+        // first attempt marked instead (attacker helper-54).
+        Err(e)
+            if e.raw_os_error() == Some(libc::EINVAL)
+                && !sys::fs_takes_flag("overlay", "volatile") =>
+        {
+            sys::new_fs("overlay", &opts, attrs)
+        }
         made => made,
     }
 }

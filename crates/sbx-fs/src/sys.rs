@@ -237,6 +237,32 @@ pub fn new_fs(fstype: &str, options: &[(&str, &str)], attrs: u64) -> io::Result<
     fd_result(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })
 }
 
+/// Whether file system `fstype` takes the flag option `flag` (its
+/// `fsconfig` of a fresh context succeeds): tells an option this kernel
+/// lacks from an EINVAL of the mount itself.
+pub fn fs_takes_flag(fstype: &str, flag: &str) -> bool {
+    let (Ok(t), Ok(k)) = (CString::new(fstype), CString::new(flag)) else {
+        return false;
+    };
+    // SAFETY: t is a NUL-ended name alive for the call; the new fd goes to fd_result's OwnedFd.
+    let Ok(fs) = fd_result(unsafe { libc::syscall(libc::SYS_fsopen, t.as_ptr(), FSOPEN_CLOEXEC) })
+    else {
+        return false;
+    };
+    // SAFETY: fs is an open fs context; k is NUL-ended and alive for the call.
+    unit_result(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_SET_FLAG,
+            k.as_ptr(),
+            std::ptr::null::<libc::c_char>(),
+            0,
+        )
+    })
+    .is_ok()
+}
+
 pub fn mkdirat(dir: RawFd, name: &Path, mode: u32) -> io::Result<()> {
     let c = cstr(name)?;
     // SAFETY: c is a NUL-ended name alive for the call.

@@ -259,6 +259,15 @@ fn walk(
     Ok(())
 }
 
+/// Whether `e` says the process ran out of something (file descriptors,
+/// memory), not what the file is: such a read proves nothing about it.
+pub fn exhausted(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
+    )
+}
+
 /// FIFOs, sockets and devices under `dir` (symlinks never followed,
 /// entries named `skip_prefix` skipped): git makes none, and opening one
 /// can block forever. Bounded in depth and in count.

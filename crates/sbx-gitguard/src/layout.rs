@@ -302,6 +302,10 @@ pub struct Scan {
     pub nested: BTreeSet<PathBuf>,
     /// `.git` files below the top and where they point.
     pub gitfiles: BTreeMap<PathBuf, PathBuf>,
+    /// Directories that could not be listed, with why: whatever is below
+    /// them was not seen.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unlisted: BTreeMap<PathBuf, String>,
 }
 
 /// Walks a work tree (not following symlinks, not entering git dirs).
@@ -311,9 +315,21 @@ pub struct Scan {
 pub fn scan(root: &Path) -> Scan {
     use crate::dirlist::Listed;
     let mut s = Scan::default();
-    let mut stack = vec![(root.to_path_buf(), 0usize, crate::dirlist::list(root).ok())];
-    while let Some((d, depth, listed)) = stack.pop() {
-        let Some(Listed { entries, .. }) = listed else {
+    // A directory is listed when it is found, and its fd closed at once:
+    // the walk holds listings, not descriptors (a directory of a thousand
+    // subdirectories took every descriptor of the process while the git
+    // dirs were read beside it: attacker helper-54).
+    let listed = |p: &Path, s: &mut Scan| match crate::dirlist::list(p) {
+        Ok(l) => Some(Listed { fd: None, ..l }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            s.unlisted.insert(p.to_path_buf(), e.to_string());
+            None
+        }
+    };
+    let mut stack = vec![(root.to_path_buf(), 0usize, listed(root, &mut s))];
+    while let Some((d, depth, listed_d)) = stack.pop() {
+        let Some(Listed { entries, .. }) = listed_d else {
             continue;
         };
         let top = d == root;
@@ -345,7 +361,7 @@ pub fn scan(root: &Path) -> Scan {
                 continue;
             }
             if depth < 64 {
-                let sub = crate::dirlist::list(&p).ok();
+                let sub = listed(&p, &mut s);
                 stack.push((p, depth + 1, sub));
             }
         }

@@ -609,10 +609,18 @@ fn run(args: RunArgs) -> Result<i32, Failure> {
     // The check below does not look at the stage (it is outside the work
     // tree): it is removed meanwhile, on a second thread (an unlink or
     // rmdir per entry of the overlay's layers, on the stage's file system:
-    // a tenth of a staged run, issue 19).
-    let removal = stage.map(|st| {
+    // a tenth of a staged run, issue 19). The thread inherits the signals
+    // blocked here: termination signals are never its to take. When no
+    // thread can be had (the caller's process limit, which the command
+    // may have filled), the stage goes here and now, unreported as on any
+    // error path (its Drop), and the check still runs (attacker helper-54:
+    // a panic there skipped the check).
+    let removal = stage.and_then(|st| {
         let dir = st.paths.dir.clone();
-        (dir, std::thread::spawn(move || st.remove()))
+        std::thread::Builder::new()
+            .spawn(move || st.remove())
+            .ok()
+            .map(|t| (dir, t))
     });
     // A termination signal that came since the command ended (during the
     // plant check or the import) is taken and becomes the exit status

@@ -133,6 +133,12 @@ pub fn read_all(git_dir: &Path) -> Result<BTreeMap<String, Value>, RefsError> {
             // not a ref), never waited on (a FIFO), bounded.
             let v = match crate::fsutil::read_bounded(&p, crate::fsutil::MAX_SMALL) {
                 Ok(b) => Value::parse(&String::from_utf8_lossy(&b)),
+                // Out of file descriptors or memory says nothing of the
+                // ref: never recorded as its value (a snapshot with it
+                // let the command's rewrite of the ref stand, helper-54).
+                Err(e) if crate::fsutil::exhausted(&e) => {
+                    return Err(RefsError::Io { path: p, source: e });
+                }
                 Err(e) => Value::Invalid(e.to_string()),
             };
             out.insert(rel, v);

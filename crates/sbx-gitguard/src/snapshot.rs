@@ -221,14 +221,14 @@ pub fn protected_files(git_dir: &Path) -> Result<BTreeMap<String, FileSnap>, Sna
     Ok(files)
 }
 
-pub fn top_level(git_dir: &Path) -> BTreeSet<String> {
-    fs::read_dir(git_dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+/// The entries of a git dir. An error is the caller's: read as "no
+/// entries", every entry found after the command would be taken for a
+/// planted one, and every one planted missed (attacker helper-54: with
+/// the process out of file descriptors).
+pub fn top_level(git_dir: &Path) -> io::Result<BTreeSet<String>> {
+    fs::read_dir(git_dir)?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect()
 }
 
 fn hex_name(n: &str, lens: &[usize]) -> bool {
@@ -252,14 +252,18 @@ fn pack_name(n: &str) -> bool {
         )
 }
 
-fn list(d: &Path) -> Vec<(String, crate::dirlist::Kind)> {
-    let Ok(l) = crate::dirlist::list(d) else {
-        return Vec::new();
-    };
-    l.entries
-        .iter()
-        .map(|(n, k)| (n.to_string_lossy().into_owned(), *k))
-        .collect()
+/// A directory's entries; one that does not exist has none. Any other
+/// error is the caller's (see [`top_level`]).
+fn list(d: &Path) -> io::Result<Vec<(String, crate::dirlist::Kind)>> {
+    match crate::dirlist::list(d) {
+        Ok(l) => Ok(l
+            .entries
+            .iter()
+            .map(|(n, k)| (n.to_string_lossy().into_owned(), *k))
+            .collect()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Entries (relative to the git dir) that git never makes in objects/,
@@ -267,17 +271,19 @@ fn list(d: &Path) -> Vec<(String, crate::dirlist::Kind)> {
 /// hex-named objects, pack-*.{pack,idx,rev,bitmap,keep,promisor,mtimes},
 /// info/{alternates,http-alternates,packs,commit-graph,commit-graphs/};
 /// logs/ holds HEAD and refs/**; worktrees/ and modules/ hold directories.
-pub fn odd_entries(git_dir: &Path, has_objects: bool) -> BTreeSet<String> {
+pub fn odd_entries(git_dir: &Path, has_objects: bool) -> io::Result<BTreeSet<String>> {
     let mut out = BTreeSet::new();
     let objs = git_dir.join("objects");
     if has_objects && crate::fsutil::is_real_dir(&objs) {
-        for (n, t) in list(&objs) {
+        for (n, t) in list(&objs)? {
             let rel = format!("objects/{n}");
             if t.is_dir() && hex_name(&n, &[2]) {
                 // Up to thousands of entries each: names checked as bytes,
                 // a string made only for an odd one.
-                let Ok(l) = crate::dirlist::list(&objs.join(&n)) else {
-                    continue;
+                let l = match crate::dirlist::list(&objs.join(&n)) {
+                    Ok(l) => l,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
                 };
                 if l.entries.only_objects() {
                     continue;
@@ -290,13 +296,13 @@ pub fn odd_entries(git_dir: &Path, has_objects: bool) -> BTreeSet<String> {
                     }
                 }
             } else if t.is_dir() && n == "pack" {
-                for (m, t2) in list(&objs.join(&n)) {
+                for (m, t2) in list(&objs.join(&n))? {
                     if !(t2.is_file() && pack_name(&m)) {
                         out.insert(format!("{rel}/{m}"));
                     }
                 }
             } else if t.is_dir() && n == "info" {
-                for (m, t2) in list(&objs.join(&n)) {
+                for (m, t2) in list(&objs.join(&n))? {
                     let ok = match m.as_str() {
                         "alternates" | "http-alternates" | "packs" | "commit-graph" => {
                             t2.is_file() || t2.is_symlink()
@@ -315,7 +321,7 @@ pub fn odd_entries(git_dir: &Path, has_objects: bool) -> BTreeSet<String> {
     }
     let logs = git_dir.join("logs");
     if crate::fsutil::is_real_dir(&logs) {
-        for (n, t) in list(&logs) {
+        for (n, t) in list(&logs)? {
             let ok = (n == "HEAD" && t.is_file()) || (n == "refs" && t.is_dir());
             if !ok {
                 out.insert(format!("logs/{n}"));
@@ -323,13 +329,13 @@ pub fn odd_entries(git_dir: &Path, has_objects: bool) -> BTreeSet<String> {
         }
     }
     for d in ["worktrees", "modules"] {
-        for (n, t) in list(&git_dir.join(d)) {
+        for (n, t) in list(&git_dir.join(d))? {
             if !t.is_dir() {
                 out.insert(format!("{d}/{n}"));
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// Captures one git dir. Pack stats are filled in by the caller once the
@@ -374,11 +380,11 @@ pub fn capture_unit(u: &Unit) -> Result<UnitSnap, SnapshotError> {
         files,
         includes,
         hooks_path,
-        top_level: top_level(&u.path),
+        top_level: top_level(&u.path).map_err(io(&u.path))?,
         refs,
         packs: BTreeMap::new(),
         loose: Default::default(),
-        odd: odd_entries(&u.path, u.kind.has_objects()),
+        odd: odd_entries(&u.path, u.kind.has_objects()).map_err(io(&u.path))?,
         sha256: is_sha256(&u.path),
         same_dirs: None,
     })
@@ -421,16 +427,22 @@ pub fn capture_checked<T>(
 ) -> Result<(Snapshot, Vec<T>), SnapshotError> {
     let own = l.own_units();
     let ((scans, nested), first) = std::thread::scope(|s| {
-        let scan = s.spawn(|| scan_work_trees(l));
+        // No thread to be had (the caller's process limit): one after the
+        // other, as before.
+        let scan = std::thread::Builder::new()
+            .spawn_scoped(s, || scan_work_trees(l))
+            .ok();
         let first = own
             .iter()
             .map(capture_unit)
             .collect::<Result<Vec<_>, _>>()
             .map(|snaps| (snaps, check(&own)));
-        match scan.join() {
-            Ok(found) => (found, first),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        let found = match scan.map(|t| t.join()) {
+            Some(Ok(found)) => found,
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            None => scan_work_trees(l),
+        };
+        (found, first)
     });
     let (mut snaps, first) = first?;
     let mut checked = vec![first];

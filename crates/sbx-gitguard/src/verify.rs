@@ -886,7 +886,21 @@ fn raw_unit(ctx: &mut Ctx, us: &UnitSnap) {
     }
     // Entries git never makes in objects/, logs/, worktrees/, modules/
     // that were not there at snapshot time.
-    let odd_now = snapshot::odd_entries(u, us.kind.has_objects());
+    let odd_now = match snapshot::odd_entries(u, us.kind.has_objects()) {
+        Ok(o) => o,
+        Err(e) => {
+            ctx.note(
+                "extra_files",
+                u,
+                None,
+                format!("objects/, logs/, worktrees/ or modules/ could not be listed ({e}): entries planted there are not checked"),
+                Severity::Alert,
+                "reported",
+                true,
+            );
+            us.odd.clone()
+        }
+    };
     let mut gone: Vec<String> = Vec::new();
     for rel in odd_now.difference(&us.odd) {
         if gone.iter().any(|g| rel.starts_with(&format!("{g}/"))) {
@@ -955,7 +969,24 @@ fn raw_unit(ctx: &mut Ctx, us: &UnitSnap) {
         .iter()
         .map(|r| r.path.split('/').next().unwrap())
         .collect();
-    for name in snapshot::top_level(u) {
+    let names = match snapshot::top_level(u) {
+        Ok(n) => n,
+        Err(e) => {
+            ctx.note(
+                "extra_files",
+                u,
+                None,
+                format!(
+                    "the git dir could not be listed ({e}): entries planted in it are not checked"
+                ),
+                Severity::Alert,
+                "reported",
+                true,
+            );
+            BTreeSet::new()
+        }
+    };
+    for name in names {
         if us.top_level.contains(&name)
             || rules::is_transient(&name)
             || rules::is_lock(&name)
@@ -1083,6 +1114,20 @@ fn scan_tree(
     users: &BTreeSet<(u64, u64)>,
 ) {
     let now = layout::scan(root);
+    for (d, why) in &now.unlisted {
+        if before.unlisted.contains_key(d) {
+            continue;
+        }
+        ctx.note(
+            "bare_repo",
+            root,
+            Some(d),
+            format!("a directory of the work tree could not be listed ({why}): repositories planted below it were not checked"),
+            Severity::Alert,
+            "reported",
+            false,
+        );
+    }
     // A git dir of the snapshot found at a new path was the user's, renamed
     // away (and maybe replaced by a plant): never removed here (`plants`
     // puts it back).

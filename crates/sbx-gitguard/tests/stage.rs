@@ -1198,3 +1198,133 @@ fn a_killed_runs_stage_can_be_imported_by_hand_or_is_reaped_by_the_next_run() {
         fsck_strict(&f);
     }
 }
+
+/// A work tree of many directories, with sbx-gitguard held to 128 file
+/// descriptors (attacker helper-54): the walk kept one open per directory
+/// still to be walked, so the git dirs, read beside it, could not be
+/// opened and the snapshot recorded "Too many open files" as a branch's
+/// value (the command's rewrite of it then stood), and the walk after the
+/// command skipped the directories it could not open (repositories
+/// planted in them stayed, with a config that runs a program).
+#[test]
+fn a_work_tree_of_many_directories_keeps_the_snapshot_and_the_check_whole() {
+    use std::os::unix::process::CommandExt;
+    for who in identities() {
+        let f = Fixture::new(who);
+        let made = f.sh(&f.w, "for i in $(seq 0 399); do mkdir d$i; done");
+        assert!(made.status.success(), "{}", stderr(&made));
+        let feat = rev(&f, "feat");
+        // A rewrite (not a fast-forward: an orphan commit), which the
+        // check puts back.
+        let attack = r#"c=$(git commit-tree -m evil "$(git rev-parse 'HEAD^{tree}')")
+git update-ref refs/heads/feat "$c"
+for i in $(seq 0 299); do
+  mkdir -p p$i/.git/objects p$i/.git/refs
+  echo 'ref: refs/heads/main' > p$i/.git/HEAD
+  printf '[core]\n\tfsmonitor = touch %s\n' "$MARK" > p$i/.git/config
+done"#;
+        let mut c = staged_without_overlay(&f, &stage_path(&f, "fds"), attack);
+        // SAFETY: setrlimit on the child before it executes sbx-gitguard:
+        // async-signal-safe, no allocation.
+        unsafe {
+            c.pre_exec(|| {
+                let r = libc::rlimit {
+                    rlim_cur: 128,
+                    rlim_max: 128,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = common::within(common::LIMIT, c, "sbx-gitguard");
+        let err = stderr(&out);
+        assert_eq!(code(&out), 0, "{who:?}: {err}");
+        assert!(!err.contains("Too many open files"), "{who:?}: {err}");
+        let log = std::fs::read_to_string(&f.audit).unwrap();
+        assert!(!log.contains("Too many open files"), "{who:?}: {log}");
+        assert_eq!(rev(&f, "feat"), feat, "{who:?}: the rewrite of feat stood");
+        let left: Vec<_> = (0..300)
+            .filter(|i| f.w.join(format!("p{i}/.git")).exists())
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{who:?}: planted repositories left: {left:?}"
+        );
+        assert_event(&f.audit, "git_integrity", "alert", |e| {
+            e["check"] == "bare_repo" && e["path"].as_str().unwrap_or("").ends_with("/p299/.git")
+        });
+        f.git_ok(&f.w.join("d0"), &["status", "--short"]);
+        assert!(!f.mark.exists(), "{who:?}: a planted config ran");
+        f.assert_fsck_clean();
+    }
+}
+
+/// When the command leaves no room for one more thread (sbx-gitguard
+/// under a pids limit the command filled, attacker helper-54), the stage
+/// is removed on the main thread and the repository is still checked and
+/// repaired: the removal's thread was a panic (101) that skipped the
+/// check. Root only: the limit is sbx-cgroup's pids controller, and the
+/// unprivileged user's RLIMIT_NPROC is shared with every test running.
+#[test]
+fn no_thread_to_be_had_still_checks_the_repository() {
+    if !sbx_testutil::is_root() {
+        sbx_testutil::skip!("needs root (a pids cgroup)");
+    }
+    let f = Fixture::new(As::Root);
+    let s = stage_path(&f, "nproc");
+    // A child of its own session keeps the group full (it takes every
+    // slot that frees, the command's own when it exits); the command ends
+    // once no fork succeeds.
+    let fill = f.dir.join("fill.py");
+    const FILL: &str = r#"import os, time
+if os.fork() == 0:
+    os.setsid()
+    while True:
+        try:
+            if os.fork() == 0:
+                time.sleep(60)
+                os._exit(0)
+        except OSError:
+            pass
+while True:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+"#;
+    std::fs::write(&fill, FILL).unwrap();
+    let attack = format!(
+        "git config core.fsmonitor \"touch $MARK\"; exec python3 {}",
+        fill.display()
+    );
+    let mut c = sbx_testutil::tool("sbx-cgroup");
+    c.args(["--pids", "12", "--"])
+        .arg(sbx_testutil::bin("sbx-gitguard"))
+        .args(["run", "--audit-log"])
+        .arg(&f.audit)
+        .args(["--repo", w_of(&f), "--stage", s.to_str().unwrap()])
+        .args(["--", "sh", "-c", &attack])
+        .current_dir(&f.w)
+        .env("GIT_CONFIG_GLOBAL", f.dir.join("gitconfig"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("MARK", &f.mark);
+    let out = common::within(common::LIMIT, c, "sbx-cgroup sbx-gitguard");
+    let err = stderr(&out);
+    assert_ne!(code(&out), 101, "{err}");
+    let cfg = std::fs::read_to_string(f.w.join(".git/config")).unwrap();
+    assert!(
+        !cfg.contains("fsmonitor"),
+        "the config stayed changed: {cfg}\n{err}"
+    );
+    assert_event(&f.audit, "git_integrity", "alert", |e| {
+        e["check"] == "config"
+    });
+    assert!(!s.exists(), "the stage stayed: {err}");
+    f.git_ok(&f.w, &["status", "--short"]);
+    assert!(!f.mark.exists(), "the planted fsmonitor ran");
+}
