@@ -252,8 +252,8 @@ fn pack_name(n: &str) -> bool {
         )
 }
 
-/// A directory's entries; one that does not exist has none. Any other
-/// error is the caller's (see [`top_level`]).
+/// A directory's entries; one that does not exist, or is not a directory,
+/// has none. Any other error is the caller's (see [`top_level`]).
 fn list(d: &Path) -> io::Result<Vec<(String, crate::dirlist::Kind)>> {
     match crate::dirlist::list(d) {
         Ok(l) => Ok(l
@@ -261,9 +261,17 @@ fn list(d: &Path) -> io::Result<Vec<(String, crate::dirlist::Kind)>> {
             .iter()
             .map(|(n, k)| (n.to_string_lossy().into_owned(), *k))
             .collect()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) if no_directory(&e) => Ok(Vec::new()),
         Err(e) => Err(e),
     }
+}
+
+/// The error of listing something that is not (or no longer) a directory.
+pub fn no_directory(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
 }
 
 /// Entries (relative to the git dir) that git never makes in objects/,
@@ -282,7 +290,7 @@ pub fn odd_entries(git_dir: &Path, has_objects: bool) -> io::Result<BTreeSet<Str
                 // a string made only for an odd one.
                 let l = match crate::dirlist::list(&objs.join(&n)) {
                     Ok(l) => l,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) if no_directory(&e) => continue,
                     Err(e) => return Err(e),
                 };
                 if l.entries.only_objects() {

@@ -1328,3 +1328,22 @@ while True:
     f.git_ok(&f.w, &["status", "--short"]);
     assert!(!f.mark.exists(), "the planted fsmonitor ran");
 }
+
+/// `modules` and `worktrees` in the git dir as plain files (nothing git
+/// makes, but nothing that stops it either): the snapshot takes them for
+/// no entries, as before, and is not refused for "not a directory".
+#[test]
+fn modules_and_worktrees_as_files_do_not_stop_a_run() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let made = f.sh(&f.w, "git worktree remove --force ../wt && echo x > .git/worktrees && echo x > .git/modules.tmp && rm -rf .git/modules && mv .git/modules.tmp .git/modules");
+        assert!(made.status.success(), "{who:?}: {}", stderr(&made));
+        let out = common::within(
+            common::LIMIT,
+            staged_without_overlay(&f, &stage_path(&f, "files"), "true"),
+            "sbx-gitguard",
+        );
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert!(f.w.join(".git/modules").is_file(), "{who:?}");
+    }
+}
