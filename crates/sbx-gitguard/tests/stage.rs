@@ -1347,3 +1347,47 @@ fn modules_and_worktrees_as_files_do_not_stop_a_run() {
         assert!(f.w.join(".git/modules").is_file(), "{who:?}");
     }
 }
+
+/// A run killed while it writes its stage's `gitdir` (the stage still
+/// under its building name, `gitdir` empty): the next staged run of the
+/// repository removes it through the registry. It was taken for another
+/// repository's stage and stayed (the fault-injection test found it).
+#[test]
+fn a_run_killed_while_it_names_its_stages_git_dir_leaves_nothing() {
+    for who in identities() {
+        let f = Fixture::new(who);
+        let w = f.w.to_str().unwrap();
+        let s = stage_path(&f, "half");
+        let mut c = f.guard_cmd(&[
+            "run",
+            "--repo",
+            w,
+            "--stage",
+            s.to_str().unwrap(),
+            "--",
+            "true",
+        ]);
+        c.env("SBX_TEST_KILL_AT", "stage-gitdir");
+        let out = common::within(common::LIMIT, c, "sbx-gitguard");
+        assert_eq!(code(&out), 137, "{who:?}: {}", stderr(&out));
+        let building = f.dir.join(".sbx-git-stage-new.sbx-git-stage-half");
+        assert_eq!(
+            std::fs::read(building.join("gitdir")).ok().as_deref(),
+            Some(&b""[..]),
+            "{who:?}: not killed where the test wants"
+        );
+        let next = stage_path(&f, "after");
+        let out = f.guard(&[
+            "run",
+            "--repo",
+            w,
+            "--stage",
+            next.to_str().unwrap(),
+            "--",
+            "true",
+        ]);
+        assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
+        assert!(!building.exists(), "{who:?}: the half-made stage stayed");
+        assert!(!s.exists() && !next.exists(), "{who:?}");
+    }
+}
