@@ -106,22 +106,7 @@ impl Request {
         let mut names: Vec<&str> = self.secrets.iter().map(|s| s.env.as_str()).collect();
         names.extend(self.leases.iter().map(|l| l.env.as_str()));
         if let Some(c) = &self.child_token {
-            if !spec::valid_env_name(&c.env) {
-                return Err(SpecError::BadEnvName {
-                    flag: "child-token",
-                    spec: c.env.clone(),
-                    name: c.env.clone(),
-                }
-                .into());
-            }
-            if spec::reserved_env_name(&c.env) {
-                return Err(SpecError::Reserved {
-                    flag: "child-token",
-                    spec: c.env.clone(),
-                    name: c.env.clone(),
-                }
-                .into());
-            }
+            spec::check_env_name("child-token", &c.env, &c.env)?;
             names.push(&c.env);
         }
         spec::check_unique(names)?;

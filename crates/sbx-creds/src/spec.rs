@@ -110,6 +110,31 @@ fn check_path(flag: &'static str, spec: &str, path: &str, need_two: bool) -> Res
     Ok(())
 }
 
+/// `env`, given with `--flag spec`, as a variable name: valid, and not one
+/// of the sbx tools' (for --secret-all, `env` is the prefix of every name).
+pub fn check_env_name(flag: &'static str, spec: &str, env: &str) -> Result<(), SpecError> {
+    if !valid_env_name(env) {
+        return Err(SpecError::BadEnvName {
+            flag,
+            spec: spec.to_string(),
+            name: env.to_string(),
+        });
+    }
+    let all = flag == "secret-all";
+    if reserved_env_name(env) || (all && reserved_env_name(&format!("{env}_"))) {
+        return Err(SpecError::Reserved {
+            flag,
+            spec: spec.to_string(),
+            name: if all {
+                format!("{env}_*")
+            } else {
+                env.to_string()
+            },
+        });
+    }
+    Ok(())
+}
+
 fn split_env<'a>(
     flag: &'static str,
     spec: &'a str,
@@ -120,25 +145,7 @@ fn split_env<'a>(
         spec: spec.to_string(),
         want,
     })?;
-    if !valid_env_name(env) {
-        return Err(SpecError::BadEnvName {
-            flag,
-            spec: spec.to_string(),
-            name: env.to_string(),
-        });
-    }
-    // (For --secret-all, every name is PREFIX_KEY.)
-    if reserved_env_name(env) || (flag == "secret-all" && reserved_env_name(&format!("{env}_"))) {
-        return Err(SpecError::Reserved {
-            flag,
-            spec: spec.to_string(),
-            name: if flag == "secret-all" {
-                format!("{env}_*")
-            } else {
-                env.to_string()
-            },
-        });
-    }
+    check_env_name(flag, spec, env)?;
     Ok((env, rest))
 }
 

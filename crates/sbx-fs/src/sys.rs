@@ -195,32 +195,42 @@ pub fn mount_setattr(fd: RawFd, set: u64, recursive: bool) -> io::Result<()> {
     unit_result(r)
 }
 
-/// A new, detached filesystem instance: `fsopen` + options + `fsmount`.
-pub fn new_fs(fstype: &str, options: &[(&str, &str)], attrs: u64) -> io::Result<OwnedFd> {
+/// A new file system context of type `fstype` (`fsopen`).
+fn fs_context(fstype: &str) -> io::Result<OwnedFd> {
     let t = CString::new(fstype).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: t is a NUL-ended name alive for the call; the new fd goes to fd_result's OwnedFd.
-    let fs = fd_result(unsafe { libc::syscall(libc::SYS_fsopen, t.as_ptr(), FSOPEN_CLOEXEC) })?;
-    // An empty value is a flag option (FSCONFIG_SET_FLAG).
+    fd_result(unsafe { libc::syscall(libc::SYS_fsopen, t.as_ptr(), FSOPEN_CLOEXEC) })
+}
+
+/// Sets option `k` of the context `fs` to `v`; an empty value is a flag
+/// option (FSCONFIG_SET_FLAG).
+fn fs_option(fs: &OwnedFd, k: &str, v: &str) -> io::Result<()> {
+    let k = CString::new(k).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let v = CString::new(v).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let (cmd, value) = if v.is_empty() {
+        (FSCONFIG_SET_FLAG, std::ptr::null())
+    } else {
+        (FSCONFIG_SET_STRING, v.as_ptr())
+    };
+    // SAFETY: fs is an open fs context; k and the value are NUL-ended and alive for the
+    // call.
+    unit_result(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            cmd,
+            k.as_ptr(),
+            value,
+            0,
+        )
+    })
+}
+
+/// A new, detached filesystem instance: `fsopen` + options + `fsmount`.
+pub fn new_fs(fstype: &str, options: &[(&str, &str)], attrs: u64) -> io::Result<OwnedFd> {
+    let fs = fs_context(fstype)?;
     for (k, v) in options {
-        let k = CString::new(*k).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let v = CString::new(*v).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let (cmd, value) = if v.is_empty() {
-            (FSCONFIG_SET_FLAG, std::ptr::null())
-        } else {
-            (FSCONFIG_SET_STRING, v.as_ptr())
-        };
-        // SAFETY: fs is an open fs context; k and the value are NUL-ended and alive for the
-        // call.
-        unit_result(unsafe {
-            libc::syscall(
-                libc::SYS_fsconfig,
-                fs.as_raw_fd(),
-                cmd,
-                k.as_ptr(),
-                value,
-                0,
-            )
-        })?;
+        fs_option(&fs, k, v)?;
     }
     // SAFETY: fs is an open fs context; the command takes no pointer.
     unit_result(unsafe {
@@ -237,30 +247,13 @@ pub fn new_fs(fstype: &str, options: &[(&str, &str)], attrs: u64) -> io::Result<
     fd_result(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })
 }
 
-/// Whether file system `fstype` takes the flag option `flag` (its
-/// `fsconfig` of a fresh context succeeds): tells an option this kernel
-/// lacks from an EINVAL of the mount itself.
+/// Whether file system `fstype` takes the flag option `flag` (set on a
+/// fresh context): tells an option this kernel lacks from an EINVAL of
+/// the mount itself.
 pub fn fs_takes_flag(fstype: &str, flag: &str) -> bool {
-    let (Ok(t), Ok(k)) = (CString::new(fstype), CString::new(flag)) else {
-        return false;
-    };
-    // SAFETY: t is a NUL-ended name alive for the call; the new fd goes to fd_result's OwnedFd.
-    let Ok(fs) = fd_result(unsafe { libc::syscall(libc::SYS_fsopen, t.as_ptr(), FSOPEN_CLOEXEC) })
-    else {
-        return false;
-    };
-    // SAFETY: fs is an open fs context; k is NUL-ended and alive for the call.
-    unit_result(unsafe {
-        libc::syscall(
-            libc::SYS_fsconfig,
-            fs.as_raw_fd(),
-            FSCONFIG_SET_FLAG,
-            k.as_ptr(),
-            std::ptr::null::<libc::c_char>(),
-            0,
-        )
-    })
-    .is_ok()
+    fs_context(fstype)
+        .and_then(|fs| fs_option(&fs, flag, ""))
+        .is_ok()
 }
 
 pub fn mkdirat(dir: RawFd, name: &Path, mode: u32) -> io::Result<()> {

@@ -268,6 +268,15 @@ pub fn exhausted(e: &io::Error) -> bool {
     )
 }
 
+/// The error of listing something that is not (or no longer) a directory:
+/// no entries, unlike any other error.
+pub fn no_directory(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
+}
+
 /// FIFOs, sockets and devices under `dir` (symlinks never followed,
 /// entries named `skip_prefix` skipped): git makes none, and opening one
 /// can block forever. Bounded in depth and in count.

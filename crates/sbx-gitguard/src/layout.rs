@@ -321,7 +321,7 @@ pub fn scan(root: &Path) -> Scan {
     // dirs were read beside it: attacker helper-54).
     let listed = |p: &Path, s: &mut Scan| match crate::dirlist::list(p) {
         Ok(l) => Some(Listed { fd: None, ..l }),
-        Err(e) if crate::snapshot::no_directory(&e) => None,
+        Err(e) if crate::fsutil::no_directory(&e) => None,
         Err(e) => {
             s.unlisted.insert(p.to_path_buf(), e.to_string());
             None

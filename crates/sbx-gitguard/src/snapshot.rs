@@ -261,17 +261,9 @@ fn list(d: &Path) -> io::Result<Vec<(String, crate::dirlist::Kind)>> {
             .iter()
             .map(|(n, k)| (n.to_string_lossy().into_owned(), *k))
             .collect()),
-        Err(e) if no_directory(&e) => Ok(Vec::new()),
+        Err(e) if fsutil::no_directory(&e) => Ok(Vec::new()),
         Err(e) => Err(e),
     }
-}
-
-/// The error of listing something that is not (or no longer) a directory.
-pub fn no_directory(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-    )
 }
 
 /// Entries (relative to the git dir) that git never makes in objects/,
@@ -290,7 +282,7 @@ pub fn odd_entries(git_dir: &Path, has_objects: bool) -> io::Result<BTreeSet<Str
                 // a string made only for an odd one.
                 let l = match crate::dirlist::list(&objs.join(&n)) {
                     Ok(l) => l,
-                    Err(e) if no_directory(&e) => continue,
+                    Err(e) if fsutil::no_directory(&e) => continue,
                     Err(e) => return Err(e),
                 };
                 if l.entries.only_objects() {

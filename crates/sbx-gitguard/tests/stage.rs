@@ -61,6 +61,20 @@ fn staged_without_overlay(f: &Fixture, stage: &Path, script: &str) -> std::proce
     ])
 }
 
+/// `run --stage STAGE -- true` (nothing written: what the run itself
+/// makes, reaps and removes).
+fn staged_true(f: &Fixture, stage: &Path) -> std::process::Command {
+    f.guard_cmd(&[
+        "run",
+        "--repo",
+        w_of(f),
+        "--stage",
+        stage.to_str().unwrap(),
+        "--",
+        "true",
+    ])
+}
+
 /// The host's index matches the imported HEAD and the work tree.
 fn clean_status(f: &Fixture) {
     assert_eq!(
@@ -1180,15 +1194,7 @@ fn a_killed_runs_stage_can_be_imported_by_hand_or_is_reaped_by_the_next_run() {
         b.wait().unwrap();
         assert!(sb.exists());
         let sc = stage_path(&f, "next");
-        let out = f.guard(&[
-            "run",
-            "--repo",
-            w,
-            "--stage",
-            sc.to_str().unwrap(),
-            "--",
-            "true",
-        ]);
+        let out = common::within(common::LIMIT, staged_true(&f, &sc), "sbx-gitguard");
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         assert!(!sb.exists(), "{who:?}: the stale stage was not reaped");
         assert!(!sc.exists());
@@ -1356,17 +1362,8 @@ fn modules_and_worktrees_as_files_do_not_stop_a_run() {
 fn a_run_killed_while_it_names_its_stages_git_dir_leaves_nothing() {
     for who in identities() {
         let f = Fixture::new(who);
-        let w = f.w.to_str().unwrap();
         let s = stage_path(&f, "half");
-        let mut c = f.guard_cmd(&[
-            "run",
-            "--repo",
-            w,
-            "--stage",
-            s.to_str().unwrap(),
-            "--",
-            "true",
-        ]);
+        let mut c = staged_true(&f, &s);
         c.env("SBX_TEST_KILL_AT", "stage-gitdir");
         let out = common::within(common::LIMIT, c, "sbx-gitguard");
         assert_eq!(code(&out), 137, "{who:?}: {}", stderr(&out));
@@ -1377,15 +1374,7 @@ fn a_run_killed_while_it_names_its_stages_git_dir_leaves_nothing() {
             "{who:?}: not killed where the test wants"
         );
         let next = stage_path(&f, "after");
-        let out = f.guard(&[
-            "run",
-            "--repo",
-            w,
-            "--stage",
-            next.to_str().unwrap(),
-            "--",
-            "true",
-        ]);
+        let out = common::within(common::LIMIT, staged_true(&f, &next), "sbx-gitguard");
         assert_eq!(code(&out), 0, "{who:?}: {}", stderr(&out));
         assert!(!building.exists(), "{who:?}: the half-made stage stayed");
         assert!(!s.exists() && !next.exists(), "{who:?}");
